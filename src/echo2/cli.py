@@ -1,0 +1,92 @@
+"""Command line: ``echo2 train | worker | eval``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from echo2.config import ConfigError, load_config
+
+
+def _train(args: argparse.Namespace) -> int:
+    from echo2.launch.train import run_training
+
+    config = load_config(args.config, args.overrides)
+    run_training(config)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from echo2.rollout.worker import RolloutWorker, install_signal_handlers
+
+    worker = RolloutWorker(args.coordinator, args.token, name=args.name, threads=args.threads)
+    install_signal_handlers(worker)
+    worker.run()
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from echo2.evaluation import evaluate
+    from echo2.modeling import load_model, load_tokenizer, pin_threads
+    from echo2.tasks import load_task
+
+    checkpoint = Path(args.checkpoint)
+    config_path = args.config
+    run_config = checkpoint.parent.parent / "config.yaml"
+    if config_path is None and run_config.exists():
+        config_path = run_config
+    config = load_config(config_path, args.overrides)
+    pin_threads(args.threads)
+    task = load_task(config.task.name, config.task.options)
+    model, tokenizer = load_model(str(checkpoint), config.model.dtype), load_tokenizer(str(checkpoint))
+    result = evaluate(model, tokenizer, task, task.eval_examples(args.size), max_new_tokens=config.rollout.max_new_tokens,
+                      temperature=config.rollout.temperature, shown=config.eval.show)
+    for prompt, completion, reward in result.examples:
+        print(f"  {prompt}{completion}  (reward {reward:.2f})")
+    print(f"held-out greedy accuracy {100 * result.accuracy:.1f}% | sampled reward {100 * result.sampled_reward:.1f}% "
+          f"({args.size} prompts, {checkpoint})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="echo2", description="RL post-training with remote rollout workers.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="run a learner (hosting the coordinator) and local workers")
+    train.add_argument("--config", help="YAML config file (see configs/)")
+    train.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. staleness=2 learner.lr=1e-4")
+    train.set_defaults(handler=_train)
+
+    worker = commands.add_parser("worker", help="join a running training as a rollout worker")
+    worker.add_argument("--coordinator", required=True, help="coordinator URL, e.g. http://10.0.0.5:8765")
+    worker.add_argument("--token", required=True, help="the run token printed by `echo2 train`")
+    worker.add_argument("--name", help="name shown in metrics (default: host name)")
+    worker.add_argument("--threads", type=int, default=1, help="torch threads")
+    worker.set_defaults(handler=_worker)
+
+    evaluation = commands.add_parser("eval", help="held-out greedy accuracy of a checkpoint")
+    evaluation.add_argument("checkpoint", help="checkpoint folder (RUN_DIR/checkpoints/step_N) or model path")
+    evaluation.add_argument("--config", help="config whose task to use (default: the run's config.yaml)")
+    evaluation.add_argument("--size", type=int, default=500, help="held-out prompts")
+    evaluation.add_argument("--threads", type=int, default=2)
+    evaluation.add_argument("overrides", nargs="*", help="dotted key=value overrides")
+    evaluation.set_defaults(handler=_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("httpx", "uvicorn", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except ConfigError as error:
+        print(f"echo2: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

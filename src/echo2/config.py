@@ -1,0 +1,235 @@
+"""The one typed configuration of a run: YAML file + dotted ``key=value`` overrides.
+
+Every field is documented where it is declared (the docstring under it becomes its
+description). Unknown or ill-typed keys fail with a one-line :class:`ConfigError` naming the
+key. The resolved config is written into every run directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from echo2.modeling import SHIPPED_MODEL
+
+
+class ConfigError(ValueError):
+    """A config problem, stated in one line that names the offending key."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class RunConfig(Section):
+    dir: str = "runs"
+    """Parent folder of run directories."""
+    name: str | None = None
+    """Run directory name under ``dir``; default: a timestamp."""
+    seed: int = 0
+    """Seed for the prompt stream, sampling and initialisation."""
+    steps: int = Field(150, ge=1)
+    """Learner steps (optimizer updates) to run; policy version ``v`` = steps done."""
+    max_minutes: float | None = Field(None, gt=0)
+    """Stop after this much wall time even if ``steps`` are not done (then evaluate and save)."""
+
+
+class ModelConfig(Section):
+    name: str = SHIPPED_MODEL
+    """HF hub id, local path, or ``echo2/tiny-arith`` (the small model shipped with echo2)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype on the learner and the workers."""
+
+
+class TaskConfig(Section):
+    name: str = "arithmetic"
+    """``arithmetic``, ``jsonl``, or ``module:Class`` naming a subclass of ``echo2.tasks.Task``."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of the task class (e.g. ``num_operands``, ``path`` for jsonl)."""
+
+
+class RolloutConfig(Section):
+    group_size: int = Field(8, ge=2)
+    """Completions sampled per prompt (G); advantages are normalised within a group."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature; the learner scores log-probs at the same temperature."""
+    max_new_tokens: int = Field(8, ge=1)
+    """Longest completion, EOS included."""
+    groups_per_lease: int = Field(16, ge=1)
+    """Prompts handed to a worker per lease (one request, one generation batch)."""
+
+
+class WorkersConfig(Section):
+    count: int = Field(2, ge=0)
+    """Local worker processes ``echo2 train`` starts (remote ones may join by URL too)."""
+    threads: int = Field(1, ge=1)
+    """Torch threads per local worker."""
+    fetch_delay_s: float = Field(0.0, ge=0)
+    """Extra delay added to every weight fetch, standing for a slow link."""
+
+
+class LearnerConfig(Section):
+    groups_per_step: int = Field(64, ge=1)
+    """Groups (prompts) per optimizer step: the batch size B of the staleness window."""
+    lr: float = Field(1e-4, gt=0)
+    """AdamW learning rate (constant after warmup)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear learning-rate warmup."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW betas."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Global gradient-norm clip."""
+    micro_batch: int = Field(256, ge=1)
+    """Sequences per forward/backward; gradients accumulate over micro-batches."""
+    loss: Literal["grpo"] = "grpo"
+    """Objective from the loss registry (:mod:`echo2.learner.losses`)."""
+    clip_low: float = Field(0.2, ge=0)
+    """PPO clip: a token whose ratio fell below ``1 - clip_low`` gets no gradient when its advantage is negative."""
+    clip_high: float = Field(0.2, ge=0)
+    """PPO clip: a token whose ratio rose above ``1 + clip_high`` gets no gradient when its advantage is positive."""
+    ratio_cap: float = Field(3.0, gt=1)
+    """Truncation of the importance weight for negative advantages (dual clip): the surrogate
+    never exceeds ``ratio_cap * |A|`` however stale the behaviour policy."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of a k3 KL penalty to the initial (reference) policy; 0 = off, no reference kept."""
+    std_normalize: bool = True
+    """Divide group advantages by the group's reward std (GRPO); False keeps only the mean baseline."""
+    threads: int = Field(1, ge=1)
+    """Torch threads of the learner process."""
+
+
+class EvalConfig(Section):
+    every: int = Field(10, ge=1)
+    """Evaluate every this many learner steps (and before the first and after the last)."""
+    size: int = Field(500, ge=1)
+    """Held-out prompts per evaluation (never trained on)."""
+    show: int = Field(4, ge=0)
+    """Sample completions printed and logged per evaluation."""
+
+
+class CheckpointConfig(Section):
+    every: int = Field(50, ge=0)
+    """Save a checkpoint every this many steps (0 = only at the end)."""
+
+
+class CoordinatorConfig(Section):
+    host: str = "127.0.0.1"
+    """Interface the coordinator listens on (0.0.0.0 to let remote workers join)."""
+    port: int = Field(0, ge=0, le=65535)
+    """Port; 0 picks a free one."""
+    token: str | None = None
+    """Run token workers must present; generated and printed when not given."""
+    lease_timeout_s: float = Field(60.0, gt=0)
+    """A lease not submitted within this time is re-issued to another worker."""
+    lease_wait_s: float = Field(2.0, ge=0)
+    """How long a lease request may wait (long-poll) for the staleness window to open."""
+    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    """A worker silent for this long is declared dead and its leases re-issued."""
+    start_timeout_s: float = Field(30.0, gt=0)
+    """How long to wait for the coordinator and the local workers to come up."""
+    data_timeout_s: float = Field(300.0, gt=0)
+    """How long the learner waits for one batch before failing with a clear error."""
+
+
+class TelemetryConfig(Section):
+    tensorboard: bool = True
+    """Also write TensorBoard event files under ``RUN_DIR/tensorboard``."""
+    progress: bool = True
+    """Show a live progress line on the console."""
+
+
+class Config(Section):
+    """A whole run. ``protocol`` and ``staleness`` are the two knobs of asynchrony."""
+
+    protocol: Literal["sync", "pull", "async"] = "async"
+    """``sync``: on-policy barrier (S = 0); ``pull``: workers refresh to the newest weights before
+    every lease; ``async``: push-pull, workers generate continuously and swap new weights in
+    between requests."""
+    staleness: int | None = Field(None, ge=0)
+    """Bounded staleness S: step ``t`` trains only on groups generated by versions ``>= t - S``.
+    Default: 0 for ``sync``, 1 otherwise. ``sync`` requires 0."""
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+
+    @model_validator(mode="after")
+    def _resolve_staleness(self) -> Config:
+        if self.staleness is None:
+            self.staleness = 0 if self.protocol == "sync" else 1
+        elif self.protocol == "sync" and self.staleness != 0:
+            raise ValueError(f"protocol=sync is the S=0 barrier; staleness={self.staleness} contradicts it")
+        return self
+
+    @property
+    def max_staleness(self) -> int:
+        assert self.staleness is not None  # resolved by the validator
+        return self.staleness
+
+
+def _parse_value(text: str) -> Any:
+    """``key=value`` values are YAML scalars/collections: ``3``, ``1e-4``, ``true``, ``[1, 2]``."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    """Apply one dotted ``a.b.c=value`` override to the nested dict ``data`` in place."""
+    key, sep, value = assignment.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {assignment!r}: expected key=value, e.g. learner.lr=1e-4")
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"config key '{key}': '{part}' is not a section")
+        node = child
+    node[parts[-1]] = _parse_value(value)
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(root)"
+    if first["type"] == "extra_forbidden":
+        return f"config key '{key}': unknown key"
+    return f"config key '{key}': {first['msg']} (got {first.get('input')!r})"
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load ``path`` (YAML; optional) and apply ``overrides``; raise :class:`ConfigError` on any problem."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path}: not found") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {path}: not valid YAML ({str(error).splitlines()[0]})") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path}: expected a mapping at the top level")
+        data = loaded or {}
+    for assignment in overrides:
+        apply_override(data, assignment)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_describe(error)) from None
+
+
+def dump_config(config: Config) -> str:
+    """The resolved config as YAML (what a run directory keeps)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,360 @@
+"""The coordinator's state: worker registry, prompt leases, admission of groups, replay buffer.
+
+All of it sits behind one lock (a :class:`threading.Condition`), shared by the HTTP handlers
+(threads of the server) and the learner loop (main thread). Pacing and freshness decisions are
+delegated to :mod:`echo2.staleness`; this module only keeps the books.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from echo2 import staleness as rule
+from echo2.protocol import (
+    HeartbeatResponse,
+    LeasedPrompt,
+    LeaseResponse,
+    RunSpec,
+    SubmitRequest,
+    SubmitResponse,
+    TimelineEvent,
+    VersionInfo,
+)
+from echo2.tasks import Example
+
+
+class Rejected(Exception):
+    """A request refused with an HTTP status and a reason (the state is left unchanged)."""
+
+    def __init__(self, status: int, reason: str, code: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.code = status, reason, code
+
+
+@dataclass
+class WorkerRecord:
+    worker_id: str
+    name: str
+    session_token: str
+    version: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
+    alive: bool = True
+    groups: int = 0
+    samples: int = 0
+    tokens: int = 0
+    generate_seconds: float = 0.0
+    rejected: int = 0
+    fetches: int = 0
+    last_fetch_seconds: float = 0.0
+
+
+@dataclass
+class Lease:
+    lease_id: str
+    worker_id: str
+    version: int
+    examples: dict[int, Example]
+    deadline: float
+    state: str = "active"  # active | done | expired
+
+
+@dataclass
+class Group:
+    """One prompt's G completions, as accepted from a worker."""
+
+    slot: int
+    example: Example
+    version: int
+    worker: str
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    rewards: list[float]
+
+
+@dataclass
+class Limits:
+    """What a valid submission may contain."""
+
+    group_size: int
+    max_new_tokens: int
+    vocab_size: int
+    reward_range: tuple[float, float]
+
+
+class CoordinatorState:
+    """Books of one run. ``examples`` is the task's endless training stream (the data cursor)."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        limits: Limits,
+        examples: Iterator[Example],
+        *,
+        groups_per_step: int,
+        run_token: str,
+        lease_timeout_s: float,
+        heartbeat_timeout_s: float,
+        on_event: Callable[[str, TimelineEvent], None] = lambda worker, event: None,
+    ) -> None:
+        self.spec, self.limits = spec, limits
+        self.staleness, self.groups_per_step = spec.staleness, groups_per_step
+        self.run_token = run_token
+        self.lease_timeout_s, self.heartbeat_timeout_s = lease_timeout_s, heartbeat_timeout_s
+        self.on_event = on_event
+        self.cond = threading.Condition(threading.RLock())
+        self._examples = examples
+        self._requeued: deque[Example] = deque()
+        self.workers: dict[str, WorkerRecord] = {}
+        self._by_session: dict[str, str] = {}
+        self.leases: dict[str, Lease] = {}
+        self.buffer: list[Group] = []
+        self.version = 0
+        self.trained_steps = 0  # learner step currently being assembled
+        self.weights: dict[int, tuple[bytes, str]] = {}
+        self.useful_slots = 0
+        self._next_slot = 0
+        self.finished = False
+        self.counters: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()
+
+    # ---------------------------------------------------------------- workers
+    def register(self, name: str) -> WorkerRecord:
+        with self.cond:
+            worker_id = f"w{len(self.workers)}-{secrets.token_hex(3)}"
+            record = WorkerRecord(worker_id=worker_id, name=name or worker_id, session_token=secrets.token_urlsafe(24))
+            self.workers[worker_id] = record
+            self._by_session[record.session_token] = worker_id
+            self.counters["workers_registered"] += 1
+            return record
+
+    def authenticate(self, session_token: str | None) -> WorkerRecord:
+        worker_id = self._by_session.get(session_token or "")
+        if worker_id is None:
+            raise Rejected(401, "unknown or missing session credential; register first", "unauthorized")
+        record = self.workers[worker_id]
+        if not record.alive:
+            raise Rejected(410, "this worker was declared dead (no heartbeat); register again", "dead")
+        return record
+
+    def heartbeat(self, record: WorkerRecord, version: int, events: list[TimelineEvent]) -> HeartbeatResponse:
+        with self.cond:
+            record.last_seen = time.monotonic()
+            record.version = version
+            self._record_events(record, events)
+            return HeartbeatResponse(latest_version=self.version, stop=self.finished)
+
+    def _record_events(self, record: WorkerRecord, events: list[TimelineEvent]) -> None:
+        for event in events:
+            if event.kind == "fetch":
+                record.fetches += 1
+                record.last_fetch_seconds = event.end - event.start
+            self.on_event(record.name, event)
+
+    def reap(self) -> None:
+        """Declare silent workers dead and expire overdue leases (their prompts are re-queued)."""
+        now = time.monotonic()
+        with self.cond:
+            for record in self.workers.values():
+                if record.alive and now - record.last_seen > self.heartbeat_timeout_s:
+                    record.alive = False
+                    self.counters["workers_dead"] += 1
+            for lease in self.leases.values():
+                if lease.state == "active" and (now > lease.deadline or not self.workers[lease.worker_id].alive):
+                    self._expire(lease)
+
+    def _expire(self, lease: Lease) -> None:
+        lease.state = "expired"
+        self.counters["leases_expired"] += 1
+        self.useful_slots -= len(lease.examples)
+        self._requeued.extendleft(reversed(list(lease.examples.values())))
+        self.cond.notify_all()
+
+    # ---------------------------------------------------------------- leases
+    def _grantable(self, worker_version: int) -> str:
+        """'granted' if a slot can go to a worker at this version now, else why not."""
+        if self.finished:
+            return "stop"
+        if self.useful_slots >= rule.lease_window(self.version, self.staleness, self.groups_per_step):
+            return "wait"
+        if not rule.worker_can_take(self.useful_slots, worker_version, self.staleness, self.groups_per_step):
+            return "refresh"
+        return "granted"
+
+    def lease(self, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
+        deadline = time.monotonic() + wait_s
+        with self.cond:
+            record.last_seen = time.monotonic()
+            record.version = worker_version
+            if worker_version > self.version:
+                raise Rejected(409, f"version {worker_version} is newer than the published {self.version}", "bad_version")
+            while (status := self._grantable(worker_version)) == "wait":
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.cond.wait(min(remaining, 0.5))
+                self.reap()
+            if status != "granted":
+                return LeaseResponse(status=status, latest_version=self.version)
+            examples: dict[int, Example] = {}
+            while len(examples) < max_groups and self._grantable(worker_version) == "granted":
+                example = self._requeued.popleft() if self._requeued else next(self._examples)
+                examples[self._next_slot] = example
+                self._next_slot += 1
+                self.useful_slots += 1
+            lease = Lease(
+                lease_id=secrets.token_hex(8),
+                worker_id=record.worker_id,
+                version=worker_version,
+                examples=examples,
+                deadline=time.monotonic() + self.lease_timeout_s,
+            )
+            self.leases[lease.lease_id] = lease
+            self.counters["leases_issued"] += 1
+            return LeaseResponse(
+                status="granted",
+                latest_version=self.version,
+                lease_id=lease.lease_id,
+                version=worker_version,
+                deadline_s=self.lease_timeout_s,
+                prompts=[LeasedPrompt(slot=s, prompt=e.prompt, answer=e.answer) for s, e in examples.items()],
+            )
+
+    # ---------------------------------------------------------------- submissions
+    def _reject(self, record: WorkerRecord, status: int, reason: str, code: str) -> Rejected:
+        record.rejected += 1
+        self.rejected[code] += 1
+        return Rejected(status, reason, code)
+
+    def _validate(self, record: WorkerRecord, request: SubmitRequest) -> Lease:
+        lease = self.leases.get(request.lease_id)
+        if lease is None or lease.worker_id != record.worker_id:
+            raise self._reject(record, 404, f"lease {request.lease_id!r} is not one of yours", "unknown_lease")
+        if lease.state == "expired":
+            raise self._reject(record, 409, "lease expired; its prompts were re-issued", "expired_lease")
+        if request.version != lease.version:
+            raise self._reject(
+                record, 422, f"version {request.version} differs from the lease's {lease.version}", "bad_version"
+            )
+        slots = [g.slot for g in request.groups]
+        if sorted(slots) != sorted(lease.examples):
+            raise self._reject(record, 422, "groups do not match the lease's slots one to one", "bad_slots")
+        low, high = self.limits.reward_range
+        for group in request.groups:
+            if len(group.completions) != self.limits.group_size:
+                raise self._reject(
+                    record, 422, f"slot {group.slot}: {len(group.completions)} completions, "
+                    f"expected {self.limits.group_size}", "bad_group_size"
+                )
+            for c in group.completions:
+                if len(c.token_ids) != len(c.logprobs):
+                    raise self._reject(record, 422, f"slot {group.slot}: token_ids and logprobs differ in length",
+                                       "bad_shape")
+                if len(c.token_ids) > self.limits.max_new_tokens:
+                    raise self._reject(record, 422, f"slot {group.slot}: completion longer than "
+                                       f"max_new_tokens={self.limits.max_new_tokens}", "too_long")
+                if min(c.token_ids) < 0 or max(c.token_ids) >= self.limits.vocab_size:
+                    raise self._reject(record, 422, f"slot {group.slot}: token id outside the vocabulary", "bad_token")
+                if not low <= c.reward <= high:
+                    raise self._reject(record, 422, f"slot {group.slot}: reward {c.reward} outside [{low}, {high}]",
+                                       "bad_reward")
+        return lease
+
+    def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
+        with self.cond:
+            record.last_seen = time.monotonic()
+            lease = self.leases.get(request.lease_id)
+            if lease is not None and lease.worker_id == record.worker_id and lease.state == "done":
+                self.counters["duplicate_submissions"] += 1
+                return SubmitResponse(accepted=0, duplicate=True)
+            lease = self._validate(record, request)
+            lease.state = "done"
+            for group in request.groups:
+                self.buffer.append(
+                    Group(
+                        slot=group.slot,
+                        example=lease.examples[group.slot],
+                        version=lease.version,
+                        worker=record.name,
+                        token_ids=[c.token_ids for c in group.completions],
+                        logprobs=[c.logprobs for c in group.completions],
+                        rewards=[c.reward for c in group.completions],
+                    )
+                )
+                record.samples += len(group.completions)
+                record.tokens += sum(len(c.token_ids) for c in group.completions)
+            record.groups += len(request.groups)
+            record.generate_seconds += request.generate_seconds
+            self.counters["groups_accepted"] += len(request.groups)
+            self._record_events(record, request.events)
+            self.cond.notify_all()
+            return SubmitResponse(accepted=len(request.groups))
+
+    # ---------------------------------------------------------------- learner side
+    def take_batch(self, step: int, timeout_s: float) -> list[Group]:
+        """Block until ``groups_per_step`` groups fresh for ``step`` are buffered; return them.
+
+        Stale groups are dropped (counted, prompts re-queued). Oldest versions go first, so that
+        nothing that is still usable ages out while newer groups are trained on.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            self.trained_steps = step
+            while True:
+                self._drop_stale(step)
+                if len(self.buffer) >= self.groups_per_step:
+                    self.buffer.sort(key=lambda g: (g.version, g.slot))
+                    batch = self.buffer[: self.groups_per_step]
+                    del self.buffer[: self.groups_per_step]
+                    return batch
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    alive = sum(w.alive for w in self.workers.values())
+                    raise TimeoutError(
+                        f"waited {timeout_s:.0f}s for {self.groups_per_step} rollout groups for step {step} "
+                        f"(have {len(self.buffer)}; {alive} live workers)"
+                    )
+                self.cond.wait(min(remaining, 0.5))
+                self.reap()
+
+    def _drop_stale(self, step: int) -> None:
+        fresh = [g for g in self.buffer if rule.is_fresh(step, g.version, self.staleness)]
+        for group in self.buffer:
+            if not rule.is_fresh(step, group.version, self.staleness):
+                self.dropped["stale"] += 1
+                self.useful_slots -= 1
+                self._requeued.append(group.example)
+        self.buffer = fresh
+
+    def publish(self, version: int, payload: bytes) -> VersionInfo:
+        """Make ``payload`` (safetensors bytes) the current weights at ``version``; keep one older."""
+        digest = hashlib.sha256(payload).hexdigest()
+        with self.cond:
+            self.weights[version] = (payload, digest)
+            for old in [v for v in self.weights if v < version - 1]:
+                del self.weights[old]
+            self.version = version
+            self.cond.notify_all()
+            return VersionInfo(version=version, sha256=digest, size_bytes=len(payload))
+
+    def version_info(self) -> VersionInfo:
+        with self.cond:
+            payload, digest = self.weights[self.version]
+            return VersionInfo(version=self.version, sha256=digest, size_bytes=len(payload))
+
+    def weights_of(self, version: int) -> tuple[bytes, str]:
+        with self.cond:
+            if version not in self.weights:
+                raise Rejected(404, f"version {version} is not held (current: {self.version})", "unknown_version")
+            return self.weights[version]
+
+    def finish(self) -> None:
+        with self.cond:
+            self.finished = True
+            self.cond.notify_all()

@@ -1,0 +1,51 @@
+"""Start rollout workers as local subprocesses (the default launcher).
+
+Each worker is the same ``echo2 worker`` program a user would start by hand on another machine;
+here it only happens to reach the coordinator over loopback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+log = logging.getLogger("echo2")
+
+
+class LocalWorkers:
+    def __init__(self, url: str, token: str, count: int, threads: int, log_dir: Path) -> None:
+        self.url, self.token, self.count, self.threads, self.log_dir = url, token, count, threads, log_dir
+        self.processes: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "TOKENIZERS_PARALLELISM": "false"}
+        for index in range(self.count):
+            name = f"local-{index}"
+            with (self.log_dir / f"{name}.log").open("w") as log_file:
+                self.processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "echo2.cli", "worker", "--coordinator", self.url, "--token", self.token,
+                     "--name", name, "--threads", str(self.threads)],
+                    stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                ))
+        log.info("started %d local workers (logs in %s)", self.count, self.log_dir)
+
+    def check(self) -> None:
+        """Raise if every local worker has exited with an error (nothing can make progress)."""
+        if self.processes and all(p.poll() not in (None, 0) for p in self.processes):
+            raise RuntimeError(f"all {len(self.processes)} local workers exited with errors; see {self.log_dir}")
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Workers leave by themselves once the coordinator says stop; terminate stragglers."""
+        for process in self.processes:
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.terminate()
+                try:
+                    process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    process.kill()

@@ -1,0 +1,138 @@
+"""``echo2 train``: wire the roles together — coordinator, learner, local workers — and report.
+
+The learner process hosts the coordinator (HTTP, in a background thread) and runs the learner
+loop in its main thread; workers are separate processes (local ones are started here; remote
+ones join with the printed ``echo2 worker`` command).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from echo2.broadcast.payload import serialize_parameters
+from echo2.config import Config, dump_config
+from echo2.coordinator.app import create_app
+from echo2.coordinator.server import CoordinatorServer
+from echo2.coordinator.state import CoordinatorState, Limits
+from echo2.launch.local import LocalWorkers
+from echo2.learner.loop import LearnerLoop, LoopResult
+from echo2.learner.trainer import Learner
+from echo2.modeling import load_model, load_tokenizer, pin_threads
+from echo2.protocol import RunSpec
+from echo2.tasks import load_task
+from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
+from echo2.telemetry.plots import plot_curves, plot_timeline
+
+log = logging.getLogger("echo2")
+
+
+@dataclass
+class RunSummary:
+    run_dir: Path
+    result: LoopResult
+    accuracy_before: float
+    accuracy_after: float
+    sampled_reward_before: float
+    sampled_reward_after: float
+    groups_dropped: int
+
+    def lines(self) -> list[str]:
+        r = self.result
+        return [
+            f"run directory: {self.run_dir}",
+            f"held-out accuracy {100 * self.accuracy_before:.1f}% -> {100 * self.accuracy_after:.1f}% "
+            f"(greedy exact match; after = mean of the last {min(3, len(r.evals) - 1)} evals)",
+            f"sampled reward {100 * self.sampled_reward_before:.1f}% -> {100 * self.sampled_reward_after:.1f}% "
+            "(temperature samples on held-out prompts)",
+            f"{r.steps} steps in {r.wall_seconds:.0f}s | {r.samples / max(r.wall_seconds, 1e-9):.0f} samples/s "
+            f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
+        ]
+
+
+def make_run_dir(config: Config) -> Path:
+    name = config.run.name or time.strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(config.run.dir) / name
+    run_dir.mkdir(parents=True, exist_ok=False)
+    return run_dir
+
+
+def attach_log_file(run_dir: Path) -> logging.Handler:
+    handler = logging.FileHandler(run_dir / "train.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def run_spec(config: Config) -> RunSpec:
+    return RunSpec(
+        model=config.model.name, dtype=config.model.dtype, task=config.task.name, task_options=config.task.options,
+        group_size=config.rollout.group_size, temperature=config.rollout.temperature,
+        max_new_tokens=config.rollout.max_new_tokens, groups_per_lease=config.rollout.groups_per_lease,
+        protocol=config.protocol, staleness=config.max_staleness, fetch_delay_s=config.workers.fetch_delay_s,
+        heartbeat_interval_s=min(2.0, config.coordinator.heartbeat_timeout_s / 4), seed=config.run.seed,
+    )
+
+
+def run_training(config: Config) -> RunSummary:
+    run_dir = make_run_dir(config)
+    handler = attach_log_file(run_dir)
+    (run_dir / "config.yaml").write_text(dump_config(config))
+    pin_threads(config.learner.threads)
+    torch.manual_seed(config.run.seed)
+    task = load_task(config.task.name, config.task.options)
+    model, tokenizer = load_model(config.model.name, config.model.dtype), load_tokenizer(config.model.name)
+    eval_examples = task.eval_examples(config.eval.size)
+    metrics = MetricsWriter(run_dir, tensorboard=config.telemetry.tensorboard)
+    timeline = TimelineWriter(run_dir)
+    token = config.coordinator.token or secrets.token_urlsafe(16)
+    state = CoordinatorState(
+        run_spec(config),
+        Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,
+               vocab_size=model.get_input_embeddings().num_embeddings, reward_range=task.reward_range),
+        task.train_examples(config.run.seed),
+        groups_per_step=config.learner.groups_per_step,
+        run_token=token,
+        lease_timeout_s=config.coordinator.lease_timeout_s,
+        heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
+        on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),
+    )
+    state.publish(0, serialize_parameters(model))
+    server = CoordinatorServer(create_app(state, config.coordinator.lease_wait_s), config.coordinator.host,
+                               config.coordinator.port)
+    server.start(config.coordinator.start_timeout_s)
+    log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.max_staleness,
+             server.url)
+    log.info("more workers can join with: echo2 worker --coordinator %s --token %s", server.url, token)
+    workers = LocalWorkers(server.url, token, config.workers.count, config.workers.threads, run_dir / "workers")
+    workers.start()
+    learner = Learner(model, tokenizer, config.learner, config.rollout)
+    try:
+        result = LearnerLoop(config, state, learner, task, eval_examples, run_dir, metrics, timeline).run()
+    finally:
+        state.finish()
+        workers.stop()
+        server.stop()
+        metrics.close()
+        timeline.close()
+    plot_curves(run_dir)
+    plot_timeline(run_dir)
+    last = [e for _, e in result.evals[1:]][-3:] or [result.evals[0][1]]
+    summary = RunSummary(
+        run_dir=run_dir, result=result,
+        accuracy_before=result.evals[0][1].accuracy,
+        accuracy_after=sum(e.accuracy for e in last) / len(last),
+        sampled_reward_before=result.evals[0][1].sampled_reward,
+        sampled_reward_after=sum(e.sampled_reward for e in last) / len(last),
+        groups_dropped=state.dropped["stale"],
+    )
+    (run_dir / "summary.txt").write_text("\n".join(summary.lines()) + "\n")
+    for line in summary.lines():
+        log.info(line)
+    logging.getLogger().removeHandler(handler)
+    return summary

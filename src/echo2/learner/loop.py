@@ -1,0 +1,132 @@
+"""The learner loop: take a fresh batch, train, publish the new version, evaluate, checkpoint.
+
+There is one loop for every protocol: ``sync`` is the same loop with S = 0 (the coordinator's
+pacing then admits only groups from the current version, which makes it a barrier).
+
+Learner utilization = time spent training and publishing / (that + time waiting for data);
+evaluation time is excluded from both, so that utilization measures the pipeline alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from echo2.broadcast.payload import serialize_parameters
+from echo2.config import Config
+from echo2.coordinator.state import CoordinatorState
+from echo2.evaluation import EvalResult, evaluate
+from echo2.learner.checkpoint import save_checkpoint
+from echo2.learner.trainer import Learner
+from echo2.tasks import Example, Task
+from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
+from echo2.telemetry.progress import Progress
+
+log = logging.getLogger("echo2")
+
+
+@dataclass
+class LoopResult:
+    steps: int
+    wall_seconds: float
+    busy_seconds: float
+    idle_seconds: float
+    samples: int
+    evals: list[tuple[int, EvalResult]] = field(default_factory=list)
+
+    @property
+    def utilization(self) -> float:
+        return self.busy_seconds / max(self.busy_seconds + self.idle_seconds, 1e-9)
+
+
+class LearnerLoop:
+    def __init__(self, config: Config, state: CoordinatorState, learner: Learner, task: Task,
+                 eval_examples: list[Example], run_dir: Path, metrics: MetricsWriter, timeline: TimelineWriter
+                 ) -> None:
+        self.config, self.state, self.learner, self.task = config, state, learner, task
+        self.eval_examples, self.run_dir = eval_examples, run_dir
+        self.metrics, self.timeline = metrics, timeline
+        self.progress = Progress(config.run.steps, enabled=config.telemetry.progress)
+
+    def _evaluate(self, version: int) -> EvalResult:
+        result = evaluate(self.learner.model, self.learner.tokenizer, self.task, self.eval_examples,
+                          max_new_tokens=self.config.rollout.max_new_tokens,
+                          temperature=self.config.rollout.temperature, seed=self.config.run.seed + version,
+                          shown=self.config.eval.show)
+        self.progress.newline()
+        log.info("eval v%d: held-out greedy accuracy %.1f%% | sampled reward %.1f%% (%d prompts)", version,
+                 100 * result.accuracy, 100 * result.sampled_reward, len(self.eval_examples))
+        for prompt, completion, reward in result.examples:
+            log.info("  sample v%d: %s%s  (reward %.2f)", version, prompt, completion, reward)
+        return result
+
+    def _worker_metrics(self) -> dict[str, float]:
+        values: dict[str, float] = {}
+        for record in self.state.workers.values():
+            if record.generate_seconds > 0:
+                values[f"worker/{record.name}/samples_per_s"] = record.samples / record.generate_seconds
+                values[f"worker/{record.name}/tokens_per_s"] = record.tokens / record.generate_seconds
+            if record.fetches:
+                values[f"worker/{record.name}/fetch_latency_s"] = record.last_fetch_seconds
+        return values
+
+    def run(self, start_version: int = 0) -> LoopResult:
+        config, state = self.config, self.state
+        result = LoopResult(steps=0, wall_seconds=0.0, busy_seconds=0.0, idle_seconds=0.0, samples=0)
+        evaluation = self._evaluate(start_version)
+        result.evals.append((start_version, evaluation))
+        self.metrics.log(start_version, {"version": start_version, "eval_accuracy": evaluation.accuracy,
+                                         "eval_sampled_reward": evaluation.sampled_reward})
+        started = time.time()
+        deadline = started + 60 * config.run.max_minutes if config.run.max_minutes else float("inf")
+        version = start_version
+        for step in range(start_version, config.run.steps):
+            if time.time() > deadline:
+                log.info("run.max_minutes=%s reached at step %d; stopping", config.run.max_minutes, step)
+                break
+            waited = time.time()
+            batch = state.take_batch(step, timeout_s=config.coordinator.data_timeout_s)
+            train_start = time.time()
+            record = self.learner.step(batch, version=step)
+            version = step + 1
+            state.publish(version, serialize_parameters(self.learner.model))
+            train_end = time.time()
+            self.timeline.interval("learner", "train", train_start, train_end, version)
+            result.idle_seconds += train_start - waited
+            result.busy_seconds += train_end - train_start
+            result.samples += int(record["samples"])
+            result.steps += 1
+            elapsed = time.time() - started
+            record.update(
+                version=version,
+                learner_busy_s=result.busy_seconds,
+                learner_idle_s=result.idle_seconds,
+                utilization=result.utilization,
+                samples_per_s=result.samples / max(elapsed, 1e-9),
+                groups_dropped_stale=state.dropped["stale"],
+                leases_expired=state.counters["leases_expired"],
+                workers_alive=sum(w.alive for w in state.workers.values()),
+                **self._worker_metrics(),
+            )
+            accuracy = None
+            if version % config.eval.every == 0 or version == config.run.steps:
+                evaluation = self._evaluate(version)
+                result.evals.append((version, evaluation))
+                record.update(eval_accuracy=evaluation.accuracy, eval_sampled_reward=evaluation.sampled_reward)
+                accuracy = evaluation.accuracy
+            self.metrics.log(version, record)
+            self.progress.update(version, version, record["reward_mean"], accuracy, result.utilization,
+                                 int(record["workers_alive"]), record["samples_per_s"])
+            if config.checkpoint.every and version % config.checkpoint.every == 0:
+                save_checkpoint(self.learner, self.run_dir, version)
+        result.wall_seconds = time.time() - started
+        if result.evals[-1][0] != version:
+            evaluation = self._evaluate(version)
+            result.evals.append((version, evaluation))
+            self.metrics.log(version, {"version": version, "eval_accuracy": evaluation.accuracy,
+                                       "eval_sampled_reward": evaluation.sampled_reward})
+        save_checkpoint(self.learner, self.run_dir, version)
+        self.progress.newline()
+        return result

@@ -1,0 +1,57 @@
+"""Loading models and tokenizers: the shipped tiny model, any HF hub id, or a local path.
+
+Both the learner and the workers go through here, so that they build the very same policy.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+#: Name under which the model shipped inside the package is known in configs.
+SHIPPED_MODEL = "echo2/tiny-arith"
+SHIPPED_MODEL_DIR = Path(__file__).parent / "assets" / "tiny-arith"
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_model_path(name: str) -> str:
+    """Map the shipped model's name to its folder; anything else is a hub id or local path."""
+    if name == SHIPPED_MODEL:
+        if not (SHIPPED_MODEL_DIR / "config.json").exists():
+            raise FileNotFoundError(
+                f"the shipped model is missing from {SHIPPED_MODEL_DIR}; "
+                "rebuild it with `python scripts/train_tiny_model.py`"
+            )
+        return str(SHIPPED_MODEL_DIR)
+    return name
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """Tokenizer with a pad token and left padding (prompts are right-aligned for generation)."""
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name))
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"model {name!r}: its tokenizer defines no EOS token, so completions cannot end")
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def load_model(name: str, dtype: str = "float32") -> PreTrainedModel:
+    """Causal LM in ``dtype``, in eval mode (callers switch to train mode where they train)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype={dtype!r}: expected one of {sorted(DTYPES)}")
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype=DTYPES[dtype])
+    model.eval()
+    return model
+
+
+def pin_threads(threads: int) -> None:
+    """Pin torch's intra-op threads so that a learner and workers sharing a few cores do not
+    oversubscribe them (every process calls this first)."""
+    torch.set_num_threads(max(1, threads))
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))

@@ -1,0 +1,136 @@
+"""Wire types shared by the coordinator and the workers (pydantic; the HTTP API's schema).
+
+Every request a worker sends is validated against these models on arrival; anything that does
+not fit is refused with a 4xx and a reason before it can touch the run's state.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Header carrying the run token (register) or the worker's session credential (later calls).
+AUTH_HEADER = "X-Echo2-Token"
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RegisterRequest(Message):
+    name: str = Field(max_length=128)
+    """Human-readable worker name (host, device)."""
+    protocol_version: int = 1
+
+
+class RunSpec(Message):
+    """What a worker needs to know to produce useful groups for this run."""
+
+    model: str
+    dtype: str
+    task: str
+    task_options: dict[str, Any]
+    group_size: int
+    temperature: float
+    max_new_tokens: int
+    groups_per_lease: int
+    protocol: Literal["sync", "pull", "async"]
+    staleness: int
+    fetch_delay_s: float
+    heartbeat_interval_s: float
+    seed: int
+
+
+class RegisterResponse(Message):
+    worker_id: str
+    session_token: str
+    spec: RunSpec
+
+
+class TimelineEvent(Message):
+    """An interval a worker spent on something, for the run's timeline plot."""
+
+    kind: Literal["generate", "fetch"]
+    start: float
+    end: float
+    version: int
+
+
+class Heartbeat(Message):
+    version: int = Field(ge=0)
+    events: list[TimelineEvent] = Field(default_factory=list, max_length=1000)
+
+
+class HeartbeatResponse(Message):
+    latest_version: int
+    stop: bool
+
+
+class LeaseRequest(Message):
+    version: int = Field(ge=0)
+    """The policy version the worker holds and will generate with."""
+    max_groups: int = Field(ge=1, le=4096)
+
+
+class LeasedPrompt(Message):
+    slot: int
+    prompt: str
+    answer: str
+
+
+class LeaseResponse(Message):
+    status: Literal["granted", "wait", "refresh", "stop"]
+    """``granted``: work to do; ``wait``: the staleness window is full, ask again;
+    ``refresh``: your weights are too old for the next slot, fetch ``latest_version`` first;
+    ``stop``: the run is over."""
+    latest_version: int
+    lease_id: str | None = None
+    version: int | None = None
+    deadline_s: float | None = None
+    prompts: list[LeasedPrompt] = Field(default_factory=list)
+
+
+class Completion(Message):
+    token_ids: list[int] = Field(min_length=1)
+    logprobs: list[float] = Field(min_length=1)
+    reward: float
+
+    @field_validator("logprobs")
+    @classmethod
+    def _finite_logprobs(cls, values: list[float]) -> list[float]:
+        if any(not math.isfinite(v) or v > 1e-4 for v in values):
+            raise ValueError("log-probs must be finite and <= 0")
+        return values
+
+    @field_validator("reward")
+    @classmethod
+    def _finite_reward(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("reward must be finite")
+        return value
+
+
+class GroupResult(Message):
+    slot: int
+    completions: list[Completion]
+
+
+class SubmitRequest(Message):
+    lease_id: str
+    version: int = Field(ge=0)
+    groups: list[GroupResult] = Field(min_length=1)
+    generate_seconds: float = Field(ge=0)
+    events: list[TimelineEvent] = Field(default_factory=list, max_length=1000)
+
+
+class SubmitResponse(Message):
+    accepted: int
+    duplicate: bool = False
+
+
+class VersionInfo(Message):
+    version: int
+    sha256: str
+    size_bytes: int

@@ -1,0 +1,116 @@
+"""HTTP client of the coordinator API, with timeouts and retry-with-backoff on every call.
+
+A worker that cannot reach the coordinator says so (URL, what it was doing, the error) and
+retries with exponential backoff until ``give_up_after_s``; a 4xx is never retried: it carries
+the coordinator's reason and is raised as :class:`RequestRefused`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from echo2.protocol import (
+    AUTH_HEADER,
+    Heartbeat,
+    HeartbeatResponse,
+    LeaseRequest,
+    LeaseResponse,
+    RegisterRequest,
+    RegisterResponse,
+    SubmitRequest,
+    SubmitResponse,
+    VersionInfo,
+)
+
+log = logging.getLogger("echo2.worker")
+Reply = TypeVar("Reply", bound=BaseModel)
+
+
+class CoordinatorUnreachable(ConnectionError):
+    """The coordinator did not answer within the retry budget."""
+
+
+class RequestRefused(RuntimeError):
+    """The coordinator answered with a 4xx; ``detail`` is its reason."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"coordinator refused the request ({status}): {detail}")
+        self.status, self.detail = status, detail
+
+
+class CoordinatorClient:
+    def __init__(self, url: str, run_token: str, *, timeout_s: float = 30.0, give_up_after_s: float = 120.0) -> None:
+        self.url = url.rstrip("/")
+        self.run_token = run_token
+        self.session_token: str | None = None
+        self.give_up_after_s = give_up_after_s
+        self.http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout_s, connect=5.0))
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _request(self, method: str, path: str, what: str, body: BaseModel | None = None,
+                 read_timeout_s: float | None = None) -> httpx.Response:
+        token = self.session_token or self.run_token
+        started, delay = time.monotonic(), 0.5
+        while True:
+            try:
+                response = self.http.request(
+                    method,
+                    path,
+                    content=body.model_dump_json() if body is not None else None,
+                    headers={AUTH_HEADER: token, "content-type": "application/json"},
+                    timeout=read_timeout_s or httpx.USE_CLIENT_DEFAULT,
+                )
+            except httpx.TransportError as error:
+                problem = f"cannot reach the coordinator at {self.url} ({what}): {type(error).__name__}: {error}"
+            else:
+                if response.status_code < 400:
+                    return response
+                detail = _detail(response)
+                if response.status_code < 500:
+                    raise RequestRefused(response.status_code, detail)
+                problem = f"coordinator at {self.url} failed ({what}): {response.status_code} {detail}"
+            elapsed = time.monotonic() - started
+            if elapsed + delay > self.give_up_after_s:
+                raise CoordinatorUnreachable(f"{problem}; gave up after {elapsed:.0f}s")
+            log.warning("%s; retrying in %.1fs", problem, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    def _call(self, path: str, what: str, body: BaseModel, reply: type[Reply], read_timeout_s: float | None = None
+              ) -> Reply:
+        return reply.model_validate_json(self._request("POST", path, what, body, read_timeout_s).content)
+
+    def register(self, name: str) -> RegisterResponse:
+        response = self._call("/v1/register", "registering", RegisterRequest(name=name), RegisterResponse)
+        self.session_token = response.session_token
+        return response
+
+    def heartbeat(self, beat: Heartbeat) -> HeartbeatResponse:
+        return self._call("/v1/heartbeat", "sending a heartbeat", beat, HeartbeatResponse)
+
+    def lease(self, request: LeaseRequest, wait_s: float) -> LeaseResponse:
+        return self._call("/v1/lease", "asking for a lease", request, LeaseResponse, read_timeout_s=wait_s + 30.0)
+
+    def submit(self, request: SubmitRequest) -> SubmitResponse:
+        return self._call("/v1/submit", f"submitting lease {request.lease_id}", request, SubmitResponse)
+
+    def version(self) -> VersionInfo:
+        return VersionInfo.model_validate_json(self._request("GET", "/v1/version", "asking for the version").content)
+
+    def weights(self, version: int) -> tuple[bytes, str]:
+        response = self._request("GET", f"/v1/weights/{version}", f"downloading weights v{version}")
+        return response.content, response.headers.get("X-Echo2-Sha256", "")
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail", response.text))
+    except ValueError:
+        return response.text[:200]

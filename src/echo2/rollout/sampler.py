@@ -1,0 +1,87 @@
+"""Batched autoregressive sampling with per-token behaviour log-probs.
+
+A plain KV-cached decoding loop over an HF causal LM rather than ``generate``: RL needs the
+log-prob of every sampled token under exactly the distribution it was sampled from
+(``softmax(logits / temperature)``), and the learner recomputes that same quantity with the
+same batch layout (:mod:`echo2.tokens`), so the two agree to float precision at S = 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from echo2.tokens import left_pad, positions
+
+
+@dataclass
+class Samples:
+    """One completion per prompt row; ``completion_ids`` include the EOS token when produced."""
+
+    completion_ids: list[list[int]]
+    logprobs: list[list[float]]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c) for c in self.completion_ids)
+
+
+@torch.no_grad()
+def sample(
+    model: PreTrainedModel,
+    prompt_ids: list[list[int]],
+    *,
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+) -> Samples:
+    """Sample one completion for every row of ``prompt_ids`` (repeat a prompt G times for a group).
+
+    With ``greedy`` the argmax token is taken and ``logprobs`` are those of the
+    temperature-scaled distribution all the same.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    input_ids, attention_mask = left_pad(prompt_ids, pad_id)
+    position_ids = positions(attention_mask)
+    output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+    cache, logits = output.past_key_values, output.logits[:, -1, :]
+    next_position = position_ids[:, -1] + 1
+    rows = input_ids.shape[0]
+    finished = torch.zeros(rows, dtype=torch.bool)
+    tokens, token_logprobs = [], []
+    for _ in range(max_new_tokens):
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+        if greedy:
+            token = logp.argmax(dim=-1)
+        else:
+            token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        tokens.append(token)
+        token_logprobs.append(logp.gather(-1, token[:, None]).squeeze(-1))
+        finished |= token == eos_id
+        if bool(finished.all()):
+            break
+        attention_mask = torch.cat([attention_mask, torch.ones((rows, 1), dtype=attention_mask.dtype)], dim=1)
+        output = model(
+            input_ids=token[:, None],
+            attention_mask=attention_mask,
+            position_ids=next_position[:, None],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache, logits = output.past_key_values, output.logits[:, -1, :]
+        next_position = next_position + 1
+    token_matrix = torch.stack(tokens, dim=1).tolist()
+    logprob_matrix = torch.stack(token_logprobs, dim=1).tolist()
+    completions, logprobs = [], []
+    for row_tokens, row_logprobs in zip(token_matrix, logprob_matrix):
+        length = row_tokens.index(eos_id) + 1 if eos_id in row_tokens else len(row_tokens)
+        completions.append(row_tokens[:length])
+        logprobs.append(row_logprobs[:length])
+    return Samples(completion_ids=completions, logprobs=logprobs)

@@ -1,0 +1,212 @@
+"""The rollout worker: joins a run by URL, generates scored groups, submits them version-tagged.
+
+Protocols (Echo, arXiv 2508.05387):
+
+* ``sync`` / ``pull`` — *sequential pull*: before every lease the worker makes sure it holds the
+  newest published version (a blocking fetch when there is one);
+* ``async`` — *push-pull*: a background thread downloads each newly announced version (the
+  coordinator announces it in every heartbeat and lease reply) while the main thread keeps
+  generating; the new weights are swapped in between two requests, never during one.
+
+The worker never imports the learner: it needs a model, a tokenizer, the task's verifier and
+the wire protocol, nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+
+import torch
+
+from echo2.broadcast.payload import CorruptPayload, load_parameters, sha256
+from echo2.modeling import load_model, load_tokenizer, pin_threads
+from echo2.protocol import (
+    Completion,
+    GroupResult,
+    Heartbeat,
+    LeaseRequest,
+    LeaseResponse,
+    RunSpec,
+    SubmitRequest,
+    TimelineEvent,
+)
+from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused
+from echo2.rollout.sampler import sample
+from echo2.tasks import Example, load_task
+
+log = logging.getLogger("echo2.worker")
+
+
+class RolloutWorker:
+    def __init__(self, url: str, token: str, *, name: str | None = None, threads: int = 1,
+                 fetch_timeout_s: float = 120.0) -> None:
+        self.client = CoordinatorClient(url, token)
+        self.name = name or f"{socket.gethostname()}-{id(self) % 10000}"
+        self.threads = threads
+        self.fetch_timeout_s = fetch_timeout_s
+        self.version = -1
+        self.latest_version = 0
+        self.stop = threading.Event()
+        self._events: list[TimelineEvent] = []
+        self._events_lock = threading.Lock()
+        self._staged: tuple[int, bytes, str] | None = None
+        self._staged_ready = threading.Condition()
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self) -> RunSpec:
+        registration = self.client.register(self.name)
+        spec = registration.spec
+        log.info("registered with %s as %s (protocol %s, S=%d)", self.client.url, registration.worker_id,
+                 spec.protocol, spec.staleness)
+        pin_threads(self.threads)
+        torch.manual_seed(spec.seed)
+        self.spec = spec
+        self.model = load_model(spec.model, spec.dtype)
+        self.tokenizer = load_tokenizer(spec.model)
+        self.task = load_task(spec.task, spec.task_options)
+        self.generator = torch.Generator().manual_seed(spec.seed * 1000 + hash(registration.worker_id) % 1000)
+        self._fetch_newest_blocking()
+        return spec
+
+    def _record(self, kind: str, start: float, end: float, version: int) -> None:
+        with self._events_lock:
+            self._events.append(TimelineEvent(kind=kind, start=start, end=end, version=version))
+
+    def _drain_events(self) -> list[TimelineEvent]:
+        with self._events_lock:
+            events, self._events = self._events[:1000], self._events[1000:]
+            return events
+
+    # ------------------------------------------------------------------ weights
+    def _download(self, version: int) -> tuple[bytes, str]:
+        """Fetch one version's bytes (after the configured slow-link delay) and check them."""
+        started = time.time()
+        if self.spec.fetch_delay_s:
+            time.sleep(self.spec.fetch_delay_s)
+        payload, digest = self.client.weights(version)
+        if sha256(payload) != digest:
+            raise CorruptPayload(f"weights v{version}: sha256 mismatch after download")
+        self._record("fetch", started, time.time(), version)
+        return payload, digest
+
+    def _fetch_newest_blocking(self) -> None:
+        info = self.client.version()
+        self.latest_version = max(self.latest_version, info.version)
+        if info.version > self.version:
+            payload, digest = self._download(info.version)
+            load_parameters(self.model, payload, digest)
+            self.version = info.version
+
+    def _background_fetcher(self) -> None:
+        """Async protocol: download announced versions while the main thread generates."""
+        while not self.stop.is_set():
+            target = self.latest_version
+            staged_version = self._staged[0] if self._staged else self.version
+            if target <= staged_version:
+                self.stop.wait(0.01)
+                continue
+            try:
+                payload, digest = self._download(target)
+            except (CoordinatorUnreachable, RequestRefused, CorruptPayload) as error:
+                log.warning("background fetch of v%d failed (%s); will retry", target, error)
+                self.stop.wait(1.0)
+                continue
+            with self._staged_ready:
+                self._staged = (target, payload, digest)
+                self._staged_ready.notify_all()
+
+    def _swap_in_staged(self, wait_s: float = 0.0) -> None:
+        with self._staged_ready:
+            if self._staged is None and wait_s > 0:
+                self._staged_ready.wait_for(lambda: self._staged is not None or self.stop.is_set(), wait_s)
+            staged, self._staged = self._staged, None
+        if staged is not None and staged[0] > self.version:
+            load_parameters(self.model, staged[1], staged[2])
+            self.version = staged[0]
+
+    def _heartbeats(self) -> None:
+        while not self.stop.wait(self.spec.heartbeat_interval_s):
+            try:
+                reply = self.client.heartbeat(Heartbeat(version=max(self.version, 0), events=self._drain_events()))
+            except (CoordinatorUnreachable, RequestRefused) as error:
+                log.warning("heartbeat failed: %s", error)
+                continue
+            self.latest_version = max(self.latest_version, reply.latest_version)
+            if reply.stop:
+                self.stop.set()
+
+    # ------------------------------------------------------------------ work
+    def _generate(self, lease: LeaseResponse) -> SubmitRequest:
+        group_size = self.spec.group_size
+        examples = [Example(prompt=p.prompt, answer=p.answer) for p in lease.prompts]
+        prompt_ids = [self.tokenizer(e.prompt)["input_ids"] for e in examples]
+        started, clock = time.time(), time.perf_counter()
+        samples = sample(
+            self.model,
+            [ids for ids in prompt_ids for _ in range(group_size)],
+            max_new_tokens=self.spec.max_new_tokens,
+            eos_id=self.tokenizer.eos_token_id,
+            pad_id=self.tokenizer.pad_token_id,
+            temperature=self.spec.temperature,
+            generator=self.generator,
+        )
+        texts = self.tokenizer.batch_decode(samples.completion_ids, skip_special_tokens=True)
+        groups = []
+        for index, (prompt, example) in enumerate(zip(lease.prompts, examples)):
+            rows = range(index * group_size, (index + 1) * group_size)
+            groups.append(GroupResult(slot=prompt.slot, completions=[
+                Completion(token_ids=samples.completion_ids[r], logprobs=samples.logprobs[r],
+                           reward=self.task.reward(example, texts[r]))
+                for r in rows
+            ]))
+        seconds = time.perf_counter() - clock
+        self._record("generate", started, time.time(), self.version)
+        assert lease.lease_id is not None and lease.version is not None
+        return SubmitRequest(lease_id=lease.lease_id, version=lease.version, groups=groups, generate_seconds=seconds,
+                             events=self._drain_events())
+
+    def run(self) -> None:
+        """Work until the coordinator says the run is over (or SIGTERM/SIGINT)."""
+        spec = self._setup()
+        threads = [threading.Thread(target=self._heartbeats, daemon=True)]
+        if spec.protocol == "async":
+            threads.append(threading.Thread(target=self._background_fetcher, daemon=True))
+        for thread in threads:
+            thread.start()
+        try:
+            while not self.stop.is_set():
+                if spec.protocol == "async":
+                    self._swap_in_staged()
+                else:
+                    self._fetch_newest_blocking()
+                lease = self.client.lease(LeaseRequest(version=self.version, max_groups=spec.groups_per_lease),
+                                          wait_s=5.0)
+                self.latest_version = max(self.latest_version, lease.latest_version)
+                if lease.status == "stop":
+                    break
+                if lease.status == "refresh" and spec.protocol == "async":
+                    self._swap_in_staged(wait_s=self.fetch_timeout_s)
+                if lease.status != "granted":
+                    continue
+                reply = self.client.submit(self._generate(lease))
+                if reply.duplicate:
+                    log.warning("lease %s was already submitted; the coordinator kept the first copy", lease.lease_id)
+        finally:
+            self.stop.set()
+            self.client.close()
+        log.info("worker %s done at version %d", self.name, self.version)
+
+
+def install_signal_handlers(worker: RolloutWorker) -> None:
+    """SIGTERM/SIGINT: finish the request in hand, then leave (preemption-friendly)."""
+
+    def _stop(signum, frame):  # noqa: ARG001
+        log.info("signal %d: finishing the current request, then leaving", signum)
+        worker.stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)

@@ -1,0 +1,36 @@
+"""Tasks: prompt sources with verifiable rewards, and the loader that builds one from config."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from echo2.tasks.arithmetic import ArithmeticTask
+from echo2.tasks.base import Example, Task
+from echo2.tasks.jsonl import JsonlTask
+
+BUILTIN_TASKS: dict[str, type[Task]] = {"arithmetic": ArithmeticTask, "jsonl": JsonlTask}
+
+__all__ = ["ArithmeticTask", "BUILTIN_TASKS", "Example", "JsonlTask", "Task", "load_task"]
+
+
+def load_task(name: str, options: dict[str, Any] | None = None) -> Task:
+    """Build a task from a built-in name or a ``module:Class`` path, with keyword ``options``."""
+    options = options or {}
+    if name in BUILTIN_TASKS:
+        task_class: type = BUILTIN_TASKS[name]
+    elif ":" in name:
+        module_name, _, class_name = name.partition(":")
+        try:
+            task_class = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError) as error:
+            raise ValueError(f"task.name={name!r}: cannot import it ({error})") from None
+        if not (isinstance(task_class, type) and issubclass(task_class, Task)):
+            raise ValueError(f"task.name={name!r} is not a subclass of echo2.tasks.Task")
+    else:
+        known = ", ".join(sorted(BUILTIN_TASKS))
+        raise ValueError(f"task.name={name!r}: unknown task (built-in: {known}; or give module:Class)")
+    try:
+        return task_class(**options)
+    except TypeError as error:
+        raise ValueError(f"task.options for {name!r}: {error}") from None

@@ -1,0 +1,70 @@
+"""Plots written into the run directory at the end of a run (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from echo2.telemetry.metrics import read_jsonl  # noqa: E402
+
+TIMELINE_COLOURS = {"train": "tab:blue", "generate": "tab:green", "fetch": "tab:orange"}
+
+
+def plot_curves(run_dir: Path) -> Path:
+    """Held-out accuracy, sampled reward and training reward against wall time."""
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    start = records[0]["time"] if records else 0.0
+    evals = [r for r in records if "eval_accuracy" in r]
+    steps = [r for r in records if "reward_mean" in r]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot([r["time"] - start for r in steps], [r["reward_mean"] for r in steps], color="tab:gray", alpha=0.5,
+            label="training reward (batch mean)")
+    ax.plot([r["time"] - start for r in evals], [r["eval_accuracy"] for r in evals], "o-", color="tab:blue",
+            label="held-out greedy accuracy")
+    ax.plot([r["time"] - start for r in evals], [r["eval_sampled_reward"] for r in evals], "s--",
+            color="tab:red", label="held-out sampled reward (T=1)")
+    ax.set_xlabel("wall time (s)")
+    ax.set_ylabel("fraction")
+    ax.set_title(run_dir.name)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    path = run_dir / "curves.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_timeline(run_dir: Path, max_seconds: float | None = 60.0) -> Path:
+    """Learner busy intervals against each worker's generation and weight-fetch intervals.
+
+    Only the first ``max_seconds`` after the first learner interval are drawn, so that
+    individual intervals stay visible.
+    """
+    intervals = read_jsonl(run_dir / "timeline.jsonl")
+    origin = min((i["start"] for i in intervals), default=0.0)
+    rows = ["learner"] + sorted({i["who"] for i in intervals} - {"learner"})
+    fig, ax = plt.subplots(figsize=(10, 1 + 0.6 * len(rows)))
+    for interval in intervals:
+        start = interval["start"] - origin
+        if max_seconds is not None and start > max_seconds:
+            continue
+        row = rows.index(interval["who"])
+        offset = 0.2 if interval["kind"] == "fetch" else 0.0
+        ax.barh(row + offset, interval["end"] - interval["start"], left=start, height=0.35 if offset else 0.6,
+                color=TIMELINE_COLOURS.get(interval["kind"], "tab:purple"))
+    ax.set_yticks(range(len(rows)), rows)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since start")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in TIMELINE_COLOURS.values()]
+    ax.legend(handles, ["learner step", "generation", "weight fetch"], loc="upper right", fontsize=8)
+    ax.set_title("timeline: learner busy vs worker generation / weight fetch")
+    path = run_dir / "timeline.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
