@@ -19,11 +19,17 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
+    from echo2.rollout.client import CoordinatorUnreachable, RequestRefused
     from echo2.rollout.worker import RolloutWorker, install_signal_handlers
 
-    worker = RolloutWorker(args.coordinator, args.token, name=args.name, threads=args.threads)
+    worker = RolloutWorker(args.coordinator, args.token, name=args.name, threads=args.threads,
+                           give_up_after_s=args.give_up_after)
     install_signal_handlers(worker)
-    worker.run()
+    try:
+        worker.run()
+    except (CoordinatorUnreachable, RequestRefused) as error:
+        print(f"echo2 worker: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -64,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--token", required=True, help="the run token printed by `echo2 train`")
     worker.add_argument("--name", help="name shown in metrics (default: host name)")
     worker.add_argument("--threads", type=int, default=1, help="torch threads")
+    worker.add_argument("--give-up-after", type=float, default=120.0,
+                        help="seconds to keep retrying an unreachable coordinator before exiting")
     worker.set_defaults(handler=_worker)
 
     evaluation = commands.add_parser("eval", help="held-out greedy accuracy of a checkpoint")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 
 from fastapi import FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from echo2.coordinator.state import CoordinatorState, Rejected
@@ -44,6 +45,12 @@ def create_app(state: CoordinatorState, lease_wait_s: float) -> FastAPI:
     @app.exception_handler(Rejected)
     async def rejected(_: Request, error: Rejected) -> JSONResponse:
         return JSONResponse({"detail": error.reason, "code": error.code}, status_code=error.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        # stated without echoing the input back: it may hold NaN/inf, which JSON cannot carry
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()[:5])
+        return JSONResponse({"detail": f"invalid request: {problems}", "code": "invalid"}, status_code=422)
 
     def worker(token: str | None):
         return state.authenticate(token)

@@ -35,6 +35,7 @@ class LossTerms:
     """Scalar to backpropagate (already divided by the step's total sequence count)."""
     ratio_mean: float
     ratio_max: float
+    ratio_min: float
     clip_fraction: float
     """Fraction of tokens whose ratio left the clip range in the direction that zeroes the gradient."""
     kl: float
@@ -81,6 +82,7 @@ def grpo_loss(
             loss=loss,
             ratio_mean=ratio[real].mean().item(),
             ratio_max=ratio[real].max().item(),
+            ratio_min=ratio[real].min().item(),
             clip_fraction=zeroed[real].float().mean().item(),
             kl=float(kl_value),
         )

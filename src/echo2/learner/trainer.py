@@ -65,7 +65,7 @@ class Learner:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         sums: Counter[str] = Counter()
-        ratio_max = 0.0
+        ratio_max, ratio_min = float("-inf"), float("inf")
         for start in range(0, len(active), self.config.micro_batch):
             rows = active[start : start + self.config.micro_batch]
             p, c = [prompts[i] for i in rows], [completions[i] for i in rows]
@@ -88,7 +88,7 @@ class Learner:
             sums["clipped"] += terms.clip_fraction * tokens
             sums["kl"] += terms.kl * tokens
             sums["loss"] += terms.loss.item()
-            ratio_max = max(ratio_max, terms.ratio_max)
+            ratio_max, ratio_min = max(ratio_max, terms.ratio_max), min(ratio_min, terms.ratio_min)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
         self.optimizer.step()
         self.scheduler.step()
@@ -104,6 +104,7 @@ class Learner:
             "response_length": sum(len(c) for c in completions) / total,
             "ratio_mean": sums["ratio"] / trained_tokens if active else 1.0,
             "ratio_max": ratio_max if active else 1.0,
+            "ratio_min": ratio_min if active else 1.0,
             "clip_fraction": sums["clipped"] / trained_tokens,
             "kl": sums["kl"] / trained_tokens,
             "grad_norm": grad_norm,

@@ -43,8 +43,8 @@ log = logging.getLogger("echo2.worker")
 
 class RolloutWorker:
     def __init__(self, url: str, token: str, *, name: str | None = None, threads: int = 1,
-                 fetch_timeout_s: float = 120.0) -> None:
-        self.client = CoordinatorClient(url, token)
+                 fetch_timeout_s: float = 120.0, give_up_after_s: float = 120.0) -> None:
+        self.client = CoordinatorClient(url, token, give_up_after_s=give_up_after_s)
         self.name = name or f"{socket.gethostname()}-{id(self) % 10000}"
         self.threads = threads
         self.fetch_timeout_s = fetch_timeout_s

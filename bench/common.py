@@ -1,0 +1,34 @@
+"""Helpers every benchmark shares: the command line, the table, ``results.json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def parse_args(description: str, default_out: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="short variant (what the test suite runs)")
+    parser.add_argument("--out", type=Path, default=Path(default_out), help="output directory")
+    return parser.parse_args()
+
+
+def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+        return "-" if value is None else str(value)
+
+    widths = [max(len(c), *(len(cell(r.get(c))) for r in rows)) for c in columns]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(columns, widths)), "-+-".join("-" * w for w in widths)]
+    lines += [" | ".join(cell(r.get(c)).ljust(w) for c, w in zip(columns, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def write_results(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    return path

@@ -1,0 +1,32 @@
+"""Shared helpers: a coordinator state over a trivial prompt stream, and a valid submission."""
+
+import itertools
+
+from echo2.coordinator.state import CoordinatorState, Limits
+from echo2.protocol import Completion, GroupResult, RunSpec, SubmitRequest
+from echo2.tasks import Example
+
+
+def make_state(staleness: int, groups_per_step: int = 2) -> CoordinatorState:
+    spec = RunSpec(model="m", dtype="float32", task="arithmetic", task_options={}, group_size=2, temperature=1.0,
+                   max_new_tokens=4, groups_per_lease=8, protocol="async", staleness=staleness, fetch_delay_s=0.0,
+                   heartbeat_interval_s=1.0, seed=0)
+    examples = (Example(prompt=f"{i}+0=", answer=str(i)) for i in itertools.count())
+    state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20, reward_range=(0.0, 1.0)),
+                             examples, groups_per_step=groups_per_step, run_token="t", lease_timeout_s=60,
+                             heartbeat_timeout_s=60)
+    state.publish(0, b"weights-v0")
+    return state
+
+
+def valid_submission(lease, version=None):
+    groups = [GroupResult(slot=p.slot, completions=[Completion(token_ids=[3, 1], logprobs=[-0.1, -0.2], reward=r)
+                                                    for r in (0.0, 1.0)]) for p in lease.prompts]
+    return SubmitRequest(lease_id=lease.lease_id, version=lease.version if version is None else version,
+                         groups=groups, generate_seconds=0.1)
+
+
+def submit_all(state, worker, lease):
+    return state.submit(worker, valid_submission(lease))
+
+

@@ -1,0 +1,58 @@
+"""Config loading: overrides, one-line errors naming the key, resolved staleness."""
+
+import subprocess
+import sys
+
+import pytest
+
+from echo2.config import ConfigError, dump_config, load_config
+
+
+def test_defaults_resolve_staleness():
+    assert load_config().staleness == 1
+    assert load_config(overrides=["protocol=sync"]).staleness == 0
+    assert load_config(overrides=["protocol=pull", "staleness=3"]).staleness == 3
+
+
+def test_overrides_are_typed():
+    config = load_config(overrides=["learner.lr=3e-4", "workers.count=3", "telemetry.tensorboard=false"])
+    assert config.learner.lr == 3e-4 and config.workers.count == 3 and config.telemetry.tensorboard is False
+
+
+def test_unknown_key_names_the_key():
+    with pytest.raises(ConfigError, match=r"^config key 'learner.lrr': unknown key$"):
+        load_config(overrides=["learner.lrr=1"])
+
+
+def test_ill_typed_value_names_the_key():
+    with pytest.raises(ConfigError, match=r"config key 'rollout.group_size'"):
+        load_config(overrides=["rollout.group_size=many"])
+
+
+def test_sync_with_staleness_is_refused():
+    with pytest.raises(ConfigError, match="protocol=sync"):
+        load_config(overrides=["protocol=sync", "staleness=2"])
+
+
+def test_yaml_file_and_round_trip(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("protocol: pull\nlearner:\n  groups_per_step: 8\n")
+    config = load_config(path)
+    assert config.protocol == "pull" and config.learner.groups_per_step == 8
+    again = tmp_path / "again.yaml"
+    again.write_text(dump_config(config))
+    assert load_config(again) == config
+
+
+def test_bad_yaml_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("learner: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_cli_prints_one_line_and_exits_2():
+    result = subprocess.run([sys.executable, "-m", "echo2.cli", "train", "learner.nope=1"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "echo2: config key 'learner.nope': unknown key"

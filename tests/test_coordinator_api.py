@@ -1,0 +1,99 @@
+"""The HTTP API: authentication, validation of submissions (4xx + reason, nothing changed), idempotency."""
+
+import pytest
+from conftest import make_state, valid_submission
+from fastapi.testclient import TestClient
+
+from echo2.coordinator.app import MAX_BODY_BYTES, create_app
+from echo2.protocol import AUTH_HEADER, LeaseResponse
+
+
+@pytest.fixture()
+def setup():
+    state = make_state(staleness=1, groups_per_step=2)
+    client = TestClient(create_app(state, lease_wait_s=0))
+    registration = client.post("/v1/register", json={"name": "w"}, headers={AUTH_HEADER: "t"})
+    assert registration.status_code == 200
+    headers = {AUTH_HEADER: registration.json()["session_token"]}
+    lease = LeaseResponse.model_validate(
+        client.post("/v1/lease", json={"version": 0, "max_groups": 2}, headers=headers).json())
+    assert lease.status == "granted"
+    return state, client, headers, lease
+
+
+def test_register_needs_the_run_token():
+    client = TestClient(create_app(make_state(staleness=1), lease_wait_s=0))
+    response = client.post("/v1/register", json={"name": "w"}, headers={AUTH_HEADER: "wrong"})
+    assert response.status_code == 401 and "run token" in response.json()["detail"]
+    assert client.post("/v1/lease", json={"version": 0, "max_groups": 1}).status_code == 401
+
+
+def _submit(client, headers, body):
+    return client.post("/v1/submit", content=body.model_dump_json() if hasattr(body, "model_dump_json") else body,
+                       headers={**headers, "content-type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    ("mutate", "status", "reason"),
+    [
+        (lambda b: b.groups[0].completions[0].token_ids.append(5), 422, "differ in length"),
+        (lambda b: b.groups[0].completions[0].__setattr__("token_ids", [99, 1]), 422, "vocabulary"),
+        (lambda b: b.groups[0].completions[0].__setattr__("reward", 7.0), 422, "outside"),
+        (lambda b: b.groups[0].completions.pop(), 422, "expected 2"),
+        (lambda b: b.groups.pop(), 422, "slots"),
+        (lambda b: b.__setattr__("version", 0) or b.__setattr__("lease_id", "nope"), 404, "not one of yours"),
+    ],
+)
+def test_malformed_submit_is_refused_and_changes_nothing(setup, mutate, status, reason):
+    state, client, headers, lease = setup
+    body = valid_submission(lease)
+    mutate(body)
+    response = _submit(client, headers, body)
+    assert response.status_code == status and reason in response.json()["detail"]
+    assert state.buffer == [] and state.leases[lease.lease_id].state == "active"
+
+
+@pytest.mark.parametrize("raw", ['{"lease_id": 1}', "not json", '{"lease_id": "x", "version": -1, "groups": []}'])
+def test_ill_formed_json_is_a_422(setup, raw):
+    state, client, headers, _ = setup
+    response = _submit(client, headers, raw)
+    assert response.status_code == 422 and response.json()["detail"]
+    assert state.buffer == []
+
+
+def test_nan_logprob_is_refused(setup):
+    state, client, headers, lease = setup
+    body = valid_submission(lease).model_dump_json().replace("-0.1", "NaN", 1)
+    response = _submit(client, headers, body)
+    assert response.status_code == 422 and state.buffer == []
+
+
+def test_submission_is_idempotent(setup):
+    state, client, headers, lease = setup
+    body = valid_submission(lease)
+    first, again = _submit(client, headers, body), _submit(client, headers, body)
+    assert first.json() == {"accepted": 2, "duplicate": False}
+    assert again.status_code == 200 and again.json()["duplicate"] is True
+    assert len(state.buffer) == 2 and state.counters["duplicate_submissions"] == 1
+
+
+def test_other_workers_cannot_submit_your_lease(setup):
+    state, client, _, lease = setup
+    other = client.post("/v1/register", json={"name": "x"}, headers={AUTH_HEADER: "t"}).json()["session_token"]
+    response = _submit(client, {AUTH_HEADER: other}, valid_submission(lease))
+    assert response.status_code == 404 and state.buffer == []
+
+
+def test_body_size_limit(setup):
+    _, client, headers, _ = setup
+    response = client.post("/v1/submit", content=b"x" * (MAX_BODY_BYTES + 1), headers=headers)
+    assert response.status_code == 413
+
+
+def test_weights_download_and_version(setup):
+    state, client, headers, _ = setup
+    info = client.get("/v1/version", headers=headers).json()
+    assert info["version"] == 0 and info["size_bytes"] == len(b"weights-v0")
+    response = client.get("/v1/weights/0", headers=headers)
+    assert response.content == b"weights-v0" and response.headers["X-Echo2-Sha256"] == info["sha256"]
+    assert client.get("/v1/weights/7", headers=headers).status_code == 404

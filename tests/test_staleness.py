@@ -1,0 +1,70 @@
+"""The staleness / pacing rule, alone and as the coordinator applies it."""
+
+import pytest
+from conftest import make_state, submit_all
+
+from echo2 import staleness as rule
+
+
+def test_is_fresh():
+    assert rule.is_fresh(step=5, version=5, staleness=0)
+    assert not rule.is_fresh(step=5, version=4, staleness=0)
+    assert rule.is_fresh(step=5, version=3, staleness=2)
+    assert not rule.is_fresh(step=5, version=2, staleness=2)
+    assert not rule.is_fresh(step=5, version=6, staleness=2)  # from the future: impossible, refused
+
+
+def test_lease_window_matches_areal_bound():
+    # (S + v + 1) * B
+    assert rule.lease_window(version=0, staleness=0, groups_per_step=4) == 4
+    assert rule.lease_window(version=3, staleness=2, groups_per_step=4) == 24
+
+
+def test_worker_can_take():
+    # slot 9 with B=4 is meant for step 2
+    assert rule.slot_step(9, 4) == 2
+    assert rule.worker_can_take(9, worker_version=1, staleness=1, groups_per_step=4)
+    assert not rule.worker_can_take(9, worker_version=0, staleness=1, groups_per_step=4)
+
+
+def test_pacing_window_limits_leases_and_reopens_after_a_step():
+    state = make_state(staleness=1, groups_per_step=2)
+    worker = state.register("w")
+    first = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
+    assert first.status == "granted" and len(first.prompts) == 4  # (S + v + 1) * B = 4
+    assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "wait"
+    submit_all(state, worker, first)
+    batch = state.take_batch(step=0, timeout_s=1)
+    assert len(batch) == 2
+    state.publish(1, b"weights-v1")
+    # window is now 6: two more slots, meant for step 2; a v0 worker is too old for them (2 - 0 > S)
+    assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "refresh"
+    second = state.lease(worker, worker_version=1, max_groups=8, wait_s=0)
+    assert second.status == "granted" and len(second.prompts) == 2
+
+
+def test_sync_admits_only_the_current_version():
+    state = make_state(staleness=0, groups_per_step=2)
+    worker = state.register("w")
+    lease = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
+    assert len(lease.prompts) == 2
+    submit_all(state, worker, lease)
+    state.take_batch(step=0, timeout_s=1)
+    state.publish(1, b"weights-v1")
+    assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "refresh"
+
+
+def test_stale_groups_are_dropped_counted_and_requeued():
+    state = make_state(staleness=1, groups_per_step=2)
+    worker = state.register("w")
+    lease = state.lease(worker, worker_version=0, max_groups=4, wait_s=0)
+    submit_all(state, worker, lease)
+    prompts = {p.prompt for p in lease.prompts}
+    # pretend the learner jumped to step 2: every v0 group is now older than S = 1
+    with pytest.raises(TimeoutError, match="waited"):
+        state.take_batch(step=2, timeout_s=0.1)
+    assert state.dropped["stale"] == 4
+    assert state.useful_slots == 0  # dropped slots no longer count against the window
+    state.publish(2, b"weights-v2")
+    again = state.lease(worker, worker_version=2, max_groups=4, wait_s=0)
+    assert {p.prompt for p in again.prompts} == prompts  # no prompt lost
