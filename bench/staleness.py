@@ -12,7 +12,6 @@ against the synchronous row with the same link.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 

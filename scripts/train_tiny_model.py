@@ -24,6 +24,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from echo2.evaluation import evaluate
 from echo2.learner.logprobs import completion_logprobs
+from echo2.learner.optimizer import OPTIMIZER_FILE
 from echo2.modeling import SHIPPED_MODEL_DIR, load_model, load_tokenizer, pin_threads
 from echo2.tasks import ArithmeticTask, Example
 
@@ -80,8 +81,11 @@ def held_out_accuracy(model, tokenizer, task, n: int) -> float:
 
 
 def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: int, schedule: str, seed: int,
-          label_noise: float, log_every: int = 500, eval_size: int = 500) -> None:
+          label_noise: float, log_every: int = 500, eval_size: int = 500, moments: dict | None = None
+          ) -> torch.optim.AdamW:
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    if moments is not None:  # continue with the saved moments, at this call's learning rate
+        optimizer.load_state_dict({"state": moments, "param_groups": optimizer.state_dict()["param_groups"]})
     stream = task.train_examples(seed)
     noise_rng = random.Random(seed)
 
@@ -110,6 +114,7 @@ def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: 
                   f"held-out greedy accuracy {accuracy:.1%} ({time.time() - started:.0f}s)", flush=True)
             model.train()
     model.eval()
+    return optimizer
 
 
 def main() -> None:
@@ -124,7 +129,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--label-noise", type=float, default=0.3,
+    parser.add_argument("--label-noise", type=float, default=0.0,
                         help="fraction of demonstrations with a slipped answer (see SLIPS)")
     parser.add_argument("--settle-check", action="store_true",
                         help="load --out, train --settle-minutes more at --settle-lr, report the accuracy change")
@@ -139,14 +144,18 @@ def main() -> None:
 
     if args.settle_check:
         model, tokenizer = load_model(str(args.out)), load_tokenizer(str(args.out))
+        saved = args.out / OPTIMIZER_FILE
+        moments = torch.load(saved, weights_only=True)["optimizer"]["state"] if saved.exists() else None
         before = held_out_accuracy(model, tokenizer, task, args.eval_size)
         # measure the step rate, then train for the requested wall time at a small constant LR
         started, probe = time.time(), 20
-        train(model, tokenizer, task, steps=probe, batch=args.batch, lr=args.settle_lr, warmup=0,
-              schedule="constant", seed=args.seed + 1, label_noise=args.label_noise, log_every=10**9, eval_size=args.eval_size)
+        optimizer = train(model, tokenizer, task, steps=probe, batch=args.batch, lr=args.settle_lr, warmup=0,
+                          schedule="constant", seed=args.seed + 1, label_noise=args.label_noise, log_every=10**9,
+                          eval_size=args.eval_size, moments=moments)
         steps = int(args.settle_minutes * 60 / ((time.time() - started) / probe))
         train(model, tokenizer, task, steps=steps, batch=args.batch, lr=args.settle_lr, warmup=0,
-              schedule="constant", seed=args.seed + 2, label_noise=args.label_noise, log_every=10**9, eval_size=args.eval_size)
+              schedule="constant", seed=args.seed + 2, label_noise=args.label_noise, log_every=10**9,
+              eval_size=args.eval_size, moments=optimizer.state_dict()["state"])
         after = held_out_accuracy(model, tokenizer, task, args.eval_size)
         print(json.dumps({"held_out_prompts": args.eval_size, "settle_lr": args.settle_lr, "settle_steps": steps + probe,
                           "accuracy_before": before, "accuracy_after": after,
@@ -156,9 +165,11 @@ def main() -> None:
     tokenizer = build_tokenizer()
     model = build_model(tokenizer, args.hidden, args.layers, args.heads)
     print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
-    train(model, tokenizer, task, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
-          schedule="cosine", seed=args.seed, label_noise=args.label_noise, eval_size=args.eval_size)
+    optimizer = train(model, tokenizer, task, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
+                      schedule="cosine", seed=args.seed, label_noise=args.label_noise, eval_size=args.eval_size)
     args.out.mkdir(parents=True, exist_ok=True)
+    # the optimizer's moments travel with the model: RL warm-starts AdamW from them
+    torch.save({"optimizer": optimizer.state_dict()}, args.out / OPTIMIZER_FILE)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     print(f"saved to {args.out}")

@@ -38,3 +38,14 @@ def test_training_over_real_worker_processes(tmp_path, protocol, staleness):
     assert (run_dir / "checkpoints" / "step_000004" / "model.safetensors").exists()
     kinds = {json.loads(line)["kind"] for line in (run_dir / "timeline.jsonl").read_text().splitlines()}
     assert kinds == {"train", "generate", "fetch"}
+
+
+def test_eval_command_on_a_checkpoint(tmp_path, capsys):
+    from echo2.cli import main
+
+    config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=2", "workers.count=1"])
+    summary = run_training(config)
+    capsys.readouterr()
+    assert main(["eval", str(summary.run_dir / "checkpoints" / "step_000002"), "--size", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "held-out greedy accuracy" in out and "(30 prompts" in out

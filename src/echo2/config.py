@@ -82,6 +82,9 @@ class LearnerConfig(Section):
     """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.99)
     """AdamW betas."""
+    warm_start_optimizer: bool = True
+    """Copy AdamW's moments from ``optimizer.pt`` in the model folder when there is one
+    (see :mod:`echo2.learner.optimizer`); False starts a fresh AdamW."""
     grad_clip: float = Field(1.0, gt=0)
     """Global gradient-norm clip."""
     micro_batch: int = Field(256, ge=1)

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as transformers_logging
+
+transformers_logging.disable_progress_bar()  # per-load progress bars would drown the run's own progress line
 
 #: Name under which the model shipped inside the package is known in configs.
 SHIPPED_MODEL = "echo2/tiny-arith"

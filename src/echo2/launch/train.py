@@ -23,7 +23,7 @@ from echo2.coordinator.state import CoordinatorState, Limits
 from echo2.launch.local import LocalWorkers
 from echo2.learner.loop import LearnerLoop, LoopResult
 from echo2.learner.trainer import Learner
-from echo2.modeling import load_model, load_tokenizer, pin_threads
+from echo2.modeling import load_model, load_tokenizer, pin_threads, resolve_model_path
 from echo2.protocol import RunSpec
 from echo2.tasks import load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
@@ -111,7 +111,8 @@ def run_training(config: Config) -> RunSummary:
     log.info("more workers can join with: echo2 worker --coordinator %s --token %s", server.url, token)
     workers = LocalWorkers(server.url, token, config.workers.count, config.workers.threads, run_dir / "workers")
     workers.start()
-    learner = Learner(model, tokenizer, config.learner, config.rollout)
+    learner = Learner(model, tokenizer, config.learner, config.rollout,
+                      model_dir=resolve_model_path(config.model.name))
     try:
         result = LearnerLoop(config, state, learner, task, eval_examples, run_dir, metrics, timeline).run()
     finally:

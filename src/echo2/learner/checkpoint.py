@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from echo2.learner.optimizer import OPTIMIZER_FILE
 from echo2.learner.trainer import Learner
 
 
@@ -22,7 +23,7 @@ def save_checkpoint(learner: Learner, run_dir: Path, version: int) -> Path:
     learner.model.save_pretrained(partial)
     learner.tokenizer.save_pretrained(partial)
     torch.save({"optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict()},
-               partial / "optimizer.pt")
+               partial / OPTIMIZER_FILE)
     (partial / "echo2_state.json").write_text(json.dumps({"version": version}))
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)

@@ -4,7 +4,8 @@ There is one loop for every protocol: ``sync`` is the same loop with S = 0 (the 
 pacing then admits only groups from the current version, which makes it a barrier).
 
 Learner utilization = time spent training and publishing / (that + time waiting for data);
-evaluation time is excluded from both, so that utilization measures the pipeline alone.
+evaluation time is excluded from both, and so is the wait for the very first batch (workers
+starting up, reported as ``startup_seconds``), so that utilization measures the pipeline alone.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class LoopResult:
     busy_seconds: float
     idle_seconds: float
     samples: int
+    startup_seconds: float = 0.0
     evals: list[tuple[int, EvalResult]] = field(default_factory=list)
 
     @property
@@ -94,7 +96,10 @@ class LearnerLoop:
             state.publish(version, serialize_parameters(self.learner.model))
             train_end = time.time()
             self.timeline.interval("learner", "train", train_start, train_end, version)
-            result.idle_seconds += train_start - waited
+            if step == start_version:
+                result.startup_seconds = train_start - waited
+            else:
+                result.idle_seconds += train_start - waited
             result.busy_seconds += train_end - train_start
             result.samples += int(record["samples"])
             result.steps += 1
@@ -103,6 +108,7 @@ class LearnerLoop:
                 version=version,
                 learner_busy_s=result.busy_seconds,
                 learner_idle_s=result.idle_seconds,
+                startup_s=result.startup_seconds,
                 utilization=result.utilization,
                 samples_per_s=result.samples / max(elapsed, 1e-9),
                 groups_dropped_stale=state.dropped["stale"],
@@ -117,6 +123,7 @@ class LearnerLoop:
                 record.update(eval_accuracy=evaluation.accuracy, eval_sampled_reward=evaluation.sampled_reward)
                 accuracy = evaluation.accuracy
             self.metrics.log(version, record)
+            self.metrics.histogram("staleness", [step - g.version for g in batch], version)
             self.progress.update(version, version, record["reward_mean"], accuracy, result.utilization,
                                  int(record["workers_alive"]), record["samples_per_s"])
             if config.checkpoint.every and version % config.checkpoint.every == 0:

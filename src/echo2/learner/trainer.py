@@ -13,6 +13,7 @@ from echo2.config import LearnerConfig, RolloutConfig
 from echo2.coordinator.state import Group
 from echo2.learner.logprobs import completion_logprobs
 from echo2.learner.losses import LOSSES, group_advantages
+from echo2.learner.optimizer import build_optimizer
 
 
 def _pad_right(rows: list[list[float]], width: int) -> torch.Tensor:
@@ -28,11 +29,10 @@ class Learner:
     they are counted in the mean but never run through the model."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: LearnerConfig,
-                 rollout: RolloutConfig) -> None:
+                 rollout: RolloutConfig, model_dir: str | None = None) -> None:
         self.model, self.tokenizer, self.config, self.rollout = model, tokenizer, config, rollout
         self.loss_fn = LOSSES[config.loss]
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
-                                           weight_decay=config.weight_decay)
+        self.optimizer = build_optimizer(model, config, model_dir)
         warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0

@@ -192,7 +192,12 @@ class RolloutWorker:
                     self._swap_in_staged(wait_s=self.fetch_timeout_s)
                 if lease.status != "granted":
                     continue
-                reply = self.client.submit(self._generate(lease))
+                try:
+                    reply = self.client.submit(self._generate(lease))
+                except RequestRefused as error:
+                    # e.g. the lease expired while we generated: its prompts went to another worker
+                    log.warning("submission of lease %s refused: %s", lease.lease_id, error.detail)
+                    continue
                 if reply.duplicate:
                     log.warning("lease %s was already submitted; the coordinator kept the first copy", lease.lease_id)
         finally:

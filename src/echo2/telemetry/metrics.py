@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 
 class MetricsWriter:
     """Append one JSON object per record to ``metrics.jsonl``; mirror numbers to TensorBoard."""
@@ -29,6 +31,11 @@ class MetricsWriter:
             for key, value in values.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._tb.add_scalar(key, value, step)
+
+    def histogram(self, name: str, values: list[float], step: int) -> None:
+        """A distribution (e.g. the staleness of a batch) for TensorBoard's histogram view."""
+        if self._tb is not None and values:
+            self._tb.add_histogram(name, torch.tensor(values, dtype=torch.float32), step)
 
     def close(self) -> None:
         self._file.close()
