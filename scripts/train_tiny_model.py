@@ -26,7 +26,7 @@ from echo2.evaluation import evaluate
 from echo2.learner.logprobs import completion_logprobs
 from echo2.learner.optimizer import OPTIMIZER_FILE
 from echo2.modeling import SHIPPED_MODEL_DIR, load_model, load_tokenizer, pin_threads
-from echo2.tasks import ArithmeticTask, Example
+from echo2.tasks import ArithmeticTask
 
 CHARACTERS = "0123456789+-*="
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
@@ -57,18 +57,6 @@ def build_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int, he
     return Qwen2ForCausalLM(config)
 
 
-#: Offsets of an imperfect demonstration: slips of one or two, and a dropped or doubled carry.
-SLIPS = (-10, -2, -1, 1, 2, 10)
-
-
-def imperfect(examples, label_noise: float, rng: random.Random):
-    """Demonstrations as a careless teacher writes them: a fraction ``label_noise`` of the
-    answers are off by a small slip (:data:`SLIPS`). Supervised learning imitates the slips; only
-    a verifier can tell them apart, which is what the RL stage is for."""
-    return [Example(e.prompt, str(int(e.answer) + rng.choice(SLIPS))) if rng.random() < label_noise else e
-            for e in examples]
-
-
 def supervised_loss(model, tokenizer, examples) -> torch.Tensor:
     prompt_ids = [tokenizer(e.prompt)["input_ids"] for e in examples]
     answer_ids = [tokenizer(e.answer)["input_ids"] + [tokenizer.eos_token_id] for e in examples]
@@ -81,13 +69,12 @@ def held_out_accuracy(model, tokenizer, task, n: int) -> float:
 
 
 def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: int, schedule: str, seed: int,
-          label_noise: float, log_every: int = 500, eval_size: int = 500, moments: dict | None = None
+          log_every: int = 500, eval_size: int = 500, moments: dict | None = None
           ) -> torch.optim.AdamW:
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     if moments is not None:  # continue with the saved moments, at this call's learning rate
         optimizer.load_state_dict({"state": moments, "param_groups": optimizer.state_dict()["param_groups"]})
     stream = task.train_examples(seed)
-    noise_rng = random.Random(seed)
 
     def factor(step: int) -> float:
         if schedule == "constant":
@@ -101,8 +88,7 @@ def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: 
     model.train()
     started = time.time()
     for step in range(steps):
-        examples = imperfect([next(stream) for _ in range(batch)], label_noise, noise_rng)
-        loss = supervised_loss(model, tokenizer, examples)
+        loss = supervised_loss(model, tokenizer, [next(stream) for _ in range(batch)])
         optimizer.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -129,8 +115,6 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--label-noise", type=float, default=0.0,
-                        help="fraction of demonstrations with a slipped answer (see SLIPS)")
     parser.add_argument("--settle-check", action="store_true",
                         help="load --out, train --settle-minutes more at --settle-lr, report the accuracy change")
     parser.add_argument("--settle-minutes", type=float, default=2.0)
@@ -150,11 +134,11 @@ def main() -> None:
         # measure the step rate, then train for the requested wall time at a small constant LR
         started, probe = time.time(), 20
         optimizer = train(model, tokenizer, task, steps=probe, batch=args.batch, lr=args.settle_lr, warmup=0,
-                          schedule="constant", seed=args.seed + 1, label_noise=args.label_noise, log_every=10**9,
+                          schedule="constant", seed=args.seed + 1, log_every=10**9,
                           eval_size=args.eval_size, moments=moments)
         steps = int(args.settle_minutes * 60 / ((time.time() - started) / probe))
         train(model, tokenizer, task, steps=steps, batch=args.batch, lr=args.settle_lr, warmup=0,
-              schedule="constant", seed=args.seed + 2, label_noise=args.label_noise, log_every=10**9,
+              schedule="constant", seed=args.seed + 2, log_every=10**9,
               eval_size=args.eval_size, moments=optimizer.state_dict()["state"])
         after = held_out_accuracy(model, tokenizer, task, args.eval_size)
         print(json.dumps({"held_out_prompts": args.eval_size, "settle_lr": args.settle_lr, "settle_steps": steps + probe,
@@ -166,7 +150,7 @@ def main() -> None:
     model = build_model(tokenizer, args.hidden, args.layers, args.heads)
     print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
     optimizer = train(model, tokenizer, task, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
-                      schedule="cosine", seed=args.seed, label_noise=args.label_noise, eval_size=args.eval_size)
+                      schedule="cosine", seed=args.seed, eval_size=args.eval_size)
     args.out.mkdir(parents=True, exist_ok=True)
     # the optimizer's moments travel with the model: RL warm-starts AdamW from them
     torch.save({"optimizer": optimizer.state_dict()}, args.out / OPTIMIZER_FILE)
