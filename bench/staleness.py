@@ -37,7 +37,7 @@ def time_to_target(run_dir: Path, target: float) -> float | None:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], "bench/out/staleness")
-    steps, eval_every, eval_size, delay = (6, 3, 100, 0.3) if args.quick else (120, 10, 500, 1.0)
+    steps, eval_every, eval_size, delay = (6, 3, 100, 0.3) if args.quick else (80, 10, 500, 1.0)
     settings = SETTINGS[:1] + SETTINGS[2:3] if args.quick else SETTINGS
     rows = []
     for fetch_delay in (0.0, delay):
@@ -84,7 +84,7 @@ def plot(rows: list[dict], out: Path) -> None:
     labels = [f"{r['protocol']} S={r['S']}\n+{r['fetch_delay_s']:g}s" for r in rows]
     bars.bar(range(len(rows)), [r["learner_util"] for r in rows], color=[
         "tab:orange" if r["fetch_delay_s"] else "tab:blue" for r in rows])
-    bars.set_xticks(range(len(rows)), labels, fontsize=7)
+    bars.set_xticks(range(len(rows)), labels, fontsize=7, rotation=45, ha="right")
     bars.set_ylabel("learner utilization")
     bars.set_title("learner utilization (orange: slow link)")
     for row in rows:

@@ -56,3 +56,12 @@ def test_cli_prints_one_line_and_exits_2():
                             text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == "echo2: config key 'learner.nope': unknown key"
+
+
+def test_shipped_recipe_is_the_defaults():
+    from pathlib import Path
+
+    recipe = load_config(Path(__file__).resolve().parent.parent / "configs" / "default.yaml")
+    defaults = load_config()
+    assert recipe.model_dump(exclude={"task"}) == defaults.model_dump(exclude={"task"})
+    assert recipe.task.name == defaults.task.name

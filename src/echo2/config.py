@@ -134,7 +134,7 @@ class CoordinatorConfig(Section):
     """How long a lease request may wait (long-poll) for the staleness window to open."""
     heartbeat_timeout_s: float = Field(30.0, gt=0)
     """A worker silent for this long is declared dead and its leases re-issued."""
-    start_timeout_s: float = Field(30.0, gt=0)
+    start_timeout_s: float = Field(60.0, gt=0)
     """How long to wait for the coordinator and the local workers to come up."""
     data_timeout_s: float = Field(300.0, gt=0)
     """How long the learner waits for one batch before failing with a clear error."""

@@ -132,6 +132,7 @@ class CoordinatorState:
             self.workers[worker_id] = record
             self._by_session[record.session_token] = worker_id
             self.counters["workers_registered"] += 1
+            self.cond.notify_all()
             return record
 
     def authenticate(self, session_token: str | None) -> WorkerRecord:
@@ -353,6 +354,17 @@ class CoordinatorState:
             if version not in self.weights:
                 raise Rejected(404, f"version {version} is not held (current: {self.version})", "unknown_version")
             return self.weights[version]
+
+    def wait_for_workers(self, count: int, timeout_s: float, still_starting: Callable[[], None]) -> None:
+        """Block until ``count`` workers have registered; ``still_starting`` raises if they cannot."""
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while self.counters["workers_registered"] < count:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"waited {timeout_s:.0f}s for {count} local workers to register "
+                                       f"({self.counters['workers_registered']} did)")
+                still_starting()
+                self.cond.wait(0.2)
 
     def finish(self) -> None:
         with self.cond:

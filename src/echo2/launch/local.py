@@ -34,9 +34,10 @@ class LocalWorkers:
         log.info("started %d local workers (logs in %s)", self.count, self.log_dir)
 
     def check(self) -> None:
-        """Raise if every local worker has exited with an error (nothing can make progress)."""
-        if self.processes and all(p.poll() not in (None, 0) for p in self.processes):
-            raise RuntimeError(f"all {len(self.processes)} local workers exited with errors; see {self.log_dir}")
+        """Raise if a local worker exited with an error while starting up."""
+        failed = [i for i, p in enumerate(self.processes) if p.poll() not in (None, 0)]
+        if failed:
+            raise RuntimeError(f"local worker(s) {failed} exited with errors; see {self.log_dir}")
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Workers leave by themselves once the coordinator says stop; terminate stragglers."""

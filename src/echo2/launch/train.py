@@ -41,6 +41,7 @@ class RunSummary:
     sampled_reward_before: float
     sampled_reward_after: float
     groups_dropped: int
+    workers_registered: int
 
     def lines(self) -> list[str]:
         r = self.result
@@ -114,6 +115,7 @@ def run_training(config: Config) -> RunSummary:
     learner = Learner(model, tokenizer, config.learner, config.rollout,
                       model_dir=resolve_model_path(config.model.name))
     try:
+        state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
         result = LearnerLoop(config, state, learner, task, eval_examples, run_dir, metrics, timeline).run()
     finally:
         state.finish()
@@ -131,6 +133,7 @@ def run_training(config: Config) -> RunSummary:
         sampled_reward_before=result.evals[0][1].sampled_reward,
         sampled_reward_after=sum(e.sampled_reward for e in last) / len(last),
         groups_dropped=state.dropped["stale"],
+        workers_registered=state.counters["workers_registered"],
     )
     (run_dir / "summary.txt").write_text("\n".join(summary.lines()) + "\n")
     for line in summary.lines():

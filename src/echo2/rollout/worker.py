@@ -103,10 +103,10 @@ class RolloutWorker:
 
     def _background_fetcher(self) -> None:
         """Async protocol: download announced versions while the main thread generates."""
+        fetched = self.version  # newest version downloaded by this thread (staged or already swapped in)
         while not self.stop.is_set():
             target = self.latest_version
-            staged_version = self._staged[0] if self._staged else self.version
-            if target <= staged_version:
+            if target <= fetched:
                 self.stop.wait(0.01)
                 continue
             try:
@@ -115,6 +115,7 @@ class RolloutWorker:
                 log.warning("background fetch of v%d failed (%s); will retry", target, error)
                 self.stop.wait(1.0)
                 continue
+            fetched = target
             with self._staged_ready:
                 self._staged = (target, payload, digest)
                 self._staged_ready.notify_all()
