@@ -40,7 +40,3 @@ def worker_can_take(slot: int, worker_version: int, staleness: int, groups_per_s
     """Would a group generated now by a worker at ``worker_version`` still be fresh for its slot?"""
     return slot_step(slot, groups_per_step) - worker_version <= staleness
 
-
-def oldest_useful_version(step: int, staleness: int) -> int:
-    """The oldest policy version whose groups step ``step`` may still use."""
-    return step - staleness

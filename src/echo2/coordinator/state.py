@@ -7,6 +7,7 @@ delegated to :mod:`echo2.staleness`; this module only keeps the books.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import secrets
 import threading
@@ -115,7 +116,6 @@ class CoordinatorState:
         self.leases: dict[str, Lease] = {}
         self.buffer: list[Group] = []
         self.version = 0
-        self.trained_steps = 0  # learner step currently being assembled
         self.weights: dict[int, tuple[bytes, str]] = {}
         self.useful_slots = 0
         self._next_slot = 0
@@ -306,7 +306,6 @@ class CoordinatorState:
         """
         deadline = time.monotonic() + timeout_s
         with self.cond:
-            self.trained_steps = step
             while True:
                 self._drop_stale(step)
                 if len(self.buffer) >= self.groups_per_step:
@@ -334,11 +333,14 @@ class CoordinatorState:
         self.buffer = fresh
 
     def publish(self, version: int, payload: bytes) -> VersionInfo:
-        """Make ``payload`` (safetensors bytes) the current weights at ``version``; keep one older."""
+        """Make ``payload`` (safetensors bytes) the current weights at ``version``.
+
+        The last ``S + 1`` older versions stay downloadable too: a worker that asked for a
+        version over a slow link may still use it for up to S steps."""
         digest = hashlib.sha256(payload).hexdigest()
         with self.cond:
             self.weights[version] = (payload, digest)
-            for old in [v for v in self.weights if v < version - 1]:
+            for old in [v for v in self.weights if v < version - self.staleness - 1]:
                 del self.weights[old]
             self.version = version
             self.cond.notify_all()
@@ -365,6 +367,11 @@ class CoordinatorState:
                                        f"({self.counters['workers_registered']} did)")
                 still_starting()
                 self.cond.wait(0.2)
+
+    def worker_records(self) -> list[WorkerRecord]:
+        """A consistent copy of the registry, safe to read outside the lock."""
+        with self.cond:
+            return [copy.copy(record) for record in self.workers.values()]
 
     def finish(self) -> None:
         with self.cond:

@@ -65,8 +65,9 @@ class LearnerLoop:
         return result
 
     def _worker_metrics(self) -> dict[str, float]:
-        values: dict[str, float] = {}
-        for record in self.state.workers.values():
+        records = self.state.worker_records()
+        values: dict[str, float] = {"workers_alive": sum(r.alive for r in records)}
+        for record in records:
             if record.generate_seconds > 0:
                 values[f"worker/{record.name}/samples_per_s"] = record.samples / record.generate_seconds
                 values[f"worker/{record.name}/tokens_per_s"] = record.tokens / record.generate_seconds
@@ -113,7 +114,6 @@ class LearnerLoop:
                 samples_per_s=result.samples / max(elapsed, 1e-9),
                 groups_dropped_stale=state.dropped["stale"],
                 leases_expired=state.counters["leases_expired"],
-                workers_alive=sum(w.alive for w in state.workers.values()),
                 **self._worker_metrics(),
             )
             accuracy = None

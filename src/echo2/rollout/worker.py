@@ -83,11 +83,12 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ weights
     def _download(self, version: int) -> tuple[bytes, str]:
-        """Fetch one version's bytes (after the configured slow-link delay) and check them."""
+        """Fetch one version's bytes and check them. The slow-link delay is added after the
+        request, as transfer time: the version asked for is the one that arrives."""
         started = time.time()
+        payload, digest = self.client.weights(version)
         if self.spec.fetch_delay_s:
             time.sleep(self.spec.fetch_delay_s)
-        payload, digest = self.client.weights(version)
         if sha256(payload) != digest:
             raise CorruptPayload(f"weights v{version}: sha256 mismatch after download")
         self._record("fetch", started, time.time(), version)
@@ -113,7 +114,7 @@ class RolloutWorker:
                 payload, digest = self._download(target)
             except (CoordinatorUnreachable, RequestRefused, CorruptPayload) as error:
                 log.warning("background fetch of v%d failed (%s); will retry", target, error)
-                self.stop.wait(1.0)
+                self.stop.wait(0.1 if isinstance(error, RequestRefused) else 1.0)
                 continue
             fetched = target
             with self._staged_ready:
