@@ -68,3 +68,14 @@ def test_stale_groups_are_dropped_counted_and_requeued():
     state.publish(2, b"weights-v2")
     again = state.lease(worker, worker_version=2, max_groups=4, wait_s=0)
     assert {p.prompt for p in again.prompts} == prompts  # no prompt lost
+
+
+def test_versions_a_stale_worker_may_still_use_stay_downloadable():
+    state = make_state(staleness=2)
+    for version in range(1, 6):
+        state.publish(version, f"weights-v{version}".encode())
+    # at v5 with S=2, v2..v5 may still generate useful groups (a slow link may deliver v2 late)
+    assert sorted(state.weights) == [2, 3, 4, 5]
+    assert state.weights_of(2)[0] == b"weights-v2"
+    with pytest.raises(Exception, match="not held"):
+        state.weights_of(1)
