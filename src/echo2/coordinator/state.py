@@ -324,9 +324,11 @@ class CoordinatorState:
                 self.reap()
 
     def _drop_stale(self, step: int) -> None:
-        fresh = [g for g in self.buffer if rule.is_fresh(step, g.version, self.staleness)]
+        fresh = []
         for group in self.buffer:
-            if not rule.is_fresh(step, group.version, self.staleness):
+            if rule.is_fresh(step, group.version, self.staleness):
+                fresh.append(group)
+            else:
                 self.dropped["stale"] += 1
                 self.useful_slots -= 1
                 self._requeued.append(group.example)

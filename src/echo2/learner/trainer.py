@@ -38,15 +38,6 @@ class Learner:
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
         )
         self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
-        self._prompt_cache: dict[str, list[int]] = {}
-
-    def _prompt_ids(self, prompt: str) -> list[int]:
-        ids = self._prompt_cache.get(prompt)
-        if ids is None:
-            if len(self._prompt_cache) > 100_000:
-                self._prompt_cache.clear()
-            ids = self._prompt_cache[prompt] = self.tokenizer(prompt)["input_ids"]
-        return ids
 
     def step(self, groups: list[Group], version: int) -> dict[str, float]:
         """One optimizer step on ``groups``, trained at policy ``version``; returns its metrics."""
@@ -54,8 +45,8 @@ class Learner:
         rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)
         advantages = group_advantages(rewards, self.config.std_normalize).flatten()
         prompts, completions, behaviour = [], [], []
-        for group in groups:
-            ids = self._prompt_ids(group.example.prompt)
+        prompt_ids = self.tokenizer([g.example.prompt for g in groups])["input_ids"]
+        for group, ids in zip(groups, prompt_ids):
             for tokens, logprobs in zip(group.token_ids, group.logprobs):
                 prompts.append(ids)
                 completions.append(tokens)
