@@ -3,7 +3,11 @@
     python scripts/train_tiny_model.py                 # rebuild src/echo2/assets/tiny-arith
     python scripts/train_tiny_model.py --settle-check  # 2 more minutes at a small LR: is it settled?
 
-The model is a Qwen2-architecture decoder with a character-level tokenizer. The learning rate
+The model is a Qwen2-architecture decoder with a character-level tokenizer (plus one token for
+the scratchpad marker). Its demonstrations mix two routes to the answer: ``--worked-fraction`` of
+them work the expression out step by step (``<think>45-52=-7``), the rest state the result
+directly (``-7``). The model therefore knows both routes but, greedily, takes the direct one,
+which is less accurate: choosing the better route is left for RL to discover. The learning rate
 warms up, then follows a cosine down to ~0, so the shipped checkpoint is *settled*: more
 supervised training at a small learning rate barely moves its held-out accuracy, and any gain
 an RL run shows is the RL's, not the checkpoint settling. ``--settle-check`` measures exactly that.
@@ -19,14 +23,15 @@ import time
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models
+from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from echo2.evaluation import evaluate
 from echo2.learner.logprobs import completion_logprobs
 from echo2.learner.optimizer import OPTIMIZER_FILE
 from echo2.modeling import SHIPPED_MODEL_DIR, load_model, load_tokenizer, pin_threads
-from echo2.tasks import ArithmeticTask
+from echo2.tasks import ArithmeticTask, Example
+from echo2.tasks.arithmetic import WORK_MARKER
 
 CHARACTERS = "0123456789+-*="
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
@@ -37,6 +42,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + list(CHARACTERS))}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
     backend.decoder = decoders.Fuse()
+    backend.add_tokens([AddedToken(WORK_MARKER, special=False, normalized=False)])
     return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
 
 
@@ -57,24 +63,43 @@ def build_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int, he
     return Qwen2ForCausalLM(config)
 
 
-def supervised_loss(model, tokenizer, examples) -> torch.Tensor:
-    prompt_ids = [tokenizer(e.prompt)["input_ids"] for e in examples]
-    answer_ids = [tokenizer(e.answer)["input_ids"] + [tokenizer.eos_token_id] for e in examples]
+MAX_NEW_TOKENS = 14
+
+
+def demonstrations(task: ArithmeticTask, seed: int, worked_fraction: float):
+    """Endless (prompt, completion) pairs: worked solutions with probability ``worked_fraction``."""
+    rng = random.Random(seed)
+    for example in task.train_examples(seed):
+        worked = rng.random() < worked_fraction
+        yield example.prompt, task.worked_solution(example) if worked else example.answer
+
+
+def supervised_loss(model, tokenizer, pairs) -> torch.Tensor:
+    prompt_ids = [tokenizer(prompt)["input_ids"] for prompt, _ in pairs]
+    answer_ids = [tokenizer(completion)["input_ids"] + [tokenizer.eos_token_id] for _, completion in pairs]
     logprobs, mask = completion_logprobs(model, prompt_ids, answer_ids, pad_id=tokenizer.pad_token_id)
     return -(logprobs * mask).sum() / mask.sum()
 
 
 def held_out_accuracy(model, tokenizer, task, n: int) -> float:
-    return evaluate(model, tokenizer, task, task.eval_examples(n), max_new_tokens=8).accuracy
+    return evaluate(model, tokenizer, task, task.eval_examples(n), max_new_tokens=MAX_NEW_TOKENS).accuracy
+
+
+def route_accuracies(model, tokenizer, task, n: int) -> dict[str, float]:
+    """Greedy accuracy when each route is forced (the marker appended to the prompt, or not)."""
+    examples = task.eval_examples(n)
+    worked = [Example(e.prompt + WORK_MARKER, e.answer) for e in examples]
+    return {"free": held_out_accuracy(model, tokenizer, task, n),
+            "worked_forced": evaluate(model, tokenizer, task, worked, max_new_tokens=MAX_NEW_TOKENS).accuracy}
 
 
 def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: int, schedule: str, seed: int,
-          log_every: int = 500, eval_size: int = 500, moments: dict | None = None
+          worked_fraction: float, log_every: int = 500, eval_size: int = 500, moments: dict | None = None
           ) -> torch.optim.AdamW:
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     if moments is not None:  # continue with the saved moments, at this call's learning rate
         optimizer.load_state_dict({"state": moments, "param_groups": optimizer.state_dict()["param_groups"]})
-    stream = task.train_examples(seed)
+    stream = demonstrations(task, seed, worked_fraction)
 
     def factor(step: int) -> float:
         if schedule == "constant":
@@ -115,6 +140,8 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--worked-fraction", type=float, default=0.25,
+                        help="share of demonstrations that work the answer out step by step")
     parser.add_argument("--settle-check", action="store_true",
                         help="load --out, train --settle-minutes more at --settle-lr, report the accuracy change")
     parser.add_argument("--settle-minutes", type=float, default=2.0)
@@ -135,10 +162,11 @@ def main() -> None:
         started, probe = time.time(), 20
         optimizer = train(model, tokenizer, task, steps=probe, batch=args.batch, lr=args.settle_lr, warmup=0,
                           schedule="constant", seed=args.seed + 1, log_every=10**9,
+                          worked_fraction=args.worked_fraction,
                           eval_size=args.eval_size, moments=moments)
         steps = int(args.settle_minutes * 60 / ((time.time() - started) / probe))
         train(model, tokenizer, task, steps=steps, batch=args.batch, lr=args.settle_lr, warmup=0,
-              schedule="constant", seed=args.seed + 2, log_every=10**9,
+              schedule="constant", seed=args.seed + 2, log_every=10**9, worked_fraction=args.worked_fraction,
               eval_size=args.eval_size, moments=optimizer.state_dict()["state"])
         after = held_out_accuracy(model, tokenizer, task, args.eval_size)
         print(json.dumps({"held_out_prompts": args.eval_size, "settle_lr": args.settle_lr, "settle_steps": steps + probe,
@@ -150,7 +178,9 @@ def main() -> None:
     model = build_model(tokenizer, args.hidden, args.layers, args.heads)
     print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
     optimizer = train(model, tokenizer, task, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
-                      schedule="cosine", seed=args.seed, eval_size=args.eval_size)
+                      schedule="cosine", seed=args.seed, worked_fraction=args.worked_fraction,
+                      eval_size=args.eval_size)
+    print("held-out greedy accuracy by route:", json.dumps(route_accuracies(model, tokenizer, task, args.eval_size)))
     args.out.mkdir(parents=True, exist_ok=True)
     # the optimizer's moments travel with the model: RL warm-starts AdamW from them
     torch.save({"optimizer": optimizer.state_dict()}, args.out / OPTIMIZER_FILE)

@@ -1,9 +1,13 @@
 """The HTTP API: authentication, validation of submissions (4xx + reason, nothing changed), idempotency."""
 
 import pytest
+import torch
 from conftest import make_state, valid_submission
 from fastapi.testclient import TestClient
 
+from echo2.broadcast.publisher import Publisher
+from echo2.broadcast.topology import plan_tree
+from echo2.config import BroadcastConfig
 from echo2.coordinator.app import MAX_BODY_BYTES, create_app
 from echo2.protocol import AUTH_HEADER, LeaseResponse
 
@@ -90,10 +94,26 @@ def test_body_size_limit(setup):
     assert response.status_code == 413
 
 
-def test_weights_download_and_version(setup):
-    state, client, headers, _ = setup
-    info = client.get("/v1/version", headers=headers).json()
-    assert info["version"] == 0 and info["size_bytes"] == len(b"weights-v0")
-    response = client.get("/v1/weights/0", headers=headers)
-    assert response.content == b"weights-v0" and response.headers["X-Echo2-Sha256"] == info["sha256"]
-    assert client.get("/v1/weights/7", headers=headers).status_code == 404
+def test_version_names_the_sources_of_the_plan_and_chunks_are_served():
+    state = make_state(staleness=1, planner=lambda nodes: plan_tree(nodes, fan_out=1))
+    publisher = Publisher(BroadcastConfig(chunk_mib=0.001), keep_versions=3, token="t")
+    app = create_app(state, lease_wait_s=0)
+    publisher.mount(app)
+    client = TestClient(app)
+    sessions = []
+    for name, relay in [("a", "http://10.0.0.1:7000"), ("b", "http://10.0.0.2:7000"), ("nat", None)]:
+        reply = client.post("/v1/register", json={"name": name, "relay_url": relay, "upload_bytes_per_s": 1e6},
+                            headers={AUTH_HEADER: "t"}).json()
+        sessions.append({AUTH_HEADER: reply["session_token"]})
+    sha, size = publisher.publish(1, torch.nn.Linear(8, 8))
+    state.publish(1, sha, size)
+    sources = [client.get("/v1/version", headers=h).json()["sources"] for h in sessions]
+    # a chain learner -> a -> b, and the unreachable worker hangs below b as a leaf
+    assert sources == [["learner"], ["http://10.0.0.1:7000", "learner"],
+                       ["http://10.0.0.2:7000", "http://10.0.0.1:7000", "learner"]]
+    info = client.get("/v1/version", headers=sessions[0]).json()
+    assert info["version"] == 1 and info["sha256"] == sha and info["size_bytes"] == size
+    manifest = client.get("/v1/broadcast/1/manifest", headers={AUTH_HEADER: "t"}).json()
+    assert manifest["sha256"] == sha and len(manifest["chunks"]) == -(-size // 1048)
+    assert client.get("/v1/broadcast/1/manifest").status_code == 401  # the run token is required
+    assert client.get("/v1/broadcast/9/manifest", headers={AUTH_HEADER: "t"}).status_code in (404, 503)

@@ -1,6 +1,7 @@
 """End to end on loopback: the learner hosting the coordinator, two real worker processes."""
 
 import json
+import re
 
 import pytest
 
@@ -37,8 +38,15 @@ def test_training_over_real_worker_processes(tmp_path, protocol, staleness):
         assert (run_dir / name).exists(), name
     assert (run_dir / "checkpoints" / "step_000004" / "model.safetensors").exists()
     intervals = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
-    assert {i["kind"] for i in intervals} == {"train", "generate", "fetch"}
+    assert {"train", "generate", "fetch"} <= {i["kind"] for i in intervals} <= {"train", "generate", "fetch",
+                                                                                "disseminate"}
     assert summary.workers_registered == 2  # both worker processes joined over HTTP
+    assert any("dissemination_s" in r for r in steps)  # publish -> last worker loaded, per version
+    # the default broadcast is pipelined: the second worker in the chain got chunks from the first one
+    logs = "".join(p.read_text() for p in (run_dir / "workers").glob("*.log"))
+    peer_chunks = [line for line in logs.splitlines() if " chunks in " in line and "from http" in line]
+    coordinator = re.search(r"registered with (http://\S+)", logs).group(1)
+    assert peer_chunks and any(coordinator not in line for line in peer_chunks)
 
 
 def test_eval_command_on_a_checkpoint(tmp_path, capsys):

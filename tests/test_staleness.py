@@ -1,9 +1,12 @@
 """The staleness / pacing rule, alone and as the coordinator applies it."""
 
 import pytest
-from conftest import make_state, submit_all
+import torch
+from conftest import make_state, publish, submit_all
 
 from echo2 import staleness as rule
+from echo2.broadcast.publisher import Publisher
+from echo2.config import BroadcastConfig
 
 
 def test_is_fresh():
@@ -36,7 +39,7 @@ def test_pacing_window_limits_leases_and_reopens_after_a_step():
     submit_all(state, worker, first)
     batch = state.take_batch(step=0, timeout_s=1)
     assert len(batch) == 2
-    state.publish(1, b"weights-v1")
+    publish(state, 1)
     # window is now 6: two more slots, meant for step 2; a v0 worker is too old for them (2 - 0 > S)
     assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "refresh"
     second = state.lease(worker, worker_version=1, max_groups=8, wait_s=0)
@@ -50,7 +53,7 @@ def test_sync_admits_only_the_current_version():
     assert len(lease.prompts) == 2
     submit_all(state, worker, lease)
     state.take_batch(step=0, timeout_s=1)
-    state.publish(1, b"weights-v1")
+    publish(state, 1)
     assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "refresh"
 
 
@@ -65,17 +68,20 @@ def test_stale_groups_are_dropped_counted_and_requeued():
         state.take_batch(step=2, timeout_s=0.1)
     assert state.dropped["stale"] == 4
     assert state.useful_slots == 0  # dropped slots no longer count against the window
-    state.publish(2, b"weights-v2")
+    publish(state, 2)
     again = state.lease(worker, worker_version=2, max_groups=4, wait_s=0)
     assert {p.prompt for p in again.prompts} == prompts  # no prompt lost
 
 
 def test_versions_a_stale_worker_may_still_use_stay_downloadable():
-    state = make_state(staleness=2)
-    for version in range(1, 6):
-        state.publish(version, f"weights-v{version}".encode())
+    staleness = 2
+    state = make_state(staleness=staleness)
+    publisher = Publisher(BroadcastConfig(chunk_mib=0.001), keep_versions=staleness + 2, token=None)
+    model = torch.nn.Linear(4, 4)
+    for version in range(0, 6):
+        publish(state, version)
+        publisher.publish(version, model)
     # at v5 with S=2, v2..v5 may still generate useful groups (a slow link may deliver v2 late)
-    assert sorted(state.weights) == [2, 3, 4, 5]
-    assert state.weights_of(2)[0] == b"weights-v2"
-    with pytest.raises(Exception, match="not held"):
-        state.weights_of(1)
+    assert sorted(state.published) == [2, 3, 4, 5]
+    assert publisher.store.versions() == [2, 3, 4, 5]
+    assert publisher.store.complete(2)

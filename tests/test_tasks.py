@@ -29,6 +29,19 @@ def test_arithmetic_reward_and_exact_match():
     assert ArithmeticTask().reward(example, "39") == 0.0
 
 
+def test_worked_solutions_reduce_step_by_step_and_score_on_the_final_answer():
+    task = ArithmeticTask()
+    assert task.worked_solution(Example("37+8-52=", "-7")) == "<think>45-52=-7"
+    assert task.worked_solution(Example("5-9*2+1=", "-12")) == "<think>5-18+1=-13+1=-12"  # precedence
+    example = Example("37+8-52=", "-7")
+    assert task.reward(example, "<think>45-52=-7") == 1.0 and task.is_correct(example, "<think>45-52=-7")
+    assert task.reward(example, "<think>45-52=-8") == 0.0  # the final answer decides
+    assert task.reward(example, "<think>45-52=") == 0.0  # no final answer
+    for prompt in ["1+2=", "99-98*97+3=", "0*0-5="]:
+        answer = str(eval(prompt[:-1]))  # noqa: S307
+        assert task.is_correct(Example(prompt, answer), task.worked_solution(Example(prompt, answer)))
+
+
 def test_arithmetic_rejects_bad_options():
     with pytest.raises(ValueError, match="num_operands"):
         ArithmeticTask(num_operands=1)

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from echo2.protocol import RegisterRequest
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable
 
 
@@ -16,7 +17,7 @@ def test_wrong_url_retries_with_backoff_then_gives_up(caplog):
     with caplog.at_level(logging.WARNING, logger="echo2.worker"):
         with pytest.raises(CoordinatorUnreachable, match=r"cannot reach the coordinator at http://127.0.0.1:9 "
                                                          r"\(registering\).*gave up after"):
-            client.register("w")
+            client.register(RegisterRequest(name="w"))
     elapsed = time.monotonic() - started
     retries = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
     assert [m.rsplit("retrying in ", 1)[1] for m in retries] == ["0.5s", "1.0s"]  # exponential backoff

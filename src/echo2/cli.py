@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -14,16 +15,25 @@ def _train(args: argparse.Namespace) -> int:
     from echo2.launch.train import run_training
 
     config = load_config(args.config, args.overrides)
+    signal.signal(signal.SIGTERM, _interrupt)  # so that local workers and the coordinator are shut down
     run_training(config)
     return 0
 
 
+def _interrupt(signum, frame) -> None:  # noqa: ARG001
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _worker(args: argparse.Namespace) -> int:
     from echo2.rollout.client import CoordinatorUnreachable, RequestRefused
-    from echo2.rollout.worker import RolloutWorker, install_signal_handlers
+    from echo2.broadcast.publisher import mbps_to_bytes_per_s
+    from echo2.rollout.worker import RelayOptions, RolloutWorker, install_signal_handlers
 
+    relay = None if args.no_relay else RelayOptions(
+        bind_host=args.relay_host, port=args.relay_port, advertise_host=args.advertise_host,
+        upload_bytes_per_s=mbps_to_bytes_per_s(args.upload_mbps))
     worker = RolloutWorker(args.coordinator, args.token, name=args.name, threads=args.threads,
-                           give_up_after_s=args.give_up_after)
+                           give_up_after_s=args.give_up_after, relay=relay)
     install_signal_handlers(worker)
     try:
         worker.run()
@@ -72,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--threads", type=int, default=1, help="torch threads")
     worker.add_argument("--give-up-after", type=float, default=120.0,
                         help="seconds to keep retrying an unreachable coordinator before exiting")
+    worker.add_argument("--relay-host", default="127.0.0.1",
+                        help="interface this worker's chunk relay listens on (0.0.0.0 to serve remote peers)")
+    worker.add_argument("--relay-port", type=int, default=0, help="relay port (0: a free one)")
+    worker.add_argument("--advertise-host", help="address peers should use to reach the relay")
+    worker.add_argument("--upload-mbps", type=float, help="cap the relay's upload (bandwidth emulation)")
+    worker.add_argument("--no-relay", action="store_true",
+                        help="do not serve chunks to peers (a worker nobody can reach, e.g. behind NAT)")
     worker.set_defaults(handler=_worker)
 
     evaluation = commands.add_parser("eval", help="held-out greedy accuracy of a checkpoint")

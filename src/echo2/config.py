@@ -56,7 +56,7 @@ class RolloutConfig(Section):
     """Completions sampled per prompt (G); advantages are normalised within a group."""
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature; the learner scores log-probs at the same temperature."""
-    max_new_tokens: int = Field(8, ge=1)
+    max_new_tokens: int = Field(14, ge=1)
     """Longest completion, EOS included."""
     groups_per_lease: int = Field(16, ge=1)
     """Prompts handed to a worker per lease (one request, one generation batch)."""
@@ -69,6 +69,32 @@ class WorkersConfig(Section):
     """Torch threads per local worker."""
     fetch_delay_s: float = Field(0.0, ge=0)
     """Extra delay added to every weight fetch, standing for a slow link."""
+    upload_mbps: float | None = Field(None, gt=0)
+    """Upload cap of each local worker's relay in Mbit/s (bandwidth emulation; None = uncapped)."""
+    relay: bool = True
+    """Local workers serve chunks to peers; False makes them unreachable leaves (as behind NAT)."""
+
+
+class BroadcastConfig(Section):
+    """How new weights reach the workers (see :mod:`echo2.broadcast`)."""
+
+    mode: Literal["star", "pipelined"] = "pipelined"
+    """``star``: every worker downloads from the learner; ``pipelined``: peers relay chunks down
+    chains/trees planned per version, so the learner uploads each version about once."""
+    chunk_mib: float = Field(1.0, gt=0, le=256)
+    """Chunk size; smaller chunks shorten the pipeline's fill time, larger ones cut request overhead."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Dtype of the weights on the wire; bfloat16 halves the bytes (workers cast back on load)."""
+    fan_out: int = Field(1, ge=1)
+    """Children per relaying worker (1 = chains, optimal when uplinks are alike)."""
+    learner_fan_out: int = Field(1, ge=1)
+    """Workers fetching straight from the learner (the roots of the chains)."""
+    learner_upload_mbps: float | None = Field(None, gt=0)
+    """Upload cap of the learner's chunk server in Mbit/s (bandwidth emulation; None = uncapped)."""
+    stall_s: float = Field(10.0, gt=0)
+    """A source that sends nothing for this long is abandoned for the next one in the fallback chain."""
+    timeout_s: float = Field(300.0, gt=0)
+    """Longest a worker spends fetching one version before reporting failure and retrying."""
 
 
 class LearnerConfig(Section):
@@ -165,6 +191,7 @@ class Config(Section):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    broadcast: BroadcastConfig = Field(default_factory=BroadcastConfig)
     coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 

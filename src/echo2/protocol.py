@@ -23,6 +23,10 @@ class RegisterRequest(Message):
     name: str = Field(max_length=128)
     """Human-readable worker name (host, device)."""
     protocol_version: int = 1
+    relay_url: str | None = Field(None, max_length=256)
+    """Where this worker serves weight chunks to peers; None = not reachable (a leaf)."""
+    upload_bytes_per_s: float | None = Field(None, gt=0)
+    """Declared upload bandwidth of the relay (orders the broadcast plan; None = unknown)."""
 
 
 class RunSpec(Message):
@@ -39,6 +43,8 @@ class RunSpec(Message):
     protocol: Literal["sync", "pull", "async"]
     staleness: int
     fetch_delay_s: float
+    broadcast_stall_s: float
+    broadcast_timeout_s: float
     heartbeat_interval_s: float
     seed: int
 
@@ -130,7 +136,15 @@ class SubmitResponse(Message):
     duplicate: bool = False
 
 
+#: Stands for the coordinator's own chunk server in :attr:`VersionInfo.sources`.
+LEARNER_SOURCE = "learner"
+
+
 class VersionInfo(Message):
     version: int
     sha256: str
+    """Hash of the whole payload; a worker loads only bytes that match it."""
     size_bytes: int
+    sources: list[str] = Field(default_factory=list)
+    """Where the asking worker should fetch this version's chunks: parent relay URL first, then
+    the fallback chain, ending with ``"learner"`` (the coordinator itself)."""

@@ -7,28 +7,42 @@ peer-assisted broadcast plugs in: it moves these bytes, it knows nothing of trai
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 
+from echo2.broadcast.integrity import CorruptPayload, sha256
 
-class CorruptPayload(ValueError):
-    """Weights bytes that fail their checksum or do not fit the model."""
+__all__ = ["CorruptPayload", "PAYLOAD_DTYPES", "load_parameters", "serialize_parameters", "sha256"]
+
+#: Dtypes a payload may travel in (the names :class:`echo2.broadcast.manifest.Manifest` uses).
+PAYLOAD_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
-def serialize_parameters(model: torch.nn.Module) -> bytes:
-    return save_tensors({name: p.detach().contiguous() for name, p in model.named_parameters()})
+def serialize_parameters(model: torch.nn.Module, dtype: str | torch.dtype | None = None) -> bytes:
+    """The model's parameters as safetensors bytes, in the model's own dtype unless ``dtype`` is given.
 
-
-def sha256(payload: bytes) -> str:
-    return hashlib.sha256(payload).hexdigest()
+    ``dtype="bfloat16"`` halves a float32 model's payload (floating parameters only are cast);
+    :func:`load_parameters` casts back to the model's dtype, so a worker keeps running in its own
+    precision and only the rounding to bf16 is lost.
+    """
+    target = PAYLOAD_DTYPES[dtype] if isinstance(dtype, str) else dtype
+    tensors = {}
+    for name, p in model.named_parameters():
+        tensor = p.detach()
+        if target is not None and tensor.is_floating_point():
+            tensor = tensor.to(target)
+        tensors[name] = tensor.contiguous()
+    return save_tensors(tensors)
 
 
 @torch.no_grad()
 def load_parameters(model: torch.nn.Module, payload: bytes, expected_sha256: str | None = None) -> None:
-    """Copy ``payload`` into ``model`` in place, after checking its hash and its tensor names/shapes."""
+    """Copy ``payload`` into ``model`` in place, after checking its hash and its tensor names/shapes.
+
+    A payload in another dtype (e.g. bf16 from ``serialize_parameters(model, "bfloat16")``) is cast
+    to each parameter's dtype by the copy.
+    """
     if expected_sha256 is not None and sha256(payload) != expected_sha256:
         raise CorruptPayload("weights payload does not match its sha256 (corrupt or truncated download)")
     try:

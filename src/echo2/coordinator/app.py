@@ -1,4 +1,4 @@
-"""The coordinator's HTTP API (FastAPI). Workers pull everything; nothing needs to reach them.
+"""The coordinator's HTTP API (FastAPI). The learner never connects to a worker: workers pull.
 
 Authentication: ``register`` needs the run token; it returns a per-worker session credential
 that every later call presents (same header), so a worker can only act on its own leases.
@@ -12,7 +12,7 @@ import hmac
 
 from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from echo2.coordinator.state import CoordinatorState, Rejected
 from echo2.protocol import (
@@ -63,7 +63,7 @@ def create_app(state: CoordinatorState, lease_wait_s: float) -> FastAPI:
     def register(body: RegisterRequest, x_echo2_token: str | None = Header(None)) -> RegisterResponse:
         if not hmac.compare_digest((x_echo2_token or "").encode(), state.run_token.encode()):
             raise Rejected(401, f"wrong or missing run token in the {AUTH_HEADER} header", "unauthorized")
-        record = state.register(body.name)
+        record = state.register(body.name, body.relay_url, body.upload_bytes_per_s)
         return RegisterResponse(worker_id=record.worker_id, session_token=record.session_token, spec=state.spec)
 
     @app.post("/v1/heartbeat")
@@ -80,13 +80,6 @@ def create_app(state: CoordinatorState, lease_wait_s: float) -> FastAPI:
 
     @app.get("/v1/version")
     def version(x_echo2_token: str | None = Header(None)) -> VersionInfo:
-        worker(x_echo2_token)
-        return state.version_info()
-
-    @app.get("/v1/weights/{version}")
-    def weights(version: int, x_echo2_token: str | None = Header(None)) -> Response:
-        worker(x_echo2_token)
-        payload, digest = state.weights_of(version)
-        return Response(payload, media_type="application/octet-stream", headers={"X-Echo2-Sha256": digest})
+        return state.version_info(worker(x_echo2_token))
 
     return app

@@ -8,7 +8,6 @@ delegated to :mod:`echo2.staleness`; this module only keeps the books.
 from __future__ import annotations
 
 import copy
-import hashlib
 import secrets
 import threading
 import time
@@ -17,7 +16,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from echo2 import staleness as rule
+from echo2.broadcast.topology import Node, Plan, star_plan
 from echo2.protocol import (
+    LEARNER_SOURCE,
     HeartbeatResponse,
     LeasedPrompt,
     LeaseResponse,
@@ -53,6 +54,10 @@ class WorkerRecord:
     rejected: int = 0
     fetches: int = 0
     last_fetch_seconds: float = 0.0
+    relay_url: str | None = None
+    upload_bytes_per_s: float | None = None
+    registered_at: float = field(default_factory=time.time)
+    loaded_version: int = -1
 
 
 @dataclass
@@ -102,12 +107,13 @@ class CoordinatorState:
         lease_timeout_s: float,
         heartbeat_timeout_s: float,
         on_event: Callable[[str, TimelineEvent], None] = lambda worker, event: None,
+        planner: Callable[[list[Node]], Plan] = star_plan,
     ) -> None:
         self.spec, self.limits = spec, limits
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.run_token = run_token
         self.lease_timeout_s, self.heartbeat_timeout_s = lease_timeout_s, heartbeat_timeout_s
-        self.on_event = on_event
+        self.on_event, self.planner = on_event, planner
         self.cond = threading.Condition(threading.RLock())
         self._examples = examples
         self._requeued: deque[Example] = deque()
@@ -116,7 +122,10 @@ class CoordinatorState:
         self.leases: dict[str, Lease] = {}
         self.buffer: list[Group] = []
         self.version = 0
-        self.weights: dict[int, tuple[bytes, str]] = {}
+        self.published: dict[int, VersionInfo] = {}
+        self.published_at: dict[int, float] = {}
+        self.plans: dict[int, Plan] = {}
+        self._load_times: dict[int, dict[str, float]] = {}
         self.useful_slots = 0
         self._next_slot = 0
         self.finished = False
@@ -125,10 +134,12 @@ class CoordinatorState:
         self.rejected: Counter[str] = Counter()
 
     # ---------------------------------------------------------------- workers
-    def register(self, name: str) -> WorkerRecord:
+    def register(self, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None
+                 ) -> WorkerRecord:
         with self.cond:
             worker_id = f"w{len(self.workers)}-{secrets.token_hex(3)}"
-            record = WorkerRecord(worker_id=worker_id, name=name or worker_id, session_token=secrets.token_urlsafe(24))
+            record = WorkerRecord(worker_id=worker_id, name=name or worker_id, session_token=secrets.token_urlsafe(24),
+                                  relay_url=relay_url, upload_bytes_per_s=upload_bytes_per_s)
             self.workers[worker_id] = record
             self._by_session[record.session_token] = worker_id
             self.counters["workers_registered"] += 1
@@ -156,6 +167,9 @@ class CoordinatorState:
             if event.kind == "fetch":
                 record.fetches += 1
                 record.last_fetch_seconds = event.end - event.start
+                record.loaded_version = max(record.loaded_version, event.version)
+                if event.version in self._load_times:
+                    self._load_times[event.version][record.worker_id] = event.end
             self.on_event(record.name, event)
 
     def reap(self) -> None:
@@ -334,30 +348,51 @@ class CoordinatorState:
                 self._requeued.append(group.example)
         self.buffer = fresh
 
-    def publish(self, version: int, payload: bytes) -> VersionInfo:
-        """Make ``payload`` (safetensors bytes) the current weights at ``version``.
+    def publish(self, version: int, sha256: str, size_bytes: int) -> None:
+        """Announce ``version`` (its chunks are already served) and plan who relays it to whom.
 
-        The last ``S + 1`` older versions stay downloadable too: a worker that asked for a
-        version over a slow link may still use it for up to S steps."""
-        digest = hashlib.sha256(payload).hexdigest()
+        The plan covers the workers alive now; one that joins later fetches from the learner.
+        Bookkeeping for the last ``S + 2`` versions is kept, as are their chunks on the learner.
+        """
         with self.cond:
-            self.weights[version] = (payload, digest)
-            for old in [v for v in self.weights if v < version - self.staleness - 1]:
-                del self.weights[old]
+            nodes = [Node(r.worker_id, r.upload_bytes_per_s or 0.0, reachable=r.relay_url is not None)
+                     for r in self.workers.values() if r.alive]
+            self.plans[version] = self.planner(nodes)
+            self.published[version] = VersionInfo(version=version, sha256=sha256, size_bytes=size_bytes)
+            self.published_at[version] = time.time()
+            self._load_times[version] = {}
+            for table in (self.plans, self.published, self.published_at, self._load_times):
+                for old in [v for v in table if v < version - self.staleness - 1]:
+                    del table[old]
             self.version = version
             self.cond.notify_all()
-            return VersionInfo(version=version, sha256=digest, size_bytes=len(payload))
 
-    def version_info(self) -> VersionInfo:
+    def version_info(self, record: WorkerRecord) -> VersionInfo:
+        """The current version, with the sources ``record`` should fetch it from (parent first)."""
         with self.cond:
-            payload, digest = self.weights[self.version]
-            return VersionInfo(version=self.version, sha256=digest, size_bytes=len(payload))
+            plan = self.plans.get(self.version, {})
+            urls = {r.worker_id: r.relay_url for r in self.workers.values() if r.alive and r.relay_url}
+            chain = [urls[source] for source in plan.get(record.worker_id, []) if source in urls]
+            return self.published[self.version].model_copy(update={"sources": [*chain, LEARNER_SOURCE]})
 
-    def weights_of(self, version: int) -> tuple[bytes, str]:
+    def pop_disseminated(self) -> list[tuple[int, float, float]]:
+        """Versions every live worker now holds (or has skipped past): ``(version, published, last loaded)``.
+
+        Dissemination latency of a version = its publish time to the moment the last live worker
+        that loaded it finished (a worker that went straight to a newer version is not waited for).
+        Times are wall-clock ``time.time()`` of the worker's fetch events, so remote workers need
+        synchronised clocks (NTP) for the figure to be exact.
+        """
+        done = []
         with self.cond:
-            if version not in self.weights:
-                raise Rejected(404, f"version {version} is not held (current: {self.version})", "unknown_version")
-            return self.weights[version]
+            live = [r for r in self.workers.values() if r.alive]
+            for version in sorted(self._load_times):
+                loads = self._load_times[version]
+                if not loads or any(r.loaded_version < version for r in live):
+                    continue
+                done.append((version, self.published_at[version], max(loads.values())))
+                del self._load_times[version]
+        return done
 
     def wait_for_workers(self, count: int, timeout_s: float, still_starting: Callable[[], None]) -> None:
         """Block until ``count`` workers have registered; ``still_starting`` raises if they cannot."""

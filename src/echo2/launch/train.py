@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from echo2.broadcast.payload import serialize_parameters
+from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, dump_config
 from echo2.coordinator.app import create_app
 from echo2.coordinator.server import CoordinatorServer
@@ -76,6 +76,7 @@ def run_spec(config: Config) -> RunSpec:
         group_size=config.rollout.group_size, temperature=config.rollout.temperature,
         max_new_tokens=config.rollout.max_new_tokens, groups_per_lease=config.rollout.groups_per_lease,
         protocol=config.protocol, staleness=config.max_staleness, fetch_delay_s=config.workers.fetch_delay_s,
+        broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
         heartbeat_interval_s=min(2.0, config.coordinator.heartbeat_timeout_s / 4), seed=config.run.seed,
     )
 
@@ -92,6 +93,7 @@ def run_training(config: Config) -> RunSummary:
     metrics = MetricsWriter(run_dir, tensorboard=config.telemetry.tensorboard)
     timeline = TimelineWriter(run_dir)
     token = config.coordinator.token or secrets.token_urlsafe(16)
+    publisher = Publisher(config.broadcast, keep_versions=config.max_staleness + 2, token=token)
     state = CoordinatorState(
         run_spec(config),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,
@@ -102,25 +104,32 @@ def run_training(config: Config) -> RunSummary:
         lease_timeout_s=config.coordinator.lease_timeout_s,
         heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
         on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),
+        planner=publisher.planner,
     )
-    state.publish(0, serialize_parameters(model))
-    server = CoordinatorServer(create_app(state, config.coordinator.lease_wait_s), config.coordinator.host,
-                               config.coordinator.port)
+    state.publish(0, *publisher.publish(0, model))
+    app = create_app(state, config.coordinator.lease_wait_s)
+    publisher.mount(app)
+    server = CoordinatorServer(app, config.coordinator.host, config.coordinator.port)
     server.start(config.coordinator.start_timeout_s)
     log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.max_staleness,
              server.url)
     log.info("more workers can join with: echo2 worker --coordinator %s --token %s", server.url, token)
-    workers = LocalWorkers(server.url, token, config.workers.count, config.workers.threads, run_dir / "workers")
+    worker_args = [] if config.workers.relay else ["--no-relay"]
+    if config.workers.upload_mbps is not None:
+        worker_args += ["--upload-mbps", str(config.workers.upload_mbps)]
+    workers = LocalWorkers(server.url, token, config.workers.count, config.workers.threads, run_dir / "workers",
+                           worker_args)
     workers.start()
     learner = Learner(model, tokenizer, config.learner, config.rollout,
                       model_dir=resolve_model_path(config.model.name))
     try:
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
-        result = LearnerLoop(config, state, learner, task, eval_examples, run_dir, metrics, timeline).run()
+        result = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline).run()
     finally:
         state.finish()
         workers.stop()
         server.stop()
+        publisher.close()
         metrics.close()
         timeline.close()
     plot_curves(run_dir)

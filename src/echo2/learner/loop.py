@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from echo2.broadcast.payload import serialize_parameters
+from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
 from echo2.coordinator.state import CoordinatorState
 from echo2.evaluation import EvalResult, evaluate
@@ -44,10 +44,10 @@ class LoopResult:
 
 
 class LearnerLoop:
-    def __init__(self, config: Config, state: CoordinatorState, learner: Learner, task: Task,
+    def __init__(self, config: Config, state: CoordinatorState, publisher: Publisher, learner: Learner, task: Task,
                  eval_examples: list[Example], run_dir: Path, metrics: MetricsWriter, timeline: TimelineWriter
                  ) -> None:
-        self.config, self.state, self.learner, self.task = config, state, learner, task
+        self.config, self.state, self.publisher, self.learner, self.task = config, state, publisher, learner, task
         self.eval_examples, self.run_dir = eval_examples, run_dir
         self.metrics, self.timeline = metrics, timeline
         self.progress = Progress(config.run.steps, enabled=config.telemetry.progress)
@@ -63,6 +63,16 @@ class LearnerLoop:
         for prompt, completion, reward in result.examples:
             log.info("  sample v%d: %s%s  (reward %.2f)", version, prompt, completion, reward)
         return result
+
+    def _dissemination(self) -> dict[str, float]:
+        """Publish -> last live worker loaded, for versions that finished spreading since the last step."""
+        latencies = []
+        for version, published, loaded in self.state.pop_disseminated():
+            self.timeline.interval("broadcast", "disseminate", published, loaded, version)
+            latencies.append(loaded - published)
+        if not latencies:
+            return {}
+        return {"dissemination_s": sum(latencies) / len(latencies), "dissemination_max_s": max(latencies)}
 
     def _worker_metrics(self) -> dict[str, float]:
         records = self.state.worker_records()
@@ -94,7 +104,7 @@ class LearnerLoop:
             train_start = time.time()
             record = self.learner.step(batch, version=step)
             version = step + 1
-            state.publish(version, serialize_parameters(self.learner.model))
+            state.publish(version, *self.publisher.publish(version, self.learner.model))
             train_end = time.time()
             self.timeline.interval("learner", "train", train_start, train_end, version)
             if step == start_version:
@@ -113,6 +123,7 @@ class LearnerLoop:
                 utilization=result.utilization,
                 samples_per_s=result.samples / max(elapsed, 1e-9),
                 groups_dropped_stale=state.dropped["stale"],
+                **self._dissemination(),
                 leases_expired=state.counters["leases_expired"],
                 **self._worker_metrics(),
             )

@@ -87,8 +87,8 @@ class CoordinatorClient:
               ) -> Reply:
         return reply.model_validate_json(self._request("POST", path, what, body, read_timeout_s).content)
 
-    def register(self, name: str) -> RegisterResponse:
-        response = self._call("/v1/register", "registering", RegisterRequest(name=name), RegisterResponse)
+    def register(self, request: RegisterRequest) -> RegisterResponse:
+        response = self._call("/v1/register", "registering", request, RegisterResponse)
         self.session_token = response.session_token
         return response
 
@@ -103,10 +103,6 @@ class CoordinatorClient:
 
     def version(self) -> VersionInfo:
         return VersionInfo.model_validate_json(self._request("GET", "/v1/version", "asking for the version").content)
-
-    def weights(self, version: int) -> tuple[bytes, str]:
-        response = self._request("GET", f"/v1/weights/{version}", f"downloading weights v{version}")
-        return response.content, response.headers.get("X-Echo2-Sha256", "")
 
 
 def _detail(response: httpx.Response) -> str:

@@ -8,6 +8,10 @@ Protocols (Echo, arXiv 2508.05387):
   coordinator announces it in every heartbeat and lease reply) while the main thread keeps
   generating; the new weights are swapped in between two requests, never during one.
 
+Weights arrive as verified chunks (:mod:`echo2.broadcast`) from the sources the coordinator
+names for this worker: a parent relay first, the learner last. Unless started with
+``relay=None``, the worker also serves the chunks it holds to its own children in the plan.
+
 The worker never imports the learner: it needs a model, a tokenizer, the task's verifier and
 the wire protocol, nothing else.
 """
@@ -20,16 +24,25 @@ import socket
 import threading
 import time
 
+from dataclasses import dataclass
+
+import httpx
 import torch
 
-from echo2.broadcast.payload import CorruptPayload, load_parameters, sha256
+from echo2.broadcast.chunk_store import ChunkStore
+from echo2.broadcast.downloader import BroadcastError, fetch_version
+from echo2.broadcast.payload import CorruptPayload, load_parameters
+from echo2.broadcast.relay import RelayServer
+from echo2.broadcast.throttle import Throttle
 from echo2.modeling import load_model, load_tokenizer, pin_threads
 from echo2.protocol import (
+    LEARNER_SOURCE,
     Completion,
     GroupResult,
     Heartbeat,
     LeaseRequest,
     LeaseResponse,
+    RegisterRequest,
     RunSpec,
     SubmitRequest,
     TimelineEvent,
@@ -41,10 +54,29 @@ from echo2.tasks import Example, load_task
 log = logging.getLogger("echo2.worker")
 
 
+@dataclass(frozen=True)
+class RelayOptions:
+    """How this worker serves weight chunks to its peers."""
+
+    bind_host: str = "127.0.0.1"
+    """Interface to listen on (0.0.0.0 for peers on other machines)."""
+    port: int = 0
+    """Port; 0 picks a free one."""
+    advertise_host: str | None = None
+    """Address peers should dial when it differs from ``bind_host`` (e.g. the public IP)."""
+    upload_bytes_per_s: float | None = None
+    """Upload cap (token bucket) standing for this worker's uplink; None = uncapped."""
+
+
 class RolloutWorker:
     def __init__(self, url: str, token: str, *, name: str | None = None, threads: int = 1,
-                 fetch_timeout_s: float = 120.0, give_up_after_s: float = 120.0) -> None:
+                 fetch_timeout_s: float = 120.0, give_up_after_s: float = 120.0,
+                 relay: RelayOptions | None = RelayOptions()) -> None:
         self.client = CoordinatorClient(url, token, give_up_after_s=give_up_after_s)
+        self.relay_options = relay
+        self.store = ChunkStore(keep=2)
+        self.relay: RelayServer | None = None
+        self.http = httpx.Client(limits=httpx.Limits(max_connections=8))  # one pool for every chunk fetch
         self.name = name or f"{socket.gethostname()}-{id(self) % 10000}"
         self.threads = threads
         self.fetch_timeout_s = fetch_timeout_s
@@ -58,7 +90,14 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> RunSpec:
-        registration = self.client.register(self.name)
+        options = self.relay_options
+        if options is not None:
+            self.relay = RelayServer(self.store, options.bind_host, options.port, token=self.client.run_token,
+                                     throttle=Throttle(options.upload_bytes_per_s),
+                                     advertise_host=options.advertise_host).start()
+        registration = self.client.register(RegisterRequest(
+            name=self.name, relay_url=self.relay.url if self.relay else None,
+            upload_bytes_per_s=options.upload_bytes_per_s if options else None))
         spec = registration.spec
         log.info("registered with %s as %s (protocol %s, S=%d)", self.client.url, registration.worker_id,
                  spec.protocol, spec.staleness)
@@ -82,25 +121,31 @@ class RolloutWorker:
             return events
 
     # ------------------------------------------------------------------ weights
-    def _download(self, version: int) -> tuple[bytes, str]:
-        """Fetch one version's bytes and check them. The slow-link delay is added after the
-        request, as transfer time: the version asked for is the one that arrives."""
-        started = time.time()
-        payload, digest = self.client.weights(version)
-        if self.spec.fetch_delay_s:
-            time.sleep(self.spec.fetch_delay_s)
-        if sha256(payload) != digest:
-            raise CorruptPayload(f"weights v{version}: sha256 mismatch after download")
-        self._record("fetch", started, time.time(), version)
-        return payload, digest
+    def _fetch_newest(self, held: int) -> tuple[int, bytes, str] | None:
+        """Download the newest version if it is newer than ``held``: (version, payload, sha256).
 
-    def _fetch_newest_blocking(self) -> None:
+        The slow-link delay is added after the transfer, as transfer time: the version asked for
+        is the one that arrives (and the chunks already relayed on meanwhile)."""
         info = self.client.version()
         self.latest_version = max(self.latest_version, info.version)
-        if info.version > self.version:
-            payload, digest = self._download(info.version)
-            load_parameters(self.model, payload, digest)
-            self.version = info.version
+        if info.version <= held:
+            return None
+        started = time.time()
+        sources = [self.client.url if source == LEARNER_SOURCE else source for source in info.sources]
+        result = fetch_version(info.version, sources, self.store, token=self.client.run_token,
+                               timeout_s=self.spec.broadcast_timeout_s, stall_s=self.spec.broadcast_stall_s,
+                               expected_sha256=info.sha256, client=self.http)
+        if self.spec.fetch_delay_s:
+            time.sleep(self.spec.fetch_delay_s)
+        self._record("fetch", started, time.time(), info.version)
+        assert result.payload is not None
+        return info.version, result.payload, info.sha256
+
+    def _fetch_newest_blocking(self) -> None:
+        fetched = self._fetch_newest(self.version)
+        if fetched is not None:
+            load_parameters(self.model, fetched[1], fetched[2])
+            self.version = fetched[0]
 
     def _background_fetcher(self) -> None:
         """Async protocol: download announced versions while the main thread generates."""
@@ -111,14 +156,17 @@ class RolloutWorker:
                 self.stop.wait(0.01)
                 continue
             try:
-                payload, digest = self._download(target)
-            except (CoordinatorUnreachable, RequestRefused, CorruptPayload) as error:
+                staged = self._fetch_newest(fetched)
+            except (CoordinatorUnreachable, RequestRefused, CorruptPayload, BroadcastError) as error:
                 log.warning("background fetch of v%d failed (%s); will retry", target, error)
                 self.stop.wait(0.1 if isinstance(error, RequestRefused) else 1.0)
                 continue
-            fetched = target
+            if staged is None:
+                self.stop.wait(0.01)
+                continue
+            fetched = staged[0]
             with self._staged_ready:
-                self._staged = (target, payload, digest)
+                self._staged = staged
                 self._staged_ready.notify_all()
 
     def _swap_in_staged(self, wait_s: float = 0.0) -> None:
@@ -184,7 +232,12 @@ class RolloutWorker:
                 if spec.protocol == "async":
                     self._swap_in_staged()
                 else:
-                    self._fetch_newest_blocking()
+                    try:
+                        self._fetch_newest_blocking()
+                    except (CorruptPayload, BroadcastError) as error:
+                        log.warning("fetching the newest weights failed (%s); will retry", error)
+                        self.stop.wait(1.0)
+                        continue
                 lease = self.client.lease(LeaseRequest(version=self.version, max_groups=spec.groups_per_lease),
                                           wait_s=5.0)
                 self.latest_version = max(self.latest_version, lease.latest_version)
@@ -205,6 +258,10 @@ class RolloutWorker:
         finally:
             self.stop.set()
             self.client.close()
+            if self.relay is not None:
+                self.relay.stop()
+            self.store.close()
+            self.http.close()
         log.info("worker %s done at version %d", self.name, self.version)
 
 

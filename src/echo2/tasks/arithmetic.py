@@ -1,7 +1,10 @@
 """Multi-step integer arithmetic, the default task.
 
-Prompts look like ``37+8-52=`` and the expected completion is the integer result (``-7``).
-Difficulty is set by the number of operands and the largest operand. The held-out split is
+Prompts look like ``37+8-52=``. A completion either states the result directly (``-7``) or
+works it out first, one operation at a time, after a scratchpad marker:
+``<think>45-52=-7``. Either way the verifier reads the integer after the last ``=`` (or the whole
+completion when it has none), so the reward is exact match on the final answer and says nothing
+about the route. Difficulty is set by the number of operands and the largest operand. The held-out split is
 decided by a hash of the prompt text (:func:`stable_fraction`), so it is disjoint from training
 by construction, needs no state, and is the same on the learner, on every worker and in the
 script that trains the shipped model.
@@ -10,14 +13,19 @@ script that trains the shipped model.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 
 from echo2.tasks.base import Example, Task, stable_fraction
 
 
+#: Opens a worked solution (a single token in the shipped model's tokenizer).
+WORK_MARKER = "<think>"
+
+
 def parse_int(text: str) -> int | None:
-    """The integer a completion states, or None when it is not one."""
-    text = text.strip()
+    """The final integer a completion states (after its last ``=``), or None when there is none."""
+    text = text.rpartition("=")[2].replace(WORK_MARKER, "").strip()
     try:
         return int(text)
     except ValueError:
@@ -63,6 +71,22 @@ class ArithmeticTask(Task):
             terms.append(str(rng.randint(0, self.max_operand)))
         expression = "".join(terms)
         return Example(prompt=expression + "=", answer=str(eval(expression)))  # noqa: S307 (digits and +-* only)
+
+    def worked_solution(self, example: Example) -> str:
+        """The step-by-step completion for ``example``: marker, then each left-to-right reduction.
+
+        ``37+8-52=`` gives ``<think>45-52=-7``: every step is a single two-operand operation,
+        which a small model gets right far more often than the whole expression at once.
+        Products are reduced first, so the steps respect operator precedence.
+        """
+        tokens = re.findall(r"\d+|[+*-]", example.prompt.rstrip("="))
+        steps = []
+        while len(tokens) > 1:
+            at = tokens.index("*") - 1 if "*" in tokens else 0
+            value = str(eval("".join(tokens[at : at + 3])))  # noqa: S307 (digits and +-* only)
+            tokens = [*tokens[:at], value, *tokens[at + 3 :]]
+            steps.append("".join(tokens))
+        return WORK_MARKER + "=".join(steps)
 
     def is_heldout(self, prompt: str) -> bool:
         return stable_fraction(prompt) < self.heldout_fraction

@@ -11,7 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from echo2.telemetry.metrics import read_jsonl  # noqa: E402
 
-TIMELINE_COLOURS = {"train": "tab:blue", "generate": "tab:green", "fetch": "tab:orange"}
+TIMELINE_COLOURS = {"train": "tab:blue", "generate": "tab:green", "fetch": "tab:orange", "disseminate": "tab:purple"}
+TIMELINE_LABELS = {"train": "learner step", "generate": "generation", "fetch": "weight fetch",
+                   "disseminate": "dissemination (publish -> last worker loaded)"}
 
 
 def plot_curves(run_dir: Path) -> Path:
@@ -40,14 +42,16 @@ def plot_curves(run_dir: Path) -> Path:
 
 
 def plot_timeline(run_dir: Path, max_seconds: float | None = 60.0) -> Path:
-    """Learner busy intervals against each worker's generation and weight-fetch intervals.
+    """Learner busy intervals against each worker's generation and weight-fetch intervals, and
+    each version's dissemination (row ``broadcast``: publish until the last live worker loaded it).
 
     Only the first ``max_seconds`` after the first learner interval are drawn, so that
     individual intervals stay visible.
     """
     intervals = read_jsonl(run_dir / "timeline.jsonl")
     origin = min((i["start"] for i in intervals), default=0.0)
-    rows = ["learner"] + sorted({i["who"] for i in intervals} - {"learner"})
+    rows = ["learner"] + sorted({i["who"] for i in intervals} - {"learner", "broadcast"})
+    rows += ["broadcast"] if any(i["who"] == "broadcast" for i in intervals) else []
     fig, ax = plt.subplots(figsize=(10, 1 + 0.6 * len(rows)))
     for interval in intervals:
         start = interval["start"] - origin
@@ -56,13 +60,15 @@ def plot_timeline(run_dir: Path, max_seconds: float | None = 60.0) -> Path:
         row = rows.index(interval["who"])
         offset = 0.2 if interval["kind"] == "fetch" else 0.0
         ax.barh(row + offset, interval["end"] - interval["start"], left=start, height=0.35 if offset else 0.6,
-                color=TIMELINE_COLOURS.get(interval["kind"], "tab:purple"))
+                color=TIMELINE_COLOURS.get(interval["kind"], "tab:gray"),
+                alpha=0.5 if interval["kind"] == "disseminate" else 1.0)
     ax.set_yticks(range(len(rows)), rows)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since start")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in TIMELINE_COLOURS.values()]
-    ax.legend(handles, ["learner step", "generation", "weight fetch"], loc="upper right", fontsize=8)
-    ax.set_title("timeline: learner busy vs worker generation / weight fetch")
+    kinds = [k for k in TIMELINE_COLOURS if any(i["kind"] == k for i in intervals)]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=TIMELINE_COLOURS[k]) for k in kinds]
+    ax.legend(handles, [TIMELINE_LABELS[k] for k in kinds], loc="upper right", fontsize=8)
+    ax.set_title("timeline: learner busy vs worker generation / weight fetch / dissemination")
     path = run_dir / "timeline.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)

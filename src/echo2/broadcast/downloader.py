@@ -1,0 +1,341 @@
+"""Fetching one version chunk by chunk down an ordered list of sources, never losing progress.
+
+``sources`` is the fallback chain the planner gives a worker: ``[parent, grandparent, ...,
+learner]``. Chunks are requested in order from the current source with a long-poll, so a node
+receives chunk *i* from its parent as soon as the parent has it (the pipeline). When the current
+source fails for a chunk — connection refused or reset, a stall, a corrupt chunk, a refusal —
+that chunk and every later one move to the next source; chunks already verified stay in the
+store, so a failover costs at most the chunks in flight, and a corrupt chunk is simply asked
+for again elsewhere. The last source (the learner) is retried until the deadline.
+
+"Stalled" has two forms. A source that stops sending mid-response, or never answers, is dropped
+after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed). A source that answers "not yet"
+is normal in a pipeline (it is waiting on its own parent), so it is kept while it makes progress
+of its own (its held-chunk count, sent with every "not yet", grows) and dropped only after
+``patience_s`` without any. ``patience_s`` defaults to twice the stall budget, so when a node
+high in a chain fails over, its descendants wait for it rather than all rushing the learner.
+
+Every wait is bounded; errors say which version, chunk and source.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import httpx
+from pydantic import ValidationError
+
+from echo2.broadcast.chunk_store import ChunkStore
+from echo2.broadcast.integrity import CorruptPayload
+from echo2.broadcast.manifest import Manifest
+from echo2.broadcast.relay import HELD_HEADER, PREFIX
+from echo2.protocol import AUTH_HEADER
+
+log = logging.getLogger("echo2.broadcast")
+
+
+class BroadcastError(RuntimeError):
+    """A version could not be fetched (the message says which, and the last problems seen)."""
+
+
+class BroadcastTimeout(BroadcastError, TimeoutError):
+    """The version was not complete within ``timeout_s``."""
+
+
+class BroadcastCancelled(BroadcastError):
+    """The ``cancel`` event was set."""
+
+
+class _SourceFailed(Exception):
+    def __init__(self, reason: str, gone: bool = False) -> None:
+        super().__init__(reason)
+        self.gone = gone  # the source says the version will never come (evicted)
+
+
+class _Abort(Exception):
+    """Another fetching thread failed; this one just stops."""
+
+
+@dataclass
+class FetchStats:
+    version: int
+    seconds: float = 0.0
+    manifest_source: str | None = None
+    bytes_by_source: dict[str, int] = field(default_factory=dict)
+    chunks_by_source: dict[str, int] = field(default_factory=dict)
+    resumed_chunks: int = 0
+    """Chunks already in the store when the call began (kept from an earlier attempt)."""
+    failovers: list[str] = field(default_factory=list)
+    """One line per abandoned attempt: chunk, source, reason."""
+
+
+@dataclass
+class FetchResult:
+    manifest: Manifest
+    payload: bytes | None
+    stats: FetchStats
+
+
+def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token: str | None = None,
+                  timeout_s: float = 300.0, stall_s: float = 10.0, poll_s: float = 2.0,
+                  patience_s: float | None = None, in_flight: int = 2, expected_sha256: str | None = None,
+                  assemble: bool = True, cancel: threading.Event | None = None,
+                  client: httpx.Client | None = None) -> FetchResult:
+    """Fetch ``version`` into ``store`` from ``sources`` (base URLs, parent first, learner last).
+
+    Returns the manifest, the verified payload (None with ``assemble=False``: the store then
+    holds the complete, whole-hash-verified version) and :class:`FetchStats`. ``in_flight``
+    chunk requests run at once to hide per-request latency. ``expected_sha256`` (the learner's
+    announced hash) rejects a manifest describing anything else. Raises
+    :class:`BroadcastTimeout`, :class:`BroadcastCancelled`, :class:`BroadcastError`, or
+    :class:`CorruptPayload` when the chunks verify but the whole does not (a forged manifest;
+    the version is then dropped from the store).
+    """
+    if not sources:
+        raise ValueError("fetch_version needs at least one source (the learner)")
+    if min(timeout_s, stall_s, poll_s) <= 0 or in_flight < 1:
+        raise ValueError("timeout_s, stall_s and poll_s must be > 0 and in_flight >= 1")
+    fetch = _Fetch(version, [s.rstrip("/") for s in sources], store, token, timeout_s, stall_s, poll_s,
+                   patience_s if patience_s is not None else 2 * (stall_s + poll_s), in_flight, expected_sha256,
+                   cancel)
+    http = client or httpx.Client(limits=httpx.Limits(max_connections=2 * in_flight + 4))
+    try:
+        return fetch.run(http, assemble)
+    finally:
+        if client is None:
+            http.close()
+
+
+class _Fetch:
+    def __init__(self, version: int, sources: list[str], store: ChunkStore, token: str | None, timeout_s: float,
+                 stall_s: float, poll_s: float, patience_s: float, in_flight: int, expected_sha256: str | None,
+                 cancel: threading.Event | None) -> None:
+        self.version, self.sources, self.store = version, sources, store
+        self.headers = {AUTH_HEADER: token} if token else {}
+        self.timeout_s, self.stall_s, self.poll_s, self.patience_s = timeout_s, stall_s, poll_s, patience_s
+        self.in_flight, self.expected_sha256, self.cancel = in_flight, expected_sha256, cancel
+        self.deadline = time.monotonic() + timeout_s
+        self.stats = FetchStats(version)
+        self.lock = threading.Lock()
+        self.level = 0  # index in sources of the source chunks are asked from now
+        self.progress_at = {0: time.monotonic()}  # per level: when that source last made progress
+        self.held_seen: dict[int, int] = {}
+        self.pending: deque[int] = deque()
+        self.error: BaseException | None = None
+
+    # ------------------------------------------------------------------ top level
+    def run(self, http: httpx.Client, assemble: bool) -> FetchResult:
+        started = time.monotonic()
+        self.http = http
+        manifest = self.manifest = self._manifest()
+        missing = self.store.missing(self.version)
+        self.stats.resumed_chunks = manifest.num_chunks - len(missing)
+        self.pending = deque(missing)
+        threads = [threading.Thread(target=self._worker, daemon=True, name=f"echo2-fetch-v{self.version}-{i}")
+                   for i in range(min(self.in_flight, max(1, len(missing))))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:  # every request is bounded, so workers end soon after the deadline
+            thread.join(max(0.0, self.deadline - time.monotonic()) + self.poll_s + self.stall_s + 5)
+        if self.error is not None:
+            raise self.error
+        if any(thread.is_alive() for thread in threads) or not self.store.complete(self.version):
+            raise self._timeout_error()
+        try:
+            payload = self.store.payload(self.version) if assemble else None
+            if not assemble:
+                self.store.verify(self.version)
+        except CorruptPayload as error:
+            self.store.drop(self.version)
+            raise CorruptPayload(f"{error} (manifest from {self.stats.manifest_source})") from None
+        self.stats.seconds = time.monotonic() - started
+        log.info("v%d: %d chunks in %.2fs (%s)", self.version, manifest.num_chunks, self.stats.seconds,
+                 ", ".join(f"{n} from {url}" for url, n in self.stats.chunks_by_source.items()) or "all held")
+        return FetchResult(manifest, payload, self.stats)
+
+    def _timeout_error(self) -> BroadcastTimeout:
+        held, total = self.store.held(self.version), self.store.manifest(self.version)
+        progress = f"{held}/{total.num_chunks} chunks" if total else "no manifest"
+        problems = "; ".join(self.stats.failovers[-3:]) or "none recorded"
+        return BroadcastTimeout(f"v{self.version} not complete within {self.timeout_s:g}s ({progress}) from "
+                                f"{self.sources}; last problems: {problems}")
+
+    def _check(self) -> None:
+        if self.error is not None:
+            raise _Abort()
+        if self.cancel is not None and self.cancel.is_set():
+            raise BroadcastCancelled(f"fetch of v{self.version} cancelled")
+        if time.monotonic() > self.deadline:
+            raise self._timeout_error()
+
+    def _timeout(self) -> tuple[float, httpx.Timeout]:
+        """The long-poll to ask for and the matching client timeouts (both within the deadline)."""
+        remaining = max(0.05, self.deadline - time.monotonic())
+        poll = min(self.poll_s, remaining)
+        return poll, httpx.Timeout(min(self.poll_s + self.stall_s, remaining + self.stall_s),
+                                   connect=min(5.0, self.stall_s))
+
+    # ------------------------------------------------------------------ manifest
+    def _manifest(self) -> Manifest:
+        held = self.store.manifest(self.version)
+        if held is not None and self.expected_sha256 in (None, held.sha256):
+            self.stats.manifest_source = "store"
+            return held
+        if held is not None:  # an earlier attempt trusted a manifest that is not the announced one
+            self.store.drop(self.version)
+        while True:
+            for url in self.sources:
+                self._check()
+                try:
+                    manifest = self._manifest_from(url)
+                except _SourceFailed as failure:
+                    self.stats.failovers.append(f"v{self.version} manifest from {url}: {failure}")
+                    if failure.gone and url == self.sources[-1]:
+                        raise BroadcastError(f"v{self.version} is no longer served by {url} ({failure}); "
+                                             "fetch a newer version") from None
+                    continue
+                self.store.put_manifest(manifest)
+                self.stats.manifest_source = url
+                return manifest
+            self._pause(0.2)
+
+    def _manifest_from(self, url: str) -> Manifest:
+        poll, timeout = self._timeout()
+        try:
+            response = self.http.get(f"{url}{PREFIX}/{self.version}/manifest", params={"wait_s": poll},
+                                     headers=self.headers, timeout=timeout)
+        except httpx.TimeoutException as error:
+            raise _SourceFailed(f"no answer within {timeout.read:g}s ({type(error).__name__})") from None
+        except httpx.TransportError as error:
+            raise _SourceFailed(f"{type(error).__name__}: {error}") from None
+        if response.status_code != 200:
+            raise self._refusal(response)
+        try:
+            manifest = Manifest.model_validate_json(response.content)
+        except ValidationError as error:
+            raise _SourceFailed(f"invalid manifest ({error.error_count()} problems)") from None
+        if manifest.version != self.version:
+            raise _SourceFailed(f"sent the manifest of v{manifest.version}")
+        if self.expected_sha256 is not None and manifest.sha256 != self.expected_sha256:
+            raise _SourceFailed(f"manifest sha256 {manifest.sha256[:12]}… is not the announced "
+                                f"{self.expected_sha256[:12]}…")
+        return manifest
+
+    # ------------------------------------------------------------------ chunks
+    def _worker(self) -> None:
+        try:
+            while True:
+                with self.lock:
+                    if self.error is not None or not self.pending:
+                        return
+                    index = self.pending.popleft()
+                self._fetch_chunk(index)
+        except _Abort:
+            return
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            with self.lock:
+                self.error = self.error or error
+
+    def _fetch_chunk(self, index: int) -> None:
+        while True:
+            self._check()
+            level = self.level
+            try:
+                if self._try_chunk(level, index):
+                    return
+            except _SourceFailed as failure:
+                self._fail(level, index, failure)
+                continue
+            idle = time.monotonic() - self.progress_at[level]
+            if idle > self.patience_s:
+                held = self.held_seen.get(level, 0)
+                self._fail(level, index, _SourceFailed(f"no progress for {idle:.1f}s (it holds {held} chunks)"))
+
+    def _try_chunk(self, level: int, index: int) -> bool:
+        """True: chunk stored; False: the source is alive but does not have it yet."""
+        url, size = self.sources[level], self.manifest.chunks[index].size
+        poll, timeout = self._timeout()
+        asked = time.monotonic()
+        try:
+            with self.http.stream("GET", f"{url}{PREFIX}/{self.version}/chunks/{index}", params={"wait_s": poll},
+                                  headers=self.headers, timeout=timeout) as response:
+                if response.status_code != 200:
+                    response.read()
+                    return self._not_yet(level, response, asked)
+                data = bytearray()
+                for piece in response.iter_bytes():
+                    data += piece
+                    self.progress_at[level] = time.monotonic()
+                    if len(data) > size:
+                        raise _SourceFailed(f"sent more than the chunk's {size} bytes")
+        except httpx.TimeoutException as error:
+            raise _SourceFailed(f"stalled: no bytes for {timeout.read:g}s ({type(error).__name__})") from None
+        except httpx.TransportError as error:
+            raise _SourceFailed(f"{type(error).__name__}: {error or 'connection lost'}") from None
+        try:
+            self.store.put_chunk(self.version, index, bytes(data))
+        except CorruptPayload as error:
+            raise _SourceFailed(f"corrupt chunk ({error})") from None
+        with self.lock:
+            self.stats.bytes_by_source[url] = self.stats.bytes_by_source.get(url, 0) + len(data)
+            self.stats.chunks_by_source[url] = self.stats.chunks_by_source.get(url, 0) + 1
+        return True
+
+    def _not_yet(self, level: int, response: httpx.Response, asked: float) -> bool:
+        failure = self._refusal(response)
+        if failure.gone or response.status_code not in (404, 503) or _code(response) not in ("not_yet", "unknown"):
+            raise failure
+        held = int(response.headers.get(HELD_HEADER, "0") or 0)
+        with self.lock:
+            if held > self.held_seen.get(level, -1):
+                self.held_seen[level] = held
+                self.progress_at[level] = time.monotonic()
+        if time.monotonic() - asked < 0.05:  # a source that does not long-poll: do not spin on it
+            self._pause(0.05)
+        return False
+
+    def _fail(self, level: int, index: int, failure: _SourceFailed) -> None:
+        url = self.sources[level]
+        line = f"v{self.version} chunk {index} from {url}: {failure}"
+        last = len(self.sources) - 1
+        with self.lock:
+            self.stats.failovers.append(line)
+            if level < last:
+                if self.level <= level:
+                    self.level = level + 1
+                    self.progress_at[self.level] = time.monotonic()
+                    log.warning("%s; moving on to %s", line, self.sources[self.level])
+                return
+            self.progress_at[level] = time.monotonic()
+        if failure.gone:
+            raise BroadcastError(f"v{self.version} is no longer served by {url} ({failure}); fetch a newer version")
+        log.warning("%s; retrying (no further source)", line)
+        self._pause(0.5)
+
+    def _refusal(self, response: httpx.Response) -> _SourceFailed:
+        code, detail = _code(response), _body(response).get("detail") or response.text[:200]
+        return _SourceFailed(f"{response.status_code} {code or 'error'}: {detail}", gone=code == "evicted")
+
+    def _pause(self, seconds: float) -> None:
+        seconds = max(0.0, min(seconds, self.deadline - time.monotonic()))
+        if self.cancel is not None:
+            self.cancel.wait(seconds)
+        else:
+            time.sleep(seconds)
+
+
+def _body(response: httpx.Response) -> dict:
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _code(response: httpx.Response) -> str | None:
+    code = _body(response).get("code")
+    return code if isinstance(code, str) else None

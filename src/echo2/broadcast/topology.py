@@ -1,0 +1,105 @@
+"""Who fetches from whom: the broadcast plan, as each worker's ordered list of sources.
+
+A plan maps every worker id to ``[parent, grandparent, ..., LEARNER]``: the first entry is
+where it fetches from, the rest is its fallback chain (the downloader moves down it when a
+source fails), and it always ends at the learner, which holds every version.
+
+Why chains. The learner's uplink ``B`` is the bottleneck: sending ``M`` bytes to ``N`` workers
+as a star costs ``N * M / B``. If every worker relays each chunk as soon as it has verified it,
+the learner sends ``M`` once and the payload flows down the tree in a pipeline. A node with
+``k`` children splits its uplink among them, so with homogeneous uplinks a tree of fan-out
+``k`` delivers at ``B / k`` and takes about ``k * M / B``; a chain (``k = 1``) delivers at the
+full ``B`` and only pays the pipeline fill, one chunk per hop::
+
+    T_chain ≈ (M + (depth - 1) * chunk) / B
+
+which is within ``(depth - 1) * chunk / M`` of the lower bound ``M / B`` (every byte has to
+leave the learner once), whatever ``N``. Small chunks keep the fill small; deep chains add
+one request latency per hop, and ``fan_out > 1`` trades some bandwidth for shallower trees.
+
+The algorithm (``plan_tree``):
+
+1. order nodes: reachable ones by upload bandwidth, fastest first (ties by id), then the
+   unreachable ones (behind NAT: they can download but nobody can connect to them) by id.
+   Fast uplinks high in the tree matter because a node's rate is capped by the slowest
+   uplink above it; the last nodes upload nothing, so they are the place for slow ones;
+2. assign parents breadth-first: the learner takes the first ``learner_fan_out`` nodes, then
+   each reachable node in turn takes up to ``fan_out`` children; unreachable nodes never get
+   children (they are leaves);
+3. nodes left when no parent has a free slot (everything unreachable, or ``fan_out = 0``)
+   attach to the learner directly.
+
+Pure functions; ``star_plan`` is the baseline where everyone fetches from the learner.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+#: The source every fallback chain ends at.
+LEARNER = "learner"
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    upload_bytes_per_s: float
+    """Measured or declared uplink; only the order matters."""
+    reachable: bool = True
+    """False: can download but not serve (e.g. behind NAT); only ever a leaf."""
+
+
+Plan = dict[str, list[str]]
+
+
+def _check(nodes: list[Node]) -> None:
+    ids = [n.id for n in nodes]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"node ids must be unique: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
+    if LEARNER in ids:
+        raise ValueError(f"{LEARNER!r} is reserved for the learner; rename that node")
+
+
+def star_plan(nodes: list[Node]) -> Plan:
+    """Everyone fetches from the learner (the baseline the pipeline is compared with)."""
+    _check(nodes)
+    return {node.id: [LEARNER] for node in nodes}
+
+
+def plan_tree(nodes: list[Node], fan_out: int = 1, learner_fan_out: int = 1) -> Plan:
+    """The relay tree described in the module docstring; ``fan_out=1`` gives a chain."""
+    _check(nodes)
+    if fan_out < 0 or learner_fan_out < 1:
+        raise ValueError(f"need fan_out >= 0 and learner_fan_out >= 1 (got {fan_out}, {learner_fan_out})")
+    reachable = sorted((n for n in nodes if n.reachable), key=lambda n: (-n.upload_bytes_per_s, n.id))
+    unreachable = sorted((n for n in nodes if not n.reachable), key=lambda n: n.id)
+    plan: Plan = {}
+    open_parents: deque[tuple[str, int]] = deque([(LEARNER, learner_fan_out)])  # (id, free child slots)
+    for node in reachable + unreachable:
+        if open_parents:
+            parent, free = open_parents.popleft()
+            if free > 1:
+                open_parents.appendleft((parent, free - 1))
+            plan[node.id] = [parent] + ([] if parent == LEARNER else plan[parent])
+        else:
+            plan[node.id] = [LEARNER]
+        if node.reachable and fan_out > 0:
+            open_parents.append((node.id, fan_out))
+    return plan
+
+
+def parent_of(plan: Plan) -> dict[str, str]:
+    return {node: sources[0] for node, sources in plan.items()}
+
+
+def children_of(plan: Plan) -> dict[str, list[str]]:
+    children: dict[str, list[str]] = {LEARNER: [], **{node: [] for node in plan}}
+    for node, sources in plan.items():
+        children[sources[0]].append(node)
+    return children
+
+
+def depth(plan: Plan) -> int:
+    """Hops from the learner to the deepest node (1 for a star, N for a chain of N)."""
+    return max((len(sources) for sources in plan.values()), default=0)

@@ -1,0 +1,448 @@
+"""The peer-assisted broadcast layer: manifest, chunk store, throttle, relay, planner, downloader.
+
+Everything runs on loopback with small payloads and caps, so the whole file takes seconds.
+"""
+
+import asyncio
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from safetensors.numpy import save as save_numpy
+
+from echo2.broadcast.chunk_store import ChunkStore, UnknownVersion, VersionEvicted
+from echo2.broadcast.downloader import BroadcastCancelled, BroadcastError, BroadcastTimeout, fetch_version
+from echo2.broadcast.manifest import Manifest, assemble, build_manifest
+from echo2.broadcast.payload import CorruptPayload, load_parameters, serialize_parameters
+from echo2.broadcast.relay import HELD_HEADER, RelayServer, add_broadcast_routes
+from echo2.broadcast.throttle import Throttle
+from echo2.broadcast.topology import LEARNER, Node, children_of, depth, parent_of, plan_tree, star_plan
+from echo2.protocol import AUTH_HEADER
+
+KIB, MIB = 1024, 1024 * 1024
+FAST = {"stall_s": 1.0, "poll_s": 0.5, "timeout_s": 20.0}
+
+
+def tiny_model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+
+
+def random_payload(nbytes: int, seed: int = 0) -> bytes:
+    return save_numpy({"w": np.frombuffer(np.random.default_rng(seed).bytes(nbytes), dtype=np.float32)})
+
+
+# ---------------------------------------------------------------------- manifest and payload
+def test_manifest_round_trip_is_bit_identical():
+    model = tiny_model()
+    payload = serialize_parameters(model)
+    manifest, chunks = build_manifest(payload, version=3, chunk_size=1000)
+    assert manifest.dtype == "float32" and manifest.kind == "full" and manifest.total_bytes == len(payload)
+    assert manifest.num_chunks == len(chunks) == -(-len(payload) // 1000)
+    assert {t.name: (t.dtype, t.shape) for t in manifest.tensors} == {
+        name: ("F32", list(p.shape)) for name, p in model.named_parameters()}
+    copy = Manifest.model_validate_json(manifest.model_dump_json())  # as it travels
+    fresh = tiny_model(seed=1)
+    load_parameters(fresh, assemble(copy, chunks), copy.sha256)
+    for (name, p), q in zip(model.named_parameters(), fresh.parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_bf16_payload_is_half_the_size_and_loads_back_into_float32():
+    model = tiny_model()
+    payload = serialize_parameters(model, "bfloat16")
+    assert len(payload) < 0.6 * len(serialize_parameters(model))
+    manifest, chunks = build_manifest(payload, version=0, chunk_size=512)
+    assert manifest.dtype == "bfloat16" and {t.dtype for t in manifest.tensors} == {"BF16"}
+    fresh = tiny_model(seed=1)
+    load_parameters(fresh, assemble(manifest, chunks))
+    for p, q in zip(model.parameters(), fresh.parameters()):
+        assert q.dtype == torch.float32
+        assert torch.equal(q, p.detach().to(torch.bfloat16).to(torch.float32))
+        torch.testing.assert_close(q, p.detach(), rtol=2 ** -8, atol=0)
+
+
+def test_lora_kind_is_just_another_tensor_set():
+    adapter = save_numpy({"layers.0.q.lora_A": np.zeros((4, 16), np.float32),
+                          "layers.0.q.lora_B": np.zeros((16, 4), np.float32)})
+    manifest, chunks = build_manifest(adapter, version=1, chunk_size=64, kind="lora")
+    assert manifest.kind == "lora" and [t.shape for t in manifest.tensors] == [[4, 16], [16, 4]]
+    assert assemble(manifest, chunks) == adapter
+
+
+def test_tampered_chunks_and_bad_inputs_are_rejected():
+    payload = random_payload(10 * KIB)
+    manifest, chunks = build_manifest(payload, version=7, chunk_size=KIB)
+    tampered = list(chunks)
+    tampered[2] = bytes([tampered[2][0] ^ 1]) + tampered[2][1:]
+    with pytest.raises(CorruptPayload, match="v7 chunk 2: sha256 mismatch"):
+        assemble(manifest, tampered)
+    with pytest.raises(CorruptPayload, match="chunk 3: 10 bytes"):
+        assemble(manifest, chunks[:3] + [chunks[3][:10]] + chunks[4:])
+    with pytest.raises(CorruptPayload, match="chunks given"):
+        assemble(manifest, chunks[:-1])
+    with pytest.raises(CorruptPayload, match="safetensors"):
+        build_manifest(b"definitely not safetensors", version=0)
+    with pytest.raises(ValueError, match="dtype='bfloat16' but the payload holds"):
+        build_manifest(payload, version=0, dtype="bfloat16")
+    with pytest.raises(ValueError, match="chunk sizes add up"):
+        Manifest(**{**manifest.model_dump(), "total_bytes": manifest.total_bytes + 1})
+
+
+# ---------------------------------------------------------------------- chunk store
+def test_store_long_polls_verifies_and_evicts():
+    payload = random_payload(8 * KIB)
+    manifest, chunks = build_manifest(payload, version=1, chunk_size=KIB)
+    store = ChunkStore(keep=2)
+    assert store.get_chunk(1, 0, wait_s=0.05) is None  # not known yet: waits, then times out
+    store.put_manifest(manifest)
+    assert store.missing(1) == list(range(manifest.num_chunks)) and not store.complete(1)
+    with pytest.raises(CorruptPayload, match="v1 chunk 0"):
+        store.put_chunk(1, 0, chunks[1])
+    threading.Timer(0.1, store.put_chunk, args=(1, 0, chunks[0])).start()
+    started = time.monotonic()
+    assert store.get_chunk(1, 0, wait_s=5) == chunks[0]
+    assert 0.05 < time.monotonic() - started < 2
+    for index, chunk in enumerate(chunks):
+        store.put_chunk(1, index, chunk)
+    assert store.complete(1) and store.missing(1) == [] and store.payload(1) == payload
+    with pytest.raises(IndexError):
+        store.get_chunk(1, manifest.num_chunks)
+
+    # a waiter on a version that gets evicted is woken with the reason, not left to time out
+    partial, _ = build_manifest(random_payload(KIB, seed=2), version=2, chunk_size=KIB)
+    store.put_manifest(partial)  # held: v1 (complete) and v2 (no chunks yet)
+    outcome = []
+
+    def wait_on_v2_chunk():
+        try:
+            store.get_chunk(2, 0, wait_s=5)
+        except VersionEvicted as error:
+            outcome.append(error)
+
+    waiter = threading.Thread(target=wait_on_v2_chunk)
+    waiter.start()
+    time.sleep(0.1)
+    store.publish(3, random_payload(KIB, seed=3), chunk_size=KIB)  # evicts v1
+    store.publish(4, random_payload(KIB, seed=4), chunk_size=KIB)  # evicts v2
+    waiter.join(2)
+    assert outcome and "v2 was evicted" in str(outcome[0])
+    assert store.versions() == [3, 4]
+    with pytest.raises(VersionEvicted):
+        store.put_manifest(manifest)
+    with pytest.raises(UnknownVersion):
+        store.missing(5)
+
+
+def test_store_async_wait_does_not_block_the_event_loop():
+    manifest, chunks = build_manifest(random_payload(2 * KIB), version=0, chunk_size=KIB)
+    store = ChunkStore()
+    store.put_manifest(manifest)
+
+    async def main():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(ticker())
+        threading.Timer(0.2, store.put_chunk, args=(0, 1, chunks[1])).start()
+        got = await store.aget_chunk(0, 1, wait_s=5)
+        timed_out = await store.aget_chunk(0, 0, wait_s=0.05)
+        task.cancel()
+        return got, timed_out, ticks
+
+    got, timed_out, ticks = asyncio.run(main())
+    assert got == chunks[1] and timed_out is None and ticks >= 10
+
+
+# ---------------------------------------------------------------------- throttle
+def test_throttle_caps_the_total_rate_of_concurrent_senders():
+    throttle = Throttle(4 * MIB)
+
+    def send_one_mib():
+        for _ in range(16):
+            throttle.acquire(64 * KIB)
+
+    threads = [threading.Thread(target=send_one_mib) for _ in range(2)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started  # 2 MiB at 4 MiB/s
+    assert 0.4 < elapsed < 1.2, elapsed
+
+
+def test_throttle_sends_bodies_in_order_at_the_capped_rate():
+    throttle = Throttle(8 * MIB)
+
+    async def receive(data, log):
+        async for piece in throttle.paced(data):
+            log.append(time.monotonic())
+
+    async def main():
+        first, second = [], []
+        started = time.monotonic()
+        await asyncio.gather(receive(bytes(512 * KIB), first), receive(bytes(512 * KIB), second))
+        return started, first, second
+
+    started, first, second = asyncio.run(main())
+    assert len(first) == len(second) == 8
+    assert first[-1] <= second[0] + 0.005  # one body after the other, not interleaved
+    assert 0.1 < second[-1] - started < 0.5  # 1 MiB at 8 MiB/s (minus one slice of burst)
+    unlimited = Throttle(None)
+    started = time.monotonic()
+    unlimited.acquire(100 * MIB)
+    assert time.monotonic() - started < 0.05
+
+
+# ---------------------------------------------------------------------- planner
+def nodes(count, slow=(), unreachable=()):
+    return [Node(f"w{i}", 1.0 if f"w{i}" in slow else 10.0 + i % 3, f"w{i}" not in unreachable) for i in range(count)]
+
+
+def assert_valid_plan(plan, node_list, fan_out, learner_fan_out):
+    assert set(plan) == {n.id for n in node_list}
+    parents = parent_of(plan)
+    for node, sources in plan.items():
+        assert sources[-1] == LEARNER and node not in sources and len(set(sources)) == len(sources)
+        assert sources[1:] == (plan[sources[0]] if sources[0] != LEARNER else [])  # the fallback chain is the path
+        walk, seen = node, set()
+        while walk != LEARNER:  # no cycles: every walk up reaches the learner
+            assert walk not in seen
+            seen.add(walk)
+            walk = parents[walk]
+    children = children_of(plan)
+    unreachable = {n.id for n in node_list if not n.reachable}
+    for parent, kids in children.items():
+        if parent in unreachable:
+            assert kids == []
+        elif parent != LEARNER:
+            assert len(kids) <= fan_out
+    return children
+
+
+def test_chain_orders_by_bandwidth_and_keeps_unreachable_nodes_as_leaves():
+    node_list = nodes(6, slow={"w1"}, unreachable={"w0"})
+    plan = plan_tree(node_list, fan_out=1)
+    assert_valid_plan(plan, node_list, 1, 1)
+    assert plan["w0"] == ["w1", "w3", "w4", "w5", "w2", LEARNER]  # unreachable last, below the slowest
+    assert plan["w2"] == [LEARNER] and plan["w5"] == ["w2", LEARNER]  # fastest first (w2, w5 tie at 12: by id)
+    assert depth(plan) == 6
+
+
+@pytest.mark.parametrize("count,fan_out,learner_fan_out", [(1, 1, 1), (7, 2, 1), (20, 3, 2), (9, 1, 3), (5, 0, 2)])
+def test_tree_respects_fan_out(count, fan_out, learner_fan_out):
+    node_list = nodes(count, unreachable={"w2", "w5"})
+    plan = plan_tree(node_list, fan_out, learner_fan_out)
+    children = assert_valid_plan(plan, node_list, fan_out, learner_fan_out)
+    if fan_out > 0 and count > learner_fan_out:
+        assert len(children[LEARNER]) == learner_fan_out
+    if fan_out == 0:
+        assert all(sources == [LEARNER] for sources in plan.values())
+
+
+def test_all_unreachable_attach_to_the_learner_and_star_plan():
+    node_list = nodes(4, unreachable={"w0", "w1", "w2", "w3"})
+    assert plan_tree(node_list, fan_out=2) == {f"w{i}": [LEARNER] for i in range(4)}
+    assert star_plan(nodes(3)) == {"w0": [LEARNER], "w1": [LEARNER], "w2": [LEARNER]}
+    with pytest.raises(ValueError, match="unique"):
+        plan_tree([Node("a", 1), Node("a", 2)])
+    with pytest.raises(ValueError, match="reserved"):
+        star_plan([Node(LEARNER, 1)])
+
+
+# ---------------------------------------------------------------------- relay routes
+def test_routes_on_a_plain_app_auth_long_poll_and_refusals():
+    payload = random_payload(4 * KIB)
+    store = ChunkStore()
+    manifest = store.publish(5, payload, chunk_size=KIB)
+    app = FastAPI()
+    add_broadcast_routes(app, store, token="secret", max_wait_s=0.2)
+    client = TestClient(app)
+    auth = {AUTH_HEADER: "secret"}
+    assert client.get("/v1/broadcast/5/manifest").status_code == 401
+    assert client.get("/v1/broadcast/5/manifest", headers={AUTH_HEADER: "nope"}).json()["code"] == "unauthorized"
+    assert Manifest.model_validate_json(client.get("/v1/broadcast/5/manifest", headers=auth).content) == manifest
+    got = client.get("/v1/broadcast/5/chunks/1", headers=auth)
+    assert got.status_code == 200 and got.content == payload[KIB:2 * KIB]
+    assert client.get("/v1/broadcast/5/chunks/99", headers=auth).json()["code"] == "no_such_chunk"
+    started = time.monotonic()
+    unknown = client.get("/v1/broadcast/6/chunks/0", params={"wait_s": 10}, headers=auth)  # capped at 0.2s
+    assert unknown.status_code == 404 and unknown.json()["code"] == "unknown" and time.monotonic() - started < 2
+    store.publish(6, random_payload(KIB, 6), chunk_size=KIB)
+    store.publish(7, random_payload(KIB, 7), chunk_size=KIB)
+    evicted = client.get("/v1/broadcast/5/chunks/0", params={"wait_s": 10}, headers=auth)
+    assert evicted.status_code == 404 and evicted.json()["code"] == "evicted"
+    partial, _ = build_manifest(random_payload(2 * KIB, 8), version=8, chunk_size=KIB)
+    store.put_manifest(partial)
+    not_yet = client.get("/v1/broadcast/8/chunks/1", params={"wait_s": 0.05}, headers=auth)
+    assert not_yet.status_code == 503 and not_yet.json()["code"] == "not_yet" and not_yet.headers[HELD_HEADER] == "0"
+    status = client.get("/v1/broadcast/status", headers=auth).json()
+    v7 = store.manifest(7).num_chunks
+    assert status == {"versions": {"7": {"held": v7, "chunks": v7}, "8": {"held": 0, "chunks": partial.num_chunks}}}
+
+
+# ---------------------------------------------------------------------- end to end on loopback
+class Peer:
+    """A node as a worker will run it: a store, a capped relay, a downloader thread."""
+
+    def __init__(self, cap, store=None):
+        self.store = store or ChunkStore()
+        self.relay = RelayServer(self.store, throttle=Throttle(cap)).start()
+        self.url, self.result, self.error = self.relay.url, None, None
+        self.cancel = threading.Event()
+
+    def fetch(self, version, sources, **options):
+        def run():
+            try:
+                self.result = fetch_version(version, sources, self.store, cancel=self.cancel, **{**FAST, **options})
+            except BaseException as error:  # noqa: BLE001 - inspected by the test
+                self.error = error
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        return self
+
+    def kill(self):
+        self.cancel.set()
+        self.relay.stop(timeout_s=3, abort=True)
+
+
+@pytest.fixture
+def peers():
+    started = []
+
+    def make(cap, store=None):
+        started.append(Peer(cap, store))
+        return started[-1]
+
+    yield make
+    for peer in started:
+        peer.cancel.set()
+        peer.relay.stop(timeout_s=3)
+
+
+def test_chain_of_three_relays_delivers_identical_bytes(peers):
+    payload, cap = random_payload(3 * MIB), 8 * MIB
+    root = peers(cap)
+    root.store.publish(1, payload, chunk_size=128 * KIB)
+    chain = [peers(cap) for _ in range(3)]
+    urls = [root.url] + [p.url for p in chain]
+    started = time.monotonic()
+    for i, peer in enumerate(chain):
+        peer.fetch(1, urls[i::-1])  # [parent, grandparent, ..., root]
+    for peer in chain:
+        peer.thread.join(20)
+        assert peer.error is None, peer.error
+    elapsed = time.monotonic() - started
+    for i, peer in enumerate(chain):
+        assert peer.result.payload == payload and peer.result.stats.failovers == []
+        assert peer.result.stats.bytes_by_source == {urls[i]: len(payload)}  # all from its parent
+    assert elapsed < 4 * len(payload) / cap + 1  # pipelined: not 3 transfers back to back (loose: 2 busy cores)
+
+
+def test_killing_a_middle_relay_mid_broadcast_loses_no_verified_chunk(peers):
+    payload, cap = random_payload(3 * MIB), 2 * MIB  # ~1.5 s per transfer: time to kill one midway
+    root = peers(cap)
+    root.store.publish(1, payload, chunk_size=128 * KIB)
+    a, b, c = peers(cap), peers(cap), peers(cap)
+    a.fetch(1, [root.url])
+    b.fetch(1, [a.url, root.url])
+    c.fetch(1, [b.url, a.url, root.url])
+    deadline = time.monotonic() + 10
+    while b.store.held(1) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    held_by_b = b.store.held(1)
+    assert 6 <= held_by_b < 20
+    a.kill()
+    for peer in (b, c):
+        peer.thread.join(20)
+        assert peer.error is None, peer.error
+        assert peer.result.payload == payload and peer.store.complete(1)
+    stats = b.result.stats
+    assert stats.bytes_by_source[a.url] >= held_by_b * 128 * KIB - 2 * 128 * KIB  # kept what a had sent
+    assert stats.bytes_by_source[root.url] > 0 and any(a.url in line for line in stats.failovers)
+    assert sum(stats.bytes_by_source.values()) == len(payload)  # every chunk stored once: nothing fetched twice
+    a.thread.join(5)
+    assert isinstance(a.error, (BroadcastCancelled, BroadcastError)) or a.result is not None
+
+
+class TamperingStore(ChunkStore):
+    """Serves chunk 3 with one bit flipped (a faulty or malicious relay)."""
+
+    async def aget_chunk(self, version, index, wait_s=0.0):
+        data = await super().aget_chunk(version, index, wait_s)
+        return bytes([data[0] ^ 1]) + data[1:] if data is not None and index == 3 else data
+
+
+def test_corrupt_chunk_is_refetched_from_the_next_source(peers):
+    payload = random_payload(1 * MIB)
+    root, liar = peers(None), peers(None, TamperingStore())
+    for peer in (root, liar):
+        peer.store.publish(1, payload, chunk_size=128 * KIB)
+    receiver = peers(None).fetch(1, [liar.url, root.url])
+    receiver.thread.join(20)
+    assert receiver.error is None, receiver.error
+    stats = receiver.result.stats
+    assert receiver.result.payload == payload
+    assert any("chunk 3" in line and "corrupt" in line for line in stats.failovers)
+    assert stats.chunks_by_source[liar.url] >= 3 and stats.chunks_by_source[root.url] >= 1
+
+
+def test_a_source_that_never_answers_is_dropped_after_the_stall_budget(peers):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections in the kernel, never answers
+    payload = random_payload(256 * KIB)
+    root = peers(None)
+    root.store.publish(1, payload, chunk_size=64 * KIB)
+    try:
+        started = time.monotonic()
+        receiver = peers(None).fetch(1, [f"http://127.0.0.1:{silent.getsockname()[1]}", root.url],
+                                     stall_s=0.3, poll_s=0.2)
+        receiver.thread.join(10)
+        assert receiver.error is None, receiver.error
+        assert receiver.result.payload == payload and time.monotonic() - started < 5
+        assert any("no answer" in line or "stalled" in line for line in receiver.result.stats.failovers)
+    finally:
+        silent.close()
+
+
+def test_errors_are_bounded_and_say_what_failed():
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    started = time.monotonic()
+    with pytest.raises(BroadcastTimeout, match=r"v4 not complete within 0.6s .*ConnectError"):
+        fetch_version(4, [dead], ChunkStore(), timeout_s=0.6, stall_s=0.3, poll_s=0.1)
+    assert time.monotonic() - started < 3
+
+    store = ChunkStore()
+    for version in (1, 2, 3):
+        store.publish(version, random_payload(KIB, version), chunk_size=KIB)
+    with RelayServer(store) as learner:
+        with pytest.raises(BroadcastError, match="v1 is no longer served"):
+            fetch_version(1, [learner.url], ChunkStore(), **FAST)
+        with pytest.raises(BroadcastTimeout, match="not the announced"):
+            fetch_version(3, [learner.url], ChunkStore(), expected_sha256="0" * 64, timeout_s=0.5, stall_s=0.3,
+                          poll_s=0.1)
+        resumed = ChunkStore()
+        resumed.put_manifest(store.manifest(3))
+        resumed.put_chunk(3, 0, store.get_chunk(3, 0))
+        result = fetch_version(3, [learner.url], resumed, **FAST)
+        assert result.stats.resumed_chunks == 1 and result.payload == store.payload(3)
+
+
+def test_payload_helper_bytes_are_unchanged_without_dtype():
+    model = tiny_model()
+    assert serialize_parameters(model) == serialize_parameters(model, None)

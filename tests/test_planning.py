@@ -1,0 +1,79 @@
+"""The capacity model and cost-aware activation (pure logic)."""
+
+import itertools
+import math
+import random
+
+import pytest
+
+from echo2.planning.activation import Candidate, choose_active
+from echo2.planning.capacity import StepTimes, predicted_utilization, required_throughput, step_period
+
+
+def test_sync_period_is_the_serial_sum():
+    times = StepTimes(train_s=2.0, broadcast_s=1.0, rollouts_per_step=100, staleness=0)
+    assert step_period(times, throughput=50.0) == pytest.approx(2.0 + 1.0 + 2.0)
+    assert predicted_utilization(times, 50.0) == pytest.approx(0.4)
+    assert required_throughput(times) == math.inf  # S = 0 can never saturate the learner
+
+
+def test_async_saturates_when_throughput_and_latency_conditions_hold():
+    times = StepTimes(train_s=2.0, broadcast_s=1.0, rollouts_per_step=100, staleness=1)
+    # throughput condition needs 50/s; latency condition S*T >= Tb + R/mu needs R/mu <= 1 -> 100/s
+    assert required_throughput(times) == pytest.approx(100.0)
+    assert predicted_utilization(times, 100.0) == pytest.approx(1.0)
+    assert predicted_utilization(times, 99.0) < 1.0
+    # with S = 2 only the throughput condition binds
+    relaxed = StepTimes(train_s=2.0, broadcast_s=1.0, rollouts_per_step=100, staleness=2)
+    assert required_throughput(relaxed) == pytest.approx(50.0)
+    assert predicted_utilization(relaxed, 25.0) == pytest.approx(0.5)  # generation-bound: T / (R/mu)
+
+
+def test_required_throughput_is_the_inverse_of_utilization():
+    rng = random.Random(3)
+    for _ in range(200):
+        times = StepTimes(rng.uniform(0.1, 5), rng.uniform(0, 5), rng.randint(1, 1000), rng.randint(0, 4))
+        target = rng.uniform(0.2, 1.0)
+        need = required_throughput(times, target)
+        if math.isinf(need):
+            assert predicted_utilization(times, 1e12) < target + 1e-9
+        else:
+            assert predicted_utilization(times, need) >= target - 1e-9
+            assert predicted_utilization(times, need * 0.99) < target
+
+
+def test_invalid_times_are_rejected():
+    with pytest.raises(ValueError):
+        StepTimes(train_s=0.0, broadcast_s=1.0, rollouts_per_step=1, staleness=1)
+    with pytest.raises(ValueError):
+        required_throughput(StepTimes(1.0, 0.0, 1, 1), target_utilization=1.5)
+
+
+def brute_force_cost(candidates, need):
+    best = math.inf
+    for size in range(len(candidates) + 1):
+        for subset in itertools.combinations(candidates, size):
+            if sum(c.throughput for c in subset) >= need:
+                best = min(best, sum(c.price_per_hour for c in subset))
+    return best
+
+
+def test_activation_meets_the_rule_within_5_percent_of_brute_force():
+    rng = random.Random(11)
+    for trial in range(150):
+        candidates = [Candidate(f"w{i}", round(rng.uniform(0.05, 3.0), 2), rng.uniform(1, 100))
+                      for i in range(rng.randint(1, 11))]
+        need = rng.uniform(0.05, 1.0) * sum(c.throughput for c in candidates)
+        chosen = choose_active(candidates, need)
+        assert chosen.meets_requirement and chosen.throughput >= need
+        optimum = brute_force_cost(candidates, need)
+        assert chosen.price_per_hour <= optimum * 1.05 + 1e-9, (trial, chosen, optimum)
+
+
+def test_activation_prefers_cheap_capacity_and_reports_shortfall():
+    fleet = [Candidate("premium", 4.0, 100.0), Candidate("cheap-a", 0.5, 30.0), Candidate("cheap-b", 0.5, 30.0)]
+    assert choose_active(fleet, 55.0).active == ("cheap-a", "cheap-b")
+    assert choose_active(fleet, 90.0).active == ("premium",)
+    short = choose_active(fleet, 500.0)
+    assert not short.meets_requirement and len(short.active) == 3
+    assert choose_active(fleet, 0.0).active == ()
