@@ -4,10 +4,13 @@
     python scripts/train_tiny_model.py --settle-check  # 2 more minutes at a small LR: is it settled?
 
 The model is a Qwen2-architecture decoder with a character-level tokenizer (plus one token for
-the scratchpad marker). Its demonstrations mix two routes to the answer: ``--worked-fraction`` of
-them work the expression out step by step (``<think>45-52=-7``), the rest state the result
-directly (``-7``). The model therefore knows both routes but, greedily, takes the direct one,
-which is less accurate: choosing the better route is left for RL to discover. The learning rate
+the scratchpad marker). Its demonstrations mix two routes to the answer: worked solutions, one
+operation at a time (``<think>45-52=-7``), and terse answers (``-7``). Most of training is on
+worked solutions (``--worked-fraction``), so the model learns to work step by step well; the
+last ``--final-steps`` are mostly terse (``--final-worked-fraction``), as when a final tuning
+stage favours brevity, so the shipped model *can* work step by step but by default answers
+directly, and less accurately. Whether working it out pays is left for RL to discover from
+the exact-match reward alone. The learning rate
 warms up, then follows a cosine down to ~0, so the shipped checkpoint is *settled*: more
 supervised training at a small learning rate barely moves its held-out accuracy, and any gain
 an RL run shows is the RL's, not the checkpoint settling. ``--settle-check`` measures exactly that.
@@ -66,11 +69,12 @@ def build_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int, he
 MAX_NEW_TOKENS = 14
 
 
-def demonstrations(task: ArithmeticTask, seed: int, worked_fraction: float):
-    """Endless (prompt, completion) pairs: worked solutions with probability ``worked_fraction``."""
+def demonstrations(task: ArithmeticTask, seed: int, worked_fraction):
+    """Endless (prompt, completion) pairs: worked solutions with probability ``worked_fraction()``
+    (a callable, read per example, so the mix can change during training)."""
     rng = random.Random(seed)
     for example in task.train_examples(seed):
-        worked = rng.random() < worked_fraction
+        worked = rng.random() < worked_fraction()
         yield example.prompt, task.worked_solution(example) if worked else example.answer
 
 
@@ -94,12 +98,19 @@ def route_accuracies(model, tokenizer, task, n: int) -> dict[str, float]:
 
 
 def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: int, schedule: str, seed: int,
-          worked_fraction: float, log_every: int = 500, eval_size: int = 500, moments: dict | None = None
-          ) -> torch.optim.AdamW:
+          worked_fraction: float, final_worked_fraction: float | None = None, final_steps: int = 0,
+          log_every: int = 500, eval_size: int = 500, moments: dict | None = None) -> torch.optim.AdamW:
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     if moments is not None:  # continue with the saved moments, at this call's learning rate
         optimizer.load_state_dict({"state": moments, "param_groups": optimizer.state_dict()["param_groups"]})
-    stream = demonstrations(task, seed, worked_fraction)
+    step = 0
+
+    def mix() -> float:
+        if final_worked_fraction is not None and step >= steps - final_steps:
+            return final_worked_fraction
+        return worked_fraction
+
+    stream = demonstrations(task, seed, mix)
 
     def factor(step: int) -> float:
         if schedule == "constant":
@@ -131,7 +142,7 @@ def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=SHIPPED_MODEL_DIR)
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=200)
@@ -140,8 +151,11 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--worked-fraction", type=float, default=0.25,
+    parser.add_argument("--worked-fraction", type=float, default=0.7,
                         help="share of demonstrations that work the answer out step by step")
+    parser.add_argument("--final-worked-fraction", type=float, default=0.1,
+                        help="that share during the last --final-steps (and in --settle-check)")
+    parser.add_argument("--final-steps", type=int, default=500)
     parser.add_argument("--settle-check", action="store_true",
                         help="load --out, train --settle-minutes more at --settle-lr, report the accuracy change")
     parser.add_argument("--settle-minutes", type=float, default=2.0)
@@ -162,11 +176,11 @@ def main() -> None:
         started, probe = time.time(), 20
         optimizer = train(model, tokenizer, task, steps=probe, batch=args.batch, lr=args.settle_lr, warmup=0,
                           schedule="constant", seed=args.seed + 1, log_every=10**9,
-                          worked_fraction=args.worked_fraction,
+                          worked_fraction=args.final_worked_fraction,
                           eval_size=args.eval_size, moments=moments)
         steps = int(args.settle_minutes * 60 / ((time.time() - started) / probe))
         train(model, tokenizer, task, steps=steps, batch=args.batch, lr=args.settle_lr, warmup=0,
-              schedule="constant", seed=args.seed + 2, log_every=10**9, worked_fraction=args.worked_fraction,
+              schedule="constant", seed=args.seed + 2, log_every=10**9, worked_fraction=args.final_worked_fraction,
               eval_size=args.eval_size, moments=optimizer.state_dict()["state"])
         after = held_out_accuracy(model, tokenizer, task, args.eval_size)
         print(json.dumps({"held_out_prompts": args.eval_size, "settle_lr": args.settle_lr, "settle_steps": steps + probe,
@@ -179,6 +193,7 @@ def main() -> None:
     print(f"parameters: {sum(p.numel() for p in model.parameters()):,}")
     optimizer = train(model, tokenizer, task, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
                       schedule="cosine", seed=args.seed, worked_fraction=args.worked_fraction,
+                      final_worked_fraction=args.final_worked_fraction, final_steps=args.final_steps,
                       eval_size=args.eval_size)
     print("held-out greedy accuracy by route:", json.dumps(route_accuracies(model, tokenizer, task, args.eval_size)))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,11 @@ import random
 
 import pytest
 
+from echo2.cli import main
 from echo2.planning.activation import Candidate, choose_active
+from echo2.planning.broadcast_time import broadcast_seconds
+from echo2.planning.inventory import load_inventory
+from echo2.planning.provision import provision
 from echo2.planning.capacity import StepTimes, predicted_utilization, required_throughput, step_period
 
 
@@ -77,3 +81,30 @@ def test_activation_prefers_cheap_capacity_and_reports_shortfall():
     short = choose_active(fleet, 500.0)
     assert not short.meets_requirement and len(short.active) == 3
     assert choose_active(fleet, 0.0).active == ()
+
+
+def test_broadcast_time_model():
+    mib = 1024 * 1024
+    assert broadcast_seconds(64 * mib, 8 * mib, [8 * mib] * 4, "star") == pytest.approx(32.0)
+    chain = broadcast_seconds(64 * mib, 8 * mib, [8 * mib] * 4, "pipelined", chunk_bytes=mib)
+    assert chain == pytest.approx((64 + 3) / 8)
+    # the slowest *relaying* uplink limits the chain; the last worker's uplink does not matter
+    assert broadcast_seconds(64 * mib, 8 * mib, [8 * mib, 4 * mib], "pipelined", mib) == pytest.approx(65 / 8)
+    assert broadcast_seconds(64 * mib, 8 * mib, [], "star") == 0.0
+
+
+def test_provision_and_plan_command(tmp_path, capsys):
+    inventory = load_inventory("configs/inventory.example.yaml")
+    relaxed = provision(inventory, rollouts_per_step=512, staleness=3)
+    assert relaxed.utilization == pytest.approx(1.0) and relaxed.throughput >= relaxed.required
+    assert set(relaxed.chosen) == {"rtx4090-community"}  # the cheapest rollouts per dollar suffice
+    tight = provision(inventory, rollouts_per_step=512, staleness=0)
+    assert tight.utilization < 0.5 and sum(tight.chosen.values()) == 16  # S=0: everything, still idle
+    assert main(["plan", "--inventory", "configs/inventory.example.yaml", "staleness=3"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted learner utilization 100.0%" in out and "centralized counterfactual" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("learner: {price_per_hour: 1, train_step_s: 1, upload_mbps: 1, payload_mib: 1}\n"
+                   "workers: [{name: x, price_per_hour: 1, rollouts_per_s: -3}]\n")
+    assert main(["plan", "--inventory", str(bad)]) == 2
+    assert "workers.0.rollouts_per_s" in capsys.readouterr().err

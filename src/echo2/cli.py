@@ -1,4 +1,4 @@
-"""Command line: ``echo2 train | worker | eval``."""
+"""Command line: ``echo2 train | worker | plan | eval``."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def _worker(args: argparse.Namespace) -> int:
         bind_host=args.relay_host, port=args.relay_port, advertise_host=args.advertise_host,
         upload_bytes_per_s=mbps_to_bytes_per_s(args.upload_mbps))
     worker = RolloutWorker(args.coordinator, args.token, name=args.name, threads=args.threads,
-                           give_up_after_s=args.give_up_after, relay=relay)
+                           give_up_after_s=args.give_up_after, relay=relay, price_per_hour=args.price_per_hour,
+                           worker_class=args.worker_class, throughput_factor=args.throughput_factor)
     install_signal_handlers(worker)
     try:
         worker.run()
@@ -66,6 +67,20 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from echo2.planning.inventory import load_inventory
+    from echo2.planning.report import plan_lines
+
+    config = load_config(args.config, args.overrides)
+    try:
+        inventory = load_inventory(args.inventory)
+    except ValueError as error:
+        print(f"echo2 plan: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(plan_lines(config, inventory)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="echo2", description="RL post-training with remote rollout workers.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -89,7 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--upload-mbps", type=float, help="cap the relay's upload (bandwidth emulation)")
     worker.add_argument("--no-relay", action="store_true",
                         help="do not serve chunks to peers (a worker nobody can reach, e.g. behind NAT)")
+    worker.add_argument("--price-per-hour", type=float, default=0.0,
+                        help="what this worker costs while active, $/h (cost-aware activation)")
+    worker.add_argument("--worker-class", default="", help="class name in the cost accounting")
+    worker.add_argument("--throughput-factor", type=float, default=1.0,
+                        help="emulate a slower device: run at this fraction of the speed (0-1]")
     worker.set_defaults(handler=_worker)
+
+    plan = commands.add_parser("plan", help="which workers to run for a config: cost, utilization, other S")
+    plan.add_argument("--inventory", required=True, help="worker inventory YAML (see configs/inventory.example.yaml)")
+    plan.add_argument("--config", help="run config (default: the defaults)")
+    plan.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. staleness=2")
+    plan.set_defaults(handler=_plan)
 
     evaluation = commands.add_parser("eval", help="held-out greedy accuracy of a checkpoint")
     evaluation.add_argument("checkpoint", help="checkpoint folder (RUN_DIR/checkpoints/step_N) or model path")

@@ -62,6 +62,17 @@ class RolloutConfig(Section):
     """Prompts handed to a worker per lease (one request, one generation batch)."""
 
 
+class LocalWorkerSpec(Section):
+    """One local worker's emulated hardware (for heterogeneous fleets on one machine)."""
+
+    price_per_hour: float = Field(0.0, ge=0)
+    """Dollars per hour while active (cost-aware activation and cost accounting)."""
+    throughput_factor: float = Field(1.0, gt=0, le=1)
+    """Run at this fraction of the machine's speed (the worker idles the rest), standing for a slower device."""
+    worker_class: str = ""
+    """Class name in the cost accounting (default: the worker's name)."""
+
+
 class WorkersConfig(Section):
     count: int = Field(2, ge=0)
     """Local worker processes ``echo2 train`` starts (remote ones may join by URL too)."""
@@ -73,6 +84,24 @@ class WorkersConfig(Section):
     """Upload cap of each local worker's relay in Mbit/s (bandwidth emulation; None = uncapped)."""
     relay: bool = True
     """Local workers serve chunks to peers; False makes them unreachable leaves (as behind NAT)."""
+    fleet: list[LocalWorkerSpec] = Field(default_factory=list)
+    """Per local worker (in order, cycled): emulated price and speed; empty = all alike and free."""
+
+
+class ActivationConfig(Section):
+    """Cost-aware activation (see :mod:`echo2.coordinator.fleet`)."""
+
+    enabled: bool = True
+    """Park the workers the provisioning rule does not need (cheapest sufficient set stays active)."""
+    headroom: float = Field(1.1, ge=1)
+    """Provision this multiple of the throughput the rule asks for."""
+    target_utilization: float = Field(1.0, gt=0, le=1)
+    """Learner utilization the rule provisions for."""
+    replan_every: int = Field(5, ge=1)
+    """Re-plan every this many learner steps (and whenever a worker joins or dies)."""
+    learner_price_per_hour: float = Field(0.0, ge=0)
+    """The learner's (premium) price per hour: its share of the run's cost and the price of the
+    centralized counterfactual in the cost accounting."""
 
 
 class BroadcastConfig(Section):
@@ -192,6 +221,7 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     broadcast: BroadcastConfig = Field(default_factory=BroadcastConfig)
+    activation: ActivationConfig = Field(default_factory=ActivationConfig)
     coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 

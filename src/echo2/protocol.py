@@ -27,6 +27,10 @@ class RegisterRequest(Message):
     """Where this worker serves weight chunks to peers; None = not reachable (a leaf)."""
     upload_bytes_per_s: float | None = Field(None, gt=0)
     """Declared upload bandwidth of the relay (orders the broadcast plan; None = unknown)."""
+    price_per_hour: float = Field(0.0, ge=0, le=1e4)
+    """What this worker costs while active, dollars per hour (drives cost-aware activation)."""
+    worker_class: str = Field("", max_length=64)
+    """Class for cost accounting (e.g. ``rtx4090-spot``); default: the worker's name."""
 
 
 class RunSpec(Message):
@@ -87,10 +91,10 @@ class LeasedPrompt(Message):
 
 
 class LeaseResponse(Message):
-    status: Literal["granted", "wait", "refresh", "stop"]
+    status: Literal["granted", "wait", "refresh", "parked", "stop"]
     """``granted``: work to do; ``wait``: the staleness window is full, ask again;
     ``refresh``: your weights are too old for the next slot, fetch ``latest_version`` first;
-    ``stop``: the run is over."""
+    ``parked``: the fleet has enough cheaper capacity, ask again later; ``stop``: the run is over."""
     latest_version: int
     lease_id: str | None = None
     version: int | None = None

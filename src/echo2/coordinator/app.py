@@ -63,7 +63,8 @@ def create_app(state: CoordinatorState, lease_wait_s: float) -> FastAPI:
     def register(body: RegisterRequest, x_echo2_token: str | None = Header(None)) -> RegisterResponse:
         if not hmac.compare_digest((x_echo2_token or "").encode(), state.run_token.encode()):
             raise Rejected(401, f"wrong or missing run token in the {AUTH_HEADER} header", "unauthorized")
-        record = state.register(body.name, body.relay_url, body.upload_bytes_per_s)
+        record = state.register(body.name, body.relay_url, body.upload_bytes_per_s, body.price_per_hour,
+                                body.worker_class)
         return RegisterResponse(worker_id=record.worker_id, session_token=record.session_token, spec=state.spec)
 
     @app.post("/v1/heartbeat")

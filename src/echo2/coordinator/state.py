@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from echo2 import staleness as rule
 from echo2.broadcast.topology import Node, Plan, star_plan
+from echo2.coordinator.fleet import Fleet, FleetPolicy
 from echo2.protocol import (
     LEARNER_SOURCE,
     HeartbeatResponse,
@@ -56,8 +57,14 @@ class WorkerRecord:
     last_fetch_seconds: float = 0.0
     relay_url: str | None = None
     upload_bytes_per_s: float | None = None
-    registered_at: float = field(default_factory=time.time)
     loaded_version: int = -1
+    price_per_hour: float = 0.0
+    worker_class: str = ""
+    active: bool = True
+    """False: parked by cost-aware activation (no leases)."""
+    active_seconds: float = 0.0
+    throughput: float | None = None
+    """Moving average of measured rollouts/s (None until its first lease is submitted)."""
 
 
 @dataclass
@@ -67,6 +74,7 @@ class Lease:
     version: int
     examples: dict[int, Example]
     deadline: float
+    granted_at: float = field(default_factory=time.monotonic)
     state: str = "active"  # active | done | expired
 
 
@@ -108,12 +116,15 @@ class CoordinatorState:
         heartbeat_timeout_s: float,
         on_event: Callable[[str, TimelineEvent], None] = lambda worker, event: None,
         planner: Callable[[list[Node]], Plan] = star_plan,
+        fleet: Fleet | None = None,
     ) -> None:
         self.spec, self.limits = spec, limits
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.run_token = run_token
         self.lease_timeout_s, self.heartbeat_timeout_s = lease_timeout_s, heartbeat_timeout_s
         self.on_event, self.planner = on_event, planner
+        self.fleet = fleet or Fleet(FleetPolicy(enabled=False, rollouts_per_step=1, staleness=spec.staleness))
+        self.step_times: tuple[float | None, float | None] = (None, None)  # measured T_train, T_bcast
         self.cond = threading.Condition(threading.RLock())
         self._examples = examples
         self._requeued: deque[Example] = deque()
@@ -134,17 +145,34 @@ class CoordinatorState:
         self.rejected: Counter[str] = Counter()
 
     # ---------------------------------------------------------------- workers
-    def register(self, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None
-                 ) -> WorkerRecord:
+    def register(self, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None,
+                 price_per_hour: float = 0.0, worker_class: str = "") -> WorkerRecord:
         with self.cond:
             worker_id = f"w{len(self.workers)}-{secrets.token_hex(3)}"
             record = WorkerRecord(worker_id=worker_id, name=name or worker_id, session_token=secrets.token_urlsafe(24),
-                                  relay_url=relay_url, upload_bytes_per_s=upload_bytes_per_s)
+                                  relay_url=relay_url, upload_bytes_per_s=upload_bytes_per_s,
+                                  price_per_hour=price_per_hour, worker_class=worker_class or name or worker_id)
             self.workers[worker_id] = record
             self._by_session[record.session_token] = worker_id
             self.counters["workers_registered"] += 1
+            self._replan(f"{record.name} joined")
             self.cond.notify_all()
             return record
+
+    def _replan(self, reason: str) -> None:
+        self.fleet.replan(list(self.workers.values()), *self.step_times, reason=reason)
+
+    def replan(self, train_s: float, broadcast_s: float | None) -> None:
+        """Re-apply cost-aware activation with the learner's latest step time and dissemination latency."""
+        with self.cond:
+            self.step_times = (train_s, broadcast_s if broadcast_s is not None else self.step_times[1])
+            self._replan("periodic")
+            self.cond.notify_all()
+
+    def costs(self, learner_price_per_hour: float, wall_s: float) -> dict[str, float]:
+        with self.cond:
+            self.fleet.bill(list(self.workers.values()))
+            return self.fleet.costs(list(self.workers.values()), learner_price_per_hour, wall_s)
 
     def authenticate(self, session_token: str | None) -> WorkerRecord:
         worker_id = self._by_session.get(session_token or "")
@@ -178,8 +206,10 @@ class CoordinatorState:
         with self.cond:
             for record in self.workers.values():
                 if record.alive and now - record.last_seen > self.heartbeat_timeout_s:
+                    self.fleet.bill(list(self.workers.values()))
                     record.alive = False
                     self.counters["workers_dead"] += 1
+                    self._replan(f"{record.name} died")
             for lease in self.leases.values():
                 if lease.state == "active" and (now > lease.deadline or not self.workers[lease.worker_id].alive):
                     self._expire(lease)
@@ -209,6 +239,10 @@ class CoordinatorState:
             record.version = worker_version
             if worker_version > self.version:
                 raise Rejected(409, f"version {worker_version} is newer than the published {self.version}", "bad_version")
+            while not record.active and not self.finished and time.monotonic() < deadline:
+                self.cond.wait(min(deadline - time.monotonic(), 0.5))
+            if not record.active and not self.finished:
+                return LeaseResponse(status="parked", latest_version=self.version)
             while (status := self._grantable(worker_version)) == "wait":
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -290,6 +324,8 @@ class CoordinatorState:
                 return SubmitResponse(accepted=0, duplicate=True)
             lease = self._validate(record, request)
             lease.state = "done"
+            self.fleet.observe(record, sum(len(g.completions) for g in request.groups),
+                               time.monotonic() - lease.granted_at)
             for group in request.groups:
                 self.buffer.append(
                     Group(

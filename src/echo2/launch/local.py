@@ -17,9 +17,10 @@ log = logging.getLogger("echo2")
 
 class LocalWorkers:
     def __init__(self, url: str, token: str, count: int, threads: int, log_dir: Path,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[list[str]] | None = None) -> None:
+        """``extra_args[i]``: further ``echo2 worker`` options for worker ``i`` (relay, price, speed)."""
         self.url, self.token, self.count, self.threads, self.log_dir = url, token, count, threads, log_dir
-        self.extra_args = extra_args or []
+        self.extra_args = extra_args or [[] for _ in range(count)]
         self.processes: list[subprocess.Popen] = []
 
     def start(self) -> None:
@@ -30,7 +31,7 @@ class LocalWorkers:
             with (self.log_dir / f"{name}.log").open("w") as log_file:
                 self.processes.append(subprocess.Popen(
                     [sys.executable, "-m", "echo2.cli", "worker", "--coordinator", self.url, "--token", self.token,
-                     "--name", name, "--threads", str(self.threads), *self.extra_args],
+                     "--name", name, "--threads", str(self.threads), *self.extra_args[index]],
                     stdout=log_file, stderr=subprocess.STDOUT, env=env,
                 ))
         log.info("started %d local workers (logs in %s)", self.count, self.log_dir)

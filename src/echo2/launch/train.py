@@ -18,6 +18,7 @@ import torch
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, dump_config
 from echo2.coordinator.app import create_app
+from echo2.coordinator.fleet import Fleet, FleetPolicy
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState, Limits
 from echo2.launch.local import LocalWorkers
@@ -42,9 +43,11 @@ class RunSummary:
     sampled_reward_after: float
     groups_dropped: int
     workers_registered: int
+    costs: dict[str, float]
 
     def lines(self) -> list[str]:
         r = self.result
+        by_class = ", ".join(f"{k[5:-4]} ${v:.4f}" for k, v in sorted(self.costs.items()) if k.startswith("cost/"))
         return [
             f"run directory: {self.run_dir}",
             f"held-out accuracy {100 * self.accuracy_before:.1f}% -> {100 * self.accuracy_after:.1f}% "
@@ -53,6 +56,9 @@ class RunSummary:
             "(temperature samples on held-out prompts)",
             f"{r.steps} steps in {r.wall_seconds:.0f}s | {r.samples / max(r.wall_seconds, 1e-9):.0f} samples/s "
             f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
+            f"cost ${self.costs['cost_usd']:.4f} (${self.costs['cost_usd'] / max(r.steps, 1):.5f} per step; "
+            f"workers: {by_class or 'none'}; learner ${self.costs['cost_learner_usd']:.4f}) | centralized "
+            f"counterfactual ${self.costs['cost_centralized_usd']:.4f}",
         ]
 
 
@@ -81,6 +87,18 @@ def run_spec(config: Config) -> RunSpec:
     )
 
 
+def local_worker_args(config: Config, index: int) -> list[str]:
+    """``echo2 worker`` options of local worker ``index``: relay, upload cap, emulated price and speed."""
+    args = [] if config.workers.relay else ["--no-relay"]
+    if config.workers.upload_mbps is not None:
+        args += ["--upload-mbps", str(config.workers.upload_mbps)]
+    if config.workers.fleet:
+        spec = config.workers.fleet[index % len(config.workers.fleet)]
+        args += ["--price-per-hour", str(spec.price_per_hour), "--throughput-factor", str(spec.throughput_factor)]
+        args += ["--worker-class", spec.worker_class] if spec.worker_class else []
+    return args
+
+
 def run_training(config: Config) -> RunSummary:
     run_dir = make_run_dir(config)
     handler = attach_log_file(run_dir)
@@ -105,6 +123,10 @@ def run_training(config: Config) -> RunSummary:
         heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
         on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),
         planner=publisher.planner,
+        fleet=Fleet(FleetPolicy(enabled=config.activation.enabled,
+                                rollouts_per_step=config.learner.groups_per_step * config.rollout.group_size,
+                                staleness=config.max_staleness, headroom=config.activation.headroom,
+                                target_utilization=config.activation.target_utilization)),
     )
     state.publish(0, *publisher.publish(0, model))
     app = create_app(state, config.coordinator.lease_wait_s)
@@ -114,17 +136,15 @@ def run_training(config: Config) -> RunSummary:
     log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.max_staleness,
              server.url)
     log.info("more workers can join with: echo2 worker --coordinator %s --token %s", server.url, token)
-    worker_args = [] if config.workers.relay else ["--no-relay"]
-    if config.workers.upload_mbps is not None:
-        worker_args += ["--upload-mbps", str(config.workers.upload_mbps)]
     workers = LocalWorkers(server.url, token, config.workers.count, config.workers.threads, run_dir / "workers",
-                           worker_args)
+                           [local_worker_args(config, i) for i in range(config.workers.count)])
     workers.start()
     learner = Learner(model, tokenizer, config.learner, config.rollout,
                       model_dir=resolve_model_path(config.model.name))
     try:
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
         result = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline).run()
+        costs = state.costs(config.activation.learner_price_per_hour, result.wall_seconds)
     finally:
         state.finish()
         workers.stop()
@@ -143,6 +163,7 @@ def run_training(config: Config) -> RunSummary:
         sampled_reward_after=sum(e.sampled_reward for e in last) / len(last),
         groups_dropped=state.dropped["stale"],
         workers_registered=state.counters["workers_registered"],
+        costs=costs,
     )
     (run_dir / "summary.txt").write_text("\n".join(summary.lines()) + "\n")
     for line in summary.lines():

@@ -43,6 +43,10 @@ class LoopResult:
         return self.busy_seconds / max(self.busy_seconds + self.idle_seconds, 1e-9)
 
 
+def _ema(previous: float | None, value: float, weight: float = 0.2) -> float:
+    return value if previous is None else (1 - weight) * previous + weight * value
+
+
 class LearnerLoop:
     def __init__(self, config: Config, state: CoordinatorState, publisher: Publisher, learner: Learner, task: Task,
                  eval_examples: list[Example], run_dir: Path, metrics: MetricsWriter, timeline: TimelineWriter
@@ -51,6 +55,8 @@ class LearnerLoop:
         self.eval_examples, self.run_dir = eval_examples, run_dir
         self.metrics, self.timeline = metrics, timeline
         self.progress = Progress(config.run.steps, enabled=config.telemetry.progress)
+        self.train_ema: float | None = None
+        self.broadcast_ema: float | None = None
 
     def _evaluate(self, version: int) -> EvalResult:
         result = evaluate(self.learner.model, self.learner.tokenizer, self.task, self.eval_examples,
@@ -72,12 +78,25 @@ class LearnerLoop:
             latencies.append(loaded - published)
         if not latencies:
             return {}
+        self.broadcast_ema = _ema(self.broadcast_ema, max(latencies))
         return {"dissemination_s": sum(latencies) / len(latencies), "dissemination_max_s": max(latencies)}
+
+    def _activation(self, step_seconds: float, version: int) -> None:
+        """Feed measured step time and dissemination latency to cost-aware activation, every few steps."""
+        self.train_ema = _ema(self.train_ema, step_seconds)
+        if version % self.config.activation.replan_every == 0:
+            self.state.replan(self.train_ema, self.broadcast_ema)
 
     def _worker_metrics(self) -> dict[str, float]:
         records = self.state.worker_records()
-        values: dict[str, float] = {"workers_alive": sum(r.alive for r in records)}
+        values: dict[str, float] = {"workers_alive": sum(r.alive for r in records),
+                                    "workers_active": sum(r.alive and r.active for r in records)}
+        if self.state.fleet.need is not None:
+            values["activation_need_rollouts_per_s"] = self.state.fleet.need
         for record in records:
+            if record.throughput is not None:
+                values[f"worker/{record.name}/measured_rollouts_per_s"] = record.throughput
+            values[f"worker/{record.name}/active"] = float(record.alive and record.active)
             if record.generate_seconds > 0:
                 values[f"worker/{record.name}/samples_per_s"] = record.samples / record.generate_seconds
                 values[f"worker/{record.name}/tokens_per_s"] = record.tokens / record.generate_seconds
@@ -112,6 +131,7 @@ class LearnerLoop:
             else:
                 result.idle_seconds += train_start - waited
             result.busy_seconds += train_end - train_start
+            self._activation(train_end - train_start, version)
             result.samples += int(record["samples"])
             result.steps += 1
             elapsed = time.time() - started
@@ -124,6 +144,7 @@ class LearnerLoop:
                 samples_per_s=result.samples / max(elapsed, 1e-9),
                 groups_dropped_stale=state.dropped["stale"],
                 **self._dissemination(),
+                **state.costs(config.activation.learner_price_per_hour, time.time() - started),
                 leases_expired=state.counters["leases_expired"],
                 **self._worker_metrics(),
             )

@@ -71,9 +71,13 @@ class RelayOptions:
 class RolloutWorker:
     def __init__(self, url: str, token: str, *, name: str | None = None, threads: int = 1,
                  fetch_timeout_s: float = 120.0, give_up_after_s: float = 120.0,
-                 relay: RelayOptions | None = RelayOptions()) -> None:
+                 relay: RelayOptions | None = RelayOptions(), price_per_hour: float = 0.0,
+                 worker_class: str = "", throughput_factor: float = 1.0) -> None:
+        if not 0 < throughput_factor <= 1:
+            raise ValueError(f"throughput_factor must be in (0, 1], got {throughput_factor}")
         self.client = CoordinatorClient(url, token, give_up_after_s=give_up_after_s)
         self.relay_options = relay
+        self.price_per_hour, self.worker_class, self.throughput_factor = price_per_hour, worker_class, throughput_factor
         self.store = ChunkStore(keep=2)
         self.relay: RelayServer | None = None
         self.http = httpx.Client(limits=httpx.Limits(max_connections=8))  # one pool for every chunk fetch
@@ -97,7 +101,8 @@ class RolloutWorker:
                                      advertise_host=options.advertise_host).start()
         registration = self.client.register(RegisterRequest(
             name=self.name, relay_url=self.relay.url if self.relay else None,
-            upload_bytes_per_s=options.upload_bytes_per_s if options else None))
+            upload_bytes_per_s=options.upload_bytes_per_s if options else None,
+            price_per_hour=self.price_per_hour, worker_class=self.worker_class))
         spec = registration.spec
         log.info("registered with %s as %s (protocol %s, S=%d)", self.client.url, registration.worker_id,
                  spec.protocol, spec.staleness)
@@ -214,6 +219,9 @@ class RolloutWorker:
                 for r in rows
             ]))
         seconds = time.perf_counter() - clock
+        if self.throughput_factor < 1:  # emulate a slower device: idle for the time it would take longer
+            self.stop.wait(seconds * (1 / self.throughput_factor - 1))
+            seconds = time.perf_counter() - clock
         self._record("generate", started, time.time(), self.version)
         assert lease.lease_id is not None and lease.version is not None
         return SubmitRequest(lease_id=lease.lease_id, version=lease.version, groups=groups, generate_seconds=seconds,

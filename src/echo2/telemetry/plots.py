@@ -17,12 +17,15 @@ TIMELINE_LABELS = {"train": "learner step", "generate": "generation", "fetch": "
 
 
 def plot_curves(run_dir: Path) -> Path:
-    """Held-out accuracy, sampled reward and training reward against wall time."""
+    """Held-out accuracy, sampled reward and training reward against wall time; below, the run's
+    cost so far (by worker class, and the centralized counterfactual) when any cost accrued."""
     records = read_jsonl(run_dir / "metrics.jsonl")
     start = records[0]["time"] if records else 0.0
     evals = [r for r in records if "eval_accuracy" in r]
     steps = [r for r in records if "reward_mean" in r]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    priced = any(r.get("cost_centralized_usd", 0) > 0 for r in steps)
+    fig, axes = plt.subplots(2 if priced else 1, 1, figsize=(8, 7.5 if priced else 4.5), squeeze=False)
+    ax = axes[0][0]
     ax.plot([r["time"] - start for r in steps], [r["reward_mean"] for r in steps], color="tab:gray", alpha=0.5,
             label="training reward (batch mean)")
     ax.plot([r["time"] - start for r in evals], [r["eval_accuracy"] for r in evals], "o-", color="tab:blue",
@@ -34,11 +37,26 @@ def plot_curves(run_dir: Path) -> Path:
     ax.set_title(run_dir.name)
     ax.grid(alpha=0.3)
     ax.legend()
+    if priced:
+        _plot_costs(axes[1][0], steps, start)
     path = run_dir / "curves.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _plot_costs(ax, steps: list[dict], start: float) -> None:
+    times = [r["time"] - start for r in steps]
+    ax.plot(times, [r["cost_usd"] for r in steps], color="black", label="this run (learner + active workers)")
+    ax.plot(times, [r["cost_centralized_usd"] for r in steps], "--", color="tab:red",
+            label="centralized counterfactual (rollout hours at the learner's price)")
+    for key in sorted({k for r in steps for k in r if k.startswith("cost/")}):
+        ax.plot(times, [r.get(key, 0.0) for r in steps], alpha=0.7, label=f"workers: {key[5:-4]}")
+    ax.set_xlabel("wall time (s)")
+    ax.set_ylabel("dollars so far")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def plot_timeline(run_dir: Path, max_seconds: float | None = 60.0) -> Path:

@@ -1,0 +1,89 @@
+"""The provisioning rule applied to an inventory: which workers to run, at what cost, how busy.
+
+Combines the capacity model (:mod:`echo2.planning.capacity`), the dissemination estimate
+(:mod:`echo2.planning.broadcast_time`) and the min-cost activation (:mod:`echo2.planning.activation`).
+The broadcast time depends on how many workers receive each version, and that count depends on
+the requirement, so the two are iterated to a fixed point (a few rounds; the chosen set only
+shrinks or stays).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from echo2.planning.activation import Candidate, choose_active
+from echo2.planning.broadcast_time import broadcast_seconds
+from echo2.planning.capacity import StepTimes, predicted_utilization, required_throughput
+from echo2.planning.inventory import Inventory
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Provision:
+    staleness: int
+    chosen: dict[str, int]
+    """Workers to run per class."""
+    throughput: float
+    """Their summed effective rollouts/s."""
+    required: float
+    """Throughput the rule asks for (inf: no fleet saturates the learner at this S)."""
+    broadcast_s: float
+    utilization: float
+    """Predicted learner utilization with the chosen set."""
+    price_per_hour: float
+    """Workers plus learner, dollars per hour."""
+    step_s: float
+    """Predicted seconds per learner step."""
+
+    @property
+    def cost_per_step(self) -> float:
+        return self.price_per_hour * self.step_s / 3600
+
+
+def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode: str = "pipelined",
+              chunk_mib: float = 1.0, target_utilization: float = 1.0) -> Provision:
+    """Cheapest worker set that keeps the learner at ``target_utilization`` (or everything, if none can)."""
+    learner = inventory.learner
+    candidates, uploads = [], {}
+    for worker_class in inventory.workers:
+        for index in range(worker_class.count):
+            name = f"{worker_class.name}#{index}"
+            candidates.append(Candidate(name, worker_class.price_per_hour, worker_class.effective_rollouts_per_s))
+            uploads[name] = worker_class.upload_mbps * 1e6 / 8
+    payload, learner_upload = learner.payload_mib * MIB, learner.upload_mbps * 1e6 / 8
+    active = candidates
+    for _ in range(5):
+        bcast = broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active], mode, chunk_mib * MIB)
+        times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness)
+        need = required_throughput(times, target_utilization)
+        chosen = choose_active(candidates, need)
+        names = set(chosen.active)
+        picked = [c for c in candidates if c.name in names]
+        if picked == active:
+            break
+        active = picked
+    bcast = broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active], mode, chunk_mib * MIB)
+    times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness)
+    throughput = sum(c.throughput for c in active)
+    utilization = predicted_utilization(times, throughput)
+    return Provision(
+        staleness=staleness,
+        chosen=dict(Counter(c.name.split("#")[0] for c in active)),
+        throughput=throughput,
+        required=required_throughput(times, target_utilization),
+        broadcast_s=bcast,
+        utilization=utilization,
+        price_per_hour=learner.price_per_hour + sum(c.price_per_hour for c in active),
+        step_s=learner.train_step_s / utilization if utilization > 0 else float("inf"),
+    )
+
+
+def centralized_cost_per_step(inventory: Inventory, rollouts_per_step: int) -> float | None:
+    """The counterfactual: the learner's own hardware generates the rollouts, then trains, serially."""
+    learner = inventory.learner
+    if learner.generation_rollouts_per_s is None:
+        return None
+    step_s = learner.train_step_s + rollouts_per_step / learner.generation_rollouts_per_s
+    return learner.price_per_hour * step_s / 3600

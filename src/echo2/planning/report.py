@@ -1,0 +1,39 @@
+"""``echo2 plan``: the provisioning decision for a config and an inventory, as a table."""
+
+from __future__ import annotations
+
+from echo2.config import Config
+from echo2.planning.inventory import Inventory
+from echo2.planning.provision import Provision, centralized_cost_per_step, provision
+
+
+def plan_lines(config: Config, inventory: Inventory, other_staleness: range = range(0, 5)) -> list[str]:
+    rollouts = config.learner.groups_per_step * config.rollout.group_size
+    mode, chunk = config.broadcast.mode, config.broadcast.chunk_mib
+
+    def run(s: int) -> Provision:
+        return provision(inventory, rollouts, s, mode, chunk)
+
+    chosen = run(config.max_staleness)
+    lines = [f"plan for S={chosen.staleness}, {rollouts} rollouts per step, {mode} broadcast, "
+             f"T_train {inventory.learner.train_step_s:g}s, payload {inventory.learner.payload_mib:g} MiB",
+             "", f"{'worker class':<24}{'run':>5}{'of':>5}{'$/h each':>10}{'rollouts/s each':>17}"]
+    for worker_class in inventory.workers:
+        lines.append(f"{worker_class.name:<24}{chosen.chosen.get(worker_class.name, 0):>5}{worker_class.count:>5}"
+                     f"{worker_class.price_per_hour:>10.3f}{worker_class.effective_rollouts_per_s:>17.1f}")
+    requirement = "unreachable at this S" if chosen.required == float("inf") else f"{chosen.required:.1f}"
+    lines += ["",
+              f"throughput {chosen.throughput:.1f} rollouts/s (rule asks {requirement}); "
+              f"dissemination {chosen.broadcast_s:.2f}s",
+              f"predicted learner utilization {100 * chosen.utilization:.1f}%, {chosen.step_s:.2f}s per step",
+              f"cost ${chosen.price_per_hour:.2f}/h (learner included), ${chosen.cost_per_step:.4f} per learner step"]
+    centralized = centralized_cost_per_step(inventory, rollouts)
+    if centralized is not None:
+        lines.append(f"centralized counterfactual (learner hardware generates too): ${centralized:.4f} per step "
+                     f"({centralized / chosen.cost_per_step:.2f}x)")
+    lines += ["", f"{'S':>3}{'workers':>9}{'utilization':>13}{'s/step':>9}{'$/h':>9}{'$/step':>10}"]
+    for s in other_staleness:
+        other = run(s)
+        lines.append(f"{s:>3}{sum(other.chosen.values()):>9}{100 * other.utilization:>12.1f}%{other.step_s:>9.2f}"
+                     f"{other.price_per_hour:>9.2f}{other.cost_per_step:>10.4f}")
+    return lines

@@ -1,0 +1,61 @@
+"""Cost-aware activation as the coordinator applies it: profiling, parking, re-activation, billing."""
+
+import time
+
+import pytest
+from conftest import make_state, submit_all
+
+from echo2.coordinator.fleet import Fleet, FleetPolicy
+
+# 2 groups x 2 completions = 4 rollouts per step; S = 1
+POLICY = FleetPolicy(enabled=True, rollouts_per_step=4, staleness=1, headroom=1.0)
+
+
+def measured(state, record, rollouts_per_s):
+    """Pretend ``record`` was profiled at ``rollouts_per_s``."""
+    with state.cond:
+        record.throughput = rollouts_per_s
+
+
+def test_cheap_worker_joining_parks_the_expensive_one_and_a_death_reactivates_it():
+    state = make_state(staleness=1, fleet=Fleet(POLICY), heartbeat_timeout_s=0.3)
+    expensive = state.register("expensive", price_per_hour=3.0)
+    measured(state, expensive, 10.0)
+    state.replan(train_s=1.0, broadcast_s=0.0)  # the rule asks for 4 rollouts/s
+    assert expensive.active  # the only one there is
+    cheap = state.register("cheap", price_per_hour=0.5)
+    assert cheap.active  # on probation until measured
+    measured(state, cheap, 5.0)
+    state.replan(train_s=1.0, broadcast_s=0.0)
+    assert cheap.active and not expensive.active  # 5 >= 4 at a sixth of the price
+    assert state.lease(expensive, worker_version=0, max_groups=2, wait_s=0).status == "parked"
+    # the cheap one goes silent: it is declared dead and the parked one takes over
+    expensive.last_seen = time.monotonic() + 10
+    time.sleep(0.4)
+    state.reap()
+    assert not cheap.alive and expensive.active
+    assert state.lease(expensive, worker_version=0, max_groups=2, wait_s=0).status == "granted"
+
+
+def test_no_set_meets_the_rule_so_everyone_works():
+    state = make_state(staleness=0, fleet=Fleet(FleetPolicy(enabled=True, rollouts_per_step=4, staleness=0)))
+    workers = [state.register(f"w{i}", price_per_hour=1.0 + i) for i in range(3)]
+    for worker in workers:
+        measured(state, worker, 100.0)
+    state.replan(train_s=1.0, broadcast_s=0.0)  # S = 0: the learner always waits, so use all capacity
+    assert all(w.active for w in workers)
+
+
+def test_throughput_is_profiled_from_submissions_and_cost_is_billed_for_active_time():
+    state = make_state(staleness=1, fleet=Fleet(POLICY))
+    worker = state.register("w", price_per_hour=36.0)
+    lease = state.lease(worker, worker_version=0, max_groups=2, wait_s=0)
+    time.sleep(0.1)
+    submit_all(state, worker, lease)
+    assert worker.throughput == pytest.approx(4 / 0.1, rel=0.5)  # 4 rollouts in ~0.1 s
+    time.sleep(0.1)
+    costs = state.costs(learner_price_per_hour=3600.0, wall_s=1.0)
+    assert costs["cost/w_usd"] == pytest.approx(36.0 * worker.active_seconds / 3600)
+    assert 0.2 / 3600 * 36 * 0.5 < costs["cost/w_usd"] < 1.0
+    assert costs["cost_learner_usd"] == pytest.approx(1.0)
+    assert costs["cost_centralized_usd"] > costs["cost_learner_usd"]
