@@ -8,13 +8,41 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_staleness_bench_quick(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "bench" / "staleness.py"), "--quick", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=600)
+def run_quick(name: str, out: Path, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", "--out", str(out)],
+                            capture_output=True, text=True, timeout=timeout_s)
     assert result.returncode == 0, result.stderr[-2000:]
+    return result
+
+
+def test_staleness_bench_quick(tmp_path):
+    result = run_quick("staleness", tmp_path)
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert {(r["protocol"], r["S"], r["fetch_delay_s"] > 0) for r in rows} == {
         ("sync", 0, False), ("async", 1, False), ("sync", 0, True), ("async", 1, True)}
     for row in rows:
         assert row["steps"] == 6 and 0 < row["learner_util"] <= 1 and row["samples_per_s"] > 0
     assert "speedup_vs_sync" in result.stdout and (tmp_path / "staleness.png").stat().st_size > 10_000
+
+
+def test_capacity_bench_quick(tmp_path):
+    result = run_quick("capacity", tmp_path)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [r["S"] for r in rows] == [0, 1]
+    for row in rows:
+        assert 0 < row["util_measured"] <= 1 and 0 < row["util_predicted"] <= 1
+        assert row["T_train_s"] > 0 and row["sum_mu"] > 0
+    assert "util_predicted" in result.stdout and (tmp_path / "capacity.png").stat().st_size > 10_000
+
+
+def test_broadcast_bench_quick(tmp_path):
+    result = run_quick("broadcast", tmp_path, timeout_s=300)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert {(r["N"], r["mode"]) for r in rows} == {(n, m) for n in (1, 2, 4) for m in ("star", "pipelined")}
+    for row in rows:
+        assert row["verified"] and row["failovers"] == 0 and row["ratio_to_bound"] > 0.9
+        sent = row["M_mib"] * row["N"] if row["mode"] == "star" else row["M_mib"]  # the header adds a few bytes
+        assert sent <= row["root_sent_mib"] < sent * 1.001
+    ratio = {(r["N"], r["mode"]): r["ratio_to_bound"] for r in rows}
+    assert ratio[(4, "star")] > 3 and ratio[(4, "pipelined")] < ratio[(4, "star")] - 1  # loose: 2 busy cores
+    assert "ratio_to_bound" in result.stdout and (tmp_path / "broadcast.png").stat().st_size > 10_000

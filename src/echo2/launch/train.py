@@ -72,7 +72,9 @@ def make_run_dir(config: Config) -> Path:
 def attach_log_file(run_dir: Path) -> logging.Handler:
     handler = logging.FileHandler(run_dir / "train.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO)
     logging.getLogger().addHandler(handler)
+    logging.getLogger("echo2").setLevel(logging.INFO)  # the run's log keeps INFO even under a quieter root
     return handler
 
 
