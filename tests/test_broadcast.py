@@ -182,6 +182,18 @@ def test_throttle_caps_the_total_rate_of_concurrent_senders():
     assert 0.4 < elapsed < 1.2, elapsed
 
 
+def test_throttle_measures_the_achieved_upload_rate():
+    throttle = Throttle(4 * 1024 * 1024)
+
+    async def send(nbytes: int) -> None:
+        async for _ in throttle.paced(b"x" * nbytes):
+            pass
+
+    assert throttle.measured_rate() is None  # nothing sent yet
+    asyncio.run(send(2 * 1024 * 1024))
+    assert throttle.measured_rate() == pytest.approx(4 * 1024 * 1024, rel=0.25)
+
+
 def test_throttle_sends_bodies_in_order_at_the_capped_rate():
     throttle = Throttle(8 * MIB)
 

@@ -116,4 +116,10 @@ def test_version_names_the_sources_of_the_plan_and_chunks_are_served():
     manifest = client.get("/v1/broadcast/1/manifest", headers={AUTH_HEADER: "t"}).json()
     assert manifest["sha256"] == sha and len(manifest["chunks"]) == -(-size // 1048)
     assert client.get("/v1/broadcast/1/manifest").status_code == 401  # the run token is required
+    # b reports a measured uplink faster than a's: the next version's chain starts with b
+    beat = client.post("/v1/heartbeat", json={"version": 1, "upload_bytes_per_s": 5e6}, headers=sessions[1])
+    assert beat.status_code == 200
+    state.publish(2, sha, size)
+    sources = [client.get("/v1/version", headers=h).json()["sources"] for h in sessions]
+    assert sources[:2] == [["http://10.0.0.2:7000", "learner"], ["learner"]]
     assert client.get("/v1/broadcast/9/manifest", headers={AUTH_HEADER: "t"}).status_code in (404, 503)

@@ -31,7 +31,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     relay = None if args.no_relay else RelayOptions(
         bind_host=args.relay_host, port=args.relay_port, advertise_host=args.advertise_host,
-        upload_bytes_per_s=mbps_to_bytes_per_s(args.upload_mbps))
+        upload_bytes_per_s=mbps_to_bytes_per_s(args.upload_mbps), latency_s=args.added_latency_ms / 1000)
     worker = RolloutWorker(args.coordinator, args.token, name=args.name, threads=args.threads,
                            give_up_after_s=args.give_up_after, relay=relay, price_per_hour=args.price_per_hour,
                            worker_class=args.worker_class, throughput_factor=args.throughput_factor)
@@ -102,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--relay-port", type=int, default=0, help="relay port (0: a free one)")
     worker.add_argument("--advertise-host", help="address peers should use to reach the relay")
     worker.add_argument("--upload-mbps", type=float, help="cap the relay's upload (bandwidth emulation)")
+    worker.add_argument("--added-latency-ms", type=float, default=0.0,
+                        help="delay every relay response (WAN latency emulation)")
     worker.add_argument("--no-relay", action="store_true",
                         help="do not serve chunks to peers (a worker nobody can reach, e.g. behind NAT)")
     worker.add_argument("--price-per-hour", type=float, default=0.0,

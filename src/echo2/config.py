@@ -71,6 +71,10 @@ class LocalWorkerSpec(Section):
     """Run at this fraction of the machine's speed (the worker idles the rest), standing for a slower device."""
     worker_class: str = ""
     """Class name in the cost accounting (default: the worker's name)."""
+    upload_mbps: float | None = Field(None, gt=0)
+    """This worker's relay upload cap, Mbit/s (overrides ``workers.upload_mbps``)."""
+    latency_ms: float = Field(0.0, ge=0)
+    """Delay added to every response of this worker's relay (WAN round trip)."""
 
 
 class WorkersConfig(Section):

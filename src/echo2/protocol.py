@@ -71,6 +71,8 @@ class TimelineEvent(Message):
 class Heartbeat(Message):
     version: int = Field(ge=0)
     events: list[TimelineEvent] = Field(default_factory=list, max_length=1000)
+    upload_bytes_per_s: float | None = Field(None, gt=0)
+    """Upload rate this worker's relay achieved so far (measured; orders the relay plan)."""
 
 
 class HeartbeatResponse(Message):

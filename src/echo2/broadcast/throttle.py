@@ -39,6 +39,21 @@ class Throttle:
         self._lock = threading.Lock()
         self._next_free = 0.0  # monotonic time at which everything reserved so far has gone out
         self.bytes_scheduled = 0
+        self._sent_bytes = 0
+        self._sending_seconds = 0.0
+
+    def measured_rate(self, min_bytes: int = 1 << 20) -> float | None:
+        """Achieved upload rate over every complete body sent so far (bytes per second of sending),
+        once at least ``min_bytes`` went out: what the relay planner orders workers by."""
+        with self._lock:
+            if self._sent_bytes < min_bytes or self._sending_seconds <= 0:
+                return None
+            return self._sent_bytes / self._sending_seconds
+
+    def _sent(self, nbytes: int, seconds: float) -> None:
+        with self._lock:
+            self._sent_bytes += nbytes
+            self._sending_seconds += seconds
 
     @property
     def unlimited(self) -> bool:
@@ -75,10 +90,12 @@ class Throttle:
         """Yield ``data`` in slices, each once this body's reservation has paid for the ones before it."""
         view = memoryview(data)
         if self.rate is None:
-            self.schedule(len(data))
+            began = self.schedule(len(data))
             for offset in range(0, len(data), slice_bytes):
                 yield bytes(view[offset:offset + slice_bytes])
+            self._sent(len(data), time.monotonic() - began)
             return
+        began = time.monotonic()
         start = self.schedule(len(data))
         end, sent = start + len(data) / self.rate, 0
         try:
@@ -90,6 +107,7 @@ class Throttle:
                     await asyncio.sleep(delay)
                 yield bytes(piece)
                 sent += len(piece)
+            self._sent(sent, max(time.monotonic() - max(start, began), 1e-6))
         finally:
             if sent < len(data):
                 self.release(end)

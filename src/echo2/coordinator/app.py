@@ -69,7 +69,7 @@ def create_app(state: CoordinatorState, lease_wait_s: float) -> FastAPI:
 
     @app.post("/v1/heartbeat")
     def heartbeat(body: Heartbeat, x_echo2_token: str | None = Header(None)) -> HeartbeatResponse:
-        return state.heartbeat(worker(x_echo2_token), body.version, body.events)
+        return state.heartbeat(worker(x_echo2_token), body.version, body.events, body.upload_bytes_per_s)
 
     @app.post("/v1/lease")
     def lease(body: LeaseRequest, x_echo2_token: str | None = Header(None)) -> LeaseResponse:

@@ -183,10 +183,13 @@ class CoordinatorState:
             raise Rejected(410, "this worker was declared dead (no heartbeat); register again", "dead")
         return record
 
-    def heartbeat(self, record: WorkerRecord, version: int, events: list[TimelineEvent]) -> HeartbeatResponse:
+    def heartbeat(self, record: WorkerRecord, version: int, events: list[TimelineEvent],
+                  upload_bytes_per_s: float | None = None) -> HeartbeatResponse:
         with self.cond:
             record.last_seen = time.monotonic()
             record.version = version
+            if upload_bytes_per_s is not None:  # measured beats declared
+                record.upload_bytes_per_s = upload_bytes_per_s
             self._record_events(record, events)
             return HeartbeatResponse(latest_version=self.version, stop=self.finished)
 

@@ -92,13 +92,14 @@ def run_spec(config: Config) -> RunSpec:
 def local_worker_args(config: Config, index: int) -> list[str]:
     """``echo2 worker`` options of local worker ``index``: relay, upload cap, emulated price and speed."""
     args = [] if config.workers.relay else ["--no-relay"]
-    if config.workers.upload_mbps is not None:
-        args += ["--upload-mbps", str(config.workers.upload_mbps)]
+    upload = config.workers.upload_mbps
     if config.workers.fleet:
         spec = config.workers.fleet[index % len(config.workers.fleet)]
-        args += ["--price-per-hour", str(spec.price_per_hour), "--throughput-factor", str(spec.throughput_factor)]
+        args += ["--price-per-hour", str(spec.price_per_hour), "--throughput-factor", str(spec.throughput_factor),
+                 "--added-latency-ms", str(spec.latency_ms)]
         args += ["--worker-class", spec.worker_class] if spec.worker_class else []
-    return args
+        upload = spec.upload_mbps if spec.upload_mbps is not None else upload
+    return args + (["--upload-mbps", str(upload)] if upload is not None else [])
 
 
 def run_training(config: Config) -> RunSummary:

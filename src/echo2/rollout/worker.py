@@ -66,6 +66,8 @@ class RelayOptions:
     """Address peers should dial when it differs from ``bind_host`` (e.g. the public IP)."""
     upload_bytes_per_s: float | None = None
     """Upload cap (token bucket) standing for this worker's uplink; None = uncapped."""
+    latency_s: float = 0.0
+    """Delay added to every relay response (standing for a WAN round trip)."""
 
 
 class RolloutWorker:
@@ -97,7 +99,7 @@ class RolloutWorker:
         options = self.relay_options
         if options is not None:
             self.relay = RelayServer(self.store, options.bind_host, options.port, token=self.client.run_token,
-                                     throttle=Throttle(options.upload_bytes_per_s),
+                                     throttle=Throttle(options.upload_bytes_per_s, latency_s=options.latency_s),
                                      advertise_host=options.advertise_host).start()
         registration = self.client.register(RegisterRequest(
             name=self.name, relay_url=self.relay.url if self.relay else None,
@@ -186,7 +188,9 @@ class RolloutWorker:
     def _heartbeats(self) -> None:
         while not self.stop.wait(self.spec.heartbeat_interval_s):
             try:
-                reply = self.client.heartbeat(Heartbeat(version=max(self.version, 0), events=self._drain_events()))
+                measured = self.relay.throttle.measured_rate() if self.relay is not None else None
+                reply = self.client.heartbeat(Heartbeat(version=max(self.version, 0), events=self._drain_events(),
+                                                        upload_bytes_per_s=measured))
             except (CoordinatorUnreachable, RequestRefused) as error:
                 log.warning("heartbeat failed: %s", error)
                 continue
