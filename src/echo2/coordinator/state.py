@@ -399,7 +399,8 @@ class CoordinatorState:
             self.plans[version] = self.planner(nodes)
             self.published[version] = VersionInfo(version=version, sha256=sha256, size_bytes=size_bytes)
             self.published_at[version] = time.time()
-            self._load_times[version] = {}
+            if nodes:  # dissemination is measured from publish to the workers live at that moment
+                self._load_times[version] = {}
             for table in (self.plans, self.published, self.published_at, self._load_times):
                 for old in [v for v in table if v < version - self.staleness - 1]:
                     del table[old]

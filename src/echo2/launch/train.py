@@ -56,10 +56,11 @@ class RunSummary:
             "(temperature samples on held-out prompts)",
             f"{r.steps} steps in {r.wall_seconds:.0f}s | {r.samples / max(r.wall_seconds, 1e-9):.0f} samples/s "
             f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
+        ] + ([] if not self.costs["cost_centralized_usd"] else [
             f"cost ${self.costs['cost_usd']:.4f} (${self.costs['cost_usd'] / max(r.steps, 1):.5f} per step; "
             f"workers: {by_class or 'none'}; learner ${self.costs['cost_learner_usd']:.4f}) | centralized "
             f"counterfactual ${self.costs['cost_centralized_usd']:.4f}",
-        ]
+        ])
 
 
 def make_run_dir(config: Config) -> Path:
