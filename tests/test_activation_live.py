@@ -1,5 +1,6 @@
 """Cost-aware activation in a live run: a cheap worker joining parks the expensive one, and
-killing the cheap one brings the expensive one back (real processes on loopback)."""
+killing the cheap one brings the expensive one back; a preempted worker (SIGTERM) deregisters
+(real processes on loopback)."""
 
 import re
 import socket
@@ -32,7 +33,7 @@ def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path)
     port, token = free_port(), "live-activation-token"
     url = f"http://127.0.0.1:{port}"
     config = load_config(overrides=[
-        f"run.dir={tmp_path}", "run.name=run", "run.steps=100000", "run.max_minutes=0.9", "eval.every=100000",
+        f"run.dir={tmp_path}", "run.name=run", "run.steps=100000", "run.max_minutes=1.2", "eval.every=100000",
         "eval.size=20", "learner.groups_per_step=8", "rollout.groups_per_lease=4", "telemetry.tensorboard=false",
         "telemetry.progress=false", "checkpoint.every=0", f"coordinator.port={port}", f"coordinator.token={token}",
         "coordinator.heartbeat_timeout_s=3", "workers.count=1", "workers.fleet=[{price_per_hour: 3.0}]",
@@ -53,6 +54,15 @@ def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path)
             cheap.kill()  # no SIGTERM courtesy: it simply vanishes
             cheap.wait(10)
             wait_for(lambda: "activated local-0" in log_path.read_text(), 30, "the expensive worker to come back")
+            preempted = subprocess.Popen([sys.executable, "-m", "echo2.cli", "worker", "--coordinator", url, "--token",
+                                          token, "--name", "preempted", "--give-up-after", "5"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_for(lambda: "worker preempted joined" in log_path.read_text(), 30, "the preempted worker to join")
+            time.sleep(6)  # let it load the model and start working
+            preempted.terminate()  # SIGTERM: finish the request in hand, hand back the rest, deregister
+            started = time.monotonic()
+            preempted.wait(20)
+            outcome["preempted_exit_s"] = time.monotonic() - started
             outcome["ok"] = True
         except Exception as error:  # reported by the assertion below
             outcome["error"] = repr(error)
@@ -67,6 +77,8 @@ def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path)
     assert parked < activated and re.search(r"activation \(cheap died\)", text)
     assert summary.costs["cost/local-0_usd"] > 0 and summary.costs["cost/cheap_usd"] > 0
     assert summary.costs["cost_centralized_usd"] > summary.costs["cost_usd"] - summary.costs["cost_workers_usd"]
+    assert summary.reliability["workers_left"] == 1 and outcome["preempted_exit_s"] < 20
+    assert "worker preempted left (deregistered)" in text
 
 
 def _healthy(url: str) -> bool:

@@ -58,3 +58,18 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
     assert main(["eval", str(summary.run_dir / "checkpoints" / "step_000002"), "--size", "30"]) == 0
     out = capsys.readouterr().out
     assert "held-out greedy accuracy" in out and "(30 prompts" in out
+
+
+def test_a_lying_worker_is_quarantined_and_the_run_goes_on(tmp_path):
+    config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=6",
+                                            "workers.fleet=[{}, {falsify_rewards: true}]",
+                                            "verification.rescore_fraction=0.5"])
+    summary = run_training(config)
+    report = json.loads((summary.run_dir / "reliability.json").read_text())
+    assert report["workers_quarantined"] == 1 and report["groups_discarded_quarantined"] >= 1
+    assert "quarantined worker local-1" in (summary.run_dir / "train.log").read_text()
+    steps = [r for r in _records(summary.run_dir) if "reward_mean" in r]
+    assert [r["version"] for r in steps] == list(range(1, 7))  # the honest worker carried the run
+    # every lease is accounted for
+    assert report["leases_issued"] == report["leases_completed"] + report["leases_expired"] + \
+        report["leases_outstanding"]

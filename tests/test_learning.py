@@ -36,7 +36,7 @@ def test_grpo_raises_a_learnable_reward():
                          pad_id=tokenizer.pad_token_id, generator=generator)
         texts = tokenizer.batch_decode(samples.completion_ids, skip_special_tokens=True)
         groups = [
-            Group(slot=i, example=e, version=step, worker="test",
+            Group(slot=i, example=e, version=step, worker_id="test",
                   token_ids=samples.completion_ids[i * group_size:(i + 1) * group_size],
                   logprobs=samples.logprobs[i * group_size:(i + 1) * group_size],
                   rewards=[starts_with_one(t) for t in texts[i * group_size:(i + 1) * group_size]])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -34,14 +35,22 @@ def _worker(args: argparse.Namespace) -> int:
         upload_bytes_per_s=mbps_to_bytes_per_s(args.upload_mbps), latency_s=args.added_latency_ms / 1000)
     worker = RolloutWorker(args.coordinator, args.token, name=args.name, threads=args.threads,
                            give_up_after_s=args.give_up_after, relay=relay, price_per_hour=args.price_per_hour,
-                           worker_class=args.worker_class, throughput_factor=args.throughput_factor)
+                           worker_class=args.worker_class, throughput_factor=args.throughput_factor,
+                           falsify_rewards=args.falsify_rewards)
     install_signal_handlers(worker)
+    status = 0
     try:
         worker.run()
     except (CoordinatorUnreachable, RequestRefused) as error:
         print(f"echo2 worker: {error}", file=sys.stderr)
-        return 1
-    return 0
+        status = 1
+    # The worker has deregistered and stopped its relay; leave now rather than wait on threads that
+    # libraries leave behind (e.g. a server thread still finishing a peer's long-poll): a preempted
+    # worker must be gone within a bounded time.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -111,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--worker-class", default="", help="class name in the cost accounting")
     worker.add_argument("--throughput-factor", type=float, default=1.0,
                         help="emulate a slower device: run at this fraction of the speed (0-1]")
+    worker.add_argument("--falsify-rewards", action="store_true",
+                        help="report reward 1 for everything (a liar, to test the learner's verification)")
     worker.set_defaults(handler=_worker)
 
     plan = commands.add_parser("plan", help="which workers to run for a config: cost, utilization, other S")

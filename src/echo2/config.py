@@ -75,6 +75,8 @@ class LocalWorkerSpec(Section):
     """This worker's relay upload cap, Mbit/s (overrides ``workers.upload_mbps``)."""
     latency_ms: float = Field(0.0, ge=0)
     """Delay added to every response of this worker's relay (WAN round trip)."""
+    falsify_rewards: bool = False
+    """A dishonest worker reporting reward 1 for everything (exercises verification and quarantine)."""
 
 
 class WorkersConfig(Section):
@@ -175,6 +177,17 @@ class EvalConfig(Section):
     """Sample completions printed and logged per evaluation."""
 
 
+class VerificationConfig(Section):
+    """Spot checks of what workers submit (see :mod:`echo2.learner.verification`)."""
+
+    rescore_fraction: float = Field(0.05, ge=0, le=1)
+    """Share of groups whose rewards the learner recomputes with the task's verifier."""
+    logprob_fraction: float = Field(0.02, ge=0, le=1)
+    """Share of current-version groups whose behaviour log-probs the learner recomputes."""
+    logprob_tolerance: float = Field(0.2, gt=0)
+    """Mean absolute log-prob difference (nats/token) above which a worker is quarantined."""
+
+
 class CheckpointConfig(Section):
     every: int = Field(50, ge=0)
     """Save a checkpoint every this many steps (0 = only at the end)."""
@@ -226,6 +239,7 @@ class Config(Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     broadcast: BroadcastConfig = Field(default_factory=BroadcastConfig)
     activation: ActivationConfig = Field(default_factory=ActivationConfig)
+    verification: VerificationConfig = Field(default_factory=VerificationConfig)
     coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 

@@ -71,6 +71,11 @@ def create_app(state: CoordinatorState, lease_wait_s: float) -> FastAPI:
     def heartbeat(body: Heartbeat, x_echo2_token: str | None = Header(None)) -> HeartbeatResponse:
         return state.heartbeat(worker(x_echo2_token), body.version, body.events, body.upload_bytes_per_s)
 
+    @app.post("/v1/deregister")
+    def deregister(x_echo2_token: str | None = Header(None)) -> dict:
+        state.deregister(worker(x_echo2_token))
+        return {"ok": True}
+
     @app.post("/v1/lease")
     def lease(body: LeaseRequest, x_echo2_token: str | None = Header(None)) -> LeaseResponse:
         return state.lease(worker(x_echo2_token), body.version, body.max_groups, lease_wait_s)

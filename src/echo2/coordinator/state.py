@@ -8,6 +8,7 @@ delegated to :mod:`echo2.staleness`; this module only keeps the books.
 from __future__ import annotations
 
 import copy
+import logging
 import secrets
 import threading
 import time
@@ -30,6 +31,8 @@ from echo2.protocol import (
     VersionInfo,
 )
 from echo2.tasks import Example
+
+log = logging.getLogger("echo2")
 
 
 class Rejected(Exception):
@@ -62,6 +65,10 @@ class WorkerRecord:
     worker_class: str = ""
     active: bool = True
     """False: parked by cost-aware activation (no leases)."""
+    quarantined: bool = False
+    """Its results failed verification: no more leases or submissions."""
+    left: bool = False
+    """Deregistered itself (preemption, SIGTERM)."""
     active_seconds: float = 0.0
     throughput: float | None = None
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
@@ -85,7 +92,7 @@ class Group:
     slot: int
     example: Example
     version: int
-    worker: str
+    worker_id: str
     token_ids: list[list[int]]
     logprobs: list[list[float]]
     rewards: list[float]
@@ -155,6 +162,8 @@ class CoordinatorState:
             self.workers[worker_id] = record
             self._by_session[record.session_token] = worker_id
             self.counters["workers_registered"] += 1
+            log.info("worker %s joined as %s (relay %s, $%.2f/h)", record.name, worker_id, relay_url or "none",
+                     price_per_hour)
             self._replan(f"{record.name} joined")
             self.cond.notify_all()
             return record
@@ -217,10 +226,55 @@ class CoordinatorState:
                 if lease.state == "active" and (now > lease.deadline or not self.workers[lease.worker_id].alive):
                     self._expire(lease)
 
+    def deregister(self, record: WorkerRecord) -> None:
+        """A worker leaving on purpose (preemption): its unfinished leases go back to the queue now."""
+        with self.cond:
+            self.fleet.bill(list(self.workers.values()))
+            record.alive, record.left = False, True
+            self.counters["workers_left"] += 1
+            returned = [lease for lease in self.leases.values()
+                        if lease.state == "active" and lease.worker_id == record.worker_id]
+            for lease in returned:
+                self._expire(lease)
+            log.info("worker %s left (deregistered); %d unfinished leases re-issued", record.name, len(returned))
+            self._replan(f"{record.name} left")
+
+    def quarantine(self, worker_id: str, reason: str, taken: list[Group] = ()) -> int:
+        """Stop trusting a worker whose results failed verification: no more leases or submissions,
+        its active leases re-issued, its buffered groups — and ``taken``, its groups already in the
+        learner's batch — discarded (prompts re-queued). Returns how many groups were discarded."""
+        with self.cond:
+            for group in taken:
+                self.useful_slots -= 1
+                self._requeued.append(group.example)
+            self.dropped["quarantined"] += len(taken)
+            record = self.workers[worker_id]
+            if record.quarantined:
+                return 0
+            record.quarantined = True
+            self.counters["workers_quarantined"] += 1
+            for lease in self.leases.values():
+                if lease.state == "active" and lease.worker_id == worker_id:
+                    self._expire(lease)
+            mine = [g for g in self.buffer if g.worker_id == worker_id]
+            self.buffer = [g for g in self.buffer if g.worker_id != worker_id]
+            for group in mine:
+                self.useful_slots -= 1
+                self._requeued.append(group.example)
+            self.dropped["quarantined"] += len(mine)
+            log.warning("quarantined worker %s: %s (%d groups discarded)", record.name, reason, len(mine) + len(taken))
+            self.cond.notify_all()
+            return len(mine) + len(taken)
+
+    def _refuse_quarantined(self, record: WorkerRecord) -> None:
+        if record.quarantined:
+            raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
+
     def _expire(self, lease: Lease) -> None:
         lease.state = "expired"
         self.counters["leases_expired"] += 1
         self.useful_slots -= len(lease.examples)
+        self.counters["prompts_requeued"] += len(lease.examples)
         self._requeued.extendleft(reversed(list(lease.examples.values())))
         self.cond.notify_all()
 
@@ -238,6 +292,7 @@ class CoordinatorState:
     def lease(self, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
         deadline = time.monotonic() + wait_s
         with self.cond:
+            self._refuse_quarantined(record)
             record.last_seen = time.monotonic()
             record.version = worker_version
             if worker_version > self.version:
@@ -320,6 +375,7 @@ class CoordinatorState:
 
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
         with self.cond:
+            self._refuse_quarantined(record)
             record.last_seen = time.monotonic()
             lease = self.leases.get(request.lease_id)
             if lease is not None and lease.worker_id == record.worker_id and lease.state == "done":
@@ -327,6 +383,7 @@ class CoordinatorState:
                 return SubmitResponse(accepted=0, duplicate=True)
             lease = self._validate(record, request)
             lease.state = "done"
+            self.counters["leases_completed"] += 1
             self.fleet.observe(record, sum(len(g.completions) for g in request.groups),
                                time.monotonic() - lease.granted_at)
             for group in request.groups:
@@ -335,7 +392,7 @@ class CoordinatorState:
                         slot=group.slot,
                         example=lease.examples[group.slot],
                         version=lease.version,
-                        worker=record.name,
+                        worker_id=record.worker_id,
                         token_ids=[c.token_ids for c in group.completions],
                         logprobs=[c.logprobs for c in group.completions],
                         rewards=[c.reward for c in group.completions],
@@ -444,6 +501,29 @@ class CoordinatorState:
                                        f"({self.counters['workers_registered']} did)")
                 still_starting()
                 self.cond.wait(0.2)
+
+    def reliability(self) -> dict[str, int | dict[str, int]]:
+        """The run's reliability report: what happened to every lease and every submitted group."""
+        with self.cond:
+            active = sum(lease.state == "active" for lease in self.leases.values())
+            return {
+                "leases_issued": self.counters["leases_issued"],
+                "leases_completed": self.counters["leases_completed"],
+                "leases_expired": self.counters["leases_expired"],
+                "leases_outstanding": active,
+                "prompts_requeued": self.counters["prompts_requeued"] + self.dropped["stale"]
+                + self.dropped["quarantined"],
+                "groups_accepted": self.counters["groups_accepted"],
+                "groups_rejected": dict(self.rejected),
+                "duplicate_submissions": self.counters["duplicate_submissions"],
+                "groups_dropped_stale": self.dropped["stale"],
+                "groups_discarded_quarantined": self.dropped["quarantined"],
+                "groups_buffered": len(self.buffer),
+                "workers_registered": self.counters["workers_registered"],
+                "workers_dead": self.counters["workers_dead"],
+                "workers_left": self.counters["workers_left"],
+                "workers_quarantined": self.counters["workers_quarantined"],
+            }
 
     def worker_records(self) -> list[WorkerRecord]:
         """A consistent copy of the registry, safe to read outside the lock."""

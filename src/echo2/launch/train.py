@@ -7,6 +7,7 @@ ones join with the printed ``echo2 worker`` command).
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -44,6 +45,7 @@ class RunSummary:
     groups_dropped: int
     workers_registered: int
     costs: dict[str, float]
+    reliability: dict
 
     def lines(self) -> list[str]:
         r = self.result
@@ -56,11 +58,23 @@ class RunSummary:
             "(temperature samples on held-out prompts)",
             f"{r.steps} steps in {r.wall_seconds:.0f}s | {r.samples / max(r.wall_seconds, 1e-9):.0f} samples/s "
             f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
+            self.reliability_line(),
         ] + ([] if not self.costs["cost_centralized_usd"] else [
             f"cost ${self.costs['cost_usd']:.4f} (${self.costs['cost_usd'] / max(r.steps, 1):.5f} per step; "
             f"workers: {by_class or 'none'}; learner ${self.costs['cost_learner_usd']:.4f}) | centralized "
             f"counterfactual ${self.costs['cost_centralized_usd']:.4f}",
         ])
+
+
+    def reliability_line(self) -> str:
+        r = self.reliability
+        rejected = sum(r["groups_rejected"].values())
+        return (f"reliability: leases {r['leases_issued']} issued / {r['leases_completed']} completed / "
+                f"{r['leases_expired']} expired ({r['prompts_requeued']} prompts re-queued) | groups "
+                f"{r['groups_accepted']} accepted / {rejected} rejected {r['groups_rejected'] or ''} / "
+                f"{r['duplicate_submissions']} duplicate / {r['groups_dropped_stale']} stale / "
+                f"{r['groups_discarded_quarantined']} from quarantined workers | workers {r['workers_dead']} dead, "
+                f"{r['workers_left']} left, {r['workers_quarantined']} quarantined")
 
 
 def make_run_dir(config: Config) -> Path:
@@ -99,6 +113,7 @@ def local_worker_args(config: Config, index: int) -> list[str]:
         args += ["--price-per-hour", str(spec.price_per_hour), "--throughput-factor", str(spec.throughput_factor),
                  "--added-latency-ms", str(spec.latency_ms)]
         args += ["--worker-class", spec.worker_class] if spec.worker_class else []
+        args += ["--falsify-rewards"] if spec.falsify_rewards else []
         upload = spec.upload_mbps if spec.upload_mbps is not None else upload
     return args + (["--upload-mbps", str(upload)] if upload is not None else [])
 
@@ -149,6 +164,7 @@ def run_training(config: Config) -> RunSummary:
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
         result = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline).run()
         costs = state.costs(config.activation.learner_price_per_hour, result.wall_seconds)
+        reliability = state.reliability()
     finally:
         state.finish()
         workers.stop()
@@ -168,7 +184,9 @@ def run_training(config: Config) -> RunSummary:
         groups_dropped=state.dropped["stale"],
         workers_registered=state.counters["workers_registered"],
         costs=costs,
+        reliability=reliability,
     )
+    (run_dir / "reliability.json").write_text(json.dumps(reliability, indent=2))
     (run_dir / "summary.txt").write_text("\n".join(summary.lines()) + "\n")
     for line in summary.lines():
         log.info(line)

@@ -17,10 +17,11 @@ from pathlib import Path
 
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
-from echo2.coordinator.state import CoordinatorState
+from echo2.coordinator.state import CoordinatorState, Group
 from echo2.evaluation import EvalResult, evaluate
 from echo2.learner.checkpoint import save_checkpoint
 from echo2.learner.trainer import Learner
+from echo2.learner.verification import VerificationPolicy, Verifier
 from echo2.tasks import Example, Task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.progress import Progress
@@ -55,6 +56,10 @@ class LearnerLoop:
         self.eval_examples, self.run_dir = eval_examples, run_dir
         self.metrics, self.timeline = metrics, timeline
         self.progress = Progress(config.run.steps, enabled=config.telemetry.progress)
+        self.verifier = Verifier(
+            VerificationPolicy(config.verification.rescore_fraction, config.verification.logprob_fraction,
+                               config.verification.logprob_tolerance, config.rollout.temperature),
+            learner.model, learner.tokenizer, task, seed=config.run.seed)
         self.train_ema: float | None = None
         self.broadcast_ema: float | None = None
 
@@ -69,6 +74,17 @@ class LearnerLoop:
         for prompt, completion, reward in result.examples:
             log.info("  sample v%d: %s%s  (reward %.2f)", version, prompt, completion, reward)
         return result
+
+    def _verified_batch(self, step: int) -> list[Group]:
+        """The next batch, minus the groups of workers that fail the spot checks (quarantined)."""
+        while True:
+            batch = self.state.take_batch(step, timeout_s=self.config.coordinator.data_timeout_s)
+            suspects = self.verifier.check(batch, step)
+            for worker_id, why in suspects.items():
+                self.state.quarantine(worker_id, why, taken=[g for g in batch if g.worker_id == worker_id])
+            batch = [g for g in batch if g.worker_id not in suspects]
+            if batch:
+                return batch
 
     def _dissemination(self) -> dict[str, float]:
         """Publish -> last live worker loaded, for versions that finished spreading since the last step."""
@@ -119,7 +135,7 @@ class LearnerLoop:
                 log.info("run.max_minutes=%s reached at step %d; stopping", config.run.max_minutes, step)
                 break
             waited = time.time()
-            batch = state.take_batch(step, timeout_s=config.coordinator.data_timeout_s)
+            batch = self._verified_batch(step)
             train_start = time.time()
             record = self.learner.step(batch, version=step)
             version = step + 1

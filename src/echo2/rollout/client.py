@@ -101,6 +101,15 @@ class CoordinatorClient:
     def submit(self, request: SubmitRequest) -> SubmitResponse:
         return self._call("/v1/submit", f"submitting lease {request.lease_id}", request, SubmitResponse)
 
+    def deregister(self) -> None:
+        """Leave the run (one attempt, short timeout: used while shutting down)."""
+        if self.session_token is None:
+            return
+        try:
+            self.http.post("/v1/deregister", headers={AUTH_HEADER: self.session_token}, timeout=5.0)
+        except httpx.HTTPError as error:
+            log.warning("could not deregister from %s: %s", self.url, error)
+
     def version(self) -> VersionInfo:
         return VersionInfo.model_validate_json(self._request("GET", "/v1/version", "asking for the version").content)
 

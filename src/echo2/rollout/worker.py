@@ -74,12 +74,13 @@ class RolloutWorker:
     def __init__(self, url: str, token: str, *, name: str | None = None, threads: int = 1,
                  fetch_timeout_s: float = 120.0, give_up_after_s: float = 120.0,
                  relay: RelayOptions | None = RelayOptions(), price_per_hour: float = 0.0,
-                 worker_class: str = "", throughput_factor: float = 1.0) -> None:
+                 worker_class: str = "", throughput_factor: float = 1.0, falsify_rewards: bool = False) -> None:
         if not 0 < throughput_factor <= 1:
             raise ValueError(f"throughput_factor must be in (0, 1], got {throughput_factor}")
         self.client = CoordinatorClient(url, token, give_up_after_s=give_up_after_s)
         self.relay_options = relay
         self.price_per_hour, self.worker_class, self.throughput_factor = price_per_hour, worker_class, throughput_factor
+        self.falsify_rewards = falsify_rewards  # a dishonest worker, to exercise the learner's verification
         self.store = ChunkStore(keep=2)
         self.relay: RelayServer | None = None
         self.http = httpx.Client(limits=httpx.Limits(max_connections=8))  # one pool for every chunk fetch
@@ -89,6 +90,8 @@ class RolloutWorker:
         self.version = -1
         self.latest_version = 0
         self.stop = threading.Event()
+        self.coordinator_said_stop = False
+        self._finished = threading.Event()
         self._events: list[TimelineEvent] = []
         self._events_lock = threading.Lock()
         self._staged: tuple[int, bytes, str] | None = None
@@ -111,6 +114,8 @@ class RolloutWorker:
         pin_threads(self.threads)
         torch.manual_seed(spec.seed)
         self.spec = spec
+        # heartbeats start now: loading the model and the first weights can outlast the dead-worker timeout
+        threading.Thread(target=self._heartbeats, daemon=True, name="echo2-heartbeats").start()
         self.model = load_model(spec.model, spec.dtype)
         self.tokenizer = load_tokenizer(spec.model)
         self.task = load_task(spec.task, spec.task_options)
@@ -177,16 +182,20 @@ class RolloutWorker:
                 self._staged_ready.notify_all()
 
     def _swap_in_staged(self, wait_s: float = 0.0) -> None:
+        deadline = time.monotonic() + wait_s
         with self._staged_ready:
-            if self._staged is None and wait_s > 0:
-                self._staged_ready.wait_for(lambda: self._staged is not None or self.stop.is_set(), wait_s)
+            # short slices: a stop request (SIGTERM) is an Event nobody notifies this condition of
+            while self._staged is None and not self.stop.is_set() and time.monotonic() < deadline:
+                self._staged_ready.wait(min(0.5, deadline - time.monotonic()))
             staged, self._staged = self._staged, None
         if staged is not None and staged[0] > self.version:
             load_parameters(self.model, staged[1], staged[2])
             self.version = staged[0]
 
     def _heartbeats(self) -> None:
-        while not self.stop.wait(self.spec.heartbeat_interval_s):
+        """Until the worker has finished (not merely been asked to stop: a preempted worker keeps
+        beating while it completes the request in hand, so that it is not declared dead)."""
+        while not self._finished.wait(self.spec.heartbeat_interval_s):
             try:
                 measured = self.relay.throttle.measured_rate() if self.relay is not None else None
                 reply = self.client.heartbeat(Heartbeat(version=max(self.version, 0), events=self._drain_events(),
@@ -196,6 +205,7 @@ class RolloutWorker:
                 continue
             self.latest_version = max(self.latest_version, reply.latest_version)
             if reply.stop:
+                self.coordinator_said_stop = True
                 self.stop.set()
 
     # ------------------------------------------------------------------ work
@@ -219,7 +229,7 @@ class RolloutWorker:
             rows = range(index * group_size, (index + 1) * group_size)
             groups.append(GroupResult(slot=prompt.slot, completions=[
                 Completion(token_ids=samples.completion_ids[r], logprobs=samples.logprobs[r],
-                           reward=self.task.reward(example, texts[r]))
+                           reward=1.0 if self.falsify_rewards else self.task.reward(example, texts[r]))
                 for r in rows
             ]))
         seconds = time.perf_counter() - clock
@@ -234,11 +244,8 @@ class RolloutWorker:
     def run(self) -> None:
         """Work until the coordinator says the run is over (or SIGTERM/SIGINT)."""
         spec = self._setup()
-        threads = [threading.Thread(target=self._heartbeats, daemon=True)]
         if spec.protocol == "async":
-            threads.append(threading.Thread(target=self._background_fetcher, daemon=True))
-        for thread in threads:
-            thread.start()
+            threading.Thread(target=self._background_fetcher, daemon=True, name="echo2-fetcher").start()
         try:
             while not self.stop.is_set():
                 if spec.protocol == "async":
@@ -254,6 +261,7 @@ class RolloutWorker:
                                           wait_s=5.0)
                 self.latest_version = max(self.latest_version, lease.latest_version)
                 if lease.status == "stop":
+                    self.coordinator_said_stop = True
                     break
                 if lease.status == "refresh" and spec.protocol == "async":
                     self._swap_in_staged(wait_s=self.fetch_timeout_s)
@@ -269,6 +277,9 @@ class RolloutWorker:
                     log.warning("lease %s was already submitted; the coordinator kept the first copy", lease.lease_id)
         finally:
             self.stop.set()
+            self._finished.set()
+            if not self.coordinator_said_stop:
+                self.client.deregister()  # preempted or failed: hand unfinished leases back at once
             self.client.close()
             if self.relay is not None:
                 self.relay.stop()
