@@ -65,7 +65,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int, he
     return Qwen2ForCausalLM(config)
 
 
-MAX_NEW_TOKENS = 14
+MAX_NEW_TOKENS = 24
 
 
 def demonstrations(task: ArithmeticTask, seed: int, worked_fraction):
@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--num-operands", type=int, default=3, help="operands per expression (task difficulty)")
     parser.add_argument("--worked-fraction", type=float, default=0.0,
                         help="share of demonstrations that work the answer out step by step")
     parser.add_argument("--final-worked-fraction", type=float, default=None,
@@ -164,7 +165,7 @@ def main() -> None:
     pin_threads(args.threads)
     torch.manual_seed(args.seed)
     random.seed(args.seed)
-    task = ArithmeticTask()
+    task = ArithmeticTask(num_operands=args.num_operands)
 
     if args.settle_check:
         settle_mix = args.worked_fraction if args.final_worked_fraction is None else args.final_worked_fraction
