@@ -82,6 +82,6 @@ def test_versions_a_stale_worker_may_still_use_stay_downloadable():
         publish(state, version)
         publisher.publish(version, model)
     # at v5 with S=2, v2..v5 may still generate useful groups (a slow link may deliver v2 late)
-    assert sorted(state.published) == [2, 3, 4, 5]
+    assert sorted(state.versions.published) == [2, 3, 4, 5]
     assert publisher.store.versions() == [2, 3, 4, 5]
     assert publisher.store.complete(2)

@@ -14,13 +14,13 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from echo2 import staleness as rule
 from echo2.broadcast.topology import Node, Plan, star_plan
 from echo2.coordinator.fleet import Fleet, FleetPolicy
+from echo2.coordinator.records import Group, Lease, Limits, WorkerRecord
+from echo2.coordinator.versions import VersionBook
 from echo2.protocol import (
-    LEARNER_SOURCE,
     HeartbeatResponse,
     LeasedPrompt,
     LeaseResponse,
@@ -41,71 +41,6 @@ class Rejected(Exception):
     def __init__(self, status: int, reason: str, code: str) -> None:
         super().__init__(reason)
         self.status, self.reason, self.code = status, reason, code
-
-
-@dataclass
-class WorkerRecord:
-    worker_id: str
-    name: str
-    session_token: str
-    version: int = 0
-    last_seen: float = field(default_factory=time.monotonic)
-    alive: bool = True
-    groups: int = 0
-    samples: int = 0
-    tokens: int = 0
-    generate_seconds: float = 0.0
-    rejected: int = 0
-    fetches: int = 0
-    last_fetch_seconds: float = 0.0
-    relay_url: str | None = None
-    upload_bytes_per_s: float | None = None
-    loaded_version: int = -1
-    price_per_hour: float = 0.0
-    worker_class: str = ""
-    active: bool = True
-    """False: parked by cost-aware activation (no leases)."""
-    quarantined: bool = False
-    """Its results failed verification: no more leases or submissions."""
-    left: bool = False
-    """Deregistered itself (preemption, SIGTERM)."""
-    active_seconds: float = 0.0
-    throughput: float | None = None
-    """Moving average of measured rollouts/s (None until its first lease is submitted)."""
-
-
-@dataclass
-class Lease:
-    lease_id: str
-    worker_id: str
-    version: int
-    examples: dict[int, Example]
-    deadline: float
-    granted_at: float = field(default_factory=time.monotonic)
-    state: str = "active"  # active | done | expired
-
-
-@dataclass
-class Group:
-    """One prompt's G completions, as accepted from a worker."""
-
-    slot: int
-    example: Example
-    version: int
-    worker_id: str
-    token_ids: list[list[int]]
-    logprobs: list[list[float]]
-    rewards: list[float]
-
-
-@dataclass
-class Limits:
-    """What a valid submission may contain."""
-
-    group_size: int
-    max_new_tokens: int
-    vocab_size: int
-    reward_range: tuple[float, float]
 
 
 class CoordinatorState:
@@ -129,7 +64,7 @@ class CoordinatorState:
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.run_token = run_token
         self.lease_timeout_s, self.heartbeat_timeout_s = lease_timeout_s, heartbeat_timeout_s
-        self.on_event, self.planner = on_event, planner
+        self.on_event = on_event
         self.fleet = fleet or Fleet(FleetPolicy(enabled=False, rollouts_per_step=1, staleness=spec.staleness))
         self.step_times: tuple[float | None, float | None] = (None, None)  # measured T_train, T_bcast
         self.cond = threading.Condition(threading.RLock())
@@ -140,10 +75,7 @@ class CoordinatorState:
         self.leases: dict[str, Lease] = {}
         self.buffer: list[Group] = []
         self.version = 0
-        self.published: dict[int, VersionInfo] = {}
-        self.published_at: dict[int, float] = {}
-        self.plans: dict[int, Plan] = {}
-        self._load_times: dict[int, dict[str, float]] = {}
+        self.versions = VersionBook(planner, spec.staleness)
         self.useful_slots = 0
         self._next_slot = 0
         self.finished = False
@@ -208,8 +140,7 @@ class CoordinatorState:
                 record.fetches += 1
                 record.last_fetch_seconds = event.end - event.start
                 record.loaded_version = max(record.loaded_version, event.version)
-                if event.version in self._load_times:
-                    self._load_times[event.version][record.worker_id] = event.end
+                self.versions.loaded(event.version, record.worker_id, event.end)
             self.on_event(record.name, event)
 
     def reap(self) -> None:
@@ -445,51 +376,24 @@ class CoordinatorState:
         self.buffer = fresh
 
     def publish(self, version: int, sha256: str, size_bytes: int) -> None:
-        """Announce ``version`` (its chunks are already served) and plan who relays it to whom.
-
-        The plan covers the workers alive now; one that joins later fetches from the learner.
-        Bookkeeping for the last ``S + 2`` versions is kept, as are their chunks on the learner.
-        """
+        """Announce ``version`` (its chunks are already served) and plan who relays it to whom."""
         with self.cond:
-            nodes = [Node(r.worker_id, r.upload_bytes_per_s or 0.0, reachable=r.relay_url is not None)
-                     for r in self.workers.values() if r.alive]
-            self.plans[version] = self.planner(nodes)
-            self.published[version] = VersionInfo(version=version, sha256=sha256, size_bytes=size_bytes)
-            self.published_at[version] = time.time()
-            if nodes:  # dissemination is measured from publish to the workers live at that moment
-                self._load_times[version] = {}
-            for table in (self.plans, self.published, self.published_at, self._load_times):
-                for old in [v for v in table if v < version - self.staleness - 1]:
-                    del table[old]
+            live = [Node(r.worker_id, r.upload_bytes_per_s or 0.0, reachable=r.relay_url is not None)
+                    for r in self.workers.values() if r.alive]
+            self.versions.publish(version, sha256, size_bytes, live)
             self.version = version
             self.cond.notify_all()
 
     def version_info(self, record: WorkerRecord) -> VersionInfo:
         """The current version, with the sources ``record`` should fetch it from (parent first)."""
         with self.cond:
-            plan = self.plans.get(self.version, {})
             urls = {r.worker_id: r.relay_url for r in self.workers.values() if r.alive and r.relay_url}
-            chain = [urls[source] for source in plan.get(record.worker_id, []) if source in urls]
-            return self.published[self.version].model_copy(update={"sources": [*chain, LEARNER_SOURCE]})
+            return self.versions.info_for(self.version, record.worker_id, urls)
 
     def pop_disseminated(self) -> list[tuple[int, float, float]]:
-        """Versions every live worker now holds (or has skipped past): ``(version, published, last loaded)``.
-
-        Dissemination latency of a version = its publish time to the moment the last live worker
-        that loaded it finished (a worker that went straight to a newer version is not waited for).
-        Times are wall-clock ``time.time()`` of the worker's fetch events, so remote workers need
-        synchronised clocks (NTP) for the figure to be exact.
-        """
-        done = []
+        """See :meth:`VersionBook.pop_disseminated`."""
         with self.cond:
-            live = [r for r in self.workers.values() if r.alive]
-            for version in sorted(self._load_times):
-                loads = self._load_times[version]
-                if not loads or any(r.loaded_version < version for r in live):
-                    continue
-                done.append((version, self.published_at[version], max(loads.values())))
-                del self._load_times[version]
-        return done
+            return self.versions.pop_disseminated([r.loaded_version for r in self.workers.values() if r.alive])
 
     def wait_for_workers(self, count: int, timeout_s: float, still_starting: Callable[[], None]) -> None:
         """Block until ``count`` workers have registered; ``still_starting`` raises if they cannot."""

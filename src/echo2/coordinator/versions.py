@@ -1,0 +1,60 @@
+"""The coordinator's book of published versions: hash and size, relay plan, dissemination times.
+
+Not locked on its own: :class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
+Only the versions a worker may still use are kept (the newest ``S + 2``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from echo2.broadcast.topology import Node, Plan
+from echo2.protocol import LEARNER_SOURCE, VersionInfo
+
+
+class VersionBook:
+    def __init__(self, planner: Callable[[list[Node]], Plan], staleness: int) -> None:
+        self.planner, self.staleness = planner, staleness
+        self.published: dict[int, VersionInfo] = {}
+        self.published_at: dict[int, float] = {}
+        self.plans: dict[int, Plan] = {}
+        self._load_times: dict[int, dict[str, float]] = {}  # version -> worker id -> when it loaded
+
+    def publish(self, version: int, sha256: str, size_bytes: int, live: list[Node]) -> None:
+        """Record ``version`` and plan who relays it to whom among the ``live`` workers (one that
+        joins later fetches from the learner)."""
+        self.plans[version] = self.planner(live)
+        self.published[version] = VersionInfo(version=version, sha256=sha256, size_bytes=size_bytes)
+        self.published_at[version] = time.time()
+        if live:  # dissemination is measured from publish to the workers live at that moment
+            self._load_times[version] = {}
+        for table in (self.plans, self.published, self.published_at, self._load_times):
+            for old in [v for v in table if v < version - self.staleness - 1]:
+                del table[old]
+
+    def info_for(self, version: int, worker_id: str, relay_urls: dict[str, str]) -> VersionInfo:
+        """``version`` with the sources ``worker_id`` should fetch it from: its relay chain, then the learner."""
+        chain = [relay_urls[s] for s in self.plans.get(version, {}).get(worker_id, []) if s in relay_urls]
+        return self.published[version].model_copy(update={"sources": [*chain, LEARNER_SOURCE]})
+
+    def loaded(self, version: int, worker_id: str, at: float) -> None:
+        if version in self._load_times:
+            self._load_times[version][worker_id] = at
+
+    def pop_disseminated(self, live_loaded_versions: list[int]) -> list[tuple[int, float, float]]:
+        """Versions every live worker now holds (or has skipped past): ``(version, published, last loaded)``.
+
+        Dissemination latency of a version = its publish time to the moment the last live worker
+        that loaded it finished (a worker that went straight to a newer version is not waited for).
+        Times are wall-clock ``time.time()`` of the worker's fetch events, so remote workers need
+        synchronised clocks (NTP) for the figure to be exact.
+        """
+        done = []
+        for version in sorted(self._load_times):
+            loads = self._load_times[version]
+            if not loads or any(held < version for held in live_loaded_versions):
+                continue
+            done.append((version, self.published_at[version], max(loads.values())))
+            del self._load_times[version]
+        return done
