@@ -395,6 +395,11 @@ class CoordinatorState:
         with self.cond:
             return self.versions.pop_disseminated([r.loaded_version for r in self.workers.values() if r.alive])
 
+    def versions_spreading(self) -> bool:
+        """Whether some published version has not reached every live worker yet."""
+        with self.cond:
+            return self.versions.spreading()
+
     def wait_for_workers(self, count: int, timeout_s: float, still_starting: Callable[[], None]) -> None:
         """Block until ``count`` workers have registered; ``still_starting`` raises if they cannot."""
         deadline = time.monotonic() + timeout_s

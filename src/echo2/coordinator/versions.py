@@ -42,6 +42,10 @@ class VersionBook:
         if version in self._load_times:
             self._load_times[version][worker_id] = at
 
+    def spreading(self) -> bool:
+        """Whether a version's dissemination is still being measured (see :meth:`pop_disseminated`)."""
+        return bool(self._load_times)
+
     def pop_disseminated(self, live_loaded_versions: list[int]) -> list[tuple[int, float, float]]:
         """Versions every live worker now holds (or has skipped past): ``(version, published, last loaded)``.
 
@@ -52,9 +56,9 @@ class VersionBook:
         """
         done = []
         for version in sorted(self._load_times):
-            loads = self._load_times[version]
-            if not loads or any(held < version for held in live_loaded_versions):
+            if any(held < version for held in live_loaded_versions):
                 continue
-            done.append((version, self.published_at[version], max(loads.values())))
-            del self._load_times[version]
+            loads = self._load_times.pop(version)
+            if loads:  # else every worker went straight past it: nothing to measure
+                done.append((version, self.published_at[version], max(loads.values())))
         return done

@@ -86,12 +86,21 @@ class LearnerLoop:
             if batch:
                 return batch
 
-    def _dissemination(self) -> dict[str, float]:
-        """Publish -> last live worker loaded, for versions that finished spreading since the last step."""
+    def _dissemination(self, settle_s: float = 0.0) -> dict[str, float]:
+        """Publish -> last live worker loaded, for versions that finished spreading since the last step.
+
+        ``settle_s`` > 0 (end of run) waits that long at most for versions still spreading, so the
+        last versions of a short run are measured too.
+        """
         latencies = []
-        for version, published, loaded in self.state.pop_disseminated():
-            self.timeline.interval("broadcast", "disseminate", published, loaded, version)
-            latencies.append(loaded - published)
+        deadline = time.monotonic() + settle_s
+        while True:
+            for version, published, loaded in self.state.pop_disseminated():
+                self.timeline.interval("broadcast", "disseminate", published, loaded, version)
+                latencies.append(loaded - published)
+            if not self.state.versions_spreading() or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
         if not latencies:
             return {}
         self.broadcast_ema = _ema(self.broadcast_ema, max(latencies))
@@ -182,6 +191,8 @@ class LearnerLoop:
             result.evals.append((version, evaluation))
             self.metrics.log(version, {"version": version, "eval_accuracy": evaluation.accuracy,
                                        "eval_sampled_reward": evaluation.sampled_reward})
+        if spread := self._dissemination(settle_s=self.config.broadcast.stall_s):
+            self.metrics.log(version, {"version": version, **spread})
         save_checkpoint(self.learner, self.run_dir, version)
         self.progress.newline()
         return result
