@@ -30,7 +30,7 @@ class LocalWorkers:
             name = f"local-{index}"
             with (self.log_dir / f"{name}.log").open("w") as log_file:
                 self.processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "echo2.cli", "worker", "--coordinator", self.url, "--token", self.token,
+                    [sys.executable, "-m", "echo2.cli", "worker", "--coordinator", self.url, f"--token={self.token}",
                      "--name", name, "--threads", str(self.threads), *self.extra_args[index]],
                     stdout=log_file, stderr=subprocess.STDOUT, env=env,
                 ))

@@ -129,7 +129,7 @@ def run_training(config: Config) -> RunSummary:
     eval_examples = task.eval_examples(config.eval.size)
     metrics = MetricsWriter(run_dir, tensorboard=config.telemetry.tensorboard)
     timeline = TimelineWriter(run_dir)
-    token = config.coordinator.token or secrets.token_urlsafe(16)
+    token = config.coordinator.token or secrets.token_hex(16)  # hex: never starts with "-", which a command line would take for an option
     publisher = Publisher(config.broadcast, keep_versions=config.max_staleness + 2, token=token)
     state = CoordinatorState(
         run_spec(config),
@@ -154,7 +154,7 @@ def run_training(config: Config) -> RunSummary:
     server.start(config.coordinator.start_timeout_s)
     log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.max_staleness,
              server.url)
-    log.info("more workers can join with: echo2 worker --coordinator %s --token %s", server.url, token)
+    log.info("more workers can join with: echo2 worker --coordinator %s --token=%s", server.url, token)
     workers = LocalWorkers(server.url, token, config.workers.count, config.workers.threads, run_dir / "workers",
                            [local_worker_args(config, i) for i in range(config.workers.count)])
     workers.start()
