@@ -129,7 +129,8 @@ def run_training(config: Config) -> RunSummary:
     eval_examples = task.eval_examples(config.eval.size)
     metrics = MetricsWriter(run_dir, tensorboard=config.telemetry.tensorboard)
     timeline = TimelineWriter(run_dir)
-    token = config.coordinator.token or secrets.token_hex(16)  # hex: never starts with "-", which a command line would take for an option
+    # hex: never starts with "-", which a command line would take for an option
+    token = config.coordinator.token or secrets.token_hex(16)
     publisher = Publisher(config.broadcast, keep_versions=config.max_staleness + 2, token=token)
     state = CoordinatorState(
         run_spec(config),
