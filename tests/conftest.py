@@ -8,14 +8,18 @@ from echo2.protocol import Completion, GroupResult, RunSpec, SubmitRequest
 from echo2.tasks import Example
 
 
+def prompt_stream():
+    """The trivial, deterministic training stream of :func:`make_state`."""
+    return (Example(prompt=f"{i}+0=", answer=str(i)) for i in itertools.count())
+
+
 def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, fleet=None,
                heartbeat_timeout_s: float = 60) -> CoordinatorState:
     spec = RunSpec(model="m", dtype="float32", task="arithmetic", task_options={}, group_size=2, temperature=1.0,
                    max_new_tokens=4, groups_per_lease=8, protocol="async", staleness=staleness, fetch_delay_s=0.0,
                    broadcast_stall_s=5.0, broadcast_timeout_s=30.0, heartbeat_interval_s=1.0, seed=0)
-    examples = (Example(prompt=f"{i}+0=", answer=str(i)) for i in itertools.count())
     state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20, reward_range=(0.0, 1.0)),
-                             examples, groups_per_step=groups_per_step, run_token="t", lease_timeout_s=60,
+                             prompt_stream(), groups_per_step=groups_per_step, run_token="t", lease_timeout_s=60,
                              heartbeat_timeout_s=heartbeat_timeout_s, planner=planner, fleet=fleet)
     publish(state, 0)
     return state

@@ -15,9 +15,15 @@ from echo2.config import ConfigError, load_config
 def _train(args: argparse.Namespace) -> int:
     from echo2.launch.train import run_training
 
-    config = load_config(args.config, args.overrides)
+    resume = Path(args.resume) if args.resume else None
+    if resume is not None:
+        if args.config:
+            raise ConfigError("--resume takes the run's own config.yaml; give changes as overrides instead of --config")
+        if not (resume / "config.yaml").is_file():
+            raise ConfigError(f"--resume {resume}: not a run directory (no config.yaml)")
+    config = load_config(str(resume / "config.yaml") if resume else args.config, args.overrides)
     signal.signal(signal.SIGTERM, _interrupt)  # so that local workers and the coordinator are shut down
-    run_training(config)
+    run_training(config, resume_dir=resume)
     return 0
 
 
@@ -96,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="run a learner (hosting the coordinator) and local workers")
     train.add_argument("--config", help="YAML config file (see configs/)")
+    train.add_argument("--resume", metavar="RUN_DIR",
+                       help="continue a stopped or crashed run from its newest checkpoint (same version, data, buffer)")
     train.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. staleness=2 learner.lr=1e-4")
     train.set_defaults(handler=_train)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 from echo2 import staleness as rule
 from echo2.broadcast.topology import Node, Plan, star_plan
+from echo2.coordinator.cursor import CountingStream
 from echo2.coordinator.fleet import Fleet, FleetPolicy
 from echo2.coordinator.records import Group, Lease, Limits, WorkerRecord
 from echo2.coordinator.versions import VersionBook
@@ -68,8 +69,9 @@ class CoordinatorState:
         self.fleet = fleet or Fleet(FleetPolicy(enabled=False, rollouts_per_step=1, staleness=spec.staleness))
         self.step_times: tuple[float | None, float | None] = (None, None)  # measured T_train, T_bcast
         self.cond = threading.Condition(threading.RLock())
-        self._examples = examples
-        self._requeued: deque[Example] = deque()
+        self.examples = examples if isinstance(examples, CountingStream) else CountingStream(examples)
+        self.trained_draws: set[int] = set()  # draw indices of the prompts trained on (see cursor.py)
+        self.requeued: deque[Example] = deque()
         self.workers: dict[str, WorkerRecord] = {}
         self._by_session: dict[str, str] = {}
         self.leases: dict[str, Lease] = {}
@@ -77,7 +79,7 @@ class CoordinatorState:
         self.version = 0
         self.versions = VersionBook(planner, spec.staleness)
         self.useful_slots = 0
-        self._next_slot = 0
+        self.next_slot = 0
         self.finished = False
         self.counters: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
@@ -177,7 +179,8 @@ class CoordinatorState:
         with self.cond:
             for group in taken:
                 self.useful_slots -= 1
-                self._requeued.append(group.example)
+                self.requeued.append(group.example)
+                self._untrain(group)
             self.dropped["quarantined"] += len(taken)
             record = self.workers[worker_id]
             if record.quarantined:
@@ -191,7 +194,7 @@ class CoordinatorState:
             self.buffer = [g for g in self.buffer if g.worker_id != worker_id]
             for group in mine:
                 self.useful_slots -= 1
-                self._requeued.append(group.example)
+                self.requeued.append(group.example)
             self.dropped["quarantined"] += len(mine)
             log.warning("quarantined worker %s: %s (%d groups discarded)", record.name, reason, len(mine) + len(taken))
             self.cond.notify_all()
@@ -206,7 +209,7 @@ class CoordinatorState:
         self.counters["leases_expired"] += 1
         self.useful_slots -= len(lease.examples)
         self.counters["prompts_requeued"] += len(lease.examples)
-        self._requeued.extendleft(reversed(list(lease.examples.values())))
+        self.requeued.extendleft(reversed(list(lease.examples.values())))
         self.cond.notify_all()
 
     # ---------------------------------------------------------------- leases
@@ -242,9 +245,9 @@ class CoordinatorState:
                 return LeaseResponse(status=status, latest_version=self.version)
             examples: dict[int, Example] = {}
             while len(examples) < max_groups and self._grantable(worker_version) == "granted":
-                example = self._requeued.popleft() if self._requeued else next(self._examples)
-                examples[self._next_slot] = example
-                self._next_slot += 1
+                example = self.requeued.popleft() if self.requeued else next(self.examples)
+                examples[self.next_slot] = example
+                self.next_slot += 1
                 self.useful_slots += 1
             lease = Lease(
                 lease_id=secrets.token_hex(8),
@@ -353,6 +356,8 @@ class CoordinatorState:
                     self.buffer.sort(key=lambda g: (g.version, g.slot))
                     batch = self.buffer[: self.groups_per_step]
                     del self.buffer[: self.groups_per_step]
+                    for group in batch:
+                        self._train(group)
                     return batch
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -364,6 +369,18 @@ class CoordinatorState:
                 self.cond.wait(min(remaining, 0.5))
                 self.reap()
 
+    def _train(self, group: Group) -> None:
+        draw = getattr(group.example, "draw", -1)
+        if draw in self.trained_draws:
+            self.counters["groups_trained_twice"] += 1
+        self.trained_draws.add(draw)
+        self.counters["groups_trained"] += 1
+
+    def _untrain(self, group: Group) -> None:
+        """``group`` left the learner's batch untrained (quarantined after it was taken)."""
+        self.trained_draws.discard(getattr(group.example, "draw", -1))
+        self.counters["groups_trained"] -= 1
+
     def _drop_stale(self, step: int) -> None:
         fresh = []
         for group in self.buffer:
@@ -372,7 +389,7 @@ class CoordinatorState:
             else:
                 self.dropped["stale"] += 1
                 self.useful_slots -= 1
-                self._requeued.append(group.example)
+                self.requeued.append(group.example)
         self.buffer = fresh
 
     def publish(self, version: int, sha256: str, size_bytes: int) -> None:
@@ -415,7 +432,13 @@ class CoordinatorState:
         """The run's reliability report: what happened to every lease and every submitted group."""
         with self.cond:
             active = sum(lease.state == "active" for lease in self.leases.values())
+            in_flight = sum(len(lease.examples) for lease in self.leases.values() if lease.state == "active")
+            accounted = self.counters["groups_trained"] + len(self.buffer) + len(self.requeued) + in_flight
             return {
+                "prompts_drawn": self.examples.drawn,
+                "prompts_unaccounted": self.examples.drawn - accounted,
+                "groups_trained": self.counters["groups_trained"],
+                "groups_trained_twice": self.counters["groups_trained_twice"],
                 "leases_issued": self.counters["leases_issued"],
                 "leases_completed": self.counters["leases_completed"],
                 "leases_expired": self.counters["leases_expired"],
@@ -432,6 +455,8 @@ class CoordinatorState:
                 "workers_dead": self.counters["workers_dead"],
                 "workers_left": self.counters["workers_left"],
                 "workers_quarantined": self.counters["workers_quarantined"],
+                "learner_restarts": self.counters["learner_restarts"],
+                "leases_lost_in_restart": self.counters["leases_lost_in_restart"],
             }
 
     def worker_records(self) -> list[WorkerRecord]:

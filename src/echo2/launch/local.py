@@ -6,13 +6,26 @@ here it only happens to reach the coordinator over loopback.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 log = logging.getLogger("echo2")
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def _terminate_with_parent() -> None:
+    """Linux: a local worker gets SIGTERM when the learner process dies, even by SIGKILL, instead
+    of outliving it (``echo2 train --resume`` starts its own). Remote workers are not affected:
+    they keep retrying and rejoin the resumed run."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class LocalWorkers:
@@ -28,11 +41,11 @@ class LocalWorkers:
         env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "TOKENIZERS_PARALLELISM": "false"}
         for index in range(self.count):
             name = f"local-{index}"
-            with (self.log_dir / f"{name}.log").open("w") as log_file:
+            with (self.log_dir / f"{name}.log").open("a") as log_file:  # a resumed run appends
                 self.processes.append(subprocess.Popen(
                     [sys.executable, "-m", "echo2.cli", "worker", "--coordinator", self.url, f"--token={self.token}",
                      "--name", name, "--threads", str(self.threads), *self.extra_args[index]],
-                    stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                    stdout=log_file, stderr=subprocess.STDOUT, env=env, preexec_fn=_terminate_with_parent,
                 ))
         log.info("started %d local workers (logs in %s)", self.count, self.log_dir)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -18,11 +19,13 @@ import torch
 
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, dump_config
+from echo2.coordinator import snapshot
 from echo2.coordinator.app import create_app
 from echo2.coordinator.fleet import Fleet, FleetPolicy
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState, Limits
 from echo2.launch.local import LocalWorkers
+from echo2.learner.checkpoint import latest_resumable, load_resume_state, restore_optimizer
 from echo2.learner.loop import LearnerLoop, LoopResult
 from echo2.learner.trainer import Learner
 from echo2.modeling import load_model, load_tokenizer, pin_threads, resolve_model_path
@@ -32,6 +35,9 @@ from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
 
 log = logging.getLogger("echo2")
+
+#: Where a run keeps its coordinator's address and run token (owner-readable only).
+COORDINATOR_FILE = "coordinator.json"
 
 
 @dataclass
@@ -77,6 +83,13 @@ class RunSummary:
                 f"{r['workers_left']} left, {r['workers_quarantined']} quarantined")
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (it holds the run token)."""
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
+        file.write(text)
+
+
 def make_run_dir(config: Config) -> Path:
     name = config.run.name or time.strftime("%Y%m%d-%H%M%S")
     run_dir = Path(config.run.dir) / name
@@ -118,19 +131,35 @@ def local_worker_args(config: Config, index: int) -> list[str]:
     return args + (["--upload-mbps", str(upload)] if upload is not None else [])
 
 
-def run_training(config: Config) -> RunSummary:
-    run_dir = make_run_dir(config)
+def _endpoint(config: Config, run_dir: Path, resuming: bool) -> tuple[int, str]:
+    """Port and run token: a resumed run takes back its predecessor's (kept in ``coordinator.json``),
+    so that the workers still retrying the old address reconnect by themselves."""
+    saved = run_dir / COORDINATOR_FILE
+    if resuming and saved.exists():
+        previous = json.loads(saved.read_text())
+        return config.coordinator.port or previous["port"], config.coordinator.token or previous["token"]
+    # hex: never starts with "-", which a command line would take for an option
+    return config.coordinator.port, config.coordinator.token or secrets.token_hex(16)
+
+
+def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary:
+    """Run ``config``; with ``resume_dir``, continue that run from its newest resumable checkpoint."""
+    run_dir = resume_dir or make_run_dir(config)
     handler = attach_log_file(run_dir)
     (run_dir / "config.yaml").write_text(dump_config(config))
     pin_threads(config.learner.threads)
     torch.manual_seed(config.run.seed)
     task = load_task(config.task.name, config.task.options)
-    model, tokenizer = load_model(config.model.name, config.model.dtype), load_tokenizer(config.model.name)
+    checkpoint = latest_resumable(run_dir) if resume_dir else None
+    weights = str(checkpoint) if checkpoint else config.model.name
+    model, tokenizer = load_model(weights, config.model.dtype), load_tokenizer(weights)
     eval_examples = task.eval_examples(config.eval.size)
-    metrics = MetricsWriter(run_dir, tensorboard=config.telemetry.tensorboard)
+    resume = load_resume_state(checkpoint) if checkpoint else None
+    version = resume["version"] if resume else 0
+    metrics = MetricsWriter(run_dir, tensorboard=config.telemetry.tensorboard,
+                            resume_after=version if resume else None)
     timeline = TimelineWriter(run_dir)
-    # hex: never starts with "-", which a command line would take for an option
-    token = config.coordinator.token or secrets.token_hex(16)
+    port, token = _endpoint(config, run_dir, resuming=resume is not None)
     publisher = Publisher(config.broadcast, keep_versions=config.max_staleness + 2, token=token)
     state = CoordinatorState(
         run_spec(config),
@@ -148,11 +177,14 @@ def run_training(config: Config) -> RunSummary:
                                 staleness=config.max_staleness, headroom=config.activation.headroom,
                                 target_utilization=config.activation.target_utilization)),
     )
-    state.publish(0, *publisher.publish(0, model))
+    if resume:
+        snapshot.restore(state, resume["coordinator"], task.train_examples(config.run.seed))
+    state.publish(version, *publisher.publish(version, model))
     app = create_app(state, config.coordinator.lease_wait_s)
     publisher.mount(app)
-    server = CoordinatorServer(app, config.coordinator.host, config.coordinator.port)
+    server = CoordinatorServer(app, config.coordinator.host, port)
     server.start(config.coordinator.start_timeout_s)
+    _write_private(run_dir / COORDINATOR_FILE, json.dumps({"url": server.url, "port": server.port, "token": token}))
     log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.max_staleness,
              server.url)
     log.info("more workers can join with: echo2 worker --coordinator %s --token=%s", server.url, token)
@@ -160,10 +192,13 @@ def run_training(config: Config) -> RunSummary:
                            [local_worker_args(config, i) for i in range(config.workers.count)])
     workers.start()
     learner = Learner(model, tokenizer, config.learner, config.rollout,
-                      model_dir=resolve_model_path(config.model.name))
+                      model_dir=str(checkpoint) if checkpoint else resolve_model_path(config.model.name))
+    if checkpoint:
+        restore_optimizer(checkpoint, learner)
     try:
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
-        result = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline).run()
+        loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline)
+        result = loop.run(resume)
         costs = state.costs(config.activation.learner_price_per_hour, result.wall_seconds)
         reliability = state.reliability()
     finally:

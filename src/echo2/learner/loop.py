@@ -11,12 +11,17 @@ starting up, reported as ``startup_seconds``), so that utilization measures the 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
+from echo2.coordinator import snapshot
 from echo2.coordinator.state import CoordinatorState, Group
 from echo2.evaluation import EvalResult, evaluate
 from echo2.learner.checkpoint import save_checkpoint
@@ -129,14 +134,50 @@ class LearnerLoop:
                 values[f"worker/{record.name}/fetch_latency_s"] = record.last_fetch_seconds
         return values
 
-    def run(self, start_version: int = 0) -> LoopResult:
+    def _resume_state(self, version: int, result: LoopResult) -> dict[str, Any]:
+        """What :meth:`run` needs to continue after a crash at ``version`` (see checkpoint.py)."""
+        return {
+            "version": version,
+            "loop": {"steps": result.steps, "wall_seconds": result.wall_seconds, "busy_seconds": result.busy_seconds,
+                     "idle_seconds": result.idle_seconds, "samples": result.samples,
+                     "startup_seconds": result.startup_seconds, "train_ema": self.train_ema,
+                     "broadcast_ema": self.broadcast_ema,
+                     "evals": [(v, e.accuracy, e.sampled_reward) for v, e in result.evals]},
+            "coordinator": snapshot.take(self.state),
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                    "verifier": self.verifier.rng.getstate()},
+        }
+
+    def _restore(self, resume: dict[str, Any], result: LoopResult) -> None:
+        loop = resume["loop"]
+        result.steps, result.wall_seconds, result.samples = loop["steps"], loop["wall_seconds"], loop["samples"]
+        result.busy_seconds, result.idle_seconds = loop["busy_seconds"], loop["idle_seconds"]
+        result.startup_seconds = loop["startup_seconds"]
+        result.evals = [(v, EvalResult(accuracy, sampled)) for v, accuracy, sampled in loop["evals"]]
+        self.train_ema, self.broadcast_ema = loop["train_ema"], loop["broadcast_ema"]
+        torch.set_rng_state(resume["rng"]["torch"])
+        random.setstate(resume["rng"]["python"])
+        self.verifier.rng.setstate(resume["rng"]["verifier"])
+
+    def _checkpoint(self, version: int, result: LoopResult) -> None:
+        save_checkpoint(self.learner, self.run_dir, version, resume=self._resume_state(version, result))
+
+    def run(self, resume: dict[str, Any] | None = None) -> LoopResult:
+        """Train to ``run.steps``; ``resume`` (from a checkpoint) continues a crashed run at its version."""
         config, state = self.config, self.state
         result = LoopResult(steps=0, wall_seconds=0.0, busy_seconds=0.0, idle_seconds=0.0, samples=0)
+        start_version = 0
+        if resume is not None:
+            self._restore(resume, result)
+            start_version = resume["version"]
+            log.info("resumed at version %d (%d steps done before)", start_version, result.steps)
+        # also after a resume: the restored weights must score what they scored before the crash
         evaluation = self._evaluate(start_version)
-        result.evals.append((start_version, evaluation))
+        result.evals = [(v, e) for v, e in result.evals if v != start_version] + [(start_version, evaluation)]
         self.metrics.log(start_version, {"version": start_version, "eval_accuracy": evaluation.accuracy,
-                                         "eval_sampled_reward": evaluation.sampled_reward})
-        started = time.time()
+                                         "eval_sampled_reward": evaluation.sampled_reward,
+                                         "resumed": resume is not None})
+        started = time.time() - result.wall_seconds
         deadline = started + 60 * config.run.max_minutes if config.run.max_minutes else float("inf")
         version = start_version
         for step in range(start_version, config.run.steps):
@@ -152,14 +193,14 @@ class LearnerLoop:
             train_end = time.time()
             self.timeline.interval("learner", "train", train_start, train_end, version)
             if step == start_version:
-                result.startup_seconds = train_start - waited
+                result.startup_seconds += train_start - waited
             else:
                 result.idle_seconds += train_start - waited
             result.busy_seconds += train_end - train_start
             self._activation(train_end - train_start, version)
             result.samples += int(record["samples"])
             result.steps += 1
-            elapsed = time.time() - started
+            elapsed = result.wall_seconds = time.time() - started
             record.update(
                 version=version,
                 learner_busy_s=result.busy_seconds,
@@ -184,7 +225,7 @@ class LearnerLoop:
             self.progress.update(version, version, record["reward_mean"], accuracy, result.utilization,
                                  int(record["workers_alive"]), record["samples_per_s"])
             if config.checkpoint.every and version % config.checkpoint.every == 0:
-                save_checkpoint(self.learner, self.run_dir, version)
+                self._checkpoint(version, result)
         result.wall_seconds = time.time() - started
         if result.evals[-1][0] != version:
             evaluation = self._evaluate(version)
@@ -193,6 +234,6 @@ class LearnerLoop:
                                        "eval_sampled_reward": evaluation.sampled_reward})
         if spread := self._dissemination(settle_s=self.config.broadcast.stall_s):
             self.metrics.log(version, {"version": version, **spread})
-        save_checkpoint(self.learner, self.run_dir, version)
+        self._checkpoint(version, result)
         self.progress.newline()
         return result

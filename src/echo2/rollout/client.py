@@ -43,6 +43,11 @@ class RequestRefused(RuntimeError):
         self.status, self.detail = status, detail
 
 
+class SessionLost(RequestRefused):
+    """The coordinator no longer knows this worker's session: it restarted (a resumed learner) or
+    declared the worker dead. The worker registers again."""
+
+
 class CoordinatorClient:
     def __init__(self, url: str, run_token: str, *, timeout_s: float = 30.0, give_up_after_s: float = 120.0) -> None:
         self.url = url.rstrip("/")
@@ -73,6 +78,8 @@ class CoordinatorClient:
                 if response.status_code < 400:
                     return response
                 detail = _detail(response)
+                if response.status_code in (401, 410) and token == self.session_token:
+                    raise SessionLost(response.status_code, detail)
                 if response.status_code < 500:
                     raise RequestRefused(response.status_code, detail)
                 problem = f"coordinator at {self.url} failed ({what}): {response.status_code} {detail}"
@@ -88,6 +95,7 @@ class CoordinatorClient:
         return reply.model_validate_json(self._request("POST", path, what, body, read_timeout_s).content)
 
     def register(self, request: RegisterRequest) -> RegisterResponse:
+        self.session_token = None  # registering (again) is done with the run token
         response = self._call("/v1/register", "registering", request, RegisterResponse)
         self.session_token = response.session_token
         return response

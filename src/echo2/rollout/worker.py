@@ -47,7 +47,7 @@ from echo2.protocol import (
     SubmitRequest,
     TimelineEvent,
 )
-from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused
+from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
 from echo2.rollout.sampler import sample
 from echo2.tasks import Example, load_task
 
@@ -96,6 +96,8 @@ class RolloutWorker:
         self._events_lock = threading.Lock()
         self._staged: tuple[int, bytes, str] | None = None
         self._staged_ready = threading.Condition()
+        self._session_lost = threading.Event()
+        self._epoch = 0  # bumped on every re-registration: fetches started before it are discarded
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> RunSpec:
@@ -104,10 +106,7 @@ class RolloutWorker:
             self.relay = RelayServer(self.store, options.bind_host, options.port, token=self.client.run_token,
                                      throttle=Throttle(options.upload_bytes_per_s, latency_s=options.latency_s),
                                      advertise_host=options.advertise_host).start()
-        registration = self.client.register(RegisterRequest(
-            name=self.name, relay_url=self.relay.url if self.relay else None,
-            upload_bytes_per_s=options.upload_bytes_per_s if options else None,
-            price_per_hour=self.price_per_hour, worker_class=self.worker_class))
+        registration = self.client.register(self._registration())
         spec = registration.spec
         log.info("registered with %s as %s (protocol %s, S=%d)", self.client.url, registration.worker_id,
                  spec.protocol, spec.staleness)
@@ -122,6 +121,27 @@ class RolloutWorker:
         self.generator = torch.Generator().manual_seed(spec.seed * 1000 + hash(registration.worker_id) % 1000)
         self._fetch_newest_blocking()
         return spec
+
+    def _registration(self) -> RegisterRequest:
+        options = self.relay_options
+        return RegisterRequest(name=self.name, relay_url=self.relay.url if self.relay else None,
+                               upload_bytes_per_s=options.upload_bytes_per_s if options else None,
+                               price_per_hour=self.price_per_hour, worker_class=self.worker_class)
+
+    def _rejoin(self) -> None:
+        """Register again after the coordinator forgot this worker (a resumed learner, or a
+        heartbeat gap long enough to be declared dead), and start over from its current version:
+        after a resume, version numbers repeat with other weights, so nothing held is kept."""
+        self._session_lost.clear()
+        registration = self.client.register(self._registration())
+        self._epoch += 1
+        with self._staged_ready:
+            self._staged = None
+        for version in self.store.versions():
+            self.store.drop(version)
+        self.version, self.latest_version = -1, 0
+        log.info("registered again with %s as %s", self.client.url, registration.worker_id)
+        self._fetch_newest_blocking()
 
     def _record(self, kind: str, start: float, end: float, version: int) -> None:
         with self._events_lock:
@@ -162,7 +182,10 @@ class RolloutWorker:
     def _background_fetcher(self) -> None:
         """Async protocol: download announced versions while the main thread generates."""
         fetched = self.version  # newest version downloaded by this thread (staged or already swapped in)
+        epoch = self._epoch
         while not self.stop.is_set():
+            if epoch != self._epoch:  # re-registered: versions start over
+                fetched, epoch = self.version, self._epoch
             target = self.latest_version
             if target <= fetched:
                 self.stop.wait(0.01)
@@ -173,7 +196,7 @@ class RolloutWorker:
                 log.warning("background fetch of v%d failed (%s); will retry", target, error)
                 self.stop.wait(0.1 if isinstance(error, RequestRefused) else 1.0)
                 continue
-            if staged is None:
+            if staged is None or epoch != self._epoch:
                 self.stop.wait(0.01)
                 continue
             fetched = staged[0]
@@ -200,6 +223,9 @@ class RolloutWorker:
                 measured = self.relay.throttle.measured_rate() if self.relay is not None else None
                 reply = self.client.heartbeat(Heartbeat(version=max(self.version, 0), events=self._drain_events(),
                                                         upload_bytes_per_s=measured))
+            except SessionLost:
+                self._session_lost.set()
+                continue
             except (CoordinatorUnreachable, RequestRefused) as error:
                 log.warning("heartbeat failed: %s", error)
                 continue
@@ -241,6 +267,38 @@ class RolloutWorker:
         return SubmitRequest(lease_id=lease.lease_id, version=lease.version, groups=groups, generate_seconds=seconds,
                              events=self._drain_events())
 
+    def _work_once(self, spec: RunSpec) -> bool:
+        """Refresh weights as the protocol says, lease, generate, submit. False: the run is over."""
+        if spec.protocol == "async":
+            self._swap_in_staged()
+        else:
+            try:
+                self._fetch_newest_blocking()
+            except (CorruptPayload, BroadcastError) as error:
+                log.warning("fetching the newest weights failed (%s); will retry", error)
+                self.stop.wait(1.0)
+                return True
+        lease = self.client.lease(LeaseRequest(version=self.version, max_groups=spec.groups_per_lease), wait_s=5.0)
+        self.latest_version = max(self.latest_version, lease.latest_version)
+        if lease.status == "stop":
+            self.coordinator_said_stop = True
+            return False
+        if lease.status == "refresh" and spec.protocol == "async":
+            self._swap_in_staged(wait_s=self.fetch_timeout_s)
+        if lease.status != "granted":
+            return True
+        try:
+            reply = self.client.submit(self._generate(lease))
+        except SessionLost:
+            raise
+        except RequestRefused as error:
+            # e.g. the lease expired while we generated: its prompts went to another worker
+            log.warning("submission of lease %s refused: %s", lease.lease_id, error.detail)
+            return True
+        if reply.duplicate:
+            log.warning("lease %s was already submitted; the coordinator kept the first copy", lease.lease_id)
+        return True
+
     def run(self) -> None:
         """Work until the coordinator says the run is over (or SIGTERM/SIGINT)."""
         spec = self._setup()
@@ -248,33 +306,14 @@ class RolloutWorker:
             threading.Thread(target=self._background_fetcher, daemon=True, name="echo2-fetcher").start()
         try:
             while not self.stop.is_set():
-                if spec.protocol == "async":
-                    self._swap_in_staged()
-                else:
-                    try:
-                        self._fetch_newest_blocking()
-                    except (CorruptPayload, BroadcastError) as error:
-                        log.warning("fetching the newest weights failed (%s); will retry", error)
-                        self.stop.wait(1.0)
-                        continue
-                lease = self.client.lease(LeaseRequest(version=self.version, max_groups=spec.groups_per_lease),
-                                          wait_s=5.0)
-                self.latest_version = max(self.latest_version, lease.latest_version)
-                if lease.status == "stop":
-                    self.coordinator_said_stop = True
-                    break
-                if lease.status == "refresh" and spec.protocol == "async":
-                    self._swap_in_staged(wait_s=self.fetch_timeout_s)
-                if lease.status != "granted":
-                    continue
                 try:
-                    reply = self.client.submit(self._generate(lease))
-                except RequestRefused as error:
-                    # e.g. the lease expired while we generated: its prompts went to another worker
-                    log.warning("submission of lease %s refused: %s", lease.lease_id, error.detail)
-                    continue
-                if reply.duplicate:
-                    log.warning("lease %s was already submitted; the coordinator kept the first copy", lease.lease_id)
+                    if self._session_lost.is_set():
+                        self._rejoin()
+                    if not self._work_once(spec):
+                        break
+                except SessionLost as error:
+                    log.warning("the coordinator forgot this worker (%s); registering again", error.detail)
+                    self._session_lost.set()
         finally:
             self.stop.set()
             self._finished.set()

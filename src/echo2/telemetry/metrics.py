@@ -14,8 +14,15 @@ import torch
 class MetricsWriter:
     """Append one JSON object per record to ``metrics.jsonl``; mirror numbers to TensorBoard."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_after: int | None = None) -> None:
+        """``resume_after``: a resumed run keeps only the records up to that step (the ones after
+        it belong to the steps the crash lost, which the resumed run redoes)."""
         self.path = run_dir / "metrics.jsonl"
+        if resume_after is not None:
+            kept = [json.dumps(r) for r in read_jsonl(self.path) if r.get("step", 0) <= resume_after]
+            partial = self.path.with_suffix(".partial")
+            partial.write_text("".join(line + "\n" for line in kept))
+            partial.replace(self.path)
         self._file = self.path.open("a")
         self._tb = None
         if tensorboard:
@@ -63,6 +70,13 @@ class TimelineWriter:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of ``path``; a torn last line (the writer was killed mid-write) is skipped."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
