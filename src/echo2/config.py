@@ -132,6 +132,45 @@ class BroadcastConfig(Section):
     """Longest a worker spends fetching one version before reporting failure and retrying."""
 
 
+#: Published hyper-parameters of each objective (docs/objectives.md), used for the learner fields
+#: a config leaves unset: PPO clip ranges, std normalisation of advantages, DAPO's dynamic
+#: sampling, and DAPO's overlong buffer as a share of ``rollout.max_new_tokens`` (4096 of 20480).
+OBJECTIVE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "grpo": {"clip_low": 0.2, "clip_high": 0.2, "std_normalize": True, "dynamic_sampling": False,
+             "overlong_share": 0.0},
+    "dr_grpo": {"clip_low": 0.2, "clip_high": 0.2, "std_normalize": False, "dynamic_sampling": False,
+                "overlong_share": 0.0},
+    "dapo": {"clip_low": 0.2, "clip_high": 0.28, "std_normalize": True, "dynamic_sampling": True,
+             "overlong_share": 0.2},
+    "gspo": {"clip_low": 3e-4, "clip_high": 4e-4, "std_normalize": True, "dynamic_sampling": False,
+             "overlong_share": 0.0},
+}
+
+
+class EchoClipConfig(Section):
+    """EchoClip (EchoRL, arXiv 2605.31228): the prefix of a verified-success rollout that ends with
+    its highest-entropy step gets an auxiliary loss (see docs/objectives.md)."""
+
+    enabled: bool = False
+    """Add the EchoClip auxiliary loss to the objective."""
+    weight: float = Field(0.001, ge=0)
+    """Coefficient of the auxiliary loss (the authors' public script uses 0.001)."""
+    objective: Literal["nll", "clipped"] = "nll"
+    """``nll``: negative log-likelihood of the clip's tokens (the paper's auxiliary SFT loss);
+    ``clipped``: PPO's clipped surrogate with advantage 1 on those tokens, so a token stops
+    being pushed once its probability rose ``clip`` above the sampler's."""
+    clip: float = Field(0.2, gt=0)
+    """Clip range of the ``clipped`` objective."""
+    scope: Literal["degenerate", "success"] = "degenerate"
+    """``degenerate``: only the rollouts of groups in which every rollout succeeded (the
+    advantage-degenerated groups); ``success``: every verified-success rollout."""
+    step_delimiters: list[str] = Field(default_factory=lambda: ["\n", "="])
+    """A step ends with a token whose text contains one of these: newlines as in the paper, and
+    ``=`` for the arithmetic task's worked steps. Empty: every token is a step."""
+    step_entropy: Literal["mean", "max", "sum"] = "mean"
+    """How the token entropies of a step make the step's entropy."""
+
+
 class LearnerConfig(Section):
     groups_per_step: int = Field(64, ge=1)
     """Groups (prompts) per optimizer step: the batch size B of the staleness window."""
@@ -139,7 +178,7 @@ class LearnerConfig(Section):
     """AdamW learning rate (constant after warmup). Small on purpose: the shipped model is
     annealed to a sharp minimum, and rates above ~3e-5 knock it out first (docs/rl-notes.md)."""
     warmup_steps: int = Field(0, ge=0)
-    """Linear learning-rate warmup."""
+    """Linear learning-rate warmup, in learner steps."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.99)
@@ -151,21 +190,72 @@ class LearnerConfig(Section):
     """Global gradient-norm clip."""
     micro_batch: int = Field(256, ge=1)
     """Sequences per forward/backward; gradients accumulate over micro-batches."""
-    loss: Literal["grpo"] = "grpo"
-    """Objective from the loss registry (:mod:`echo2.learner.losses`)."""
+    minibatches: int = Field(1, ge=1)
+    """Optimizer updates per pass over a step's batch (the batch's sequences split evenly);
+    the policy version still advances by one per learner step."""
+    epochs: int = Field(1, ge=1)
+    """Passes over a step's batch (PPO epochs)."""
+    loss: Literal["grpo", "dr_grpo", "dapo", "gspo"] = "grpo"
+    """Objective (:mod:`echo2.learner.objectives`, docs/objectives.md): ``grpo`` (DeepSeekMath),
+    ``dr_grpo`` (no length or std normalisation), ``dapo`` (clip-higher, token-level mean,
+    overlong shaping, dynamic sampling), ``gspo`` (sequence-level ratio). Fields left unset take
+    the objective's published values (``OBJECTIVE_DEFAULTS``)."""
     clip_low: float = Field(0.2, ge=0)
-    """PPO clip: a token whose ratio fell below ``1 - clip_low`` gets no gradient when its advantage is negative."""
+    """PPO clip: a token whose ratio fell below ``1 - clip_low`` gets no gradient when its advantage
+    is negative. Unset: the objective's value (0.2; gspo 3e-4)."""
     clip_high: float = Field(0.2, ge=0)
-    """PPO clip: a token whose ratio rose above ``1 + clip_high`` gets no gradient when its advantage is positive."""
+    """PPO clip: a token whose ratio rose above ``1 + clip_high`` gets no gradient when its advantage
+    is positive. Unset: the objective's value (0.2; dapo 0.28; gspo 4e-4)."""
+    std_normalize: bool = True
+    """Divide group advantages by the group's reward std; False keeps only the mean baseline.
+    Unset: the objective's choice (False for dr_grpo)."""
+    correction: Literal["truncated", "decoupled"] = "truncated"
+    """Off-policy correction. ``truncated``: the clipped ratio is taken against the behaviour
+    policy that generated the group, bounded by ``ratio_cap``; ``decoupled`` (AReaL): the clipped
+    ratio is taken against the proximal policy (the learner's at the start of the step) and
+    multiplied by the behaviour weight pi_prox / pi_behaviour truncated at ``ratio_cap``."""
     ratio_cap: float = Field(3.0, gt=1)
-    """Truncation of the importance weight for negative advantages (dual clip): the surrogate
-    never exceeds ``ratio_cap * |A|`` however stale the behaviour policy."""
+    """Truncation of the importance weight against the behaviour policy: with ``truncated`` the
+    surrogate of a negative advantage never exceeds ``ratio_cap * |A|`` (dual clip); with
+    ``decoupled`` the behaviour weight is capped at this value."""
     kl_coef: float = Field(0.0, ge=0)
     """Weight of a k3 KL penalty to the initial (reference) policy; 0 = off, no reference kept."""
-    std_normalize: bool = True
-    """Divide group advantages by the group's reward std (GRPO); False keeps only the mean baseline."""
+    entropy_coef: float = Field(0.0, ge=0)
+    """Weight of an entropy bonus (mean token entropy of the policy); 0 = off."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: groups whose rewards are all equal are filtered out and replaced
+    by new ones from the buffer. Unset: on for dapo, off otherwise."""
+    dynamic_sampling_rounds: int = Field(10, ge=1)
+    """Most batches drawn for one step under dynamic sampling; when they run out the step is
+    topped up with filtered groups, so that it still trains on ``groups_per_step`` groups."""
+    overlong_buffer: int | None = Field(None, ge=0)
+    """DAPO's soft overlong punishment: completions within this many tokens of
+    ``rollout.max_new_tokens`` lose reward linearly, up to ``overlong_penalty`` at the limit.
+    None: a fifth of ``max_new_tokens`` for dapo, 0 (off) otherwise."""
+    overlong_penalty: float = Field(1.0, ge=0)
+    """Reward lost by a completion that reaches ``rollout.max_new_tokens`` (overlong shaping)."""
+    success_reward: float = 1.0
+    """Reward meaning verified success: a group is all-correct when every reward reaches it,
+    all-wrong when none does and all are equal (degeneration metrics, EchoClip)."""
+    echoclip: EchoClipConfig = Field(default_factory=EchoClipConfig)
+    """EchoClip auxiliary loss on advantage-degenerated groups (off by default)."""
     threads: int = Field(1, ge=1)
     """Torch threads of the learner process."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _objective_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("loss", "grpo") not in OBJECTIVE_DEFAULTS:
+            return data
+        defaults = OBJECTIVE_DEFAULTS[data.get("loss", "grpo")]
+        return {**data, **{key: defaults[key] for key in defaults
+                           if key in cls.model_fields and data.get(key) is None}}
+
+    def overlong_tokens(self, max_new_tokens: int) -> int:
+        """The overlong buffer in tokens for completions of at most ``max_new_tokens``."""
+        if self.overlong_buffer is not None:
+            return min(self.overlong_buffer, max_new_tokens)
+        return round(OBJECTIVE_DEFAULTS[self.loss]["overlong_share"] * max_new_tokens)
 
 
 class EvalConfig(Section):

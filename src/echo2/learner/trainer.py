@@ -1,37 +1,115 @@
-"""The learner: turns one batch of rollout groups into one optimizer step (policy v -> v + 1)."""
+"""The learner: turns one batch of rollout groups into one learner step (policy v -> v + 1).
+
+A step: rewards (plus DAPO's overlong shaping) -> group advantages -> a no-gradient pass for
+what must be fixed before any update (the proximal policy's log-probs for the decoupled
+correction, the reference log-probs for the KL term, the entropies that select EchoClips) ->
+``epochs`` passes of ``minibatches`` optimizer updates, each accumulating gradients over
+micro-batches. With the defaults that is one optimizer update per step.
+"""
 
 from __future__ import annotations
 
 import copy
 import time
-from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from echo2.config import LearnerConfig, RolloutConfig
 from echo2.coordinator.state import Group
-from echo2.learner.logprobs import completion_logprobs
-from echo2.learner.losses import LOSSES, group_advantages
+from echo2.learner.logprobs import CompletionScores, completion_scores
+from echo2.learner.objectives import (
+    EchoClipSettings,
+    ObjectiveSettings,
+    TokenBatch,
+    Totals,
+    candidates,
+    clip_length,
+    degeneration,
+    delimiter_ids,
+    group_advantages,
+    objective_loss,
+    overlong_penalty,
+)
 from echo2.learner.optimizer import build_optimizer
+from echo2.learner.tally import Tally
 
 
-def _pad_right(rows: list[list[float]], width: int) -> torch.Tensor:
+def _pad_right(rows: Sequence[Sequence[float] | torch.Tensor], width: int) -> torch.Tensor:
     out = torch.zeros((len(rows), width))
     for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row)
+        out[i, : len(row)] = torch.as_tensor(row)
     return out
 
 
+def _chunks(rows: list[int], size: int) -> list[list[int]]:
+    return [rows[start : start + size] for start in range(0, len(rows), size)]
+
+
+def _split(rows: list[int], parts: int) -> list[list[int]]:
+    """``rows`` in ``parts`` contiguous chunks of nearly equal size (fewer when there are fewer rows)."""
+    return [chunk.tolist() for chunk in torch.tensor_split(torch.tensor(rows), min(parts, len(rows)))]
+
+
+def objective_settings(config: LearnerConfig, tokenizer: PreTrainedTokenizerBase) -> ObjectiveSettings:
+    """The loss's settings from the learner config (EchoClip's step delimiters as token ids)."""
+    echo = config.echoclip
+    echoclip = EchoClipSettings(
+        weight=echo.weight, objective=echo.objective, clip=echo.clip, scope=echo.scope,
+        step_entropy=echo.step_entropy, success_reward=config.success_reward,
+        delimiters=delimiter_ids(tokenizer, echo.step_delimiters),
+    ) if echo.enabled else None
+    return ObjectiveSettings(name=config.loss, clip_low=config.clip_low, clip_high=config.clip_high,
+                             ratio_cap=config.ratio_cap, decoupled=config.correction == "decoupled",
+                             kl_coef=config.kl_coef, entropy_coef=config.entropy_coef, echoclip=echoclip)
+
+
+@dataclass
+class Rollouts:
+    """A batch's completions, flattened group by group (row ``g * G + i`` is completion i of group g)."""
+
+    prompts: list[list[int]]
+    completions: list[list[int]]
+    behaviour: list[list[float]]
+    rewards: torch.Tensor
+    """[groups, G] verified rewards."""
+
+    @classmethod
+    def from_groups(cls, groups: list[Group], tokenizer: PreTrainedTokenizerBase) -> Rollouts:
+        prompt_ids = tokenizer([g.example.prompt for g in groups])["input_ids"]
+        return cls(prompts=[ids for g, ids in zip(groups, prompt_ids) for _ in g.token_ids],
+                   completions=[tokens for g in groups for tokens in g.token_ids],
+                   behaviour=[logprobs for g in groups for logprobs in g.logprobs],
+                   rewards=torch.tensor([g.rewards for g in groups], dtype=torch.float32))
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return torch.tensor([len(c) for c in self.completions]).reshape(self.rewards.shape)
+
+
+@dataclass
+class Anchors:
+    """What is fixed before the step's first update, per row: log-probs of the proximal policy
+    (the learner's at the start of the step; decoupled correction) and of the reference policy
+    (KL term), and EchoClip lengths."""
+
+    proximal: dict[int, torch.Tensor] = field(default_factory=dict)
+    reference: dict[int, torch.Tensor] = field(default_factory=dict)
+    clips: dict[int, int] = field(default_factory=dict)
+
+
 class Learner:
-    """Model + AdamW + the configured loss. Sequences whose advantage is exactly zero (groups in
-    which every completion got the same reward) carry no policy gradient, so without a KL term
-    they are counted in the mean but never run through the model."""
+    """Model + AdamW + the configured objective. Sequences whose advantage is exactly zero (groups
+    in which every completion got the same reward) carry no policy gradient, so unless a KL term,
+    an entropy bonus or an EchoClip needs them they are counted in the normalisers but never run
+    through the model."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: LearnerConfig,
                  rollout: RolloutConfig, model_dir: str | None = None) -> None:
         self.model, self.tokenizer, self.config, self.rollout = model, tokenizer, config, rollout
-        self.loss_fn = LOSSES[config.loss]
+        self.settings = objective_settings(config, tokenizer)
         self.optimizer = build_optimizer(model, config, model_dir)
         warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -40,65 +118,37 @@ class Learner:
         self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
 
     def step(self, groups: list[Group], version: int) -> dict[str, float]:
-        """One optimizer step on ``groups``, trained at policy ``version``; returns its metrics."""
+        """One learner step on ``groups``, trained at policy ``version``; returns its metrics."""
         started = time.perf_counter()
-        rewards = torch.tensor([g.rewards for g in groups], dtype=torch.float32)
-        advantages = group_advantages(rewards, self.config.std_normalize).flatten()
-        prompts, completions, behaviour = [], [], []
-        prompt_ids = self.tokenizer([g.example.prompt for g in groups])["input_ids"]
-        for group, ids in zip(groups, prompt_ids):
-            for tokens, logprobs in zip(group.token_ids, group.logprobs):
-                prompts.append(ids)
-                completions.append(tokens)
-                behaviour.append(logprobs)
-        total = len(completions)
-        active = [i for i in range(total) if advantages[i] != 0 or self.reference is not None]
+        rollouts = Rollouts.from_groups(groups, self.tokenizer)
+        buffer = self.config.overlong_tokens(self.rollout.max_new_tokens)
+        penalty = overlong_penalty(rollouts.lengths, self.rollout.max_new_tokens, buffer, self.config.overlong_penalty)
+        advantages = group_advantages(rollouts.rewards + penalty, self.config.std_normalize).flatten()
+        total = len(rollouts.completions)
+        echo = self.settings.echoclip
+        clip_rows = candidates(rollouts.rewards, echo).tolist() if echo else [False] * total
+        dense = self.config.kl_coef > 0 or self.config.entropy_coef > 0
+        active = [i for i in range(total) if advantages[i] != 0 or dense or clip_rows[i]]
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        sums: Counter[str] = Counter()
-        ratio_max, ratio_min = float("-inf"), float("inf")
-        for start in range(0, len(active), self.config.micro_batch):
-            rows = active[start : start + self.config.micro_batch]
-            p, c = [prompts[i] for i in rows], [completions[i] for i in rows]
-            logprobs, mask = completion_logprobs(self.model, p, c, pad_id=self.tokenizer.pad_token_id,
-                                                 temperature=self.rollout.temperature)
-            reference = None
-            if self.reference is not None:
-                with torch.no_grad():
-                    reference, _ = completion_logprobs(self.reference, p, c, pad_id=self.tokenizer.pad_token_id,
-                                                       temperature=self.rollout.temperature)
-            terms = self.loss_fn(
-                logprobs, _pad_right([behaviour[i] for i in rows], mask.shape[1]), advantages[rows], mask,
-                total_sequences=total, clip_low=self.config.clip_low, clip_high=self.config.clip_high,
-                ratio_cap=self.config.ratio_cap, kl_coef=self.config.kl_coef, reference_logprobs=reference,
-            )
-            terms.loss.backward()
-            tokens = float(mask.sum())
-            sums["tokens"] += tokens
-            sums["ratio"] += terms.ratio_mean * tokens
-            sums["clipped"] += terms.clip_fraction * tokens
-            sums["kl"] += terms.kl * tokens
-            sums["loss"] += terms.loss.item()
-            ratio_max, ratio_min = max(ratio_max, terms.ratio_max), min(ratio_min, terms.ratio_min)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip))
-        self.optimizer.step()
+        anchors = self._anchors(rollouts, active, [i for i in active if clip_rows[i]])
+        tally = Tally(entropies=self.config.entropy_coef > 0, echoclip=echo is not None)
+        for _ in range(self.config.epochs):
+            for chunk in _split(list(range(total)), self.config.minibatches):
+                self._update(rollouts, advantages, chunk, set(active), anchors, tally)
         self.scheduler.step()
         self.model.eval()
-        trained_tokens = max(sums["tokens"], 1.0)
-        degenerate = float((rewards.std(dim=1) == 0).float().mean())
+        degenerate = degeneration(rollouts.rewards, self.config.success_reward)
         staleness = [version - g.version for g in groups]
         return {
-            "loss": sums["loss"],
-            "reward_mean": float(rewards.mean()),
-            "reward_std_in_group": float(rewards.std(dim=1).mean()),
-            "degenerate_group_fraction": degenerate,
-            "response_length": sum(len(c) for c in completions) / total,
-            "ratio_mean": sums["ratio"] / trained_tokens if active else 1.0,
-            "ratio_max": ratio_max if active else 1.0,
-            "ratio_min": ratio_min if active else 1.0,
-            "clip_fraction": sums["clipped"] / trained_tokens,
-            "kl": sums["kl"] / trained_tokens,
-            "grad_norm": grad_norm,
+            **tally.metrics(self.config.epochs * min(self.config.minibatches, total)),
+            "reward_mean": float(rollouts.rewards.mean()),
+            "reward_std_in_group": float(rollouts.rewards.std(dim=1).mean()),
+            "degenerate_group_fraction": float((rollouts.rewards.std(dim=1) == 0).float().mean()),
+            "degenerate_all_correct_fraction": float(degenerate.all_correct.float().mean()),
+            "degenerate_all_wrong_fraction": float(degenerate.all_wrong.float().mean()),
+            **({"overlong_penalty_mean": float(penalty.mean())} if buffer else {}),
+            **({"echoclip_clips": len(anchors.clips), "echoclip_tokens": sum(anchors.clips.values())} if echo else {}),
+            "response_length": sum(len(c) for c in rollouts.completions) / total,
             "lr": self.scheduler.get_last_lr()[0],
             "trained_sequences": len(active),
             "samples": total,
@@ -107,3 +157,56 @@ class Learner:
             **{f"staleness_count_{s}": staleness.count(s) for s in sorted(set(staleness))},
             "train_seconds": time.perf_counter() - started,
         }
+
+    def _scores(self, model: PreTrainedModel, rollouts: Rollouts, rows: list[int],
+                entropies: bool = False) -> CompletionScores:
+        return completion_scores(model, [rollouts.prompts[i] for i in rows], [rollouts.completions[i] for i in rows],
+                                 pad_id=self.tokenizer.pad_token_id, temperature=self.rollout.temperature,
+                                 entropies=entropies)
+
+    @torch.no_grad()
+    def _anchors(self, rollouts: Rollouts, active: list[int], clip_rows: list[int]) -> Anchors:
+        anchors = Anchors()
+        decoupled, clip_set = self.settings.decoupled, set(clip_rows)
+        for rows in _chunks(active if decoupled else clip_rows, self.config.micro_batch):
+            scores = self._scores(self.model, rollouts, rows, entropies=not clip_set.isdisjoint(rows))
+            for k, row in enumerate(rows):
+                n = len(rollouts.completions[row])
+                if decoupled:
+                    anchors.proximal[row] = scores.logprobs[k, :n]
+                if row in clip_set:
+                    assert scores.entropies is not None and self.settings.echoclip is not None
+                    anchors.clips[row] = clip_length(scores.entropies[k, :n], rollouts.completions[row],
+                                                     self.settings.echoclip)
+        if self.reference is not None:
+            for rows in _chunks(active, self.config.micro_batch):
+                scores = self._scores(self.reference, rollouts, rows)
+                for k, row in enumerate(rows):
+                    anchors.reference[row] = scores.logprobs[k, : len(rollouts.completions[row])]
+        return anchors
+
+    def _update(self, rollouts: Rollouts, advantages: torch.Tensor, chunk: list[int], active: set[int],
+                anchors: Anchors, tally: Tally) -> None:
+        """One optimizer update on the sequences ``chunk`` (those in ``active`` run through the model)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        totals = Totals(sequences=len(chunk), tokens=sum(len(rollouts.completions[i]) for i in chunk),
+                        budget=self.rollout.max_new_tokens, clips=sum(i in anchors.clips for i in chunk))
+        for rows in _chunks([i for i in chunk if i in active], self.config.micro_batch):
+            terms = objective_loss(self._token_batch(rollouts, advantages, rows, anchors), self.settings, totals)
+            terms.loss.backward()
+            tally.add(terms)
+        tally.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)))
+        self.optimizer.step()
+
+    def _token_batch(self, rollouts: Rollouts, advantages: torch.Tensor, rows: list[int],
+                     anchors: Anchors) -> TokenBatch:
+        scores = self._scores(self.model, rollouts, rows, entropies=self.config.entropy_coef > 0)
+        width = scores.mask.shape[1]
+
+        def stacked(per_row: dict[int, torch.Tensor]) -> torch.Tensor | None:
+            return _pad_right([per_row[i] for i in rows], width) if per_row else None
+
+        clip_mask = _pad_right([[1.0] * anchors.clips.get(i, 0) for i in rows], width) if anchors.clips else None
+        return TokenBatch(logprobs=scores.logprobs, behaviour=_pad_right([rollouts.behaviour[i] for i in rows], width),
+                          advantages=advantages[rows], mask=scores.mask, proximal=stacked(anchors.proximal),
+                          reference=stacked(anchors.reference), entropies=scores.entropies, clip_mask=clip_mask)
