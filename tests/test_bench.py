@@ -46,3 +46,16 @@ def test_broadcast_bench_quick(tmp_path):
     ratio = {(r["N"], r["mode"]): r["ratio_to_bound"] for r in rows}
     assert ratio[(4, "star")] > 3 and ratio[(4, "pipelined")] < ratio[(4, "star")] - 1  # loose: 2 busy cores
     assert "ratio_to_bound" in result.stdout and (tmp_path / "broadcast.png").stat().st_size > 10_000
+
+
+def test_chaos_bench_quick(tmp_path):
+    """Workers killed (SIGKILL) and preempted (SIGTERM) mid-run: the run completes and the books balance."""
+    result = run_quick("chaos", tmp_path)
+    calm, chaos = json.loads((tmp_path / "results.json").read_text())["rows"]
+    for row in (calm, chaos):
+        assert row["steps"] == 20 and row["groups_trained"] == 20 * 32
+        assert row["prompts_lost"] == 0 and row["trained_twice"] == 0 and row["leases_unaccounted"] == 0
+    assert calm["sigkill"] == calm["workers_dead"] == 0
+    assert chaos["sigterm"] == 1 and chaos["workers_left"] >= 1  # the preempted worker deregistered
+    assert chaos["sigkill"] >= 1 and chaos["workers_dead"] >= 1  # a killed worker was declared dead
+    assert "wall_vs_calm" in result.stdout

@@ -1,0 +1,136 @@
+"""Chaos: does a run survive workers killed at random, and is every prompt and lease accounted for?
+
+    python bench/chaos.py [--quick] [--out DIR]
+
+Two real ``echo2 train`` runs side by side, same config: **calm** (workers left alone) and
+**chaos** (every ~``interval`` seconds a random worker is killed with SIGKILL and restarted,
+and once a worker is preempted with SIGTERM and restarted). The workers are ``echo2 worker``
+processes started here, as a user would on other machines. Reported per run, from the run's
+reliability report: steps completed, wall time, prompts lost (drawn but neither trained,
+buffered, queued nor out on a lease), groups trained twice, and the lease ledger
+(issued = completed + expired + outstanding). ``wall_vs_calm`` is the price of the chaos.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from common import format_table, parse_args, write_results  # noqa: E402
+
+from echo2.config import load_config  # noqa: E402
+from echo2.launch.train import COORDINATOR_FILE, run_training  # noqa: E402
+
+
+class ChaosMonkey:
+    """Starts ``count`` workers against the run in ``run_dir`` and, when ``interval_s`` is set,
+    kills a random worker that has joined every ``interval_s`` (±25%) and restarts it; the first
+    kill is a SIGTERM (preemption), the others SIGKILL."""
+
+    def __init__(self, run_dir: Path, count: int, interval_s: float | None, seed: int = 0) -> None:
+        self.run_dir, self.count, self.interval_s = run_dir, count, interval_s
+        self.rng = random.Random(seed)
+        self.processes: list[subprocess.Popen] = []
+        self.kills = {"SIGKILL": 0, "SIGTERM": 0}
+        self.starts = 0
+        self.logs: dict[int, Path] = {}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="chaos")
+
+    def _start_worker(self, index: int, endpoint: dict) -> subprocess.Popen:
+        self.starts += 1
+        self.logs[index] = self.run_dir / f"chaos-worker-{index}-{self.starts}.log"
+        log = self.logs[index].open("w")
+        return subprocess.Popen([sys.executable, "-m", "echo2.cli", "worker", "--coordinator", endpoint["url"],
+                                 f"--token={endpoint['token']}", "--name", f"worker-{index}", "--threads", "1"],
+                                stdout=log, stderr=subprocess.STDOUT)
+
+    def _run(self) -> None:
+        path = self.run_dir / COORDINATOR_FILE
+        while not path.exists() and not self.done.is_set():
+            time.sleep(0.1)
+        if self.done.is_set():
+            return
+        endpoint = json.loads(path.read_text())
+        self.processes = [self._start_worker(i, endpoint) for i in range(self.count)]
+        while self.interval_s and not self.done.wait(self.interval_s * self.rng.uniform(0.75, 1.25)):
+            # only workers that have joined: killing one still loading its model tests nothing
+            joined = [i for i, log in self.logs.items() if "registered with" in log.read_text()]
+            if not joined:
+                continue
+            index = self.rng.choice(joined)
+            how = signal.SIGTERM if self.kills["SIGTERM"] == 0 else signal.SIGKILL
+            self.processes[index].send_signal(how)
+            self.processes[index].wait(timeout=60)
+            self.kills[how.name] += 1
+            print(f"   chaos: {how.name} to worker-{index}; restarting it", flush=True)
+            self.processes[index] = self._start_worker(index, endpoint)
+
+    def __enter__(self) -> ChaosMonkey:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join(timeout=90)
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0], "bench/out/chaos")
+    steps, interval, workers = (20, 4.0, 3) if args.quick else (150, 20.0, 3)
+    rows = []
+    for name, chaos_interval in (("calm", None), ("chaos", interval)):
+        print(f"== {name}", flush=True)
+        config = load_config(overrides=[
+            f"run.steps={steps}", "workers.count=0", "eval.every=1000", "eval.size=100", "eval.show=0",
+            "learner.groups_per_step=32", "rollout.groups_per_lease=8", f"run.dir={args.out / 'runs'}",
+            f"run.name={name}", "telemetry.progress=false", "telemetry.tensorboard=false", "checkpoint.every=0",
+            # a SIGKILLed worker is declared dead after 4 s and its leases re-issued
+            "coordinator.heartbeat_timeout_s=4", "coordinator.lease_timeout_s=30",
+        ])
+        run_dir = Path(config.run.dir) / name
+        with ChaosMonkey(run_dir, workers, chaos_interval) as monkey:
+            summary = run_training(config)
+        report = summary.reliability
+        ledger = report["leases_completed"] + report["leases_expired"] + report["leases_outstanding"]
+        rows.append({
+            "run": name, "steps": summary.result.steps, "wall_s": summary.result.wall_seconds,
+            "sigkill": monkey.kills["SIGKILL"], "sigterm": monkey.kills["SIGTERM"],
+            "workers_dead": report["workers_dead"], "workers_left": report["workers_left"],
+            "prompts_drawn": report["prompts_drawn"], "prompts_lost": report["prompts_unaccounted"],
+            "trained_twice": report["groups_trained_twice"], "groups_trained": report["groups_trained"],
+            "leases_issued": report["leases_issued"], "leases_completed": report["leases_completed"],
+            "leases_expired": report["leases_expired"], "leases_outstanding": report["leases_outstanding"],
+            "leases_unaccounted": report["leases_issued"] - ledger,
+            "late_results_refused": report["groups_rejected"].get("expired_lease", 0),
+        })
+    calm = rows[0]["wall_s"]
+    for row in rows:
+        row["wall_vs_calm"] = row["wall_s"] / calm
+    columns = ["run", "steps", "wall_s", "wall_vs_calm", "sigkill", "sigterm", "workers_dead", "workers_left",
+               "prompts_drawn", "prompts_lost", "trained_twice", "leases_issued", "leases_completed",
+               "leases_expired", "leases_outstanding", "leases_unaccounted", "late_results_refused"]
+    print(format_table(rows, columns))
+    path = write_results(args.out, rows, {"steps": steps, "kill_interval_s": interval, "workers": workers,
+                                          "quick": args.quick})
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
