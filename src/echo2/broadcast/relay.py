@@ -25,17 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import socket
-import threading
-import time
 
-import uvicorn
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from echo2.broadcast.chunk_store import ChunkStore, StoreClosed, VersionEvicted
 from echo2.broadcast.throttle import Throttle
 from echo2.protocol import AUTH_HEADER
+from echo2.serving import BackgroundServer
 
 PREFIX = "/v1/broadcast"
 HELD_HEADER = "X-Echo2-Held"
@@ -121,13 +118,8 @@ def add_broadcast_routes(app: FastAPI, store: ChunkStore, *, throttle: Throttle 
         return await send(request, data, "application/octet-stream")
 
 
-class RelayServer:
-    """A worker's relay: the broadcast routes alone, on uvicorn in a background thread.
-
-    The socket is bound in the constructor (so ``port=0`` yields a known free port before the
-    server starts); ``advertise_host`` is the address peers should use when it differs from the
-    bound one (e.g. bound to ``0.0.0.0``).
-    """
+class RelayServer(BackgroundServer):
+    """A worker's relay: the broadcast routes alone, on uvicorn in a background thread."""
 
     def __init__(self, store: ChunkStore, host: str = "127.0.0.1", port: int = 0, *,
                  throttle: Throttle | None = None, token: str | None = None, max_wait_s: float = 30.0,
@@ -136,54 +128,12 @@ class RelayServer:
         self.throttle = throttle or Throttle()
         self.app = FastAPI(title="echo2 relay", version="1", docs_url=None, redoc_url=None, openapi_url=None)
         add_broadcast_routes(self.app, store, throttle=self.throttle, token=token, max_wait_s=max_wait_s)
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host, port))
-        self.host, self.port = host, self._socket.getsockname()[1]
-        self.advertise_host = advertise_host
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=1)
-        self._server = uvicorn.Server(config)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True,
-                                        name=f"echo2-relay-{self.port}")
-
-    @property
-    def url(self) -> str:
-        host = self.advertise_host or ("127.0.0.1" if self.host in ("0.0.0.0", "") else self.host)
-        return f"http://{host}:{self.port}"
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        await self._server.serve(sockets=[self._socket])
+        super().__init__(self.app, host, port, what="relay", advertise_host=advertise_host, lifespan="off",
+                         graceful_s=1.0)
 
     def start(self, timeout_s: float = 10.0) -> RelayServer:
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise TimeoutError(f"the relay did not start listening on {self.url} within {timeout_s:g}s")
-            time.sleep(0.02)
+        super().start(timeout_s)
         return self
-
-    def stop(self, timeout_s: float = 5.0, *, abort: bool = False) -> None:
-        """Stop serving. ``abort=True`` cuts every open connection at once, as a crash would
-        (receivers see a reset, not a clean end): what the fault-tolerance tests use."""
-        if abort and self._loop is not None and not self._loop.is_closed():
-            try:
-                self._loop.call_soon_threadsafe(self._abort_connections)
-            except RuntimeError:  # the loop closed meanwhile
-                pass
-        self._server.force_exit = abort
-        self._server.should_exit = True
-        self._thread.join(timeout_s)
-        self._socket.close()
-
-    def _abort_connections(self) -> None:
-        for connection in list(self._server.server_state.connections):
-            transport = getattr(connection, "transport", None)
-            if transport is not None:
-                transport.abort()
 
     def __enter__(self) -> RelayServer:
         return self.start()
