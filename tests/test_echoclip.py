@@ -99,8 +99,8 @@ def _learners(*overrides: str) -> tuple[Learner, Learner]:
             Learner(copy.deepcopy(model), tokenizer, echo_config.learner, echo_config.rollout))
 
 
-def _same_parameters(a: Learner, b: Learner) -> bool:
-    return all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+def _same_parameters(a: Learner, b: Learner, atol: float = 0.0) -> bool:
+    return all(torch.allclose(p, q, rtol=0.0, atol=atol) for p, q in zip(a.model.parameters(), b.model.parameters()))
 
 
 def test_no_effect_when_no_group_is_degenerate():
@@ -123,3 +123,20 @@ def test_degenerate_success_groups_train_through_echoclip():
     assert record["echoclip_clips"] == 8  # the 2 all-success groups' rollouts; all-wrong ones give none
     assert 8 <= record["echoclip_tokens"] <= sum(len(t) for g in groups[:2] for t in g.token_ids)
     assert record["echoclip_loss"] > 0 and not _same_parameters(plain, echo)
+
+
+def test_groups_filtered_by_dynamic_sampling_feed_echoclip_only():
+    dapo = ["learner.loss=dapo", "learner.echoclip.enabled=true", "learner.kl_coef=0.1", "learner.entropy_coef=0.01"]
+    reference, silent = _learners(*dapo, "learner.echoclip.weight=0.0")
+    reference = Learner(reference.model, reference.tokenizer, silent.config, silent.rollout)
+    batch = sampled_groups(silent.model, silent.tokenizer, 3, 4, lambda g: [1.0, 0.0, 0.0, 1.0])
+    filtered = sampled_groups(silent.model, silent.tokenizer, 2, 4, lambda g: [1.0] * 4, seed=1)
+    echo = _learners(*dapo, "learner.echoclip.weight=1.0")[1]
+    reference.step(batch, version=0)
+    record = silent.step(batch, version=0, echo_groups=filtered)
+    # weight 0: the filtered groups change nothing (no policy gradient, KL or entropy term, no normaliser);
+    # up to float error, since they share micro-batches (and so padding) with the batch
+    assert _same_parameters(reference, silent, atol=1e-6)
+    assert record["samples"] == 12 and record["echoclip_clips"] == 8
+    assert echo.step(batch, version=0, echo_groups=filtered)["echoclip_loss"] > 0
+    assert not _same_parameters(reference, echo, atol=1e-5)

@@ -73,3 +73,20 @@ def test_a_lying_worker_is_quarantined_and_the_run_goes_on(tmp_path):
     # every lease is accounted for
     assert report["leases_issued"] == report["leases_completed"] + report["leases_expired"] + \
         report["leases_outstanding"]
+
+
+def test_dapo_with_decoupled_correction_and_echoclip_over_real_workers(tmp_path):
+    config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=3", "learner.loss=dapo",
+                                            "learner.correction=decoupled", "learner.echoclip.enabled=true"])
+    summary = run_training(config)
+    steps = [r for r in _records(summary.run_dir) if "reward_mean" in r]
+    assert [r["version"] for r in steps] == [1, 2, 3]
+    for r in steps:
+        assert r["samples"] == 8 * 8  # filtered groups were replaced: every step trains on B groups
+        assert r["dapo_drawn_groups"] == 8 + r["dapo_filtered_groups"]
+        assert {"behaviour_weight_mean", "behaviour_weight_truncated_fraction", "echoclip_tokens",
+                "echoclip_loss", "degenerate_all_correct_fraction", "overlong_penalty_mean"} <= set(r)
+    reliability = json.loads((summary.run_dir / "reliability.json").read_text())
+    assert reliability["groups_filtered_degenerate"] == sum(r["dapo_filtered_groups"] for r in steps)
+    assert reliability["prompts_unaccounted"] == 0
+    assert (summary.run_dir / "curves.png").exists()

@@ -342,20 +342,22 @@ class CoordinatorState:
             return SubmitResponse(accepted=len(request.groups))
 
     # ---------------------------------------------------------------- learner side
-    def take_batch(self, step: int, timeout_s: float) -> list[Group]:
-        """Block until ``groups_per_step`` groups fresh for ``step`` are buffered; return them.
+    def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
+        """Block until ``count`` (default ``groups_per_step``) groups fresh for ``step`` are
+        buffered; return them.
 
         Stale groups are dropped (counted, prompts re-queued). Oldest versions go first, so that
         nothing that is still usable ages out while newer groups are trained on.
         """
+        count = self.groups_per_step if count is None else count
         deadline = time.monotonic() + timeout_s
         with self.cond:
             while True:
                 self._drop_stale(step)
-                if len(self.buffer) >= self.groups_per_step:
+                if len(self.buffer) >= count:
                     self.buffer.sort(key=lambda g: (g.version, g.slot))
-                    batch = self.buffer[: self.groups_per_step]
-                    del self.buffer[: self.groups_per_step]
+                    batch = self.buffer[:count]
+                    del self.buffer[:count]
                     for group in batch:
                         self._train(group)
                     return batch
@@ -363,11 +365,22 @@ class CoordinatorState:
                 if remaining <= 0:
                     alive = sum(w.alive for w in self.workers.values())
                     raise TimeoutError(
-                        f"waited {timeout_s:.0f}s for {self.groups_per_step} rollout groups for step {step} "
+                        f"waited {timeout_s:.0f}s for {count} rollout groups for step {step} "
                         f"(have {len(self.buffer)}; {alive} live workers)"
                     )
                 self.cond.wait(min(remaining, 0.5))
                 self.reap()
+
+    def filter_taken(self, groups: list[Group]) -> None:
+        """Groups the learner took but filters out instead of training on (DAPO's dynamic sampling
+        drops groups whose rewards are all equal): their slots stop counting against the pacing
+        window, so that replacements are leased at once; their prompts are used up, not re-queued."""
+        with self.cond:
+            for group in groups:
+                self.useful_slots -= 1
+                self._untrain(group)
+            self.dropped["filtered"] += len(groups)
+            self.cond.notify_all()
 
     def _train(self, group: Group) -> None:
         draw = getattr(group.example, "draw", -1)
@@ -377,7 +390,7 @@ class CoordinatorState:
         self.counters["groups_trained"] += 1
 
     def _untrain(self, group: Group) -> None:
-        """``group`` left the learner's batch untrained (quarantined after it was taken)."""
+        """``group`` left the learner's batch untrained (quarantined or filtered after it was taken)."""
         self.trained_draws.discard(getattr(group.example, "draw", -1))
         self.counters["groups_trained"] -= 1
 
@@ -433,7 +446,8 @@ class CoordinatorState:
         with self.cond:
             active = sum(lease.state == "active" for lease in self.leases.values())
             in_flight = sum(len(lease.examples) for lease in self.leases.values() if lease.state == "active")
-            accounted = self.counters["groups_trained"] + len(self.buffer) + len(self.requeued) + in_flight
+            accounted = (self.counters["groups_trained"] + self.dropped["filtered"] + len(self.buffer)
+                         + len(self.requeued) + in_flight)
             return {
                 "prompts_drawn": self.examples.drawn,
                 "prompts_unaccounted": self.examples.drawn - accounted,
@@ -450,6 +464,7 @@ class CoordinatorState:
                 "duplicate_submissions": self.counters["duplicate_submissions"],
                 "groups_dropped_stale": self.dropped["stale"],
                 "groups_discarded_quarantined": self.dropped["quarantined"],
+                "groups_filtered_degenerate": self.dropped["filtered"],
                 "groups_buffered": len(self.buffer),
                 "workers_registered": self.counters["workers_registered"],
                 "workers_dead": self.counters["workers_dead"],

@@ -25,6 +25,7 @@ from echo2.coordinator import snapshot
 from echo2.coordinator.state import CoordinatorState, Group
 from echo2.evaluation import EvalResult, evaluate
 from echo2.learner.checkpoint import save_checkpoint
+from echo2.learner.sampling import informative_batch
 from echo2.learner.trainer import Learner
 from echo2.learner.verification import VerificationPolicy, Verifier
 from echo2.tasks import Example, Task
@@ -80,16 +81,27 @@ class LearnerLoop:
             log.info("  sample v%d: %s%s  (reward %.2f)", version, prompt, completion, reward)
         return result
 
-    def _verified_batch(self, step: int) -> list[Group]:
-        """The next batch, minus the groups of workers that fail the spot checks (quarantined)."""
+    def _verified_batch(self, step: int, count: int) -> list[Group]:
+        """The next ``count`` groups, minus those of workers that fail the spot checks (quarantined)."""
         while True:
-            batch = self.state.take_batch(step, timeout_s=self.config.coordinator.data_timeout_s)
+            batch = self.state.take_batch(step, timeout_s=self.config.coordinator.data_timeout_s, count=count)
             suspects = self.verifier.check(batch, step)
             for worker_id, why in suspects.items():
                 self.state.quarantine(worker_id, why, taken=[g for g in batch if g.worker_id == worker_id])
             batch = [g for g in batch if g.worker_id not in suspects]
             if batch:
                 return batch
+
+    def _batch(self, step: int) -> tuple[list[Group], list[Group], dict[str, float]]:
+        """The step's batch; under DAPO's dynamic sampling also the groups it filtered out (EchoClip
+        still learns from them) and their count."""
+        learner = self.config.learner
+        if not learner.dynamic_sampling:
+            return self._verified_batch(step, learner.groups_per_step), [], {}
+        sampled = informative_batch(lambda count: self._verified_batch(step, count), self.state.filter_taken,
+                                    learner.groups_per_step, learner.dynamic_sampling_rounds)
+        counts = {"dapo_filtered_groups": len(sampled.filtered), "dapo_drawn_groups": sampled.drawn}
+        return sampled.groups, sampled.filtered if learner.echoclip.enabled else [], counts
 
     def _dissemination(self, settle_s: float = 0.0) -> dict[str, float]:
         """Publish -> last live worker loaded, for versions that finished spreading since the last step.
@@ -185,9 +197,9 @@ class LearnerLoop:
                 log.info("run.max_minutes=%s reached at step %d; stopping", config.run.max_minutes, step)
                 break
             waited = time.time()
-            batch = self._verified_batch(step)
+            batch, filtered, sampling = self._batch(step)
             train_start = time.time()
-            record = self.learner.step(batch, version=step)
+            record = self.learner.step(batch, version=step, echo_groups=filtered)
             version = step + 1
             state.publish(version, *self.publisher.publish(version, self.learner.model))
             train_end = time.time()
@@ -209,6 +221,7 @@ class LearnerLoop:
                 utilization=result.utilization,
                 samples_per_s=result.samples / max(elapsed, 1e-9),
                 groups_dropped_stale=state.dropped["stale"],
+                **sampling,
                 **self._dissemination(),
                 **state.costs(config.activation.learner_price_per_hour, time.time() - started),
                 leases_expired=state.counters["leases_expired"],

@@ -48,9 +48,9 @@ def _chunks(rows: list[int], size: int) -> list[list[int]]:
     return [rows[start : start + size] for start in range(0, len(rows), size)]
 
 
-def _split(rows: list[int], parts: int) -> list[list[int]]:
-    """``rows`` in ``parts`` contiguous chunks of nearly equal size (fewer when there are fewer rows)."""
-    return [chunk.tolist() for chunk in torch.tensor_split(torch.tensor(rows), min(parts, len(rows)))]
+def _split(rows: range, parts: int) -> list[list[int]]:
+    """``rows`` in ``parts`` contiguous chunks of nearly equal size (empty ones when rows run out)."""
+    return [chunk.tolist() for chunk in torch.tensor_split(torch.tensor(rows, dtype=torch.long), parts)]
 
 
 def objective_settings(config: LearnerConfig, tokenizer: PreTrainedTokenizerBase) -> ObjectiveSettings:
@@ -68,21 +68,27 @@ def objective_settings(config: LearnerConfig, tokenizer: PreTrainedTokenizerBase
 
 @dataclass
 class Rollouts:
-    """A batch's completions, flattened group by group (row ``g * G + i`` is completion i of group g)."""
+    """A step's completions, flattened group by group (row ``g * G + i`` is completion i of group g):
+    the batch's groups, then the echo-only groups (see :meth:`Learner.step`)."""
 
     prompts: list[list[int]]
     completions: list[list[int]]
     behaviour: list[list[float]]
     rewards: torch.Tensor
     """[groups, G] verified rewards."""
+    trained: int
+    """Rows of the batch proper; the rows after them are echo-only."""
 
     @classmethod
-    def from_groups(cls, groups: list[Group], tokenizer: PreTrainedTokenizerBase) -> Rollouts:
-        prompt_ids = tokenizer([g.example.prompt for g in groups])["input_ids"]
-        return cls(prompts=[ids for g, ids in zip(groups, prompt_ids) for _ in g.token_ids],
-                   completions=[tokens for g in groups for tokens in g.token_ids],
-                   behaviour=[logprobs for g in groups for logprobs in g.logprobs],
-                   rewards=torch.tensor([g.rewards for g in groups], dtype=torch.float32))
+    def from_groups(cls, groups: Sequence[Group], tokenizer: PreTrainedTokenizerBase,
+                    echo_groups: Sequence[Group] = ()) -> Rollouts:
+        every = [*groups, *echo_groups]
+        prompt_ids = tokenizer([g.example.prompt for g in every])["input_ids"]
+        return cls(prompts=[ids for g, ids in zip(every, prompt_ids) for _ in g.token_ids],
+                   completions=[tokens for g in every for tokens in g.token_ids],
+                   behaviour=[logprobs for g in every for logprobs in g.logprobs],
+                   rewards=torch.tensor([g.rewards for g in every], dtype=torch.float32),
+                   trained=sum(len(g.token_ids) for g in groups))
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -117,41 +123,49 @@ class Learner:
         )
         self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
 
-    def step(self, groups: list[Group], version: int) -> dict[str, float]:
-        """One learner step on ``groups``, trained at policy ``version``; returns its metrics."""
+    def step(self, groups: list[Group], version: int, echo_groups: Sequence[Group] = ()) -> dict[str, float]:
+        """One learner step on ``groups``, trained at policy ``version``; returns its metrics.
+
+        ``echo_groups``: degenerate groups left out of the batch (DAPO's dynamic sampling filtered
+        them) that EchoClip may still learn from. They get no policy gradient, KL or entropy term
+        and do not count in the objective's normalisers.
+        """
         started = time.perf_counter()
-        rollouts = Rollouts.from_groups(groups, self.tokenizer)
+        rollouts = Rollouts.from_groups(groups, self.tokenizer, echo_groups)
+        trained, total = rollouts.trained, len(rollouts.completions)
         buffer = self.config.overlong_tokens(self.rollout.max_new_tokens)
         penalty = overlong_penalty(rollouts.lengths, self.rollout.max_new_tokens, buffer, self.config.overlong_penalty)
         advantages = group_advantages(rollouts.rewards + penalty, self.config.std_normalize).flatten()
-        total = len(rollouts.completions)
+        advantages[trained:] = 0.0
         echo = self.settings.echoclip
         clip_rows = candidates(rollouts.rewards, echo).tolist() if echo else [False] * total
         dense = self.config.kl_coef > 0 or self.config.entropy_coef > 0
-        active = [i for i in range(total) if advantages[i] != 0 or dense or clip_rows[i]]
+        active = [i for i in range(total) if clip_rows[i] or (i < trained and (advantages[i] != 0 or dense))]
         self.model.train()
         anchors = self._anchors(rollouts, active, [i for i in active if clip_rows[i]])
         tally = Tally(entropies=self.config.entropy_coef > 0, echoclip=echo is not None)
+        parts = min(self.config.minibatches, trained)
         for _ in range(self.config.epochs):
-            for chunk in _split(list(range(total)), self.config.minibatches):
-                self._update(rollouts, advantages, chunk, set(active), anchors, tally)
+            for chunk, echo_chunk in zip(_split(range(trained), parts), _split(range(trained, total), parts)):
+                self._update(rollouts, advantages, chunk, echo_chunk, set(active), anchors, tally)
         self.scheduler.step()
         self.model.eval()
-        degenerate = degeneration(rollouts.rewards, self.config.success_reward)
+        rewards = rollouts.rewards[: len(groups)]
+        degenerate = degeneration(rewards, self.config.success_reward)
         staleness = [version - g.version for g in groups]
         return {
-            **tally.metrics(self.config.epochs * min(self.config.minibatches, total)),
-            "reward_mean": float(rollouts.rewards.mean()),
-            "reward_std_in_group": float(rollouts.rewards.std(dim=1).mean()),
-            "degenerate_group_fraction": float((rollouts.rewards.std(dim=1) == 0).float().mean()),
+            **tally.metrics(self.config.epochs * parts),
+            "reward_mean": float(rewards.mean()),
+            "reward_std_in_group": float(rewards.std(dim=1).mean()),
+            "degenerate_group_fraction": float((rewards.std(dim=1) == 0).float().mean()),
             "degenerate_all_correct_fraction": float(degenerate.all_correct.float().mean()),
             "degenerate_all_wrong_fraction": float(degenerate.all_wrong.float().mean()),
-            **({"overlong_penalty_mean": float(penalty.mean())} if buffer else {}),
+            **({"overlong_penalty_mean": float(penalty[: len(groups)].mean())} if buffer else {}),
             **({"echoclip_clips": len(anchors.clips), "echoclip_tokens": sum(anchors.clips.values())} if echo else {}),
-            "response_length": sum(len(c) for c in rollouts.completions) / total,
+            "response_length": sum(len(c) for c in rollouts.completions[:trained]) / trained,
             "lr": self.scheduler.get_last_lr()[0],
             "trained_sequences": len(active),
-            "samples": total,
+            "samples": trained,
             "staleness_mean": sum(staleness) / len(staleness),
             "staleness_max": max(staleness),
             **{f"staleness_count_{s}": staleness.count(s) for s in sorted(set(staleness))},
@@ -185,13 +199,14 @@ class Learner:
                     anchors.reference[row] = scores.logprobs[k, : len(rollouts.completions[row])]
         return anchors
 
-    def _update(self, rollouts: Rollouts, advantages: torch.Tensor, chunk: list[int], active: set[int],
-                anchors: Anchors, tally: Tally) -> None:
-        """One optimizer update on the sequences ``chunk`` (those in ``active`` run through the model)."""
+    def _update(self, rollouts: Rollouts, advantages: torch.Tensor, chunk: list[int], echo_chunk: list[int],
+                active: set[int], anchors: Anchors, tally: Tally) -> None:
+        """One optimizer update on the batch's sequences ``chunk`` and the echo-only ``echo_chunk``
+        (those in ``active`` run through the model)."""
         self.optimizer.zero_grad(set_to_none=True)
         totals = Totals(sequences=len(chunk), tokens=sum(len(rollouts.completions[i]) for i in chunk),
-                        budget=self.rollout.max_new_tokens, clips=sum(i in anchors.clips for i in chunk))
-        for rows in _chunks([i for i in chunk if i in active], self.config.micro_batch):
+                        budget=self.rollout.max_new_tokens, clips=sum(i in anchors.clips for i in chunk + echo_chunk))
+        for rows in _chunks([i for i in chunk + echo_chunk if i in active], self.config.micro_batch):
             terms = objective_loss(self._token_batch(rollouts, advantages, rows, anchors), self.settings, totals)
             terms.loss.backward()
             tally.add(terms)
@@ -201,12 +216,14 @@ class Learner:
     def _token_batch(self, rollouts: Rollouts, advantages: torch.Tensor, rows: list[int],
                      anchors: Anchors) -> TokenBatch:
         scores = self._scores(self.model, rollouts, rows, entropies=self.config.entropy_coef > 0)
-        width = scores.mask.shape[1]
+        width, mask = scores.mask.shape[1], scores.mask
+        if rows[-1] >= rollouts.trained:  # echo-only rows (they come last) take no part in the objective
+            mask = mask * (torch.tensor(rows) < rollouts.trained)[:, None]
 
         def stacked(per_row: dict[int, torch.Tensor]) -> torch.Tensor | None:
             return _pad_right([per_row[i] for i in rows], width) if per_row else None
 
         clip_mask = _pad_right([[1.0] * anchors.clips.get(i, 0) for i in rows], width) if anchors.clips else None
         return TokenBatch(logprobs=scores.logprobs, behaviour=_pad_right([rollouts.behaviour[i] for i in rows], width),
-                          advantages=advantages[rows], mask=scores.mask, proximal=stacked(anchors.proximal),
+                          advantages=advantages[rows], mask=mask, proximal=stacked(anchors.proximal),
                           reference=stacked(anchors.reference), entropies=scores.entropies, clip_mask=clip_mask)

@@ -103,6 +103,8 @@ class RatioStats:
 def ratio_stats(ratios: Ratios, advantages: torch.Tensor, mask: torch.Tensor, *, clip_low: float,
                 clip_high: float, cap: float) -> RatioStats:
     real = mask.bool()
+    if not real.any():
+        return RatioStats()
     ratio, weight = ratios.policy[real], ratios.behaviour[real]
     adv = advantages.expand_as(mask)[real]
     zeroed = ((ratio > 1 + clip_high) & (adv > 0)) | ((ratio < 1 - clip_low) & (adv < 0))
