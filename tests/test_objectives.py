@@ -212,3 +212,26 @@ def test_every_objective_trains_a_learner_step(policy, loss, options):
     assert record["degenerate_all_correct_fraction"] == 0.25 and record["degenerate_all_wrong_fraction"] == 0.25
     assert 0 <= record["behaviour_weight_truncated_fraction"] <= 1 and record["behaviour_weight_max"] > 0
     assert not all(torch.equal(p, q) for p, q in zip(model.parameters(), learner.model.parameters()))
+
+
+def test_decoupled_proximal_policy_is_the_learners_at_the_start_of_the_step(policy):
+    # one update per step: pi_prox is pi_theta at the update, so the clipped ratio is exactly 1;
+    # with two updates the second one is measured against the policy before the first
+    model, tokenizer, groups = policy
+    for updates, exact in ((["learner.minibatches=1"], True), (["learner.epochs=2"], False)):
+        config = load_config(overrides=["learner.correction=decoupled", "learner.lr=1e-2", "rollout.group_size=4",
+                                        "learner.warm_start_optimizer=false", *updates])
+        record = Learner(copy.deepcopy(model), tokenizer, config.learner, config.rollout).step(groups, version=0)
+        assert (record["ratio_max"] == record["ratio_min"] == 1.0) is exact
+
+
+def test_unset_fields_take_the_objectives_published_values():
+    dapo = load_config(overrides=["learner.loss=dapo"]).learner
+    assert (dapo.clip_low, dapo.clip_high, dapo.dynamic_sampling, dapo.std_normalize) == (0.2, 0.28, True, True)
+    assert dapo.overlong_tokens(20480) == 4096 and dapo.overlong_tokens(14) == 3
+    gspo = load_config(overrides=["learner.loss=gspo", "learner.clip_high=1e-3"]).learner
+    assert (gspo.clip_low, gspo.clip_high) == (3e-4, 1e-3)  # set fields win
+    assert load_config(overrides=["learner.loss=dr_grpo"]).learner.std_normalize is False
+    grpo = load_config().learner
+    assert (grpo.clip_low, grpo.clip_high, grpo.dynamic_sampling, grpo.overlong_tokens(14)) == (0.2, 0.2, False, 0)
+    assert not grpo.echoclip.enabled and grpo.correction == "truncated"
