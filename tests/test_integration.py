@@ -63,7 +63,7 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
 def test_a_lying_worker_is_quarantined_and_the_run_goes_on(tmp_path):
     config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=6",
                                             "workers.fleet=[{}, {falsify_rewards: true}]",
-                                            "verification.rescore_fraction=0.5"])
+                                            "verification.rescore_fraction=1.0"])
     summary = run_training(config)
     report = json.loads((summary.run_dir / "reliability.json").read_text())
     assert report["workers_quarantined"] == 1 and report["groups_discarded_quarantined"] >= 1
