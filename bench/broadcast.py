@@ -102,11 +102,12 @@ class NodeProcess:
         self._log.close()
 
 
-def run_one(root: NodeProcess, receivers: list[NodeProcess], version: int, payload_mib: int, mode: str,
+def run_one(root: NodeProcess, receivers: list[NodeProcess], version: int, payload: dict[str, Any], mode: str,
             args: argparse.Namespace) -> dict[str, Any]:
+    """Publish ``payload`` (node publish options: ``payload_bytes`` + ``seed``, or ``payload_path``) on
+    ``root`` as ``version`` and time its delivery to every receiver (``args``: cap, chunk, in-flight)."""
     cap = args.cap_mib_s * MIB
-    root.send({"cmd": "publish", "version": version, "payload_bytes": payload_mib * MIB,
-               "chunk_size": args.chunk_kib * 1024, "seed": version})
+    root.send({"cmd": "publish", "version": version, "chunk_size": args.chunk_kib * 1024, **payload})
     published = root.expect("published", 120)
     nodes = [Node(f"r{i}", cap) for i in range(len(receivers))]
     plan = star_plan(nodes) if mode == "star" else plan_tree(nodes, fan_out=1)
@@ -124,7 +125,7 @@ def run_one(root: NodeProcess, receivers: list[NodeProcess], version: int, paylo
         proc.expect("dropped", 30)
     from_root = sum(r["bytes_by_source"].get(root.url, 0) for r in results)
     return {
-        "M_mib": payload_mib, "N": len(receivers), "mode": mode, "seconds": seconds, "bound_s": bound,
+        "N": len(receivers), "mode": mode, "seconds": seconds, "bound_s": bound,
         "ratio_to_bound": seconds / bound, "mean_receiver_s": sum(r["seconds"] for r in results) / len(results),
         "root_sent_mib": from_root / MIB, "chunk_kib": args.chunk_kib, "cap_mib_s": args.cap_mib_s,
         "failovers": sum(len(r["failovers"]) for r in results),
@@ -148,7 +149,9 @@ def main() -> None:
             for n in args.receivers:
                 for mode in args.modes:
                     version += 1
-                    row = run_one(root, receivers[:n], version, payload_mib, mode, args)
+                    row = {"M_mib": payload_mib, **run_one(root, receivers[:n], version,
+                                                            {"payload_bytes": payload_mib * MIB, "seed": version},
+                                                            mode, args)}
                     print(f"== M={payload_mib} MiB N={n} {mode}: {row['seconds']:.2f}s "
                           f"({row['ratio_to_bound']:.2f}x M/B)", flush=True)
                     rows.append(row)

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -59,3 +61,14 @@ def test_chaos_bench_quick(tmp_path):
     assert chaos["sigterm"] == 1 and chaos["workers_left"] >= 1  # the preempted worker deregistered
     assert chaos["sigkill"] >= 1 and chaos["workers_dead"] >= 1  # a killed worker was declared dead
     assert "wall_vs_calm" in result.stdout
+
+
+def test_lora_bench_quick(tmp_path):
+    """Full weights vs a LoRA adapter on the shipped model: bytes per version and broadcast time."""
+    pytest.importorskip("peft")
+    result = run_quick("lora", tmp_path, timeout_s=120)
+    full, lora = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert (full["kind"], lora["kind"]) == ("full", "lora") and full["N"] == lora["N"] == 2
+    assert lora["params_on_wire"] < 0.2 * full["params_on_wire"] and lora["bytes"] < 0.2 * full["bytes"]
+    assert 0 < lora["broadcast_s"] < full["broadcast_s"]
+    assert "bytes_vs_full_f32" in result.stdout and (tmp_path / "lora.png").stat().st_size > 10_000

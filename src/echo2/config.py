@@ -60,6 +60,9 @@ class RolloutConfig(Section):
     """Longest completion, EOS included."""
     groups_per_lease: int = Field(16, ge=1)
     """Prompts handed to a worker per lease (one request, one generation batch)."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Workers' generation engine: ``hf`` (the model in the worker process, any device; the
+    default) or ``vllm`` (vLLM on a CUDA GPU, ``pip install 'echo2[vllm]'``)."""
 
 
 class LocalWorkerSpec(Section):
@@ -171,6 +174,25 @@ class EchoClipConfig(Section):
     """How the token entropies of a step make the step's entropy."""
 
 
+class LoraConfig(Section):
+    """Train a LoRA adapter (peft) instead of the full weights; versions then carry only the
+    adapter (see :mod:`echo2.lora`). Needs ``pip install 'echo2[lora]'``."""
+
+    enabled: bool = False
+    """Freeze the base model and train a low-rank adapter on ``target_modules``."""
+    r: int = Field(8, ge=1)
+    """Adapter rank: the adapter of a d_out x d_in weight has r * (d_in + d_out) parameters."""
+    alpha: float = Field(16.0, gt=0)
+    """Scale: the adapter adds (alpha / r) * B A to each target weight."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapter's input while training (workers sample in eval mode: none)."""
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        min_length=1)
+    """Names of the linear layers that get an adapter (default: every projection of a
+    Qwen2/Llama block, as QLoRA recommends, arXiv 2305.14314)."""
+
+
 class LearnerConfig(Section):
     groups_per_step: int = Field(64, ge=1)
     """Groups (prompts) per optimizer step: the batch size B of the staleness window."""
@@ -239,6 +261,8 @@ class LearnerConfig(Section):
     all-wrong when none does and all are equal (degeneration metrics, EchoClip)."""
     echoclip: EchoClipConfig = Field(default_factory=EchoClipConfig)
     """EchoClip auxiliary loss on advantage-degenerated groups (off by default)."""
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    """Train a LoRA adapter instead of the full weights (off by default)."""
     threads: int = Field(1, ge=1)
     """Torch threads of the learner process."""
 

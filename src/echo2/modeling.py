@@ -12,6 +12,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
+from echo2.lora import is_adapter_folder, load_adapter_folder
+
 transformers_logging.disable_progress_bar()  # per-load progress bars would drown the run's own progress line
 
 #: Name under which the model shipped inside the package is known in configs.
@@ -45,9 +47,14 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
 
 
 def load_model(name: str, dtype: str = "float32") -> PreTrainedModel:
-    """Causal LM in ``dtype``, in eval mode (callers switch to train mode where they train)."""
+    """Causal LM in ``dtype``, in eval mode (callers switch to train mode where they train).
+
+    A LoRA checkpoint (a peft adapter folder) comes back as its base model wrapped in the adapter.
+    """
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype={dtype!r}: expected one of {sorted(DTYPES)}")
+    if is_adapter_folder(resolve_model_path(name)):
+        return load_adapter_folder(resolve_model_path(name), dtype)
     model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype=DTYPES[dtype])
     model.eval()
     return model

@@ -33,6 +33,15 @@ class RegisterRequest(Message):
     """Class for cost accounting (e.g. ``rtx4090-spot``); default: the worker's name."""
 
 
+class AdapterSpec(Message):
+    """Shape of the LoRA adapter a run trains; workers wrap their base model in the same one."""
+
+    r: int = Field(ge=1)
+    alpha: float = Field(gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(min_length=1)
+
+
 class RunSpec(Message):
     """What a worker needs to know to produce useful groups for this run."""
 
@@ -51,6 +60,10 @@ class RunSpec(Message):
     broadcast_timeout_s: float
     heartbeat_interval_s: float
     seed: int
+    engine: Literal["hf", "vllm"] = "hf"
+    """Rollout engine (:mod:`echo2.rollout.engines`): ``hf`` (portable default) or ``vllm`` (GPU)."""
+    adapter: AdapterSpec | None = None
+    """LoRA runs: versions carry only this adapter, applied to the worker's own copy of ``model``."""
 
 
 class RegisterResponse(Message):

@@ -8,7 +8,8 @@ on stdout, then reads one command per line on stdin and answers each with one JS
 
 * ``{"cmd": "publish", "version": v, "payload_bytes": M, "chunk_size": c, "seed": s}`` — become
   a root source: hold a random float32 safetensors payload of ``M`` bytes (answer: its sha256,
-  total bytes and chunk count);
+  total bytes and chunk count); with ``"payload_path": file`` (and optionally ``"kind": "lora"``)
+  instead of ``payload_bytes``, hold that file's safetensors payload (e.g. a real model's);
 * ``{"cmd": "fetch", "version": v, "sources": [urls], ...fetch_version options}`` — fetch it,
   relaying meanwhile; the answer carries ``done_at`` (wall clock, for timing across processes),
   the whole-payload sha256 (verified), bytes per source and failovers;
@@ -24,6 +25,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,8 +53,12 @@ def random_payload(payload_bytes: int, seed: int) -> bytes:
 def handle(command: dict[str, Any], store: ChunkStore, token: str | None, http: httpx.Client) -> dict[str, Any]:
     kind, version = command.get("cmd"), command.get("version")
     if kind == "publish":
-        payload = random_payload(int(command["payload_bytes"]), int(command.get("seed", 0)))
-        manifest = store.publish(version, payload, int(command.get("chunk_size", DEFAULT_CHUNK_SIZE)))
+        if "payload_path" in command:
+            payload = Path(command["payload_path"]).read_bytes()
+        else:
+            payload = random_payload(int(command["payload_bytes"]), int(command.get("seed", 0)))
+        manifest = store.publish(version, payload, int(command.get("chunk_size", DEFAULT_CHUNK_SIZE)),
+                                 kind=command.get("kind", "full"))
         return {"event": "published", "version": version, "sha256": manifest.sha256,
                 "total_bytes": manifest.total_bytes, "chunks": manifest.num_chunks}
     if kind == "fetch":

@@ -1,7 +1,7 @@
 """The learner's side of the broadcast: cut each new version into chunks, serve them, plan relays.
 
 The learner is the root source of every version. :class:`Publisher` serialises the policy
-(optionally in bf16), cuts it into hashed chunks in a :class:`ChunkStore` that the coordinator's
+(optionally in bf16; only its LoRA adapter in a ``kind="lora"`` run), cuts it into hashed chunks in a :class:`ChunkStore` that the coordinator's
 HTTP app serves under ``/v1/broadcast`` (through the learner's upload cap, if one is set), and
 hands the coordinator the planner that decides, per version, which worker relays to which
 (:mod:`echo2.broadcast.topology`).
@@ -13,7 +13,7 @@ import torch
 from fastapi import FastAPI
 
 from echo2.broadcast.chunk_store import ChunkStore
-from echo2.broadcast.payload import serialize_parameters
+from echo2.broadcast.payload import PayloadKind, serialize_parameters
 from echo2.broadcast.relay import add_broadcast_routes
 from echo2.broadcast.throttle import Throttle
 from echo2.broadcast.topology import Node, Plan, plan_tree, star_plan
@@ -28,8 +28,9 @@ def mbps_to_bytes_per_s(mbps: float | None) -> float | None:
 
 
 class Publisher:
-    def __init__(self, config: BroadcastConfig, keep_versions: int, token: str | None) -> None:
-        self.config = config
+    def __init__(self, config: BroadcastConfig, keep_versions: int, token: str | None,
+                 kind: PayloadKind = "full") -> None:
+        self.config, self.kind = config, kind
         self.token = token
         self.store = ChunkStore(keep=keep_versions)
         self.throttle = Throttle(mbps_to_bytes_per_s(config.learner_upload_mbps))
@@ -45,9 +46,9 @@ class Publisher:
 
     def publish(self, version: int, model: torch.nn.Module) -> tuple[str, int]:
         """Serialise ``model`` as ``version`` and start serving it; returns (sha256, size in bytes)."""
-        payload = serialize_parameters(model, self.config.dtype)
+        payload = serialize_parameters(model, self.config.dtype, self.kind)
         manifest = self.store.publish(version, payload, chunk_size=max(1, int(self.config.chunk_mib * MIB)),
-                                      dtype=self.config.dtype)
+                                      kind=self.kind, dtype=self.config.dtype)
         return manifest.sha256, manifest.total_bytes
 
     def close(self) -> None:

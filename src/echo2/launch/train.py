@@ -28,8 +28,9 @@ from echo2.launch.local import LocalWorkers
 from echo2.learner.checkpoint import latest_resumable, load_resume_state, restore_optimizer
 from echo2.learner.loop import LearnerLoop, LoopResult
 from echo2.learner.trainer import Learner
+from echo2.lora import add_adapter, has_adapter
 from echo2.modeling import load_model, load_tokenizer, pin_threads, resolve_model_path
-from echo2.protocol import RunSpec
+from echo2.protocol import AdapterSpec, RunSpec
 from echo2.tasks import load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
@@ -106,6 +107,13 @@ def attach_log_file(run_dir: Path) -> logging.Handler:
     return handler
 
 
+def adapter_spec(config: Config) -> AdapterSpec | None:
+    """The LoRA adapter a run trains (None: full weights)."""
+    lora = config.learner.lora
+    return AdapterSpec(r=lora.r, alpha=lora.alpha, dropout=lora.dropout,
+                       target_modules=lora.target_modules) if lora.enabled else None
+
+
 def run_spec(config: Config) -> RunSpec:
     return RunSpec(
         model=config.model.name, dtype=config.model.dtype, task=config.task.name, task_options=config.task.options,
@@ -114,6 +122,7 @@ def run_spec(config: Config) -> RunSpec:
         protocol=config.protocol, staleness=config.max_staleness, fetch_delay_s=config.workers.fetch_delay_s,
         broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
         heartbeat_interval_s=min(2.0, config.coordinator.heartbeat_timeout_s / 4), seed=config.run.seed,
+        engine=config.rollout.engine, adapter=adapter_spec(config),
     )
 
 
@@ -153,6 +162,9 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary:
     checkpoint = latest_resumable(run_dir) if resume_dir else None
     weights = str(checkpoint) if checkpoint else config.model.name
     model, tokenizer = load_model(weights, config.model.dtype), load_tokenizer(weights)
+    adapter = adapter_spec(config)
+    if adapter is not None and not has_adapter(model):  # a resumed LoRA run loads its adapter checkpoint
+        model = add_adapter(model, adapter)
     eval_examples = task.eval_examples(config.eval.size)
     resume = load_resume_state(checkpoint) if checkpoint else None
     version = resume["version"] if resume else 0
@@ -160,7 +172,8 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary:
                             resume_after=version if resume else None)
     timeline = TimelineWriter(run_dir)
     port, token = _endpoint(config, run_dir, resuming=resume is not None)
-    publisher = Publisher(config.broadcast, keep_versions=config.max_staleness + 2, token=token)
+    publisher = Publisher(config.broadcast, keep_versions=config.max_staleness + 2, token=token,
+                          kind="lora" if adapter else "full")
     state = CoordinatorState(
         run_spec(config),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,

@@ -201,7 +201,8 @@ class LearnerLoop:
             train_start = time.time()
             record = self.learner.step(batch, version=step, echo_groups=filtered)
             version = step + 1
-            state.publish(version, *self.publisher.publish(version, self.learner.model))
+            payload_sha256, payload_bytes = self.publisher.publish(version, self.learner.model)
+            state.publish(version, payload_sha256, payload_bytes)
             train_end = time.time()
             self.timeline.interval("learner", "train", train_start, train_end, version)
             if step == start_version:
@@ -221,6 +222,7 @@ class LearnerLoop:
                 utilization=result.utilization,
                 samples_per_s=result.samples / max(elapsed, 1e-9),
                 groups_dropped_stale=state.dropped["stale"],
+                broadcast_bytes=payload_bytes,
                 **sampling,
                 **self._dissemination(),
                 **state.costs(config.activation.learner_price_per_hour, time.time() - started),

@@ -5,6 +5,8 @@ rate, however noisy its gradient), which throws a well-annealed small model out 
 before the second-moment estimates settle. When the model folder holds ``optimizer.pt`` (echo2
 checkpoints do, and so does the shipped model), the first and second moments are copied from it
 — only the moments: learning rate, betas and weight decay stay those of this run's config.
+Only trainable parameters are optimised: with a LoRA adapter (:mod:`echo2.lora`) that is the
+adapter alone, which starts from a fresh AdamW (the saved moments belong to the full weights).
 """
 
 from __future__ import annotations
@@ -23,13 +25,13 @@ OPTIMIZER_FILE = "optimizer.pt"
 
 
 def build_optimizer(model: torch.nn.Module, config: LearnerConfig, model_dir: str | None) -> torch.optim.AdamW:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
-                                  weight_decay=config.weight_decay)
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     path = Path(model_dir) / OPTIMIZER_FILE if model_dir else None
-    if not (config.warm_start_optimizer and path is not None and path.exists()):
+    full_weights = len(parameters) == len(list(model.parameters()))
+    if not (config.warm_start_optimizer and full_weights and path is not None and path.exists()):
         return optimizer
     saved = torch.load(path, map_location="cpu", weights_only=True)["optimizer"]
-    parameters = list(model.parameters())
     state = saved["state"]
     if len(state) != len(parameters) or any(
         state[i]["exp_avg"].shape != p.shape for i, p in enumerate(parameters) if i in state

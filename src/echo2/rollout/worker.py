@@ -31,10 +31,10 @@ import torch
 
 from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.downloader import BroadcastError, fetch_version
-from echo2.broadcast.payload import CorruptPayload, load_parameters
+from echo2.broadcast.payload import CorruptPayload
 from echo2.broadcast.relay import RelayServer
 from echo2.broadcast.throttle import Throttle
-from echo2.modeling import load_model, load_tokenizer, pin_threads
+from echo2.modeling import load_tokenizer, pin_threads
 from echo2.protocol import (
     LEARNER_SOURCE,
     Completion,
@@ -48,7 +48,7 @@ from echo2.protocol import (
     TimelineEvent,
 )
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
-from echo2.rollout.sampler import sample
+from echo2.rollout.engines import load_engine
 from echo2.tasks import Example, load_task
 
 log = logging.getLogger("echo2.worker")
@@ -115,8 +115,8 @@ class RolloutWorker:
         self.spec = spec
         # heartbeats start now: loading the model and the first weights can outlast the dead-worker timeout
         threading.Thread(target=self._heartbeats, daemon=True, name="echo2-heartbeats").start()
-        self.model = load_model(spec.model, spec.dtype)
         self.tokenizer = load_tokenizer(spec.model)
+        self.engine = load_engine(spec, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id)
         self.task = load_task(spec.task, spec.task_options)
         self.generator = torch.Generator().manual_seed(spec.seed * 1000 + hash(registration.worker_id) % 1000)
         self._fetch_newest_blocking()
@@ -171,12 +171,15 @@ class RolloutWorker:
             time.sleep(self.spec.fetch_delay_s)
         self._record("fetch", started, time.time(), info.version)
         assert result.payload is not None
+        expected = "lora" if self.spec.adapter else "full"
+        if result.manifest.kind != expected:
+            raise CorruptPayload(f"v{info.version} is a {result.manifest.kind!r} payload; this run sends {expected!r}")
         return info.version, result.payload, info.sha256
 
     def _fetch_newest_blocking(self) -> None:
         fetched = self._fetch_newest(self.version)
         if fetched is not None:
-            load_parameters(self.model, fetched[1], fetched[2])
+            self.engine.load(fetched[1], fetched[2])
             self.version = fetched[0]
 
     def _background_fetcher(self) -> None:
@@ -212,7 +215,7 @@ class RolloutWorker:
                 self._staged_ready.wait(min(0.5, deadline - time.monotonic()))
             staged, self._staged = self._staged, None
         if staged is not None and staged[0] > self.version:
-            load_parameters(self.model, staged[1], staged[2])
+            self.engine.load(staged[1], staged[2])
             self.version = staged[0]
 
     def _heartbeats(self) -> None:
@@ -240,15 +243,7 @@ class RolloutWorker:
         examples = [Example(prompt=p.prompt, answer=p.answer) for p in lease.prompts]
         prompt_ids = [self.tokenizer(e.prompt)["input_ids"] for e in examples]
         started, clock = time.time(), time.perf_counter()
-        samples = sample(
-            self.model,
-            [ids for ids in prompt_ids for _ in range(group_size)],
-            max_new_tokens=self.spec.max_new_tokens,
-            eos_id=self.tokenizer.eos_token_id,
-            pad_id=self.tokenizer.pad_token_id,
-            temperature=self.spec.temperature,
-            generator=self.generator,
-        )
+        samples = self.engine.generate([ids for ids in prompt_ids for _ in range(group_size)], self.generator)
         texts = self.tokenizer.batch_decode(samples.completion_ids, skip_special_tokens=True)
         groups = []
         for index, (prompt, example) in enumerate(zip(lease.prompts, examples)):

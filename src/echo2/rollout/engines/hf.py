@@ -1,0 +1,32 @@
+"""The portable default engine: the HF model in the worker process, echo2's KV-cached sampler.
+
+It samples with exactly the computation the learner scores with (:mod:`echo2.rollout.sampler`),
+so behaviour log-probs match the learner's to float precision; a LoRA run wraps the base model
+in the run's adapter (:mod:`echo2.lora`) and each version replaces only the adapter tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from echo2.broadcast.payload import load_parameters
+from echo2.lora import add_adapter
+from echo2.modeling import load_model
+from echo2.protocol import RunSpec
+from echo2.rollout.sampler import Samples, sample
+
+
+class HfEngine:
+    def __init__(self, spec: RunSpec, eos_id: int, pad_id: int) -> None:
+        self.spec, self.eos_id, self.pad_id = spec, eos_id, pad_id
+        model = load_model(spec.model, spec.dtype)
+        self.model = add_adapter(model, spec.adapter) if spec.adapter else model
+        self.model.eval()
+        self.kind = "lora" if spec.adapter else "full"
+
+    def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
+        return sample(self.model, prompt_ids, max_new_tokens=self.spec.max_new_tokens, eos_id=self.eos_id,
+                      pad_id=self.pad_id, temperature=self.spec.temperature, generator=generator)
+
+    def load(self, payload: bytes, sha256: str) -> None:
+        load_parameters(self.model, payload, sha256, self.kind)
