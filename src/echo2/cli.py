@@ -1,4 +1,4 @@
-"""Command line: ``echo2 train | worker | plan | eval``."""
+"""Command line: ``echo2 train | worker | plan | eval | simulate | report``."""
 
 from __future__ import annotations
 
@@ -96,6 +96,35 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from echo2.simulation.engine import SimulationStalled, simulate
+    from echo2.simulation.results import write_run_dir
+    from echo2.simulation.scenario import dotted_overrides, load_scenario
+
+    try:
+        scenario = load_scenario(args.scenario, dotted_overrides(args.overrides))
+        result = simulate(scenario)
+    except (ValueError, SimulationStalled) as error:
+        print(f"echo2 simulate: {error}", file=sys.stderr)
+        return 2
+    out = write_run_dir(result, Path(args.out) if args.out else Path("runs") / f"sim-{scenario.name}")
+    print("\n".join(result.lines()))
+    print(f"wrote {out} (echo2 report {out})")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from echo2.report.html import write_report
+
+    try:
+        path = write_report(Path(args.run_dir), Path(args.out) if args.out else None)
+    except FileNotFoundError as error:
+        print(f"echo2 report: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="echo2", description="RL post-training with remote rollout workers.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -145,6 +174,18 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.add_argument("--threads", type=int, default=2)
     evaluation.add_argument("overrides", nargs="*", help="dotted key=value overrides")
     evaluation.set_defaults(handler=_eval)
+
+    simulation = commands.add_parser("simulate", help="simulate a run past this machine (see configs/scenarios/)")
+    simulation.add_argument("scenario", help="scenario YAML: model, learner, recipe, broadcast, fleet")
+    simulation.add_argument("--out", help="run directory to write (default runs/sim-NAME)")
+    simulation.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. recipe.staleness=2 "
+                            "fleet.0.count=50")
+    simulation.set_defaults(handler=_simulate)
+
+    report = commands.add_parser("report", help="one self-contained HTML report of a real or simulated run")
+    report.add_argument("run_dir", help="run directory (echo2 train or echo2 simulate output)")
+    report.add_argument("--out", help="HTML file to write (default RUN_DIR/report.html)")
+    report.set_defaults(handler=_report)
     return parser
 
 

@@ -10,7 +10,9 @@ by dynamic programming over throughput rounded *down* to ``need / resolution`` u
   exact throughputs (each member loses less than one unit), i.e. the optimum for a requirement
   raised by at most ``|A*| / resolution``: 0.5% for 10 workers at the default resolution.
 
-The DP runs in ``O(n * resolution)``; ties in cost go to the set with more throughput.
+The DP runs in ``O(n * resolution)`` (one vectorised round per candidate: 1000 candidates in tens of
+milliseconds, so the simulator can re-plan as often as the coordinator); ties in cost go to the set
+with more throughput.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -52,31 +56,52 @@ def choose_active(candidates: Sequence[Candidate], need: float, resolution: int 
         return _summarise(candidates, range(len(candidates)), need)
     unit = need / resolution
     units = [min(resolution, math.floor(c.throughput / unit)) for c in candidates]
-    # best[k] = (cost, -throughput, chosen) of the cheapest set reaching >= k units; ``chosen`` is a
-    # linked list (index, rest) so that extending a set is O(1)
-    best: list[tuple[float, float, tuple | None] | None] = [None] * (resolution + 1)
-    best[0] = (0.0, 0.0, None)
+    cost = np.full(resolution + 1, np.inf)
+    cost[0] = 0.0
+    throughput = np.zeros(resolution + 1)
+    taken = np.zeros((len(candidates), resolution + 1), dtype=bool)
+    top_source = np.zeros(len(candidates), dtype=np.int64)
     for index, candidate in enumerate(candidates):
         if units[index] == 0 and candidate.price_per_hour > 0:
             continue  # adds no counted throughput, only cost
-        for k in range(resolution, -1, -1):  # 0/1 knapsack: iterate capacities downwards
-            previous = best[k]
-            if previous is None:
-                continue
-            reach = min(resolution, k + units[index])
-            option = (previous[0] + candidate.price_per_hour, previous[1] - candidate.throughput,
-                      (index, previous[2]))
-            current = best[reach]
-            if current is None or option[:2] < current[:2]:
-                best[reach] = option
-    chosen = best[resolution]
-    if chosen is None:  # rounding lost the last sliver: fall back to the whole fleet
+        top_source[index] = _add(cost, throughput, taken[index], units[index], candidate)
+    if math.isinf(cost[resolution]):  # rounding lost the last sliver: fall back to the whole fleet
         return _summarise(candidates, range(len(candidates)), need)
-    indices, node = [], chosen[2]
-    while node is not None:
-        indices.append(node[0])
-        node = node[1]
+    indices, k = [], resolution
+    for index in range(len(candidates) - 1, -1, -1):
+        if taken[index, k]:
+            indices.append(index)
+            k = int(top_source[index]) if k == resolution else k - units[index]
     return _summarise(candidates, sorted(indices), need)
+
+
+def _add(cost: np.ndarray, throughput: np.ndarray, taken: np.ndarray, units: int, candidate: Candidate) -> int:
+    """One 0/1-knapsack round, in place: ``cost[k]``/``throughput[k]`` describe the cheapest set reaching
+    at least ``k`` units (ties: more throughput); every option reads the previous round's values.
+    Marks in ``taken`` the ``k`` whose best set now includes ``candidate``; returns the source ``k``
+    of the set that reaches the top (all ``k >= top - units`` reach it)."""
+    top = len(cost) - 1
+    option_cost, option_throughput = cost + candidate.price_per_hour, throughput + candidate.throughput
+    # below the top, source k reaches k + units
+    better = _better(option_cost[: top - units], option_throughput[: top - units], cost[units:top],
+                     throughput[units:top])
+    # the top: the best of the sources that reach it (ties to the highest source, as a downward scan finds it)
+    sources = np.arange(top - units, top + 1)
+    order = np.lexsort((-sources, -option_throughput[top - units:], option_cost[top - units:]))
+    source = int(sources[order[0]])
+    top_better = bool(_better(option_cost[source:source + 1], option_throughput[source:source + 1],
+                              cost[top:], throughput[top:])[0])
+    cost[units:top] = np.where(better, option_cost[: top - units], cost[units:top])
+    throughput[units:top] = np.where(better, option_throughput[: top - units], throughput[units:top])
+    taken[units:top] = better
+    if top_better:
+        cost[top], throughput[top], taken[top] = option_cost[source], option_throughput[source], True
+    return source
+
+
+def _better(cost: np.ndarray, throughput: np.ndarray, than_cost: np.ndarray, than_throughput: np.ndarray) -> np.ndarray:
+    """Strictly cheaper, or as cheap with more throughput (infeasible options never win)."""
+    return np.isfinite(cost) & ((cost < than_cost) | ((cost == than_cost) & (throughput > than_throughput)))
 
 
 def _summarise(candidates: Sequence[Candidate], indices, need: float) -> Activation:

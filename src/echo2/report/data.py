@@ -1,0 +1,77 @@
+"""A run directory, real (``echo2 train``) or simulated (``echo2 simulate``), read for the report.
+
+Both write ``metrics.jsonl`` (one record per learner step, evaluations merged in),
+``timeline.jsonl`` (intervals), ``reliability.json`` and ``summary.txt``; a real run has
+``config.yaml``, a simulated one ``scenario.yaml`` and ``simulation.json``. Anything missing is
+reported as missing, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from echo2.telemetry.metrics import read_jsonl
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    records: list[dict]
+    timeline: list[dict]
+    reliability: dict | None
+    config_text: str
+    summary_text: str
+    simulation: dict | None
+    origin: float = field(init=False)
+    """Time of the run's first record or interval (the x axis starts there)."""
+
+    def __post_init__(self) -> None:
+        times = [r["time"] for r in self.records if "time" in r] + [i["start"] for i in self.timeline]
+        self.origin = min(times, default=0.0)
+
+    @property
+    def simulated(self) -> bool:
+        return self.simulation is not None
+
+    @property
+    def steps(self) -> list[dict]:
+        """One record per learner step."""
+        return [r for r in self.records if "learner_busy_s" in r]
+
+    @property
+    def evals(self) -> list[dict]:
+        return [r for r in self.records if "eval_accuracy" in r]
+
+    @property
+    def priced(self) -> bool:
+        return any(r.get("cost_usd", 0) > 0 for r in self.steps)
+
+    def cost_at(self, time: float) -> float:
+        """Dollars spent by ``time`` (the last step record at or before it)."""
+        cost = 0.0
+        for record in self.steps:
+            if record["time"] > time:
+                break
+            cost = record.get("cost_usd", 0.0)
+        return cost
+
+
+def load_run(run_dir: Path) -> RunData:
+    if not (run_dir / "metrics.jsonl").is_file():
+        raise FileNotFoundError(f"{run_dir}: not a run directory (no metrics.jsonl)")
+    config = run_dir / "config.yaml" if (run_dir / "config.yaml").is_file() else run_dir / "scenario.yaml"
+    return RunData(
+        run_dir=run_dir,
+        records=read_jsonl(run_dir / "metrics.jsonl"),
+        timeline=read_jsonl(run_dir / "timeline.jsonl"),
+        reliability=_json(run_dir / "reliability.json"),
+        config_text=config.read_text() if config.is_file() else "",
+        summary_text=(run_dir / "summary.txt").read_text() if (run_dir / "summary.txt").is_file() else "",
+        simulation=_json(run_dir / "simulation.json"),
+    )
+
+
+def _json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None

@@ -1,0 +1,60 @@
+"""Dollars in simulated time: each worker is billed while it runs or boots, the learner all along.
+
+A parked worker is billed at ``activation.parked_price_fraction`` of its price (0 by default, as
+``coordinator/fleet.py`` bills it: a parked worker is assumed released). A preempted worker's
+replacement is requested at once and billed while it boots.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+class Billing:
+    def __init__(self, learner_price_per_hour: float) -> None:
+        self.learner_rate = learner_price_per_hour / 3600
+        self.accrued: Counter[str] = Counter()
+        """Dollars per worker class, up to ``self.since``."""
+        self.rate: Counter[str] = Counter()
+        """Dollars per second per worker class now being billed."""
+        self.since = 0.0
+        self.billing: dict[str, tuple[float, bool]] = {}
+        """Worker id -> ($/s, counted as active) for the workers billed now."""
+        self.seconds: Counter[str] = Counter()
+        """Active (not parked) worker-seconds per class, up to ``since``."""
+        self.count: Counter[str] = Counter()
+        """Active workers per class now."""
+
+    def _settle(self, now: float) -> None:
+        elapsed = now - self.since
+        for name, rate in self.rate.items():
+            self.accrued[name] += rate * elapsed
+        for name, count in self.count.items():
+            self.seconds[name] += count * elapsed
+        self.since = now
+
+    def start(self, worker_id: str, worker_class: str, price_per_hour: float, now: float, active: bool = True) -> None:
+        """Bill ``worker_id`` at ``price_per_hour`` from ``now`` (re-prices a worker already billed);
+        ``active`` workers count in the worker-hours."""
+        state = (price_per_hour / 3600, active)
+        if self.billing.get(worker_id) == state:
+            return
+        self.stop(worker_id, worker_class, now)
+        self.billing[worker_id] = state
+        self.rate[worker_class] += state[0]
+        self.count[worker_class] += active
+
+    def stop(self, worker_id: str, worker_class: str, now: float) -> None:
+        self._settle(now)
+        if worker_id not in self.billing:
+            return
+        rate, active = self.billing.pop(worker_id)
+        self.rate[worker_class] -= rate
+        self.count[worker_class] -= active
+
+    def by_class(self, now: float) -> dict[str, float]:
+        self._settle(now)
+        return dict(self.accrued)
+
+    def learner(self, now: float) -> float:
+        return self.learner_rate * now

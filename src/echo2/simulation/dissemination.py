@@ -1,0 +1,96 @@
+"""When each worker holds a version: the relay plan of :mod:`echo2.broadcast.topology`, timed.
+
+For every version the coordinator plans who fetches from whom (``plan_tree`` for ``pipelined``,
+``star_plan`` for ``star``) among the workers running at publish time. Timing the plan:
+
+* a node's delivery rate is the slowest share on its path: its parent's rate, the parent's
+  uplink split among the parent's children, and its own downlink (the learner's uplink at the
+  root). A star gives every worker ``B_L / N``; a chain the slowest uplink above the node;
+* a node at depth ``d`` holds the whole payload ``(M + (d - 1) * chunk) / rate`` after the start
+  (one chunk per hop fills the pipeline), plus the one-way latencies of the hops on its path.
+
+With zero latency the last node's time equals
+:func:`echo2.planning.broadcast_time.broadcast_seconds` for the star and for chains (tested),
+so the simulator and the capacity model share one dissemination model.
+
+Versions share the bottleneck: a version keeps the slowest link busy for ``M / min(rate)``;
+one published meanwhile waits, and when the links free up only the newest waiting version is
+sent (workers skip the others, as echo2's workers do).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from echo2.broadcast.topology import LEARNER, Node, plan_tree, star_plan
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A running worker, as the broadcast sees it (bytes/s; ``math.inf`` = unlimited)."""
+
+    id: str
+    upload: float
+    download: float
+    one_way_s: float
+    """Half the worker's round trip to the learner."""
+    reachable: bool = True
+
+
+@dataclass
+class Timing:
+    """Seconds after a version's start at which each planned worker holds it, and its rate."""
+
+    offset: dict[str, float] = field(default_factory=dict)
+    rate: dict[str, float] = field(default_factory=dict)
+    busy_s: float = 0.0
+    """How long the version occupies the slowest link (the next version cannot start before)."""
+
+
+def plan_timing(peers: Iterable[Peer], payload_bytes: float, learner_upload: float, mode: str, chunk_bytes: float,
+                fan_out: int = 1, learner_fan_out: int = 1) -> Timing:
+    """Time the plan the coordinator would make for ``peers`` (see the module docstring). A hop from
+    the learner costs the worker's one-way latency to it; a hop between workers the mean of theirs."""
+    peers = {p.id: p for p in peers}
+    nodes = [Node(p.id, p.upload, p.reachable) for p in peers.values()]
+    plan = star_plan(nodes) if mode == "star" else plan_tree(nodes, fan_out, learner_fan_out)
+    children: dict[str, int] = {LEARNER: 0}
+    for sources in plan.values():
+        children[sources[0]] = children.get(sources[0], 0) + 1
+    chunk = min(chunk_bytes, payload_bytes)
+    timing = Timing()
+    latency: dict[str, float] = {LEARNER: 0.0}
+    rate: dict[str, float] = {LEARNER: math.inf}
+    for node_id, sources in plan.items():  # parents come before their children in a plan
+        parent, peer = sources[0], peers[node_id]
+        uplink = learner_upload if parent == LEARNER else peers[parent].upload
+        rate[node_id] = min(rate[parent], uplink / children[parent], peer.download)
+        hop = peer.one_way_s if parent == LEARNER else (peers[parent].one_way_s + peer.one_way_s) / 2
+        latency[node_id] = latency[parent] + hop
+        transfer = (payload_bytes + (len(sources) - 1) * chunk) / rate[node_id] if rate[node_id] < math.inf else 0.0
+        timing.offset[node_id] = transfer + latency[node_id]
+        timing.rate[node_id] = rate[node_id]
+        timing.busy_s = max(timing.busy_s, payload_bytes / rate[node_id] if rate[node_id] < math.inf else 0.0)
+    return timing
+
+
+class Channel:
+    """The broadcast links as one server of versions: at most one version in flight at the bottleneck."""
+
+    def __init__(self) -> None:
+        self.free_at = 0.0
+        self.pending: int | None = None
+        """Newest version waiting for the links (older waiting ones are skipped)."""
+        self.started: dict[int, tuple[float, Timing]] = {}
+        """Version -> (start time, timing) of the versions sent, newest few kept."""
+        self.newest_started = 0
+
+    def start(self, version: int, now: float, timing: Timing, keep: int) -> None:
+        self.started[version] = (now, timing)
+        self.newest_started = version
+        self.free_at = now + timing.busy_s
+        self.pending = None
+        for old in [v for v in self.started if v <= version - keep]:
+            del self.started[old]

@@ -1,0 +1,364 @@
+"""A run, simulated: the learner, the coordinator's books, the relay plan, and every worker's loop.
+
+The learner and the coordinator side (this module) follow ``learner/loop.py`` and
+``coordinator/state.py``: the learner takes the ``B`` oldest fresh groups (:class:`Books`, i.e.
+:mod:`echo2.staleness`), trains for ``T_train`` (jittered), publishes the next version, records
+the step; a lease request is granted, answered ``refresh`` or held (long-poll) until the window
+opens; a lease lost with its worker expires when the worker is declared dead. Each version
+spreads along the plan the coordinator would make (:mod:`echo2.simulation.dissemination`). Cost-
+aware activation is the coordinator's own :class:`~echo2.coordinator.fleet.Fleet` (profiled
+throughput, provisioning rule, min-cost set), re-planned every ``replan_every`` steps and when a
+worker dies or joins. The workers' side (protocols, fetches, preemptions) is
+:mod:`echo2.simulation.workers`.
+
+Simplifications, all documented in ``docs/simulation.md``: a lease long-poll never times out; a
+worker's uplink does not slow its generation; the coordinator re-plans at most once per learner
+step besides the periodic re-plan.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import random
+import time
+from collections import Counter, deque
+from contextlib import contextmanager
+
+from echo2.coordinator.fleet import Fleet, FleetPolicy
+from echo2.planning.broadcast_time import broadcast_seconds
+from echo2.simulation.billing import Billing
+from echo2.simulation.books import Books
+from echo2.simulation.centralized import simulate_centralized
+from echo2.simulation.dissemination import Channel, Peer, Timing, plan_timing
+from echo2.simulation.events import EventQueue
+from echo2.simulation.fleet import SimWorker, build_fleet, lognormal, mbps
+from echo2.simulation.recorder import Recorder
+from echo2.simulation.results import SimResult
+from echo2.simulation.scenario import MIB, Scenario
+from echo2.simulation.workers import WorkerLoop
+
+#: Weight of the newest value in the learner's step-time and dissemination averages (as in learner/loop.py).
+EMA_WEIGHT = 0.2
+
+
+class SimulationStalled(RuntimeError):
+    """Nothing is left to happen but the learner still waits (e.g. no worker can ever serve it)."""
+
+
+class _SimFleet(Fleet):
+    """The coordinator's activation, billing left to :class:`Billing` (simulated seconds, not wall time)."""
+
+    def bill(self, records) -> None:  # noqa: ARG002
+        return None
+
+
+def _ema(previous: float | None, value: float) -> float:
+    return value if previous is None else (1 - EMA_WEIGHT) * previous + EMA_WEIGHT * value
+
+
+@contextmanager
+def _quiet(logger_name: str):
+    """Activation logs every change at INFO; hundreds of simulated re-plans would flood the console."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+class Simulation(WorkerLoop):
+    def __init__(self, scenario: Scenario, timeline_workers: int = 12) -> None:
+        self.scenario = scenario
+        recipe = scenario.recipe
+        self.rng = random.Random(scenario.seed)
+        self.queue = EventQueue()
+        self.books = Books(recipe.max_staleness, recipe.groups_per_step)
+        self.workers: list[SimWorker] = build_fleet(scenario, self.rng)
+        self.protocol = recipe.protocol
+        self.group_size, self.groups_per_lease = recipe.group_size, recipe.groups_per_lease
+        self.train_s = scenario.train_step_s()
+        self.payload = scenario.model.payload_bytes
+        self.learner_upload = mbps(scenario.learner.upload_mbps)
+        self.channel = Channel()
+        self.channel_waiters: list[tuple[SimWorker, int, float]] = []
+        self.waiting: deque[tuple[SimWorker, int, int]] = deque()
+        self.running: dict[str, SimWorker] = {}
+        self.parked: dict[str, tuple[SimWorker, int, int]] = {}
+        """Held lease requests of parked workers: id -> (worker, epoch, version)."""
+        self.membership = 0
+        self._timing_cache: tuple[int, Timing] | None = None
+        self.published_at: list[float] = [0.0]
+        self.held: Counter[int] = Counter()
+        self.min_held = 0
+        self.loaded: set[int] = {0}
+        self.billing = Billing(scenario.learner_price_per_hour)
+        self.fleet = _SimFleet(FleetPolicy(enabled=scenario.activation.enabled,
+                                           rollouts_per_step=recipe.rollouts_per_step, staleness=recipe.max_staleness,
+                                           headroom=scenario.activation.headroom,
+                                           target_utilization=scenario.activation.target_utilization))
+        self.centralized = simulate_centralized(scenario)
+        self.recorder = Recorder(scenario, {w.worker_id for w in self.workers[:timeline_workers]}, self.centralized)
+        self.step = 0
+        self.learner_busy = False
+        self.finished = False
+        self.wait_since = 0.0
+        self.busy_s = self.idle_s = self.startup_s = 0.0
+        self.train_ema: float | None = self.train_s
+        self.broadcast_ema: float | None = None
+        self.replanned_at = -1
+        self.replan_pending = False
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> SimResult:
+        started = time.perf_counter()
+        with _quiet("echo2"):
+            self._initial_plan()
+            for worker in self.workers:
+                self._run_worker(worker, holding=0)
+            self._start_version(0)
+            for worker in list(self.running.values()):
+                self._cycle(worker)
+            self.queue.run(until=lambda: self.finished)
+        if not self.finished:
+            raise SimulationStalled(f"simulation stalled at step {self.step} of {self.scenario.recipe.steps} "
+                                    f"(t = {self.queue.now:.0f}s, {len(self.running)} workers running, "
+                                    f"{len(self.books.buffer)} groups buffered)")
+        return self.recorder.result(self, time.perf_counter() - started)
+
+    def _initial_plan(self) -> None:
+        """The provisioning rule on declared throughputs (an ``echo2 plan``), iterated with the
+        dissemination estimate of the chosen set (``planning/provision.py`` does the same)."""
+        for worker in self.workers:
+            worker.alive, worker.throughput = True, worker.declared_throughput
+        broadcast = self.scenario.broadcast
+        for _ in range(5):
+            uploads = [w.upload for w in self.workers if w.active or self.broadcast_ema is None]
+            estimate = broadcast_seconds(self.payload, self.learner_upload, uploads, broadcast.mode,
+                                         broadcast.chunk_mib * MIB)
+            if estimate == self.broadcast_ema:
+                break
+            self.broadcast_ema = estimate
+            self.fleet.replan(self.workers, self.train_ema, self.broadcast_ema, "start")
+        self.replanned_at = 0
+
+    # ------------------------------------------------------------------ learner
+    def _learner_try(self) -> None:
+        if self.learner_busy or self.finished:
+            return
+        versions, dropped = self.books.take_batch(self.step)
+        if dropped:
+            self.recorder.waste("stale", dropped * self.group_size)
+            self._open_window()
+        if versions is None:
+            return
+        now = self.queue.now
+        if self.step == 0:
+            self.startup_s = now - self.wait_since
+        else:
+            self.idle_s += now - self.wait_since
+        self.learner_busy = True
+        self.queue.after(lognormal(self.rng, self.train_s, self.scenario.learner.step_cv), self._learner_done,
+                         versions, now)
+
+    def _learner_done(self, versions: list[int], started: float) -> None:
+        now = self.queue.now
+        self.busy_s += now - started
+        self.learner_busy = False
+        self.train_ema = _ema(self.train_ema, now - started)
+        self.step += 1
+        self.books.version = self.step
+        self.published_at.append(now)
+        self._publish(self.step)
+        latencies = self.recorder.step(self, versions, started)
+        if latencies:
+            self.broadcast_ema = _ema(self.broadcast_ema, max(latencies))
+        if self.step >= self.scenario.recipe.steps:
+            self._finish()
+            return
+        self.wait_since = now
+        if self.step % self.scenario.activation.replan_every == 0 or self.replan_pending:
+            self._replan("periodic")
+        self._open_window()
+        self._learner_try()
+
+    def _finish(self) -> None:
+        self.finished = True
+        for worker in self.workers:
+            self.billing.stop(worker.worker_id, worker.worker_class, self.queue.now)
+
+    # ------------------------------------------------------------------ versions
+    def _publish(self, version: int) -> None:
+        now = self.queue.now
+        if self.channel.free_at <= now:
+            self._start_version(version)
+        else:
+            if self.channel.pending is None:
+                self.queue.at(self.channel.free_at, self._channel_free)
+            self.channel.pending = version
+        if self.protocol == "async":
+            interval = self.scenario.recipe.heartbeat_interval_s
+            for worker in self.running.values():
+                if not worker.fetching:
+                    tick = now + (worker.heartbeat_phase - now) % interval
+                    self.queue.at(tick + worker.rtt_s / 2, self._heartbeat, worker, worker.epoch)
+
+    def _channel_free(self) -> None:
+        if self.channel.pending is not None:
+            self._start_version(self.channel.pending)
+
+    def _timing(self) -> Timing:
+        """The relay plan for the workers running now, timed (cached until the set changes)."""
+        if self._timing_cache is None or self._timing_cache[0] != self.membership:
+            broadcast = self.scenario.broadcast
+            peers = [Peer(w.worker_id, w.upload, w.download, w.rtt_s / 2, w.spec.relay) for w in self.running.values()]
+            timing = plan_timing(peers, self.payload, self.learner_upload, broadcast.mode, broadcast.chunk_mib * MIB,
+                                 broadcast.fan_out, broadcast.learner_fan_out)
+            self._timing_cache = (self.membership, timing)
+        return self._timing_cache[1]
+
+    def _start_version(self, version: int) -> None:
+        now = self.queue.now
+        self.channel.start(version, now, self._timing(), keep=self.books.staleness + 3)
+        waiters, self.channel_waiters = self.channel_waiters, []
+        for worker, epoch, begin in waiters:
+            if epoch == worker.epoch:
+                self._schedule_fetch(worker, version, max(begin, now))
+
+    def _census(self, worker: SimWorker) -> None:
+        """Keep the count of versions held by the active, unparked workers. When the oldest held
+        version moves past ``v``, version ``v`` has reached every one of them: its dissemination
+        latency (versions nobody loaded themselves, all skipping them, are not measured)."""
+        counted = worker.running and worker.active and worker.worker_id not in self.parked and worker.version >= 0
+        version = worker.version if counted else None
+        if version == worker.counted_version:
+            return
+        if worker.counted_version is not None:
+            self.held[worker.counted_version] -= 1
+            if not self.held[worker.counted_version]:
+                del self.held[worker.counted_version]
+        if version is not None:
+            self.held[version] += 1
+        worker.counted_version = version
+        oldest = min(self.held) if self.held else self.books.version
+        now = self.queue.now
+        for reached in range(self.min_held + 1, oldest + 1):
+            if reached in self.loaded:
+                self.recorder.disseminated(reached, self.published_at[reached], now)
+        self.min_held = max(self.min_held, oldest)
+
+    def _version_at(self, server_time: float) -> int:
+        """The newest version published at or before ``server_time``."""
+        return max(0, bisect.bisect_right(self.published_at, server_time) - 1)
+
+    # ------------------------------------------------------------------ coordinator: leases
+    def _lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:
+        if epoch != worker.epoch or self.finished:
+            return
+        if not worker.active:
+            self._park(worker, epoch, version)
+            return
+        status = self.books.grantable(version)
+        if status == "wait":
+            worker.phase = "wait_window"
+            self.waiting.append((worker, epoch, version))
+            return
+        self._answer(worker, status, version)
+
+    def _answer(self, worker: SimWorker, status: str, version: int) -> None:
+        now = self.queue.now
+        reply = now + worker.rtt_s / 2
+        self._learn(worker, self.books.version, reply)
+        if status == "refresh":
+            self.queue.at(reply, self._refreshed, worker, worker.epoch)
+            return
+        slots = self.books.grant(version, self.groups_per_lease)
+        generate = lognormal(self.rng, len(slots) * self.group_size / worker.rate, worker.spec.throughput_cv)
+        lease = Lease(worker, version, slots, granted_at=now, ends_at=reply + generate + worker.rtt_s / 2)
+        worker.lease, worker.phase = lease, "generate"
+        self.recorder.interval(worker.worker_id, "generate", reply, reply + generate, version)
+        self.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
+        if lease.ends_at - now > self.scenario.recipe.lease_timeout_s:
+            self.queue.after(self.scenario.recipe.lease_timeout_s, self._expire, lease)
+
+    def _submitted(self, worker: SimWorker, epoch: int, lease: Lease) -> None:
+        if epoch != worker.epoch:
+            return
+        worker.lease = None
+        rollouts = len(lease.slots) * self.group_size
+        self.recorder.generated += rollouts
+        if lease.state == "expired":  # ran past its deadline: the coordinator refuses it
+            self.books.counters["groups_rejected_expired_lease"] += len(lease.slots)
+            self.recorder.waste("late", rollouts)
+        else:
+            lease.state = "done"
+            self.books.submit(lease.version, lease.slots)
+            Fleet.observe(worker, rollouts, self.queue.now - lease.granted_at)
+        self.queue.after(worker.rtt_s / 2, self._cycle_event, worker, epoch)
+        self._learner_try()
+
+    def _expire(self, lease: Lease) -> None:
+        if lease.state != "out":
+            return
+        lease.state = "expired"
+        self.books.expire(lease.slots)
+        self._open_window()
+
+    def _open_window(self) -> None:
+        """Answer the held lease requests that the window now admits (in arrival order)."""
+        while self.waiting:
+            worker, epoch, version = self.waiting[0]
+            if epoch != worker.epoch or worker.phase != "wait_window":
+                self.waiting.popleft()
+                continue
+            if not worker.active:
+                self.waiting.popleft()
+                self._park(worker, epoch, version)
+                continue
+            status = self.books.grantable(version)
+            if status == "wait":
+                return
+            self.waiting.popleft()
+            self._answer(worker, status, version)
+
+    # ------------------------------------------------------------------ coordinator: activation
+    def _replan(self, reason: str) -> None:
+        """Re-decide the active set with the coordinator's rule: answer the held requests of the
+        workers it activates; the ones it parks get ``parked`` at their next request (a request
+        waiting for the window is parked at once, as the coordinator's long-poll does)."""
+        if not self.scenario.activation.enabled:
+            return
+        self.replanned_at, self.replan_pending = self.step, False
+        self.fleet.replan(self.workers, self.train_ema, self.broadcast_ema, reason)
+        for worker in self.workers:
+            if worker.active and worker.worker_id in self.parked:
+                self._unpark(worker)
+            elif not worker.active and worker.running:
+                self._bill(worker)
+                self._census(worker)
+        self._open_window()
+
+    def _request_replan(self, reason: str) -> None:
+        """On a death or a join: at once, unless a re-plan already ran at this step (then at its end)."""
+        if self.replanned_at == self.step:
+            self.replan_pending = True
+        else:
+            self._replan(reason)
+
+
+class Lease:
+    __slots__ = ("worker", "version", "slots", "granted_at", "ends_at", "state")
+
+    def __init__(self, worker: SimWorker, version: int, slots: list[int], granted_at: float, ends_at: float) -> None:
+        self.worker, self.version, self.slots = worker, version, slots
+        self.granted_at, self.ends_at = granted_at, ends_at
+        self.state = "out"
+        """out | done | expired"""
+
+
+def simulate(scenario: Scenario, timeline_workers: int = 12) -> SimResult:
+    """Run ``scenario`` to its last learner step (raises :class:`SimulationStalled` if it cannot get there)."""
+    return Simulation(scenario, timeline_workers).run()
+

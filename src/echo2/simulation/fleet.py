@@ -1,0 +1,88 @@
+"""The simulated workers: one record per worker slot, drawn from the scenario's classes.
+
+A :class:`SimWorker` carries what ``coordinator/fleet.py`` reads from a worker record (``alive``,
+``active``, ``throughput``, ``price_per_hour``, ...), so cost-aware activation runs the real
+:class:`echo2.coordinator.fleet.Fleet` on it, plus the worker's own state: the version it
+generates with, the one staged by its background fetch, what it is doing now.
+
+Per-worker uplinks and round trips are drawn once from lognormal distributions around the class
+median (``upload_spread``, ``rtt_spread``); lease times jitter per lease (``throughput_cv``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+from echo2.simulation.scenario import Scenario, WorkerClass
+
+
+def mbps(value: float | None) -> float:
+    """Mbit/s to bytes/s; None (unlimited) to infinity."""
+    return math.inf if value is None else value * 1e6 / 8
+
+
+def lognormal(rng: random.Random, mean: float, cv: float) -> float:
+    """A draw with the given mean and coefficient of variation (``mean`` itself when cv = 0)."""
+    if cv <= 0:
+        return mean
+    sigma2 = math.log(1 + cv * cv)
+    return mean * math.exp(rng.gauss(-sigma2 / 2, math.sqrt(sigma2)))
+
+
+@dataclass(eq=False)
+class SimWorker:
+    worker_id: str
+    name: str
+    worker_class: str
+    spec: WorkerClass = field(repr=False)
+    price_per_hour: float
+    rate: float
+    """Mean rollouts/s while generating."""
+    upload: float
+    download: float
+    rtt_s: float
+    heartbeat_phase: float
+    declared_throughput: float
+    """Rollouts/s discounted for preemptions, as an ``echo2 plan`` inventory declares it."""
+    # read and written by coordinator.fleet.Fleet
+    alive: bool = False
+    active: bool = False
+    throughput: float | None = None
+    active_seconds: float = 0.0
+    # the worker's own state
+    running: bool = False
+    """Booted and registered (billed while booting too: see ``booting``)."""
+    booting: bool = False
+    epoch: int = 0
+    """Bumped when the worker goes down: events scheduled for an older epoch are void."""
+    version: int = -1
+    counted_version: int | None = None
+    """The version this worker stands for in the dissemination census (None: not counted)."""
+    staged: int | None = None
+    fetching: bool = False
+    fetched: int = -1
+    known: int = 0
+    phase: str = "off"
+    """off | request | wait_window | wait_stage | fetch | generate | parked | down."""
+    lease: object | None = None
+    request_version: int = 0
+    leaving: bool = False
+
+
+def build_fleet(scenario: Scenario, rng: random.Random) -> list[SimWorker]:
+    workers = []
+    response_tokens = scenario.recipe.response_tokens
+    interval = scenario.recipe.heartbeat_interval_s
+    for spec, declared in zip(scenario.fleet, scenario.inventory().workers):
+        rate = spec.rollout_rate(response_tokens)
+        for index in range(spec.count):
+            upload = mbps(spec.upload_mbps) * (math.exp(rng.gauss(0, spec.upload_spread)) if spec.upload_spread else 1)
+            rtt = spec.rtt_ms / 1000 * (math.exp(rng.gauss(0, spec.rtt_spread)) if spec.rtt_spread else 1)
+            workers.append(SimWorker(
+                worker_id=f"{spec.name}#{index}", name=f"{spec.name}#{index}", worker_class=spec.name, spec=spec,
+                price_per_hour=spec.price_per_hour, rate=rate, upload=upload, download=mbps(spec.download_mbps),
+                rtt_s=rtt, heartbeat_phase=rng.uniform(0, interval),
+                declared_throughput=declared.effective_rollouts_per_s))
+    return workers

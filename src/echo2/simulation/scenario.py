@@ -1,0 +1,277 @@
+"""A simulation scenario: every assumption of a run past this machine, as an explicit input (YAML).
+
+A scenario names the model (what a version weighs on the wire, what a step costs to train), the
+learner's hardware and price, the recipe (groups per step, lengths, protocol, staleness bound S),
+the broadcast topology, cost-aware activation, and a fleet of worker classes with throughput,
+price, bandwidth and latency distributions and preemption rates. Shipped scenarios live in
+``configs/scenarios/``, each figure with its source in a comment. The centralized co-located
+baseline (the learner's GPUs generating and training in turn) is priced from the same file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from echo2.planning.inventory import Inventory
+from echo2.planning.inventory import LearnerSpec as InventoryLearner
+from echo2.planning.inventory import WorkerClass as InventoryClass
+
+GB = 1e9
+MIB = 1024 * 1024
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class ModelSpec(_Section):
+    name: str
+    """Label only (e.g. ``Qwen3-8B``)."""
+    parameters_b: float = Field(gt=0)
+    """Total parameters, billions: sets the size of one version on the wire."""
+    active_parameters_b: float | None = Field(None, gt=0)
+    """Parameters used per token, billions (mixture-of-experts); sets the learner's FLOPs. None: all."""
+    bytes_per_parameter: float = Field(2.0, gt=0)
+    """Bytes per parameter on the wire (2 = bf16)."""
+    payload_gb: float | None = Field(None, gt=0)
+    """Size of one version, GB, overriding parameters x bytes (e.g. a LoRA adapter)."""
+
+    @property
+    def payload_bytes(self) -> float:
+        return self.payload_gb * GB if self.payload_gb else self.parameters_b * GB * self.bytes_per_parameter
+
+    @property
+    def flops_parameters(self) -> float:
+        return (self.active_parameters_b or self.parameters_b) * 1e9
+
+
+class LearnerSpec(_Section):
+    gpus: int = Field(1, ge=1)
+    """GPUs of the learner (they also form the centralized baseline)."""
+    price_per_gpu_hour: float = Field(0.0, ge=0)
+    """Dollars per GPU-hour of the learner's hardware."""
+    train_step_s: float | None = Field(None, gt=0)
+    """T_train, seconds per optimizer step, when measured; None: from FLOPs (the fields below)."""
+    peak_tflops_per_gpu: float = Field(989.0, gt=0)
+    """Dense bf16 peak per GPU, TFLOP/s (989 = H100 SXM)."""
+    mfu: float = Field(0.35, gt=0, le=1)
+    """Model FLOP utilization the trainer achieves."""
+    flops_per_token_per_parameter: float = Field(8.0, gt=0)
+    """Training FLOPs per token per parameter: 6 for forward + backward, plus 2 for the forward pass
+    that recomputes the behaviour policy's log-probs."""
+    publish_s: float = Field(0.0, ge=0)
+    """Seconds per version to serialise and chunk the weights (learner busy time)."""
+    step_cv: float = Field(0.0, ge=0)
+    """Coefficient of variation of the step time (lognormal jitter)."""
+    upload_mbps: float | None = Field(None, gt=0)
+    """The learner's uplink, Mbit/s; None: unlimited (loopback)."""
+    generation_tokens_per_s_per_gpu: float | None = Field(None, gt=0)
+    """Completion tokens/s one learner GPU generates for this recipe (the centralized baseline);
+    None: no baseline."""
+    weight_sync_s: float = Field(0.0, ge=0)
+    """Centralized baseline: seconds per step to hand new weights from the trainer to the
+    co-located inference engine."""
+
+
+class RecipeSpec(_Section):
+    steps: int = Field(ge=1)
+    """Learner steps to simulate."""
+    groups_per_step: int = Field(ge=1)
+    """B: prompts (groups) per learner step."""
+    group_size: int = Field(ge=1)
+    """G: completions per prompt."""
+    groups_per_lease: int = Field(1, ge=1)
+    """Groups a worker asks for per lease."""
+    prompt_tokens: float = Field(0.0, ge=0)
+    """Mean prompt tokens (learner FLOPs only)."""
+    response_tokens: float = Field(1.0, gt=0)
+    """Mean completion tokens: converts tokens/s into rollouts/s, and sets the learner FLOPs."""
+    protocol: Literal["sync", "pull", "async"] = "async"
+    """``sync``/``pull``: the worker fetches the newest version before every lease (blocking);
+    ``async``: a background fetch, swapped in between leases."""
+    staleness: int = Field(1, ge=0)
+    """S: a step trains only on groups at most S versions old (forced to 0 for ``sync``)."""
+    lease_timeout_s: float = Field(3600.0, gt=0)
+    """A lease not submitted within this time expires and its prompts are re-issued."""
+    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    """A worker killed without notice is declared dead (its lease re-issued) this long after."""
+    heartbeat_interval_s: float = Field(2.0, gt=0)
+    """Workers hear of a new version at the latest one heartbeat after it is published."""
+
+    @property
+    def rollouts_per_step(self) -> int:
+        return self.groups_per_step * self.group_size
+
+    @property
+    def max_staleness(self) -> int:
+        return 0 if self.protocol == "sync" else self.staleness
+
+
+class BroadcastSpec(_Section):
+    mode: Literal["star", "pipelined"] = "pipelined"
+    """``star``: every worker fetches from the learner; ``pipelined``: relay chains/trees."""
+    chunk_mib: float = Field(1.0, gt=0)
+    """Chunk size, MiB (one chunk per hop fills the pipeline)."""
+    fan_out: int = Field(1, ge=0)
+    """Children per relaying worker (1 = chains)."""
+    learner_fan_out: int = Field(1, ge=1)
+    """Workers fetching from the learner directly in a pipelined plan."""
+
+
+class ActivationSpec(_Section):
+    enabled: bool = True
+    """Cost-aware activation: keep only the cheapest set meeting the provisioning rule running."""
+    headroom: float = Field(1.1, ge=1.0)
+    """Multiplier on the required throughput."""
+    target_utilization: float = Field(1.0, gt=0, le=1)
+    """Learner utilization the provisioning rule aims for."""
+    replan_every: int = Field(5, ge=1)
+    """Re-plan every this many learner steps (and on every preemption and re-join)."""
+    parked_price_fraction: float = Field(0.0, ge=0, le=1)
+    """Share of its price a parked worker costs. echo2 keeps parked workers registered and warm
+    (instant re-activation, still relaying) and bills them 0, i.e. assumes they cost nothing while
+    parked; 1.0 prices keeping them warm."""
+
+
+class WorkerClass(_Section):
+    name: str
+    """Class name (cost is reported per class)."""
+    count: int = Field(1, ge=1)
+    """Workers of this class that can be had."""
+    price_per_hour: float = Field(0.0, ge=0)
+    """Dollars per hour per worker while it runs (booting included)."""
+    tokens_per_s: float | None = Field(None, gt=0)
+    """Completion tokens/s one worker generates for this recipe (converted with
+    ``recipe.response_tokens``); give this or ``rollouts_per_s``."""
+    rollouts_per_s: float | None = Field(None, gt=0)
+    """Completions/s one worker generates (measured on a real run)."""
+    throughput_cv: float = Field(0.0, ge=0)
+    """Coefficient of variation of one lease's generation time (lognormal)."""
+    upload_mbps: float | None = Field(None, gt=0)
+    """Median uplink of one worker, Mbit/s (what it relays at); None: unlimited."""
+    upload_spread: float = Field(0.0, ge=0)
+    """Sigma of the lognormal spread of uplinks across the class's workers."""
+    download_mbps: float | None = Field(None, gt=0)
+    """Downlink of one worker, Mbit/s; None: unlimited."""
+    rtt_ms: float = Field(0.0, ge=0)
+    """Median round trip to the learner, ms (every request pays it)."""
+    rtt_spread: float = Field(0.0, ge=0)
+    """Sigma of the lognormal spread of round trips across the class's workers."""
+    fetch_delay_s: float = Field(0.0, ge=0)
+    """Fixed extra seconds per weight fetch (connection set-up, verification, a slow link)."""
+    load_s: float = Field(0.0, ge=0)
+    """Seconds to load a fetched version into the inference engine (between two leases)."""
+    relay: bool = True
+    """False: unreachable (behind NAT), never relays."""
+    preemption_per_hour: float = Field(0.0, ge=0)
+    """Expected preemptions per running worker-hour (spot capacity)."""
+    preemption_notice_s: float = Field(0.0, ge=0)
+    """Warning before a preemption: a lease finishing within it is still submitted (echo2 workers
+    finish the request in hand on SIGTERM and deregister)."""
+    recovery_s: float = Field(300.0, ge=0)
+    """Seconds for a replacement (or a re-activated worker) to boot and load the model; billed."""
+
+    @model_validator(mode="after")
+    def _one_throughput(self) -> WorkerClass:
+        if (self.tokens_per_s is None) == (self.rollouts_per_s is None):
+            raise ValueError(f"worker class {self.name!r}: give exactly one of tokens_per_s and rollouts_per_s")
+        return self
+
+    def rollout_rate(self, response_tokens: float) -> float:
+        return self.rollouts_per_s if self.rollouts_per_s else self.tokens_per_s / response_tokens
+
+
+class Scenario(_Section):
+    name: str
+    """Scenario name (the output folder's default name)."""
+    description: str = ""
+    """What the scenario stands for."""
+    seed: int = 0
+    """Seed of every random draw (uplinks, jitter, preemptions)."""
+    model: ModelSpec
+    learner: LearnerSpec
+    recipe: RecipeSpec
+    broadcast: BroadcastSpec = BroadcastSpec()
+    activation: ActivationSpec = ActivationSpec()
+    fleet: list[WorkerClass] = Field(min_length=1)
+
+    def train_step_s(self) -> float:
+        """T_train: measured, or FLOPs per step over the learner's achieved FLOP/s, plus publishing."""
+        if self.learner.train_step_s is not None:
+            return self.learner.train_step_s
+        recipe, learner = self.recipe, self.learner
+        tokens = recipe.rollouts_per_step * (recipe.prompt_tokens + recipe.response_tokens)
+        flops = learner.flops_per_token_per_parameter * self.model.flops_parameters * tokens
+        return flops / (learner.gpus * learner.peak_tflops_per_gpu * 1e12 * learner.mfu) + learner.publish_s
+
+    @property
+    def learner_price_per_hour(self) -> float:
+        return self.learner.gpus * self.learner.price_per_gpu_hour
+
+    def inventory(self) -> Inventory:
+        """The same figures as an ``echo2 plan`` inventory (the capacity model's view of the scenario)."""
+        learner = self.learner
+        generation = (learner.gpus * learner.generation_tokens_per_s_per_gpu / self.recipe.response_tokens
+                      if learner.generation_tokens_per_s_per_gpu else None)
+        return Inventory(
+            learner=InventoryLearner(price_per_hour=self.learner_price_per_hour, train_step_s=self.train_step_s(),
+                                     upload_mbps=learner.upload_mbps or 1e9,
+                                     payload_mib=self.model.payload_bytes / MIB,
+                                     generation_rollouts_per_s=generation),
+            workers=[InventoryClass(name=c.name, count=c.count, price_per_hour=c.price_per_hour,
+                                    rollouts_per_s=c.rollout_rate(self.recipe.response_tokens),
+                                    upload_mbps=c.upload_mbps or 1e9, preemption_per_hour=c.preemption_per_hour,
+                                    recovery_s=c.recovery_s) for c in self.fleet],
+        )
+
+
+def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
+    """Read a scenario YAML (plus nested ``overrides``); errors name the file and the key."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ValueError(f"cannot read scenario {path}: {error}") from None
+    return parse_scenario(_merge(data, overrides or {}), str(path))
+
+
+def parse_scenario(data: dict, origin: str = "scenario") -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{origin}: {where}: {first['msg']}") from None
+
+
+def dotted_overrides(pairs: list[str]) -> dict:
+    """``["recipe.staleness=2", "fleet.0.count=50"]`` as a nested dict (values parsed as YAML)."""
+    result: dict = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"override {pair!r} is not key=value")
+        node = result
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = yaml.safe_load(value)
+    return result
+
+
+def _merge(base, changes):
+    """``changes`` over ``base``; a list in ``base`` is indexed by integer keys (``fleet.0.count``)."""
+    if not isinstance(changes, dict):
+        return changes
+    if isinstance(base, list):
+        merged = list(base)
+        for key, value in changes.items():
+            merged[int(key)] = _merge(merged[int(key)], value)
+        return merged
+    merged = dict(base or {})
+    for key, value in changes.items():
+        merged[key] = _merge(merged.get(key), value)
+    return merged

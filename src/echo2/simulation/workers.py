@@ -1,0 +1,226 @@
+"""The workers' side of the simulation: the lease loop of ``rollout/worker.py``, fetches, preemptions.
+
+Per protocol (as in the real worker):
+
+* ``sync`` / ``pull``: before every lease the worker asks for the newest version (one round
+  trip) and, when it is newer, fetches it (blocking) and loads it;
+* ``async``: a background fetch starts when the worker hears of a newer version (from a lease
+  reply, or at the latest from its next heartbeat) and fetches the newest one; the fetched
+  version is swapped in between two leases; a ``refresh`` answer makes the worker wait for it.
+
+A fetch ends when the version reaches the worker along the relay plan, or, fetching later than
+the wave, after one transfer at the worker's rate; plus the class's fixed ``fetch_delay_s``.
+
+Preemption (rate per running hour, exponential): a lease that ends within the notice is still
+submitted and the worker then deregisters (echo2 workers finish the request in hand on
+SIGTERM); otherwise the lease is lost and re-issued when the worker is declared dead (at once
+when it was idle and had notice, else after the heartbeat timeout). A replacement boots for
+``recovery_s`` (billed) and registers as a new, unmeasured worker (active on probation).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from echo2.simulation.fleet import SimWorker
+
+if TYPE_CHECKING:
+    from echo2.simulation.engine import Simulation
+
+
+class WorkerLoop:
+    """Mixed into :class:`echo2.simulation.engine.Simulation` (which owns the state used here)."""
+
+    # ------------------------------------------------------------------ the lease loop
+    def _cycle_event(self: Simulation, worker: SimWorker, epoch: int) -> None:
+        if epoch == worker.epoch:
+            self._cycle(worker)
+
+    def _cycle(self: Simulation, worker: SimWorker) -> None:
+        """Between two leases: refresh the weights as the protocol says, then ask for a lease."""
+        if self.finished:
+            return
+        if worker.leaving:
+            self._leave(worker)
+            return
+        worker.phase = "request"
+        if self.protocol != "async":
+            self.queue.after(worker.rtt_s / 2, self._version_check, worker, worker.epoch)
+            return
+        delay = 0.0
+        if worker.staged is not None:
+            if worker.staged > worker.version:
+                self._load(worker, worker.staged)
+                delay = worker.spec.load_s
+            worker.staged = None
+        self.queue.after(delay + worker.rtt_s / 2, self._lease_arrives, worker, worker.epoch, worker.version)
+
+    def _version_check(self: Simulation, worker: SimWorker, epoch: int) -> None:
+        """Sequential pull: the coordinator's answer to ``GET /v1/version``."""
+        if epoch != worker.epoch:
+            return
+        if self.books.version > worker.version:
+            worker.phase = "fetch"
+            self._begin_fetch(worker, self.queue.now + worker.rtt_s / 2)
+        else:
+            self.queue.after(worker.rtt_s, self._lease_arrives, worker, epoch, worker.version)
+
+    def _refreshed(self: Simulation, worker: SimWorker, epoch: int) -> None:
+        """The lease reply said ``refresh``: the worker's weights are too old for the next slot."""
+        if epoch != worker.epoch:
+            return
+        if self.protocol != "async" or worker.staged is not None:
+            self._cycle(worker)
+        else:
+            worker.phase = "wait_stage"
+
+    # ------------------------------------------------------------------ weights
+    def _heartbeat(self: Simulation, worker: SimWorker, epoch: int) -> None:
+        if epoch == worker.epoch:
+            self._learn(worker, self.books.version, self.queue.now + worker.rtt_s / 2)
+
+    def _learn(self: Simulation, worker: SimWorker, version: int, at: float) -> None:
+        """The worker hears at ``at`` that ``version`` is out; an idle async fetcher starts on it
+        (after one round trip to ask for the version's sources)."""
+        worker.known = max(worker.known, version)
+        if self.protocol == "async" and not worker.fetching and worker.known > max(worker.fetched, worker.version):
+            self._begin_fetch(worker, at + worker.rtt_s)
+
+    def _begin_fetch(self: Simulation, worker: SimWorker, begin: float) -> None:
+        """Fetch the newest version from ``begin``; one still waiting for the links is fetched when sent."""
+        worker.fetching = True
+        if self.channel.pending is None:
+            self._schedule_fetch(worker, self.channel.newest_started, begin)
+        else:
+            self.channel_waiters.append((worker, worker.epoch, begin))
+
+    def _schedule_fetch(self: Simulation, worker: SimWorker, version: int, begin: float) -> None:
+        start, timing = self.channel.started[version]
+        rate = timing.rate.get(worker.worker_id) or min(self.learner_upload, worker.download)
+        own = self.payload / rate if rate < math.inf else 0.0
+        offset = timing.offset.get(worker.worker_id)
+        arrival = start + offset if offset is not None else begin
+        ready = max(begin + own, arrival) + worker.spec.fetch_delay_s
+        self.queue.at(ready, self._fetched, worker, worker.epoch, version, begin)
+
+    def _fetched(self: Simulation, worker: SimWorker, epoch: int, version: int, begin: float) -> None:
+        if epoch != worker.epoch:
+            return
+        now = self.queue.now
+        worker.fetching = False
+        worker.fetched = max(worker.fetched, version)
+        self.recorder.interval(worker.worker_id, "fetch", begin, now, version)
+        if worker.phase == "fetch":  # blocking: the pull protocols, and every (re)start
+            self._load(worker, version)
+            worker.phase = "request"
+            self.queue.after(worker.spec.load_s + worker.rtt_s / 2, self._lease_arrives, worker, epoch, version)
+            return
+        worker.staged = version
+        interval = self.scenario.recipe.heartbeat_interval_s
+        last_tick = now - (now - worker.heartbeat_phase) % interval
+        worker.known = max(worker.known, self._version_at(last_tick - worker.rtt_s / 2))
+        if worker.phase == "wait_stage":
+            self._cycle(worker)
+        if self.protocol == "async" and worker.known > worker.fetched:
+            self._begin_fetch(worker, now + worker.rtt_s)
+
+    def _load(self: Simulation, worker: SimWorker, version: int) -> None:
+        worker.version = version
+        self.loaded.add(version)
+        self._census(worker)
+
+    # ------------------------------------------------------------------ running and parked
+    def _run_worker(self: Simulation, worker: SimWorker, holding: int | None = None) -> None:
+        """The worker is up: billed, relaying, preemptible; it fetches the newest version first
+        (blocking) unless it already holds ``holding``."""
+        now = self.queue.now
+        worker.running, worker.booting, worker.leaving = True, False, False
+        self.running[worker.worker_id] = worker
+        self.membership += 1
+        self._bill(worker)
+        rate = worker.spec.preemption_per_hour
+        if rate > 0:
+            self.queue.after(self.rng.expovariate(rate / 3600), self._preempt, worker, worker.epoch)
+        if holding is not None:
+            worker.version = worker.fetched = worker.known = holding
+            self._census(worker)
+            return
+        worker.version, worker.fetched, worker.staged = -1, -1, None
+        worker.phase = "fetch"
+        self._begin_fetch(worker, now + worker.rtt_s)
+
+    def _bill(self: Simulation, worker: SimWorker) -> None:
+        """Full price while active (or booting), the parked share while parked."""
+        active = worker.active or worker.booting
+        share = 1.0 if active else self.scenario.activation.parked_price_fraction
+        self.billing.start(worker.worker_id, worker.worker_class, share * worker.price_per_hour, self.queue.now, active)
+
+    def _stop_running(self: Simulation, worker: SimWorker) -> None:
+        """Void the worker's pending events and take it out of the plan and the version census."""
+        worker.epoch += 1
+        worker.running, worker.fetching, worker.lease, worker.staged = False, False, None, None
+        self.parked.pop(worker.worker_id, None)
+        if self.running.pop(worker.worker_id, None) is not None:
+            self.membership += 1
+        worker.version = -1
+        self._census(worker)
+
+    def _park(self: Simulation, worker: SimWorker, epoch: int, version: int) -> None:
+        """The coordinator holds a parked worker's lease request (it stays registered, keeps its
+        weights current and relays) until activation picks it again."""
+        worker.phase = "parked"
+        self.parked[worker.worker_id] = (worker, epoch, version)
+        self._bill(worker)
+        self._census(worker)
+
+    def _unpark(self: Simulation, worker: SimWorker) -> None:
+        _, epoch, version = self.parked.pop(worker.worker_id)
+        self._bill(worker)
+        self._census(worker)
+        self._lease_arrives(worker, epoch, version)
+
+    # ------------------------------------------------------------------ preemption
+    def _preempt(self: Simulation, worker: SimWorker, epoch: int) -> None:
+        if epoch != worker.epoch or not worker.running or self.finished:
+            return
+        now, notice = self.queue.now, worker.spec.preemption_notice_s
+        lease = worker.lease if worker.lease is not None and worker.lease.state == "out" else None
+        if lease is not None and lease.ends_at - now <= notice:
+            worker.leaving = True  # finishes and submits, then deregisters (see _cycle)
+            return
+        graceful = notice > 0 and lease is None  # idle with notice: deregisters at once
+        self.books.counters["workers_left" if graceful else "workers_dead"] += 1
+        if lease is not None:
+            self.recorder.waste("preempted", len(lease.slots) * self.group_size)
+        detected = now if graceful else now + notice + self.scenario.recipe.heartbeat_timeout_s
+        self._stop_running(worker)
+        worker.phase, worker.booting = "down", True
+        self._bill(worker)  # the replacement, booting
+        if lease is not None:
+            self.queue.at(detected, self._expire, lease)
+        self.queue.at(detected, self._declared_gone, worker, worker.epoch)
+        self.queue.at(max(now + worker.spec.recovery_s, detected), self._registered, worker, worker.epoch)
+
+    def _leave(self: Simulation, worker: SimWorker) -> None:
+        """Deregistered after finishing its lease under a preemption notice."""
+        self.books.counters["workers_left"] += 1
+        self._stop_running(worker)
+        worker.phase, worker.booting = "down", True
+        self._bill(worker)  # the replacement, booting
+        self._declared_gone(worker, worker.epoch)
+        self.queue.after(worker.spec.recovery_s, self._registered, worker, worker.epoch)
+
+    def _declared_gone(self: Simulation, worker: SimWorker, epoch: int) -> None:
+        if epoch != worker.epoch or self.finished:
+            return
+        worker.alive = False
+        self._request_replan("death")
+
+    def _registered(self: Simulation, worker: SimWorker, epoch: int) -> None:
+        """The replacement registers: a new worker, unmeasured (active on probation)."""
+        if epoch != worker.epoch or self.finished:
+            return
+        worker.alive, worker.active, worker.throughput, worker.booting = True, True, None, False
+        self._run_worker(worker)
+        self._request_replan("join")

@@ -1,0 +1,177 @@
+"""The discrete-event simulator on tiny scenarios whose outcome can be worked out by hand."""
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from echo2.planning.activation import Candidate, choose_active
+from echo2.planning.broadcast_time import broadcast_seconds
+from echo2.planning.capacity import StepTimes, predicted_utilization
+from echo2.simulation.dissemination import Peer, plan_timing
+from echo2.simulation.engine import simulate
+from echo2.simulation.results import write_run_dir
+from echo2.simulation.scenario import dotted_overrides, load_scenario, parse_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1024 * 1024
+
+
+def scenario(**changes):
+    """One learner step = 1 s; B = 8 groups of 4; a 10 MB payload; two fast local workers."""
+    data = {
+        "name": "tiny",
+        "model": {"name": "m", "parameters_b": 0.005, "payload_gb": 0.01},
+        "learner": {"train_step_s": 1.0},
+        "recipe": {"steps": 40, "groups_per_step": 8, "group_size": 4, "groups_per_lease": 8, "protocol": "async",
+                   "staleness": 1, "heartbeat_interval_s": 0.01},
+        "activation": {"enabled": False},
+        "fleet": [{"name": "w", "count": 2, "rollouts_per_s": 320.0}],
+    }
+    for key, value in changes.items():
+        section, _, field = key.partition("__")
+        if field:
+            data[section] = {**data[section], field: value}
+        else:
+            data[section] = value
+    return parse_scenario(data)
+
+
+def test_sync_utilization_is_the_serial_sum_of_the_capacity_model():
+    """S = 0, one worker, no jitter: every step waits for fetch + generation, exactly the model's sum."""
+    fetch, rate = 0.3, 64.0
+    result = simulate(scenario(recipe__protocol="sync", recipe__staleness=0,
+                               fleet=[{"name": "w", "count": 1, "rollouts_per_s": rate, "fetch_delay_s": fetch}]))
+    times = StepTimes(train_s=1.0, broadcast_s=fetch, rollouts_per_step=32, staleness=0)
+    idle_per_step = result.idle_s / 39  # the wait for the first batch is start-up, not idle
+    assert idle_per_step == pytest.approx(fetch + 32 / rate, rel=1e-9)
+    assert 1.0 / (1.0 + idle_per_step) == pytest.approx(predicted_utilization(times, rate), rel=1e-9)
+    assert result.staleness == {0: 40 * 8}
+
+
+def test_async_with_a_fast_fleet_keeps_the_learner_busy_and_within_the_staleness_bound():
+    result = simulate(scenario(recipe__staleness=2, fleet=[{"name": "w", "count": 3, "rollouts_per_s": 100.0,
+                                                            "throughput_cv": 0.3, "rtt_ms": 20}]))
+    assert result.utilization > 0.99
+    assert max(result.staleness) <= 2 and sum(result.staleness.values()) == 40 * 8
+    assert result.reliability["groups_dropped_stale"] == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_timed_plan_matches_the_broadcast_time_model(seed):
+    """With zero latency the last worker's time is the planner's formula, for the star and for chains."""
+    rng = random.Random(seed)
+    uploads = [rng.uniform(5e6, 50e6) for _ in range(rng.randint(1, 12))]
+    peers = [Peer(f"p{i}", u, float("inf"), 0.0) for i, u in enumerate(uploads)]
+    payload, learner, chunk = 64 * MIB, rng.uniform(5e6, 80e6), MIB
+    for mode in ("star", "pipelined"):
+        timing = plan_timing(peers, payload, learner, mode, chunk)
+        assert max(timing.offset.values()) == pytest.approx(broadcast_seconds(payload, learner, uploads, mode, chunk))
+
+
+def test_star_grows_with_the_fleet_and_the_chain_does_not():
+    """Simulated dissemination latency: N * M / B for a star, (M + (N - 1) * chunk) / B for a chain
+    (a step outlasts either, so versions never queue for the links)."""
+    payload_mb, cap_mbps, workers = 8.0, 80.0, 4
+    results = {}
+    for mode in ("star", "pipelined"):
+        result = simulate(scenario(model={"name": "m", "parameters_b": 0.004, "payload_gb": payload_mb / 1000},
+                                   learner={"train_step_s": 5.0, "upload_mbps": cap_mbps},  # no queueing
+                                   recipe={"steps": 30, "groups_per_step": 8, "group_size": 4, "groups_per_lease": 1,
+                                           "protocol": "async", "staleness": 8, "heartbeat_interval_s": 0.01},
+                                   broadcast={"mode": mode, "chunk_mib": 1.0},
+                                   fleet=[{"name": "w", "count": workers, "rollouts_per_s": 3200.0,
+                                           "upload_mbps": cap_mbps}]))
+        results[mode] = sorted(latency for _, latency in result.dissemination)[len(result.dissemination) // 2]
+    bandwidth = cap_mbps * 1e6 / 8
+    assert results["star"] == pytest.approx(workers * payload_mb * 1e6 / bandwidth, rel=0.05)
+    assert results["pipelined"] == pytest.approx((payload_mb * 1e6 + (workers - 1) * MIB) / bandwidth, rel=0.05)
+
+
+def test_preempted_workers_leases_are_reissued_and_every_step_is_full():
+    result = simulate(scenario(recipe__steps=60, recipe__heartbeat_timeout_s=2.0,
+                               fleet=[{"name": "steady", "count": 2, "rollouts_per_s": 40.0},
+                                      {"name": "spot", "count": 2, "rollouts_per_s": 40.0, "preemption_per_hour": 400,
+                                       "recovery_s": 3.0}]))
+    books = result.reliability
+    assert books["workers_dead"] > 0 and books["leases_expired"] > 0 and result.wasted.get("preempted", 0) > 0
+    assert books["groups_trained"] == 60 * 8
+    assert books["leases_issued"] == books["leases_completed"] + books["leases_expired"] + books["leases_outstanding"]
+    assert books["prompts_requeued"] >= books["leases_expired"]
+
+
+def test_a_lease_finishing_within_the_notice_is_still_submitted():
+    result = simulate(scenario(recipe__steps=60, fleet=[
+        {"name": "steady", "count": 1, "rollouts_per_s": 40.0},
+        {"name": "spot", "count": 2, "rollouts_per_s": 40.0, "preemption_per_hour": 400, "recovery_s": 3.0,
+         "preemption_notice_s": 60.0}]))
+    assert result.reliability["workers_left"] > 0 and result.reliability["workers_dead"] == 0
+    assert result.reliability["leases_expired"] == 0 and not result.wasted
+
+
+def test_activation_runs_the_cheapest_sufficient_set():
+    """Need = R / T_train x headroom = 32 / 1 x 1.1: four cheap workers (10 rollouts/s each) beat a premium pair.
+    One group per lease keeps the measured dissemination (publish -> loaded, after the lease in hand) short."""
+    classes = [{"name": "cheap", "count": 10, "price_per_hour": 0.1, "rollouts_per_s": 10.0},
+               {"name": "premium", "count": 2, "price_per_hour": 2.0, "rollouts_per_s": 40.0}]
+    result = simulate(scenario(activation={"enabled": True}, recipe__staleness=2, recipe__groups_per_lease=1,
+                               fleet=classes))
+    need = 32 / 1.0 * 1.1
+    expected = choose_active([Candidate(f"{c['name']}#{i}", c["price_per_hour"], c["rollouts_per_s"])
+                              for c in classes for i in range(c["count"])], need)
+    assert expected.active == tuple(f"cheap#{i}" for i in range(4))
+    hours = result.worker_hours
+    assert hours["premium"] == 0
+    assert hours["cheap"] == pytest.approx(4 * result.wall_s / 3600, rel=0.01)
+    assert result.utilization > 0.99
+
+
+def test_centralized_baseline_is_serial_generation_then_training():
+    result = simulate(scenario(learner={"train_step_s": 1.0, "gpus": 2, "price_per_gpu_hour": 3.6,
+                                        "generation_tokens_per_s_per_gpu": 64.0, "weight_sync_s": 0.5},
+                               recipe__response_tokens=4.0))
+    baseline = result.centralized
+    generate = 32 * 4.0 / (2 * 64.0)
+    assert baseline.wall_s == pytest.approx(40 * (1.0 + generate + 0.5))
+    assert baseline.cost_usd == pytest.approx(2 * 3.6 * baseline.wall_s / 3600)
+    assert baseline.utilization == pytest.approx(1.0 / (1.0 + generate + 0.5))
+
+
+def test_learner_step_time_from_flops():
+    s = scenario(learner={"gpus": 8, "peak_tflops_per_gpu": 1000.0, "mfu": 0.5, "publish_s": 2.0},
+                 model={"name": "m", "parameters_b": 30.0, "active_parameters_b": 3.0},
+                 recipe__prompt_tokens=100.0, recipe__response_tokens=900.0)
+    assert s.train_step_s() == pytest.approx(8 * 3e9 * 32 * 1000 / (8 * 1000e12 * 0.5) + 2.0)
+    assert s.model.payload_bytes == 30e9 * 2
+
+
+def test_run_directory_has_the_real_runs_files(tmp_path):
+    out = write_run_dir(simulate(scenario(recipe__steps=5)), tmp_path / "sim")
+    for name in ("metrics.jsonl", "timeline.jsonl", "reliability.json", "summary.txt", "scenario.yaml",
+                 "simulation.json"):
+        assert (out / name).stat().st_size > 0
+    assert load_scenario(out / "scenario.yaml") == scenario(recipe__steps=5)
+
+
+def test_overrides_reach_nested_and_list_fields():
+    overrides = dotted_overrides(["recipe.staleness=3", "fleet.0.count=7"])
+    assert overrides == {"recipe": {"staleness": 3}, "fleet": {"0": {"count": 7}}}
+    path = ROOT / "configs" / "scenarios" / "qwen3-8b-256w-wan.yaml"
+    changed = load_scenario(path, overrides)
+    assert changed.recipe.staleness == 3 and changed.fleet[0].count == 7
+    with pytest.raises(ValueError, match="recipe.bogus"):
+        load_scenario(path, {"recipe": {"bogus": 1}})
+
+
+SOURCED = re.compile(r"^\s*-?\s*(price_per|tokens_per_s|generation_tokens|peak_tflops|mfu|parameters_b|"
+                     r"active_parameters_b|upload_mbps|rtt_ms|preemption_per_hour|response_tokens)")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_scenarios_load_and_state_their_sources(path):
+    fleet = load_scenario(path).fleet
+    assert 16 <= sum(c.count for c in fleet) <= 1000
+    unsourced = [line for line in path.read_text().splitlines()
+                 if SOURCED.match(line) and not re.search(r"#\s*(source|assumption)", line)]
+    assert not unsourced, f"inputs without '# source:' or '# assumption': {unsourced}"
