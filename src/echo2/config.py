@@ -265,6 +265,13 @@ class LearnerConfig(Section):
     """Train a LoRA adapter instead of the full weights (off by default)."""
     threads: int = Field(1, ge=1)
     """Torch threads of the learner process."""
+    device: str = "cpu"
+    """Learner device: ``cpu``, ``cuda`` (under torchrun: the rank's GPU), ``cuda:N``, or ``auto``."""
+    sharding: Literal["replicate", "fsdp"] = "replicate"
+    """Under torchrun (``torchrun --nproc-per-node N -m echo2.cli train``; see
+    :mod:`echo2.learner.distributed`): ``replicate`` keeps the whole model on every rank and sums
+    gradients (DDP-style); ``fsdp`` shards parameters, gradients and AdamW states with FSDP2.
+    Ignored in a single process."""
 
     @model_validator(mode="before")
     @classmethod

@@ -9,8 +9,9 @@ from __future__ import annotations
 import torch
 
 
-def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-align ``sequences`` into ``(input_ids, attention_mask)`` of shape [N, max_len]."""
+def left_pad(sequences: list[list[int]], pad_id: int,
+             device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-align ``sequences`` into ``(input_ids, attention_mask)`` of shape [N, max_len] (on ``device``)."""
     width = max(len(s) for s in sequences)
     input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
@@ -18,7 +19,12 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
         if sequence:
             input_ids[row, width - len(sequence) :] = torch.tensor(sequence, dtype=torch.long)
             attention_mask[row, width - len(sequence) :] = 1
-    return input_ids, attention_mask
+    return input_ids.to(device), attention_mask.to(device)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where ``model``'s parameters live (inputs are built there)."""
+    return next(model.parameters()).device
 
 
 def positions(attention_mask: torch.Tensor) -> torch.Tensor:

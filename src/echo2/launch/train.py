@@ -2,7 +2,8 @@
 
 The learner process hosts the coordinator (HTTP, in a background thread) and runs the learner
 loop in its main thread; workers are separate processes (local ones are started here; remote
-ones join with the printed ``echo2 worker`` command).
+ones join with the printed ``echo2 worker`` command). Under torchrun only rank 0 does all this;
+the other ranks train alongside it (:mod:`echo2.launch.ranks`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from echo2.coordinator.fleet import Fleet, FleetPolicy
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState, Limits
 from echo2.launch.local import LocalWorkers
-from echo2.learner.checkpoint import latest_resumable, load_resume_state, restore_optimizer
+from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
+from echo2.learner.checkpoint import latest_resumable, load_resume_state
+from echo2.learner.distributed import announce, start
 from echo2.learner.loop import LearnerLoop, LoopResult
-from echo2.learner.trainer import Learner
-from echo2.lora import add_adapter, has_adapter
-from echo2.modeling import load_model, load_tokenizer, pin_threads, resolve_model_path
-from echo2.protocol import AdapterSpec, RunSpec
+from echo2.modeling import load_tokenizer, pin_threads
+from echo2.protocol import RunSpec
 from echo2.tasks import load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
@@ -107,13 +108,6 @@ def attach_log_file(run_dir: Path) -> logging.Handler:
     return handler
 
 
-def adapter_spec(config: Config) -> AdapterSpec | None:
-    """The LoRA adapter a run trains (None: full weights)."""
-    lora = config.learner.lora
-    return AdapterSpec(r=lora.r, alpha=lora.alpha, dropout=lora.dropout,
-                       target_modules=lora.target_modules) if lora.enabled else None
-
-
 def run_spec(config: Config) -> RunSpec:
     return RunSpec(
         model=config.model.name, dtype=config.model.dtype, task=config.task.name, task_options=config.task.options,
@@ -151,20 +145,23 @@ def _endpoint(config: Config, run_dir: Path, resuming: bool) -> tuple[int, str]:
     return config.coordinator.port, config.coordinator.token or secrets.token_hex(16)
 
 
-def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary:
-    """Run ``config``; with ``resume_dir``, continue that run from its newest resumable checkpoint."""
+def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary | None:
+    """Run ``config``; with ``resume_dir``, continue that run from its newest resumable checkpoint.
+
+    Under torchrun, ranks > 0 follow rank 0's learner and return None."""
+    shard = start(config.learner.sharding)
+    if not shard.leader:
+        run_follower(config, shard)
+        return None
     run_dir = resume_dir or make_run_dir(config)
     handler = attach_log_file(run_dir)
     (run_dir / "config.yaml").write_text(dump_config(config))
     pin_threads(config.learner.threads)
     torch.manual_seed(config.run.seed)
     task = load_task(config.task.name, config.task.options)
-    checkpoint = latest_resumable(run_dir) if resume_dir else None
+    checkpoint = shard.broadcast(latest_resumable(run_dir) if resume_dir else None)
     weights = str(checkpoint) if checkpoint else config.model.name
-    model, tokenizer = load_model(weights, config.model.dtype), load_tokenizer(weights)
-    adapter = adapter_spec(config)
-    if adapter is not None and not has_adapter(model):  # a resumed LoRA run loads its adapter checkpoint
-        model = add_adapter(model, adapter)
+    model, tokenizer = load_policy(config, weights), load_tokenizer(weights)
     eval_examples = task.eval_examples(config.eval.size)
     resume = load_resume_state(checkpoint) if checkpoint else None
     version = resume["version"] if resume else 0
@@ -173,7 +170,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary:
     timeline = TimelineWriter(run_dir)
     port, token = _endpoint(config, run_dir, resuming=resume is not None)
     publisher = Publisher(config.broadcast, keep_versions=config.max_staleness + 2, token=token,
-                          kind="lora" if adapter else "full")
+                          kind="lora" if config.learner.lora.enabled else "full")
     state = CoordinatorState(
         run_spec(config),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,
@@ -204,10 +201,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary:
     workers = LocalWorkers(server.url, token, config.workers.count, config.workers.threads, run_dir / "workers",
                            [local_worker_args(config, i) for i in range(config.workers.count)])
     workers.start()
-    learner = Learner(model, tokenizer, config.learner, config.rollout,
-                      model_dir=str(checkpoint) if checkpoint else resolve_model_path(config.model.name))
-    if checkpoint:
-        restore_optimizer(checkpoint, learner)
+    learner = build_learner(config, model, tokenizer, checkpoint, shard)
     try:
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
         loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline)
@@ -215,6 +209,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary:
         costs = state.costs(config.activation.learner_price_per_hour, result.wall_seconds)
         reliability = state.reliability()
     finally:
+        announce(shard, "stop")
         state.finish()
         workers.stop()
         server.stop()

@@ -28,10 +28,10 @@ def save_checkpoint(learner: Learner, run_dir: Path, version: int, resume: dict[
     partial = final.with_name(final.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    learner.model.save_pretrained(partial)
+    optimizer = learner.optimizer_state()  # first: under FSDP every rank takes part in gathering it
+    learner.policy.save_pretrained(partial)
     learner.tokenizer.save_pretrained(partial)
-    torch.save({"optimizer": learner.optimizer.state_dict(), "scheduler": learner.scheduler.state_dict()},
-               partial / OPTIMIZER_FILE)
+    torch.save({"optimizer": optimizer, "scheduler": learner.scheduler.state_dict()}, partial / OPTIMIZER_FILE)
     if resume is not None:
         torch.save(resume, partial / RESUME_FILE)
     (partial / "echo2_state.json").write_text(json.dumps({"version": version}))
@@ -52,7 +52,7 @@ def latest_resumable(run_dir: Path) -> Path:
 def restore_optimizer(checkpoint: Path, learner: Learner) -> None:
     """Restore the optimizer and the scheduler of ``learner`` (whose model came from ``checkpoint``)."""
     saved = torch.load(checkpoint / OPTIMIZER_FILE, map_location="cpu", weights_only=True)
-    learner.optimizer.load_state_dict(saved["optimizer"])
+    learner.load_optimizer_state(saved["optimizer"])
     learner.scheduler.load_state_dict(saved["scheduler"])
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from echo2.tokens import left_pad, positions
+from echo2.tokens import left_pad, model_device, positions
 
 
 @dataclass
@@ -29,7 +29,7 @@ def _left_align(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
     their completions: a completion of n tokens occupies the last n positions of its left-padded
     sequence, so its scores sit one position earlier."""
     total = values.shape[1] + 1
-    out = torch.zeros((len(lengths), max(lengths)), dtype=values.dtype)
+    out = torch.zeros((len(lengths), max(lengths)), dtype=values.dtype, device=values.device)
     for row, n in enumerate(lengths):
         out[row, :n] = values[row, total - 1 - n : total - 1]
     return out
@@ -50,12 +50,12 @@ def completion_scores(
     behaviour log-probs. Gradients flow through both when the caller has them enabled.
     """
     sequences = [p + c for p, c in zip(prompt_ids, completion_ids)]
-    input_ids, attention_mask = left_pad(sequences, pad_id)
+    input_ids, attention_mask = left_pad(sequences, pad_id, model_device(model))
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions(attention_mask)).logits
     logp_all = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
     token_logp = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # logp of token t+1 at t
     lengths = [len(c) for c in completion_ids]
-    mask = torch.zeros((len(sequences), max(lengths)))
+    mask = torch.zeros((len(sequences), max(lengths)), device=input_ids.device)
     for row, n in enumerate(lengths):
         mask[row, :n] = 1.0
     token_entropy = None

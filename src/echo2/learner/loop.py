@@ -65,12 +65,12 @@ class LearnerLoop:
         self.verifier = Verifier(
             VerificationPolicy(config.verification.rescore_fraction, config.verification.logprob_fraction,
                                config.verification.logprob_tolerance, config.rollout.temperature),
-            learner.model, learner.tokenizer, task, seed=config.run.seed)
+            learner.policy, learner.tokenizer, task, seed=config.run.seed)
         self.train_ema: float | None = None
         self.broadcast_ema: float | None = None
 
     def _evaluate(self, version: int) -> EvalResult:
-        result = evaluate(self.learner.model, self.learner.tokenizer, self.task, self.eval_examples,
+        result = evaluate(self.learner.policy, self.learner.tokenizer, self.task, self.eval_examples,
                           max_new_tokens=self.config.rollout.max_new_tokens,
                           temperature=self.config.rollout.temperature, seed=self.config.run.seed + version,
                           shown=self.config.eval.show)
@@ -201,7 +201,7 @@ class LearnerLoop:
             train_start = time.time()
             record = self.learner.step(batch, version=step, echo_groups=filtered)
             version = step + 1
-            payload_sha256, payload_bytes = self.publisher.publish(version, self.learner.model)
+            payload_sha256, payload_bytes = self.publisher.publish(version, self.learner.policy)
             state.publish(version, payload_sha256, payload_bytes)
             train_end = time.time()
             self.timeline.interval("learner", "train", train_start, train_end, version)

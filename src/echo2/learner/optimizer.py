@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from echo2.config import LearnerConfig
+from echo2.learner.distributed import Shard, place_state
 
 log = logging.getLogger("echo2")
 
@@ -24,7 +25,9 @@ log = logging.getLogger("echo2")
 OPTIMIZER_FILE = "optimizer.pt"
 
 
-def build_optimizer(model: torch.nn.Module, config: LearnerConfig, model_dir: str | None) -> torch.optim.AdamW:
+def build_optimizer(model: torch.nn.Module, config: LearnerConfig, model_dir: str | None,
+                    shard: Shard = Shard()) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (sharded under FSDP), moments warm-started when possible."""
     parameters = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(parameters, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     path = Path(model_dir) / OPTIMIZER_FILE if model_dir else None
@@ -37,6 +40,7 @@ def build_optimizer(model: torch.nn.Module, config: LearnerConfig, model_dir: st
         state[i]["exp_avg"].shape != p.shape for i, p in enumerate(parameters) if i in state
     ):
         raise ValueError(f"{path}: optimizer state does not fit the model's parameters")
-    optimizer.load_state_dict({"state": state, "param_groups": optimizer.state_dict()["param_groups"]})
+    optimizer.load_state_dict({"state": place_state(state, parameters, shard),
+                               "param_groups": optimizer.state_dict()["param_groups"]})
     log.info("optimizer moments warm-started from %s", path)
     return optimizer

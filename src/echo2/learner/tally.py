@@ -27,6 +27,14 @@ class Tally:
         self.entropy_sum += terms.entropy_sum
         self.echoclip_loss += terms.echoclip_loss
 
+    def absorb(self, other: Tally) -> None:
+        """Add another rank's terms of the same updates (the gradient norms are already global)."""
+        self.stats.merge(other.stats)
+        self.loss += other.loss
+        self.kl_sum += other.kl_sum
+        self.entropy_sum += other.entropy_sum
+        self.echoclip_loss += other.echoclip_loss
+
     def metrics(self, updates: int) -> dict[str, float]:
         """Per-token means over every trained token, losses per optimizer update (of ``updates``).
 

@@ -5,6 +5,9 @@ what must be fixed before any update (the proximal policy's log-probs for the de
 correction, the reference log-probs for the KL term, the entropies that select EchoClips) ->
 ``epochs`` passes of ``minibatches`` optimizer updates, each accumulating gradients over
 micro-batches. With the defaults that is one optimizer update per step.
+
+Under torchrun every rank runs the same step on its share of the sequences
+(:mod:`echo2.learner.distributed`); alone, the :class:`~echo2.learner.distributed.Shard` is inert.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from echo2.config import LearnerConfig, RolloutConfig
 from echo2.coordinator.state import Group
+from echo2.learner.distributed import Shard, announce, idle_pass, place_state, refresh_policy, shard_model
 from echo2.learner.logprobs import CompletionScores, completion_scores
 from echo2.learner.objectives import (
     EchoClipSettings,
@@ -37,8 +41,9 @@ from echo2.learner.optimizer import build_optimizer
 from echo2.learner.tally import Tally
 
 
-def _pad_right(rows: Sequence[Sequence[float] | torch.Tensor], width: int) -> torch.Tensor:
-    out = torch.zeros((len(rows), width))
+def _pad_right(rows: Sequence[Sequence[float] | torch.Tensor], width: int,
+               device: torch.device | None = None) -> torch.Tensor:
+    out = torch.zeros((len(rows), width), device=device)
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.as_tensor(row)
     return out
@@ -113,15 +118,18 @@ class Learner:
     through the model."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: LearnerConfig,
-                 rollout: RolloutConfig, model_dir: str | None = None) -> None:
-        self.model, self.tokenizer, self.config, self.rollout = model, tokenizer, config, rollout
+                 rollout: RolloutConfig, model_dir: str | None = None, shard: Shard = Shard()) -> None:
+        self.tokenizer, self.config, self.rollout, self.shard = tokenizer, config, rollout, shard
+        self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
+        self.model, self.policy = shard_model(model, shard)
+        """``model`` trains (sharded under FSDP); ``policy`` is the whole current policy that rank 0
+        evaluates, verifies with, publishes and checkpoints (the same module unless FSDP)."""
         self.settings = objective_settings(config, tokenizer)
-        self.optimizer = build_optimizer(model, config, model_dir)
+        self.optimizer = build_optimizer(self.model, config, model_dir, shard)
         warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
         )
-        self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
 
     def step(self, groups: list[Group], version: int, echo_groups: Sequence[Group] = ()) -> dict[str, float]:
         """One learner step on ``groups``, trained at policy ``version``; returns its metrics.
@@ -130,6 +138,24 @@ class Learner:
         them) that EchoClip may still learn from. They get no policy gradient, KL or entropy term
         and do not count in the objective's normalisers.
         """
+        announce(self.shard, "train_step", groups, version, tuple(echo_groups))
+        return self.train_step(groups, version, echo_groups)
+
+    def optimizer_state(self) -> dict:
+        """AdamW's state, whole (under FSDP every rank gathers its shards)."""
+        announce(self.shard, "optimizer_state")
+        state = self.optimizer.state_dict()
+        if self.shard.fsdp:
+            state["state"] = {i: {k: self.shard.full(v) for k, v in s.items()} for i, s in state["state"].items()}
+        return state
+
+    def load_optimizer_state(self, state: dict) -> None:
+        """Load a whole AdamW state (sharded like the parameters under FSDP)."""
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.optimizer.load_state_dict({**state, "state": place_state(state["state"], parameters, self.shard)})
+
+    def train_step(self, groups: list[Group], version: int, echo_groups: Sequence[Group] = ()) -> dict[str, float]:
+        """:meth:`step` on this rank's share of the sequences (every rank calls it)."""
         started = time.perf_counter()
         rollouts = Rollouts.from_groups(groups, self.tokenizer, echo_groups)
         trained, total = rollouts.trained, len(rollouts.completions)
@@ -141,15 +167,20 @@ class Learner:
         clip_rows = candidates(rollouts.rewards, echo).tolist() if echo else [False] * total
         dense = self.config.kl_coef > 0 or self.config.entropy_coef > 0
         active = [i for i in range(total) if clip_rows[i] or (i < trained and (advantages[i] != 0 or dense))]
+        mine = self.shard.mine(active)
         self.model.train()
-        anchors = self._anchors(rollouts, active, [i for i in active if clip_rows[i]])
+        anchors = self._anchors(rollouts, mine, [i for i in mine if clip_rows[i]])
         tally = Tally(entropies=self.config.entropy_coef > 0, echoclip=echo is not None)
         parts = min(self.config.minibatches, trained)
         for _ in range(self.config.epochs):
             for chunk, echo_chunk in zip(_split(range(trained), parts), _split(range(trained, total), parts)):
-                self._update(rollouts, advantages, chunk, echo_chunk, set(active), anchors, tally)
+                self._update(rollouts, advantages, chunk, echo_chunk, set(mine), anchors, tally)
         self.scheduler.step()
         self.model.eval()
+        refresh_policy(self.model, self.policy, self.shard)
+        if self.shard.world > 1:
+            for other in self.shard.gather(tally)[1:]:
+                tally.absorb(other)
         rewards = rollouts.rewards[: len(groups)]
         degenerate = degeneration(rewards, self.config.success_reward)
         staleness = [version - g.version for g in groups]
@@ -180,9 +211,14 @@ class Learner:
 
     @torch.no_grad()
     def _anchors(self, rollouts: Rollouts, active: list[int], clip_rows: list[int]) -> Anchors:
+        """Anchors of this rank's ``active`` rows; EchoClip lengths are shared with every rank
+        (the update's normaliser counts every clip)."""
         anchors = Anchors()
         decoupled, clip_set = self.settings.decoupled, set(clip_rows)
-        for rows in _chunks(active if decoupled else clip_rows, self.config.micro_batch):
+        for rows in self.shard.padded(_chunks(active if decoupled else clip_rows, self.config.micro_batch)):
+            if not rows:
+                idle_pass(self.model, backward=False)
+                continue
             scores = self._scores(self.model, rollouts, rows, entropies=not clip_set.isdisjoint(rows))
             for k, row in enumerate(rows):
                 n = len(rollouts.completions[row])
@@ -197,33 +233,41 @@ class Learner:
                 scores = self._scores(self.reference, rollouts, rows)
                 for k, row in enumerate(rows):
                     anchors.reference[row] = scores.logprobs[k, : len(rollouts.completions[row])]
+        if self.shard.world > 1 and self.settings.echoclip is not None:
+            anchors.clips = {row: n for part in self.shard.gather(anchors.clips) for row, n in part.items()}
         return anchors
 
     def _update(self, rollouts: Rollouts, advantages: torch.Tensor, chunk: list[int], echo_chunk: list[int],
                 active: set[int], anchors: Anchors, tally: Tally) -> None:
         """One optimizer update on the batch's sequences ``chunk`` and the echo-only ``echo_chunk``
-        (those in ``active`` run through the model)."""
+        (those in ``active``, this rank's share, run through the model; the normalisers count all)."""
         self.optimizer.zero_grad(set_to_none=True)
         totals = Totals(sequences=len(chunk), tokens=sum(len(rollouts.completions[i]) for i in chunk),
                         budget=self.rollout.max_new_tokens, clips=sum(i in anchors.clips for i in chunk + echo_chunk))
-        for rows in _chunks([i for i in chunk + echo_chunk if i in active], self.config.micro_batch):
+        for rows in self.shard.padded(_chunks([i for i in chunk + echo_chunk if i in active], self.config.micro_batch)):
+            if not rows:
+                idle_pass(self.model, backward=True)
+                continue
             terms = objective_loss(self._token_batch(rollouts, advantages, rows, anchors), self.settings, totals)
-            terms.loss.backward()
+            self.shard.scaled(terms.loss).backward()
             tally.add(terms)
-        tally.grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)))
+        self.shard.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        tally.grad_norms.append(float(self.shard.full(norm)))
         self.optimizer.step()
 
     def _token_batch(self, rollouts: Rollouts, advantages: torch.Tensor, rows: list[int],
                      anchors: Anchors) -> TokenBatch:
         scores = self._scores(self.model, rollouts, rows, entropies=self.config.entropy_coef > 0)
-        width, mask = scores.mask.shape[1], scores.mask
+        width, mask, device = scores.mask.shape[1], scores.mask, scores.mask.device
         if rows[-1] >= rollouts.trained:  # echo-only rows (they come last) take no part in the objective
-            mask = mask * (torch.tensor(rows) < rollouts.trained)[:, None]
+            mask = mask * (torch.tensor(rows, device=device) < rollouts.trained)[:, None]
 
         def stacked(per_row: dict[int, torch.Tensor]) -> torch.Tensor | None:
-            return _pad_right([per_row[i] for i in rows], width) if per_row else None
+            return _pad_right([per_row[i] for i in rows], width, device) if per_row else None
 
-        clip_mask = _pad_right([[1.0] * anchors.clips.get(i, 0) for i in rows], width) if anchors.clips else None
-        return TokenBatch(logprobs=scores.logprobs, behaviour=_pad_right([rollouts.behaviour[i] for i in rows], width),
-                          advantages=advantages[rows], mask=mask, proximal=stacked(anchors.proximal),
+        clip_mask = _pad_right([[1.0] * anchors.clips.get(i, 0) for i in rows], width, device) if anchors.clips else None
+        return TokenBatch(logprobs=scores.logprobs, behaviour=_pad_right([rollouts.behaviour[i] for i in rows], width,
+                                                                         device),
+                          advantages=advantages[rows].to(device), mask=mask, proximal=stacked(anchors.proximal),
                           reference=stacked(anchors.reference), entropies=scores.entropies, clip_mask=clip_mask)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from echo2.tokens import left_pad, positions
+from echo2.tokens import left_pad, model_device, positions
 
 
 @dataclass
@@ -47,27 +47,30 @@ def sample(
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    input_ids, attention_mask = left_pad(prompt_ids, pad_id)
+    device = model_device(model)
+    input_ids, attention_mask = left_pad(prompt_ids, pad_id, device)
     position_ids = positions(attention_mask)
     output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
     cache, logits = output.past_key_values, output.logits[:, -1, :]
     next_position = position_ids[:, -1] + 1
     rows = input_ids.shape[0]
-    finished = torch.zeros(rows, dtype=torch.bool)
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens, token_logprobs = [], []
     for _ in range(max_new_tokens):
         logp = torch.log_softmax(logits.float() / temperature, dim=-1)
         if greedy:
             token = logp.argmax(dim=-1)
         else:
-            token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            # drawn where the generator lives (a CPU generator for a model on a GPU): same stream anywhere
+            probs = logp.exp() if generator is None else logp.exp().to(generator.device)
+            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(device)
         token = torch.where(finished, torch.full_like(token, pad_id), token)
         tokens.append(token)
         token_logprobs.append(logp.gather(-1, token[:, None]).squeeze(-1))
         finished |= token == eos_id
         if bool(finished.all()):
             break
-        attention_mask = torch.cat([attention_mask, torch.ones((rows, 1), dtype=attention_mask.dtype)], dim=1)
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((rows, 1))], dim=1)
         output = model(
             input_ids=token[:, None],
             attention_mask=attention_mask,
