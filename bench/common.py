@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
-def parse_args(description: str, default_out: str) -> argparse.Namespace:
+def parse_args(description: str, default_out: str,
+               extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """``--quick`` and ``--out``, plus whatever ``extra`` adds to the parser."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="short variant (what the test suite runs)")
     parser.add_argument("--out", type=Path, default=Path(default_out), help="output directory")
+    if extra is not None:
+        extra(parser)
     return parser.parse_args()
 
 

@@ -61,10 +61,8 @@ def choose_active(candidates: Sequence[Candidate], need: float, resolution: int 
     throughput = np.zeros(resolution + 1)
     taken = np.zeros((len(candidates), resolution + 1), dtype=bool)
     top_source = np.zeros(len(candidates), dtype=np.int64)
-    for index, candidate in enumerate(candidates):
-        if units[index] == 0 and candidate.price_per_hour > 0:
-            continue  # adds no counted throughput, only cost
-        top_source[index] = _add(cost, throughput, taken[index], units[index], candidate)
+    for index in _contenders(candidates, units, resolution):
+        top_source[index] = _add(cost, throughput, taken[index], units[index], candidates[index])
     if math.isinf(cost[resolution]):  # rounding lost the last sliver: fall back to the whole fleet
         return _summarise(candidates, range(len(candidates)), need)
     indices, k = [], resolution
@@ -75,28 +73,53 @@ def choose_active(candidates: Sequence[Candidate], need: float, resolution: int 
     return _summarise(candidates, sorted(indices), need)
 
 
+def _contenders(candidates: Sequence[Candidate], units: list[int], resolution: int) -> list[int]:
+    """Indices (in input order) of the candidates the DP must consider.
+
+    A candidate adding no counted unit but some cost never helps. And a cheapest set is minimal
+    (dropping a priced member breaks the cover), so it has fewer than ``resolution / u_min + 1``
+    priced members, ``u_min`` the smallest unit count: of the candidates at one price, only that
+    many with the most units (then throughput) can be needed; any other is matched by an unused one
+    of them at equal cost and no less throughput. This keeps the DP fast for a thousand workers of a
+    few classes without changing the optimum.
+    """
+    priced = [i for i, c in enumerate(candidates) if c.price_per_hour > 0 and units[i] > 0]
+    free = [i for i, c in enumerate(candidates) if c.price_per_hour <= 0]
+    if not priced:
+        return free
+    bound = resolution // min(units[i] for i in priced) + 1
+    by_price: dict[float, list[int]] = {}
+    for index in priced:
+        by_price.setdefault(candidates[index].price_per_hour, []).append(index)
+    kept = [i for group in by_price.values()
+            for i in sorted(group, key=lambda i: (-units[i], -candidates[i].throughput, i))[:bound]]
+    return sorted(free + kept)
+
+
 def _add(cost: np.ndarray, throughput: np.ndarray, taken: np.ndarray, units: int, candidate: Candidate) -> int:
     """One 0/1-knapsack round, in place: ``cost[k]``/``throughput[k]`` describe the cheapest set reaching
     at least ``k`` units (ties: more throughput); every option reads the previous round's values.
     Marks in ``taken`` the ``k`` whose best set now includes ``candidate``; returns the source ``k``
     of the set that reaches the top (all ``k >= top - units`` reach it)."""
     top = len(cost) - 1
-    option_cost, option_throughput = cost + candidate.price_per_hour, throughput + candidate.throughput
-    # below the top, source k reaches k + units
-    better = _better(option_cost[: top - units], option_throughput[: top - units], cost[units:top],
-                     throughput[units:top])
+    low = top - units
+    price, rate = candidate.price_per_hour, candidate.throughput
     # the top: the best of the sources that reach it (ties to the highest source, as a downward scan finds it)
-    sources = np.arange(top - units, top + 1)
-    order = np.lexsort((-sources, -option_throughput[top - units:], option_cost[top - units:]))
-    source = int(sources[order[0]])
-    top_better = bool(_better(option_cost[source:source + 1], option_throughput[source:source + 1],
-                              cost[top:], throughput[top:])[0])
-    cost[units:top] = np.where(better, option_cost[: top - units], cost[units:top])
-    throughput[units:top] = np.where(better, option_throughput[: top - units], throughput[units:top])
+    reach_cost = cost[low:] + price
+    ties = np.flatnonzero(reach_cost == reach_cost.min())
+    reach_throughput = throughput[low:][ties] + rate
+    pick = int(ties[np.flatnonzero(reach_throughput == reach_throughput.max())[-1]])
+    top_cost, top_throughput = reach_cost[pick], throughput[low + pick] + rate
+    top_better = bool(_better(np.array([top_cost]), np.array([top_throughput]), cost[top:], throughput[top:])[0])
+    # below the top, source k reaches k + units
+    option_cost, option_throughput = cost[:low] + price, throughput[:low] + rate
+    better = _better(option_cost, option_throughput, cost[units:top], throughput[units:top])
+    np.copyto(cost[units:top], option_cost, where=better)
+    np.copyto(throughput[units:top], option_throughput, where=better)
     taken[units:top] = better
     if top_better:
-        cost[top], throughput[top], taken[top] = option_cost[source], option_throughput[source], True
-    return source
+        cost[top], throughput[top], taken[top] = top_cost, top_throughput, True
+    return low + pick
 
 
 def _better(cost: np.ndarray, throughput: np.ndarray, than_cost: np.ndarray, than_throughput: np.ndarray) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 A parked worker is billed at ``activation.parked_price_fraction`` of its price (0 by default, as
 ``coordinator/fleet.py`` bills it: a parked worker is assumed released). A preempted worker's
-replacement is requested at once and billed while it boots.
+replacement is requested at once and billed while it boots, as the worker it replaces was.
 """
 
 from __future__ import annotations

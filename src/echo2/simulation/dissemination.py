@@ -13,9 +13,11 @@ With zero latency the last node's time equals
 :func:`echo2.planning.broadcast_time.broadcast_seconds` for the star and for chains (tested),
 so the simulator and the capacity model share one dissemination model.
 
-Versions share the bottleneck: a version keeps the slowest link busy for ``M / min(rate)``;
-one published meanwhile waits, and when the links free up only the newest waiting version is
-sent (workers skip the others, as echo2's workers do).
+Versions share the learner's uplink: a version keeps it busy until its direct children hold it;
+one published meanwhile waits, and when the uplink frees up only the newest waiting version is
+sent (workers skip the others, as echo2's workers do). Links further down are taken as free when
+a version starts: a relay slower than the version rate delays only its own subtree, whose workers
+fetch one version at a time and skip to the newest (:mod:`echo2.simulation.workers`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ class Peer:
     """Half the worker's round trip to the learner."""
     reachable: bool = True
 
+    @property
+    def node(self) -> Node:
+        """The relay planner's view of this worker (made once per peer)."""
+        node = self.__dict__.get("_node")
+        if node is None:
+            node = Node(self.id, self.upload, self.reachable)
+            object.__setattr__(self, "_node", node)
+        return node
+
 
 @dataclass
 class Timing:
@@ -46,7 +57,7 @@ class Timing:
     offset: dict[str, float] = field(default_factory=dict)
     rate: dict[str, float] = field(default_factory=dict)
     busy_s: float = 0.0
-    """How long the version occupies the slowest link (the next version cannot start before)."""
+    """How long the version occupies the learner's uplink (the next version cannot start before)."""
 
 
 def plan_timing(peers: Iterable[Peer], payload_bytes: float, learner_upload: float, mode: str, chunk_bytes: float,
@@ -54,7 +65,7 @@ def plan_timing(peers: Iterable[Peer], payload_bytes: float, learner_upload: flo
     """Time the plan the coordinator would make for ``peers`` (see the module docstring). A hop from
     the learner costs the worker's one-way latency to it; a hop between workers the mean of theirs."""
     peers = {p.id: p for p in peers}
-    nodes = [Node(p.id, p.upload, p.reachable) for p in peers.values()]
+    nodes = [p.node for p in peers.values()]
     plan = star_plan(nodes) if mode == "star" else plan_tree(nodes, fan_out, learner_fan_out)
     children: dict[str, int] = {LEARNER: 0}
     for sources in plan.values():
@@ -72,12 +83,13 @@ def plan_timing(peers: Iterable[Peer], payload_bytes: float, learner_upload: flo
         transfer = (payload_bytes + (len(sources) - 1) * chunk) / rate[node_id] if rate[node_id] < math.inf else 0.0
         timing.offset[node_id] = transfer + latency[node_id]
         timing.rate[node_id] = rate[node_id]
-        timing.busy_s = max(timing.busy_s, payload_bytes / rate[node_id] if rate[node_id] < math.inf else 0.0)
+        if parent == LEARNER and rate[node_id] < math.inf:
+            timing.busy_s = max(timing.busy_s, payload_bytes / rate[node_id])
     return timing
 
 
 class Channel:
-    """The broadcast links as one server of versions: at most one version in flight at the bottleneck."""
+    """The learner's uplink as a server of versions: one version at a time, the newest waiting one next."""
 
     def __init__(self) -> None:
         self.free_at = 0.0

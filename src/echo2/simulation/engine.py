@@ -7,8 +7,8 @@ the step; a lease request is granted, answered ``refresh`` or held (long-poll) u
 opens; a lease lost with its worker expires when the worker is declared dead. Each version
 spreads along the plan the coordinator would make (:mod:`echo2.simulation.dissemination`). Cost-
 aware activation is the coordinator's own :class:`~echo2.coordinator.fleet.Fleet` (profiled
-throughput, provisioning rule, min-cost set), re-planned every ``replan_every`` steps and when a
-worker dies or joins. The workers' side (protocols, fetches, preemptions) is
+throughput, provisioning rule, min-cost set), re-planned every ``replan_every`` steps and when an
+active worker dies. The workers' side (protocols, fetches, preemptions) is
 :mod:`echo2.simulation.workers`.
 
 Simplifications, all documented in ``docs/simulation.md``: a lease long-poll never times out; a
@@ -30,7 +30,7 @@ from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.billing import Billing
 from echo2.simulation.books import Books
 from echo2.simulation.centralized import simulate_centralized
-from echo2.simulation.dissemination import Channel, Peer, Timing, plan_timing
+from echo2.simulation.dissemination import Channel, Timing, plan_timing
 from echo2.simulation.events import EventQueue
 from echo2.simulation.fleet import SimWorker, build_fleet, lognormal, mbps
 from echo2.simulation.recorder import Recorder
@@ -213,8 +213,7 @@ class Simulation(WorkerLoop):
         """The relay plan for the workers running now, timed (cached until the set changes)."""
         if self._timing_cache is None or self._timing_cache[0] != self.membership:
             broadcast = self.scenario.broadcast
-            peers = [Peer(w.worker_id, w.upload, w.download, w.rtt_s / 2, w.spec.relay) for w in self.running.values()]
-            timing = plan_timing(peers, self.payload, self.learner_upload, broadcast.mode, broadcast.chunk_mib * MIB,
+            timing = plan_timing([w.peer for w in self.running.values()], self.payload, self.learner_upload, broadcast.mode, broadcast.chunk_mib * MIB,
                                  broadcast.fan_out, broadcast.learner_fan_out)
             self._timing_cache = (self.membership, timing)
         return self._timing_cache[1]
@@ -341,7 +340,7 @@ class Simulation(WorkerLoop):
         self._open_window()
 
     def _request_replan(self, reason: str) -> None:
-        """On a death or a join: at once, unless a re-plan already ran at this step (then at its end)."""
+        """On an active worker's death: at once, unless a re-plan already ran at this step (then at its end)."""
         if self.replanned_at == self.step:
             self.replan_pending = True
         else:

@@ -15,6 +15,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from echo2.simulation.dissemination import Peer
 from echo2.simulation.scenario import Scenario, WorkerClass
 
 
@@ -46,6 +47,8 @@ class SimWorker:
     heartbeat_phase: float
     declared_throughput: float
     """Rollouts/s discounted for preemptions, as an ``echo2 plan`` inventory declares it."""
+    peer: Peer = field(repr=False)
+    """What the relay planner knows of this worker."""
     # read and written by coordinator.fleet.Fleet
     alive: bool = False
     active: bool = False
@@ -80,9 +83,10 @@ def build_fleet(scenario: Scenario, rng: random.Random) -> list[SimWorker]:
         for index in range(spec.count):
             upload = mbps(spec.upload_mbps) * (math.exp(rng.gauss(0, spec.upload_spread)) if spec.upload_spread else 1)
             rtt = spec.rtt_ms / 1000 * (math.exp(rng.gauss(0, spec.rtt_spread)) if spec.rtt_spread else 1)
+            name = f"{spec.name}#{index}"
             workers.append(SimWorker(
-                worker_id=f"{spec.name}#{index}", name=f"{spec.name}#{index}", worker_class=spec.name, spec=spec,
-                price_per_hour=spec.price_per_hour, rate=rate, upload=upload, download=mbps(spec.download_mbps),
-                rtt_s=rtt, heartbeat_phase=rng.uniform(0, interval),
-                declared_throughput=declared.effective_rollouts_per_s))
+                worker_id=name, name=name, worker_class=spec.name, spec=spec, price_per_hour=spec.price_per_hour,
+                rate=rate, upload=upload, download=mbps(spec.download_mbps), rtt_s=rtt,
+                heartbeat_phase=rng.uniform(0, interval), declared_throughput=declared.effective_rollouts_per_s,
+                peer=Peer(name, upload, mbps(spec.download_mbps), rtt / 2, spec.relay)))
     return workers

@@ -110,7 +110,8 @@ class WorkerLoop:
         now = self.queue.now
         worker.fetching = False
         worker.fetched = max(worker.fetched, version)
-        self.recorder.interval(worker.worker_id, "fetch", begin, now, version)
+        if worker.worker_id in self.recorder.timeline_ids:
+            self.recorder.interval(worker.worker_id, "fetch", begin, now, version)
         if worker.phase == "fetch":  # blocking: the pull protocols, and every (re)start
             self._load(worker, version)
             worker.phase = "request"
@@ -151,10 +152,11 @@ class WorkerLoop:
         self._begin_fetch(worker, now + worker.rtt_s)
 
     def _bill(self: Simulation, worker: SimWorker) -> None:
-        """Full price while active (or booting), the parked share while parked."""
-        active = worker.active or worker.booting
-        share = 1.0 if active else self.scenario.activation.parked_price_fraction
-        self.billing.start(worker.worker_id, worker.worker_class, share * worker.price_per_hour, self.queue.now, active)
+        """Full price while active, the parked share while parked (a booting replacement is billed as
+        the worker it replaces was)."""
+        share = 1.0 if worker.active else self.scenario.activation.parked_price_fraction
+        self.billing.start(worker.worker_id, worker.worker_class, share * worker.price_per_hour, self.queue.now,
+                           worker.active)
 
     def _stop_running(self: Simulation, worker: SimWorker) -> None:
         """Void the worker's pending events and take it out of the plan and the version census."""
@@ -196,7 +198,6 @@ class WorkerLoop:
         detected = now if graceful else now + notice + self.scenario.recipe.heartbeat_timeout_s
         self._stop_running(worker)
         worker.phase, worker.booting = "down", True
-        self._bill(worker)  # the replacement, booting
         if lease is not None:
             self.queue.at(detected, self._expire, lease)
         self.queue.at(detected, self._declared_gone, worker, worker.epoch)
@@ -207,20 +208,22 @@ class WorkerLoop:
         self.books.counters["workers_left"] += 1
         self._stop_running(worker)
         worker.phase, worker.booting = "down", True
-        self._bill(worker)  # the replacement, booting
         self._declared_gone(worker, worker.epoch)
         self.queue.after(worker.spec.recovery_s, self._registered, worker, worker.epoch)
 
     def _declared_gone(self: Simulation, worker: SimWorker, epoch: int) -> None:
+        """The coordinator re-plans when an active worker dies (a parked one leaves the set as it was)."""
         if epoch != worker.epoch or self.finished:
             return
         worker.alive = False
-        self._request_replan("death")
+        if worker.active:
+            self._request_replan("death")
 
     def _registered(self: Simulation, worker: SimWorker, epoch: int) -> None:
-        """The replacement registers: a new worker, unmeasured (active on probation)."""
+        """The replacement registers: a new worker, unmeasured, hence active on probation. (The
+        coordinator re-plans on a join too, but that cannot change the set until the newcomer is
+        measured; the next periodic re-plan sees it.)"""
         if epoch != worker.epoch or self.finished:
             return
         worker.alive, worker.active, worker.throughput, worker.booting = True, True, None, False
         self._run_worker(worker)
-        self._request_replan("join")
