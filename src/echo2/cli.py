@@ -33,16 +33,10 @@ def _interrupt(signum, frame) -> None:  # noqa: ARG001
 
 def _worker(args: argparse.Namespace) -> int:
     from echo2.rollout.client import CoordinatorUnreachable, RequestRefused
-    from echo2.broadcast.publisher import mbps_to_bytes_per_s
-    from echo2.rollout.worker import RelayOptions, RolloutWorker, install_signal_handlers
+    from echo2.rollout.options import worker_from_args
+    from echo2.rollout.worker import install_signal_handlers
 
-    relay = None if args.no_relay else RelayOptions(
-        bind_host=args.relay_host, port=args.relay_port, advertise_host=args.advertise_host,
-        upload_bytes_per_s=mbps_to_bytes_per_s(args.upload_mbps), latency_s=args.added_latency_ms / 1000)
-    worker = RolloutWorker(args.coordinator, args.token, name=args.name, threads=args.threads,
-                           give_up_after_s=args.give_up_after, relay=relay, price_per_hour=args.price_per_hour,
-                           worker_class=args.worker_class, throughput_factor=args.throughput_factor,
-                           falsify_rewards=args.falsify_rewards)
+    worker = worker_from_args(args)
     install_signal_handlers(worker)
     status = 0
     try:
@@ -141,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--token", required=True, help="the run token printed by `echo2 train`")
     worker.add_argument("--name", help="name shown in metrics (default: host name)")
     worker.add_argument("--threads", type=int, default=1, help="torch threads")
+    worker.add_argument("--device", default="cpu", help="hf engine device: cpu, cuda, cuda:N or auto")
     worker.add_argument("--give-up-after", type=float, default=120.0,
                         help="seconds to keep retrying an unreachable coordinator before exiting")
     worker.add_argument("--relay-host", default="127.0.0.1",

@@ -60,6 +60,13 @@ def load_model(name: str, dtype: str = "float32") -> PreTrainedModel:
     return model
 
 
+def resolve_device(setting: str, local_rank: int = 0) -> torch.device:
+    """``cpu``, ``cuda`` (GPU ``local_rank``), ``cuda:N``, or ``auto`` (``cuda`` when a GPU is present)."""
+    if setting == "auto":
+        setting = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device("cuda", local_rank) if setting == "cuda" else torch.device(setting)
+
+
 def pin_threads(threads: int) -> None:
     """Pin torch's intra-op threads so that a learner and workers sharing a few cores do not
     oversubscribe them (every process calls this first)."""

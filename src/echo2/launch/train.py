@@ -15,6 +15,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -35,6 +36,9 @@ from echo2.protocol import RunSpec
 from echo2.tasks import load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
+
+if TYPE_CHECKING:
+    from echo2.launch.ray_actors import RayWorkers
 
 log = logging.getLogger("echo2")
 
@@ -123,6 +127,7 @@ def run_spec(config: Config) -> RunSpec:
 def local_worker_args(config: Config, index: int) -> list[str]:
     """``echo2 worker`` options of local worker ``index``: relay, upload cap, emulated price and speed."""
     args = [] if config.workers.relay else ["--no-relay"]
+    args += ["--device", config.workers.device] if config.workers.device != "cpu" else []
     upload = config.workers.upload_mbps
     if config.workers.fleet:
         spec = config.workers.fleet[index % len(config.workers.fleet)]
@@ -132,6 +137,16 @@ def local_worker_args(config: Config, index: int) -> list[str]:
         args += ["--falsify-rewards"] if spec.falsify_rewards else []
         upload = spec.upload_mbps if spec.upload_mbps is not None else upload
     return args + (["--upload-mbps", str(upload)] if upload is not None else [])
+
+
+def launch_workers(config: Config, url: str, token: str, log_dir: Path) -> LocalWorkers | RayWorkers:
+    """The run's ``workers.count`` workers: local subprocesses, or Ray actors (``launcher: ray``)."""
+    extra = [local_worker_args(config, i) for i in range(config.workers.count)]
+    if config.launcher == "ray":
+        from echo2.launch.ray_actors import RayWorkers
+
+        return RayWorkers(url, token, config, log_dir, extra)
+    return LocalWorkers(url, token, config.workers.count, config.workers.threads, log_dir, extra)
 
 
 def _endpoint(config: Config, run_dir: Path, resuming: bool) -> tuple[int, str]:
@@ -198,8 +213,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.max_staleness,
              server.url)
     log.info("more workers can join with: echo2 worker --coordinator %s --token=%s", server.url, token)
-    workers = LocalWorkers(server.url, token, config.workers.count, config.workers.threads, run_dir / "workers",
-                           [local_worker_args(config, i) for i in range(config.workers.count)])
+    workers = launch_workers(config, server.url, token, run_dir / "workers")
     workers.start()
     learner = build_learner(config, model, tokenizer, checkpoint, shard)
     try:

@@ -33,6 +33,8 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
+from echo2.modeling import resolve_device
+
 Sharding = Literal["replicate", "fsdp"]
 
 
@@ -136,12 +138,8 @@ def start(sharding: Sharding) -> Shard:
 
 
 def learner_device(setting: str) -> torch.device:
-    """``learner.device``: ``cpu``, ``cuda`` (this rank's GPU under torchrun), ``auto`` (cuda when present)."""
-    if setting == "auto":
-        setting = "cuda" if torch.cuda.is_available() else "cpu"
-    if setting == "cuda":
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device(setting)
+    """``learner.device`` on this rank: ``cuda`` means the rank's own GPU under torchrun."""
+    return resolve_device(setting, int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def shard_model(model: torch.nn.Module, shard: Shard) -> tuple[torch.nn.Module, torch.nn.Module | None]:

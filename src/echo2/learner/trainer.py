@@ -266,8 +266,9 @@ class Learner:
         def stacked(per_row: dict[int, torch.Tensor]) -> torch.Tensor | None:
             return _pad_right([per_row[i] for i in rows], width, device) if per_row else None
 
-        clip_mask = _pad_right([[1.0] * anchors.clips.get(i, 0) for i in rows], width, device) if anchors.clips else None
-        return TokenBatch(logprobs=scores.logprobs, behaviour=_pad_right([rollouts.behaviour[i] for i in rows], width,
-                                                                         device),
+        clips = [[1.0] * anchors.clips.get(i, 0) for i in rows]
+        clip_mask = _pad_right(clips, width, device) if anchors.clips else None
+        behaviour = _pad_right([rollouts.behaviour[i] for i in rows], width, device)
+        return TokenBatch(logprobs=scores.logprobs, behaviour=behaviour,
                           advantages=advantages[rows].to(device), mask=mask, proximal=stacked(anchors.proximal),
                           reference=stacked(anchors.reference), entropies=scores.entropies, clip_mask=clip_mask)

@@ -74,13 +74,15 @@ class RolloutWorker:
     def __init__(self, url: str, token: str, *, name: str | None = None, threads: int = 1,
                  fetch_timeout_s: float = 120.0, give_up_after_s: float = 120.0,
                  relay: RelayOptions | None = RelayOptions(), price_per_hour: float = 0.0,
-                 worker_class: str = "", throughput_factor: float = 1.0, falsify_rewards: bool = False) -> None:
+                 worker_class: str = "", throughput_factor: float = 1.0, falsify_rewards: bool = False,
+                 device: str = "cpu") -> None:
         if not 0 < throughput_factor <= 1:
             raise ValueError(f"throughput_factor must be in (0, 1], got {throughput_factor}")
         self.client = CoordinatorClient(url, token, give_up_after_s=give_up_after_s)
         self.relay_options = relay
         self.price_per_hour, self.worker_class, self.throughput_factor = price_per_hour, worker_class, throughput_factor
         self.falsify_rewards = falsify_rewards  # a dishonest worker, to exercise the learner's verification
+        self.device = device
         self.store = ChunkStore(keep=2)
         self.relay: RelayServer | None = None
         self.http = httpx.Client(limits=httpx.Limits(max_connections=8))  # one pool for every chunk fetch
@@ -116,7 +118,7 @@ class RolloutWorker:
         # heartbeats start now: loading the model and the first weights can outlast the dead-worker timeout
         threading.Thread(target=self._heartbeats, daemon=True, name="echo2-heartbeats").start()
         self.tokenizer = load_tokenizer(spec.model)
-        self.engine = load_engine(spec, eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id)
+        self.engine = load_engine(spec, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, self.device)
         self.task = load_task(spec.task, spec.task_options)
         self.generator = torch.Generator().manual_seed(spec.seed * 1000 + hash(registration.worker_id) % 1000)
         self._fetch_newest_blocking()

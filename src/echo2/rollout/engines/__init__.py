@@ -26,12 +26,13 @@ class Engine(Protocol):
         """Apply a verified version payload (full weights or a LoRA adapter) in place."""
 
 
-def load_engine(spec: RunSpec, eos_id: int, pad_id: int) -> Engine:
-    """The engine ``spec.engine`` names, holding ``spec.model`` (with ``spec.adapter`` when set)."""
+def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") -> Engine:
+    """The engine ``spec.engine`` names, holding ``spec.model`` (with ``spec.adapter`` when set);
+    ``device`` places the ``hf`` engine (vLLM always runs on the GPU)."""
     if spec.engine == "vllm":
         from echo2.rollout.engines.vllm import VllmEngine
 
         return VllmEngine(spec, eos_id, pad_id)
     from echo2.rollout.engines.hf import HfEngine
 
-    return HfEngine(spec, eos_id, pad_id)
+    return HfEngine(spec, eos_id, pad_id, device)

@@ -11,16 +11,16 @@ import torch
 
 from echo2.broadcast.payload import load_parameters
 from echo2.lora import add_adapter
-from echo2.modeling import load_model
+from echo2.modeling import load_model, resolve_device
 from echo2.protocol import RunSpec
 from echo2.rollout.sampler import Samples, sample
 
 
 class HfEngine:
-    def __init__(self, spec: RunSpec, eos_id: int, pad_id: int) -> None:
+    def __init__(self, spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") -> None:
         self.spec, self.eos_id, self.pad_id = spec, eos_id, pad_id
         model = load_model(spec.model, spec.dtype)
-        self.model = add_adapter(model, spec.adapter) if spec.adapter else model
+        self.model = (add_adapter(model, spec.adapter) if spec.adapter else model).to(resolve_device(device))
         self.model.eval()
         self.kind = "lora" if spec.adapter else "full"
 

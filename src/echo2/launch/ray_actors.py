@@ -1,0 +1,133 @@
+"""Rollout workers as Ray actors (``launcher: ray``): Ray places them, the protocol stays HTTP.
+
+Each actor requests ``ray.cpus_per_worker`` CPUs and ``ray.gpus_per_worker`` GPUs, so Ray
+puts it on a node that has them, and runs the very worker ``echo2 worker`` runs (built from the
+same options, :func:`echo2.rollout.options.worker_from_args`), talking to the coordinator over
+the same HTTP protocol; Ray is only the placement and restart layer. An actor that dies is
+restarted by Ray (``max_restarts``) and its ``run`` call retried (``max_task_retries``): the
+new worker registers again, while the coordinator expires the dead one's leases as for any
+dead worker (Ray fault tolerance: https://docs.ray.io/en/latest/ray-core/fault_tolerance/actors.html).
+
+Without ``ray.address`` a local Ray is started for the run and shut down after it. Ray 2.59+
+turns token authentication on for local clusters
+(https://docs.ray.io/en/latest/ray-security/token-auth.html); the local Ray gets a fresh
+token through ``RAY_AUTH_TOKEN`` instead of Ray writing one into the home folder. To use an
+existing cluster, set ``ray.address`` and give Ray its token the usual way (``RAY_AUTH_TOKEN``
+or ``RAY_AUTH_TOKEN_PATH``); its nodes must reach the coordinator (``coordinator.host=0.0.0.0``)
+and each other's relays (actors then listen on every interface and advertise their node's IP).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from echo2.config import Config
+
+log = logging.getLogger("echo2")
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("launcher=ray needs Ray: pip install 'echo2[ray]'") from None
+    return ray
+
+
+def namespace(coordinator_url: str) -> str:
+    """The Ray namespace of a run's worker actors: one per coordinator address."""
+    return "echo2-" + urlsplit(coordinator_url).netloc.replace(":", "-")
+
+
+class RolloutActor:
+    """One rollout worker in a Ray actor process (wrapped with ``ray.remote`` at launch)."""
+
+    def __init__(self, argv: list[str], log_file: str, remote_nodes: bool) -> None:
+        self.argv, self.log_file, self.remote_nodes = argv, log_file, remote_nodes
+
+    def run(self) -> str:
+        """Work until the coordinator says the run is over; Ray retries this call after a restart."""
+        from echo2.cli import build_parser
+        from echo2.rollout.options import worker_from_args
+
+        Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(self.log_file)  # appends: a restarted actor keeps one log
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+        logging.getLogger().setLevel(logging.INFO)
+        argv = list(self.argv)
+        if self.remote_nodes:  # peers on other nodes must reach this relay
+            argv += ["--relay-host", "0.0.0.0", "--advertise-host", _ray().util.get_node_ip_address()]
+        worker = worker_from_args(build_parser().parse_args(argv))
+        worker.run()
+        logging.getLogger().removeHandler(handler)
+        return worker.name
+
+
+class RayWorkers:
+    """``workers.count`` rollout workers as Ray actors; the same interface as ``LocalWorkers``."""
+
+    def __init__(self, url: str, token: str, config: Config, log_dir: Path, extra_args: list[list[str]]) -> None:
+        self.url, self.token, self.config, self.log_dir, self.extra_args = url, token, config, log_dir, extra_args
+        self.namespace = namespace(url)
+        """Actors are named ``ray-<i>`` in this Ray namespace (``ray.get_actor(name, namespace)``)."""
+        self.actors: list[Any] = []
+        self.runs: list[Any] = []
+        self.started_ray = False
+
+    def _connect(self) -> None:
+        ray, options = _ray(), self.config.ray
+        if ray.is_initialized():
+            return
+        if options.address is None:
+            os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+            self.started_ray = True
+        threads = str(self.config.workers.threads)
+        ray.init(address=options.address, num_cpus=options.num_cpus if options.address is None else None,
+                 include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"OMP_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"}})
+
+    def start(self) -> None:
+        ray, options = _ray(), self.config.ray
+        self._connect()
+        remote_nodes = options.address is not None
+        url = self.url.replace("127.0.0.1", ray.util.get_node_ip_address()) if remote_nodes else self.url
+        actor_class = ray.remote(RolloutActor)
+        for index in range(self.config.workers.count):
+            name = f"ray-{index}"
+            argv = ["worker", "--coordinator", url, f"--token={self.token}", "--name", name,
+                    "--threads", str(self.config.workers.threads), *self.extra_args[index]]
+            actor = actor_class.options(
+                name=name, namespace=self.namespace, num_cpus=options.cpus_per_worker, num_gpus=options.gpus_per_worker,
+                max_restarts=options.max_restarts, max_task_retries=options.max_restarts,
+            ).remote(argv, str(self.log_dir / f"{name}.log"), remote_nodes)
+            self.actors.append(actor)
+            self.runs.append(actor.run.remote())
+        log.info("placed %d worker actors on Ray (%s; logs in %s)", len(self.actors),
+                 options.address or "a local Ray", self.log_dir)
+
+    def check(self) -> None:
+        """Raise if a worker actor failed for good while starting up."""
+        ray = _ray()
+        done, _ = ray.wait(self.runs, num_returns=len(self.runs), timeout=0)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception as error:  # noqa: BLE001 - Ray wraps the worker's exception
+                raise RuntimeError(f"a Ray worker actor failed: {error}") from None
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Workers leave by themselves once the coordinator says stop; kill stragglers, and the
+        local Ray if this run started it."""
+        ray = _ray()
+        if self.runs:
+            ray.wait(self.runs, num_returns=len(self.runs), timeout=timeout_s)
+        for actor in self.actors:
+            ray.kill(actor)
+        if self.started_ray:
+            ray.shutdown()
