@@ -10,6 +10,7 @@
    staleness bound S (S = 0 is ``sync``) and against the number of workers that can be had.
 3. Bandwidth regimes for ``qwen3-8b-256w-wan``: the workers' median uplink, with full bf16 weights
    or a LoRA adapter on the wire.
+4. Sensitivity of the cost ratio of the swept scenario to single inputs (one changed at a time).
 
 Every input is in the scenario files (with its source); nothing here is measured.
 """
@@ -31,6 +32,18 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "configs" / "scenarios"
 SWEPT = SCENARIOS / "qwen3-4b-64w-datacenter.yaml"
 WAN = SCENARIOS / "qwen3-8b-256w-wan.yaml"
 LORA_GB = 0.35  # the adapter of qwen3-8b-1000w-lora-consumer.yaml
+#: (what changes, nested changes to the swept scenario) for the sensitivity table.
+SENSITIVITY = [
+    ("as shipped", {}),
+    ("worker tokens/s x 0.5", {"fleet": {"0": {"tokens_per_s": 1390}}}),
+    ("worker tokens/s x 1.5", {"fleet": {"0": {"tokens_per_s": 4170}}}),
+    ("learner generation tokens/s x 0.5", {"learner": {"generation_tokens_per_s_per_gpu": 7000}}),
+    ("learner $2.49/GPU-h (low end of [P2])", {"learner": {"price_per_gpu_hour": 2.49}}),
+    ("learner $3.99/GPU-h (high end of [P2])", {"learner": {"price_per_gpu_hour": 3.99}}),
+    ("responses 4096 tokens", {"recipe": {"response_tokens": 4096}}),
+    ("preemptions x 5", {"fleet": {"0": {"preemption_per_hour": 0.5}}}),
+    ("worker uplinks 500 Mbit/s", {"fleet": {"0": {"upload_mbps": 500}}}),
+]
 
 
 def row(result: SimResult, **labels) -> dict:
@@ -68,7 +81,9 @@ def sweeps(steps: int | None, quick: bool) -> dict[str, list[dict]]:
                                          **({"model": {"payload_gb": LORA_GB}} if lora else {})}),
                         uplink_mbps=up, payload="LoRA adapter" if lora else "bf16 weights")
                     for lora in (False, True) for up in uplinks]
-    return {"staleness": by_s, "fleet_size": by_count, "bandwidth": by_bandwidth}
+    sensitivity = [row(run(SWEPT, steps, changes), change=label)
+                   for label, changes in (SENSITIVITY[:2] if quick else SENSITIVITY)]
+    return {"staleness": by_s, "fleet_size": by_count, "bandwidth": by_bandwidth, "sensitivity": sensitivity}
 
 
 def main() -> None:
@@ -88,6 +103,9 @@ def main() -> None:
     print(f"\n{WAN.stem}, by bandwidth regime:")
     print(format_table(swept["bandwidth"], ["payload", "uplink_mbps", "mean_active", "util", "s_per_step",
                                             "dissemination_s", "cost_usd", "ratio"]))
+    print(f"\n{SWEPT.stem}, one input changed at a time:")
+    print(format_table(swept["sensitivity"], ["change", "mean_active", "util", "s_per_step", "cost_usd",
+                                              "centralized_usd", "ratio"]))
     path = write_results(args.out, rows, {"quick": args.quick, "steps": steps or "as in each scenario", **swept})
     plot(swept, args.out)
     print(f"\nwrote {path} and {args.out / 'scenarios.png'}")

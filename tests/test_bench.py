@@ -72,3 +72,14 @@ def test_lora_bench_quick(tmp_path):
     assert lora["params_on_wire"] < 0.2 * full["params_on_wire"] and lora["bytes"] < 0.2 * full["bytes"]
     assert 0 < lora["broadcast_s"] < full["broadcast_s"]
     assert "bytes_vs_full_f32" in result.stdout and (tmp_path / "lora.png").stat().st_size > 10_000
+
+
+def test_scenarios_bench_quick(tmp_path):
+    """Every shipped scenario simulates; the sweeps, bandwidth regimes and sensitivity rows are there."""
+    result = run_quick("scenarios", tmp_path, timeout_s=300)
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert len(data["rows"]) == len(list((ROOT / "configs" / "scenarios").glob("*.yaml")))
+    for row in data["rows"] + data["meta"]["staleness"] + data["meta"]["sensitivity"]:
+        assert 0 < row["util"] <= 1 and row["cost_usd"] > 0 and row["centralized_usd"] > 0
+    assert [r["S_"] for r in data["meta"]["staleness"]] == [0, 2, 4]
+    assert "ratio" in result.stdout and (tmp_path / "scenarios.png").stat().st_size > 10_000

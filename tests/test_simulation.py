@@ -128,7 +128,8 @@ def test_activation_runs_the_cheapest_sufficient_set():
 
 
 def test_centralized_baseline_is_serial_generation_then_training():
-    result = simulate(scenario(learner={"train_step_s": 1.0, "gpus": 2, "price_per_gpu_hour": 3.6,
+    """It trains as long as the distributed learner minus publishing, and hands weights over instead."""
+    result = simulate(scenario(learner={"train_step_s": 1.2, "publish_s": 0.2, "gpus": 2, "price_per_gpu_hour": 3.6,
                                         "generation_tokens_per_s_per_gpu": 64.0, "weight_sync_s": 0.5},
                                recipe__response_tokens=4.0))
     baseline = result.centralized
@@ -142,7 +143,8 @@ def test_learner_step_time_from_flops():
     s = scenario(learner={"gpus": 8, "peak_tflops_per_gpu": 1000.0, "mfu": 0.5, "publish_s": 2.0},
                  model={"name": "m", "parameters_b": 30.0, "active_parameters_b": 3.0},
                  recipe__prompt_tokens=100.0, recipe__response_tokens=900.0)
-    assert s.train_step_s() == pytest.approx(8 * 3e9 * 32 * 1000 / (8 * 1000e12 * 0.5) + 2.0)
+    assert s.train_compute_s() == pytest.approx(8 * 3e9 * 32 * 1000 / (8 * 1000e12 * 0.5))
+    assert s.train_step_s() == pytest.approx(s.train_compute_s() + 2.0)
     assert s.model.payload_bytes == 30e9 * 2
 
 

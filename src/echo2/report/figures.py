@@ -26,6 +26,13 @@ def _time_unit(span: float) -> tuple[float, str]:
     return (3600.0, "h") if span > 3 * 3600 else (60.0, "min") if span > 600 else (1.0, "s")
 
 
+def _unpriced(ax) -> None:
+    """The dollars panel of a run without prices: say so instead of drawing everything at $0."""
+    ax.axis("off")
+    ax.text(0.5, 0.5, "no prices set for this run\n(activation.learner_price_per_hour,\nworkers.fleet[].price_per_hour)",
+            ha="center", va="center", fontsize=9, color="gray", transform=ax.transAxes)
+
+
 def quality(run: RunData) -> Figure | None:
     """Held-out accuracy and training reward against wall time and against dollars."""
     evals, steps = run.evals, [r for r in run.steps if "reward_mean" in r]
@@ -34,8 +41,12 @@ def quality(run: RunData) -> Figure | None:
     span = max((r["time"] for r in run.records), default=run.origin) - run.origin
     unit, label = _time_unit(span)
     fig, (by_time, by_cost) = _axes(1, 2)
-    for ax, x_of, xlabel in ((by_time, lambda r: (r["time"] - run.origin) / unit, f"wall time ({label})"),
-                             (by_cost, lambda r: run.cost_at(r["time"]), "dollars spent")):
+    panels = [(by_time, lambda r: (r["time"] - run.origin) / unit, f"wall time ({label})")]
+    if run.priced:
+        panels.append((by_cost, lambda r: run.cost_at(r["time"]), "dollars spent"))
+    else:
+        _unpriced(by_cost)
+    for ax, x_of, xlabel in panels:
         if steps:
             ax.plot([x_of(r) for r in steps], [r["reward_mean"] for r in steps], color="tab:gray", alpha=0.6,
                     label="training reward (batch mean)")
@@ -46,8 +57,6 @@ def quality(run: RunData) -> Figure | None:
         ax.set_ylabel("fraction")
         ax.grid(alpha=0.3)
     by_time.legend(fontsize=8)
-    if not run.priced:
-        by_cost.set_title("no prices set for this run", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -63,6 +72,11 @@ def progress(run: RunData) -> Figure | None:
     by_time.plot([(r["time"] - run.origin) / unit for r in steps], [r["version"] for r in steps], color="black")
     by_time.set_xlabel(f"wall time ({label})")
     by_time.set_ylabel("learner steps")
+    by_time.grid(alpha=0.3)
+    if not run.priced:
+        _unpriced(by_cost)
+        fig.tight_layout()
+        return fig
     by_cost.plot([r.get("cost_usd", 0.0) for r in steps], [r["version"] for r in steps], color="black",
                  label="this run (learner + workers)")
     if any(r.get("cost_centralized_usd", 0) > 0 for r in steps):
@@ -70,8 +84,7 @@ def progress(run: RunData) -> Figure | None:
                      color="tab:red", label="centralized baseline" if run.simulated else "centralized counterfactual")
         by_cost.legend(fontsize=8)
     by_cost.set_xlabel("dollars spent")
-    for ax in (by_time, by_cost):
-        ax.grid(alpha=0.3)
+    by_cost.grid(alpha=0.3)
     fig.tight_layout()
     return fig
 
@@ -164,7 +177,7 @@ def costs(run: RunData) -> Figure | None:
                    label="centralized baseline (whole run)" if run.simulated else "centralized counterfactual")
     ax.axvline(last["cost_usd"], color="black", linestyle=":", label="this run (total)")
     ax.set_xlabel("dollars")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     return fig

@@ -28,16 +28,20 @@ pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; font-size: 0.85em; 
 .missing { color: #888; font-style: italic; }
 """
 
-#: (section title, figure, what it shows) in the order they appear.
-SECTIONS: list[tuple[str, Callable[[RunData], Figure | None], str]] = [
+#: (section title, figure, what it shows, what to say when the run has nothing for it), in page order.
+SECTIONS: list[tuple[str, Callable[[RunData], Figure | None], str, str]] = [
     ("Accuracy and reward", figures.quality,
-     "Held-out greedy accuracy and training reward against wall time and against dollars spent."),
-    ("Progress", figures.progress, "Learner steps against wall time and against dollars."),
+     "Held-out greedy accuracy and training reward against wall time and against dollars spent.",
+     "no evaluations or rewards recorded (a simulation has no model to evaluate)"),
+    ("Progress", figures.progress, "Learner steps against wall time and against dollars.", "no learner steps recorded"),
     ("Learner utilization", figures.utilization,
-     "Busy share of the learner per time bin, and busy / (busy + idle) so far."),
-    ("Staleness", figures.staleness, "Trained groups by how many versions behind the learner they were generated."),
-    ("Dissemination", figures.dissemination, "Publish until the last worker holds the version."),
-    ("Cost by worker class", figures.costs, "Dollars by worker class and for the learner."),
+     "Busy share of the learner per time bin, and busy / (busy + idle) so far.", "no learner steps recorded"),
+    ("Staleness", figures.staleness, "Trained groups by how many versions behind the learner they were generated.",
+     "no staleness counts recorded"),
+    ("Dissemination", figures.dissemination, "Publish until the last worker holds the version.",
+     "no dissemination latencies recorded"),
+    ("Cost by worker class", figures.costs, "Dollars by worker class and for the learner.",
+     "no prices set for this run (activation.learner_price_per_hour, workers.fleet[].price_per_hour)"),
 ]
 
 
@@ -107,13 +111,11 @@ def render(run: RunData) -> str:
              f"<h1>echo2 run report: {html.escape(run.run_dir.name)}</h1><p class='kind'>{kind}</p>",
              "<h2>Summary</h2>", _table(headline(run), ("", "value")),
              f"<pre>{html.escape(run.summary_text)}</pre>" if run.summary_text else ""]
-    for title, figure, caption in SECTIONS:
+    for title, figure, caption, missing in SECTIONS:
         parts.append(f"<h2>{title}</h2>")
         fig = figure(run)
         if fig is None:
-            parts.append(f"<p class='missing'>nothing recorded for this in {html.escape(run.run_dir.name)}"
-                         f"{' (a simulation has no model to evaluate)' if run.simulated and title.startswith('Acc') else ''}"
-                         "</p>")
+            parts.append(f"<p class='missing'>{html.escape(missing)}</p>")
         else:
             parts.append(f"<p>{caption}</p><img alt='{title}' src='{png_data_uri(fig)}'>")
     parts.append("<h2>Reliability</h2>")

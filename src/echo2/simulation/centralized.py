@@ -3,8 +3,8 @@
 What ECHO-2 compares against (arXiv 2602.02192): no remote workers, no dissemination, fully
 on-policy (S = 0). Each step is serial: generate ``R`` rollouts on all learner GPUs
 (``generation_tokens_per_s_per_gpu``), hand the weights to the inference engine
-(``weight_sync_s``), train (``T_train``, with the same jitter as the distributed run). The
-learner's hardware is billed for the whole time.
+(``weight_sync_s``), train (the distributed learner's training time without its publishing, with
+the same jitter). The learner's hardware is billed for the whole time.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class CentralizedResult:
     steps: int
     wall_s: float
     busy_s: float
-    """Time spent training (the same T_train as the distributed learner)."""
+    """Time spent training."""
     generate_s: float
     price_per_hour: float
 
@@ -52,7 +52,7 @@ def simulate_centralized(scenario: Scenario) -> CentralizedResult | None:
     if generate is None:
         return None
     rng = random.Random(scenario.seed)
-    train = scenario.train_step_s()
+    train = scenario.train_compute_s()
     steps = scenario.recipe.steps
     busy = sum(lognormal(rng, train, scenario.learner.step_cv) for _ in range(steps))
     wall = busy + steps * (generate + scenario.learner.weight_sync_s)

@@ -55,7 +55,8 @@ class LearnerSpec(_Section):
     price_per_gpu_hour: float = Field(0.0, ge=0)
     """Dollars per GPU-hour of the learner's hardware."""
     train_step_s: float | None = Field(None, gt=0)
-    """T_train, seconds per optimizer step, when measured; None: from FLOPs (the fields below)."""
+    """T_train, seconds per optimizer step including publishing, when measured; None: from FLOPs
+    (the fields below) plus ``publish_s``."""
     peak_tflops_per_gpu: float = Field(989.0, gt=0)
     """Dense bf16 peak per GPU, TFLOP/s (989 = H100 SXM)."""
     mfu: float = Field(0.35, gt=0, le=1)
@@ -199,14 +200,18 @@ class Scenario(_Section):
     activation: ActivationSpec = ActivationSpec()
     fleet: list[WorkerClass] = Field(min_length=1)
 
-    def train_step_s(self) -> float:
-        """T_train: measured, or FLOPs per step over the learner's achieved FLOP/s, plus publishing."""
-        if self.learner.train_step_s is not None:
-            return self.learner.train_step_s
-        recipe, learner = self.recipe, self.learner
+    def train_compute_s(self) -> float:
+        """Training alone (no publishing): measured, or FLOPs per step over the learner's achieved FLOP/s."""
+        learner, recipe = self.learner, self.recipe
+        if learner.train_step_s is not None:
+            return max(learner.train_step_s - learner.publish_s, 0.0)
         tokens = recipe.rollouts_per_step * (recipe.prompt_tokens + recipe.response_tokens)
         flops = learner.flops_per_token_per_parameter * self.model.flops_parameters * tokens
-        return flops / (learner.gpus * learner.peak_tflops_per_gpu * 1e12 * learner.mfu) + learner.publish_s
+        return flops / (learner.gpus * learner.peak_tflops_per_gpu * 1e12 * learner.mfu)
+
+    def train_step_s(self) -> float:
+        """T_train of the distributed learner: training plus publishing the new version."""
+        return self.train_compute_s() + self.learner.publish_s
 
     @property
     def learner_price_per_hour(self) -> float:
