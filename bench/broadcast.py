@@ -35,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import common  # noqa: E402
 from common import format_table, write_results  # noqa: E402
 
 from echo2.broadcast.topology import LEARNER, Node, plan_tree, star_plan  # noqa: E402
@@ -42,10 +43,7 @@ from echo2.broadcast.topology import LEARNER, Node, plan_tree, star_plan  # noqa
 MIB = 1024 * 1024
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short variant (what the test suite runs)")
-    parser.add_argument("--out", type=Path, default=Path("bench/out/broadcast"), help="output directory")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cap-mib-s", type=float, default=8.0, help="upload cap B of every node (MiB/s)")
     parser.add_argument("--chunk-kib", type=int, default=None, help="chunk size (default 1024; quick 256)")
     parser.add_argument("--sizes-mib", type=int, nargs="+", default=None, help="payloads M (default 64 256)")
@@ -53,7 +51,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--modes", nargs="+", default=["star", "pipelined"], choices=["star", "pipelined"])
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added delay per response")
     parser.add_argument("--in-flight", type=int, default=2, help="concurrent chunk requests per receiver")
-    args = parser.parse_args()
+
+
+def parse_args() -> argparse.Namespace:
+    args = common.parse_args(__doc__.splitlines()[0], "bench/out/broadcast", _options)
     args.chunk_kib = args.chunk_kib or (256 if args.quick else 1024)
     args.sizes_mib = args.sizes_mib or ([4] if args.quick else [64, 256])
     args.receivers = sorted(args.receivers or ([1, 2, 4] if args.quick else [1, 2, 4, 8, 16]))

@@ -31,6 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from broadcast import MIB, NodeProcess, run_one  # noqa: E402
+import common  # noqa: E402
 from common import format_table, write_results  # noqa: E402
 
 from echo2.broadcast.payload import load_parameters  # noqa: E402
@@ -41,15 +42,15 @@ from echo2.modeling import load_model  # noqa: E402
 from echo2.protocol import AdapterSpec  # noqa: E402
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short variant (what the test suite runs)")
-    parser.add_argument("--out", type=Path, default=Path("bench/out/lora"), help="output directory")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cap-mib-s", type=float, default=8.0, help="upload cap B of every node (MiB/s)")
     parser.add_argument("--receivers", type=int, default=None, help="N receivers in the chain (default 4; quick 2)")
     parser.add_argument("--rank", type=int, default=8, help="LoRA rank r")
     parser.add_argument("--chunk-kib", type=int, default=None, help="chunk size (default 1024; quick 64)")
-    args = parser.parse_args()
+
+
+def parse_args() -> argparse.Namespace:
+    args = common.parse_args(__doc__.splitlines()[0], "bench/out/lora", _options)
     args.receivers = args.receivers or (2 if args.quick else 4)
     args.chunk_kib = args.chunk_kib or (64 if args.quick else 1024)
     args.in_flight = 2
