@@ -106,8 +106,8 @@ def reliability_rows(reliability: dict) -> list[tuple[str, object]]:
 def render(run: RunData) -> str:
     kind = (f"simulated run (echo2 simulate, scenario {html.escape(str(run.simulation.get('scenario')))})"
             if run.simulated else "real run (echo2 train)")
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>echo2 report: {html.escape(run.run_dir.name)}"
-             f"</title><style>{STYLE}</style></head><body>",
+    parts = [(f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>echo2 report: "
+              f"{html.escape(run.run_dir.name)}</title><style>{STYLE}</style></head><body>"),
              f"<h1>echo2 run report: {html.escape(run.run_dir.name)}</h1><p class='kind'>{kind}</p>",
              "<h2>Summary</h2>", _table(headline(run), ("", "value")),
              f"<pre>{html.escape(run.summary_text)}</pre>" if run.summary_text else ""]

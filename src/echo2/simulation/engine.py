@@ -49,7 +49,7 @@ class SimulationStalled(RuntimeError):
 class _SimFleet(Fleet):
     """The coordinator's activation, billing left to :class:`Billing` (simulated seconds, not wall time)."""
 
-    def bill(self, records) -> None:  # noqa: ARG002
+    def bill(self, records) -> None:
         return None
 
 
@@ -348,7 +348,7 @@ class Simulation(WorkerLoop):
 
 
 class Lease:
-    __slots__ = ("worker", "version", "slots", "granted_at", "ends_at", "state")
+    __slots__ = ("ends_at", "granted_at", "slots", "state", "version", "worker")
 
     def __init__(self, worker: SimWorker, version: int, slots: list[int], granted_at: float, ends_at: float) -> None:
         self.worker, self.version, self.slots = worker, version, slots

@@ -56,8 +56,7 @@ class SimWorker:
     active_seconds: float = 0.0
     # the worker's own state
     running: bool = False
-    """Booted and registered (billed while booting too: see ``booting``)."""
-    booting: bool = False
+    """Booted and registered: in the relay plan, preemptible."""
     epoch: int = 0
     """Bumped when the worker goes down: events scheduled for an older epoch are void."""
     version: int = -1
@@ -70,7 +69,6 @@ class SimWorker:
     phase: str = "off"
     """off | request | wait_window | wait_stage | fetch | generate | parked | down."""
     lease: object | None = None
-    request_version: int = 0
     leaving: bool = False
 
 

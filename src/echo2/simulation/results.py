@@ -93,17 +93,17 @@ class SimResult:
         s = self.summary()
         wasted = sum(self.wasted.values())
         lines = [
-            f"simulated {self.scenario.name}: {self.steps} steps in {_duration(self.wall_s)} "
-            f"({s['seconds_per_step']:.1f}s per step) | learner utilization {self.utilization:.1%}",
+            (f"simulated {self.scenario.name}: {self.steps} steps in {_duration(self.wall_s)} "
+             f"({s['seconds_per_step']:.1f}s per step) | learner utilization {self.utilization:.1%}"),
             f"staleness mean {s['staleness_mean']:.2f} {self.staleness} | dissemination "
             + ("-" if s["dissemination_mean_s"] is None else
                f"mean {s['dissemination_mean_s']:.1f}s, p95 {s['dissemination_p95_s']:.1f}s"),
             f"cost ${self.cost_usd:,.2f} (${self.cost_per_step:.4f} per step; learner ${self.cost_learner_usd:,.2f}; "
             + ", ".join(f"{k} ${v:,.2f} over {self.worker_hours[k]:,.1f} h" for k, v in self.cost_by_class.items())
             + ")",
-            f"rollouts: {self.rollouts_generated:,} generated, {self.rollouts_trained:,} trained, {wasted:,} wasted "
-            f"{self.wasted or ''} | workers preempted {self.reliability['workers_dead']}, "
-            f"left on notice {self.reliability['workers_left']}",
+            (f"rollouts: {self.rollouts_generated:,} generated, {self.rollouts_trained:,} trained, {wasted:,} wasted "
+             f"{self.wasted or ''} | workers preempted {self.reliability['workers_dead']}, "
+             f"left on notice {self.reliability['workers_left']}"),
         ]
         plan = s["capacity_model"]
         lines.append(f"capacity model (echo2 plan): utilization {plan['utilization']:.1%}, {plan['step_s']:.1f}s "

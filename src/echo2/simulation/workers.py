@@ -136,7 +136,7 @@ class WorkerLoop:
         """The worker is up: billed, relaying, preemptible; it fetches the newest version first
         (blocking) unless it already holds ``holding``."""
         now = self.queue.now
-        worker.running, worker.booting, worker.leaving = True, False, False
+        worker.running, worker.leaving = True, False
         self.running[worker.worker_id] = worker
         self.membership += 1
         self._bill(worker)
@@ -197,7 +197,7 @@ class WorkerLoop:
             self.recorder.waste("preempted", len(lease.slots) * self.group_size)
         detected = now if graceful else now + notice + self.scenario.recipe.heartbeat_timeout_s
         self._stop_running(worker)
-        worker.phase, worker.booting = "down", True
+        worker.phase = "down"
         if lease is not None:
             self.queue.at(detected, self._expire, lease)
         self.queue.at(detected, self._declared_gone, worker, worker.epoch)
@@ -207,7 +207,7 @@ class WorkerLoop:
         """Deregistered after finishing its lease under a preemption notice."""
         self.books.counters["workers_left"] += 1
         self._stop_running(worker)
-        worker.phase, worker.booting = "down", True
+        worker.phase = "down"
         self._declared_gone(worker, worker.epoch)
         self.queue.after(worker.spec.recovery_s, self._registered, worker, worker.epoch)
 
@@ -225,5 +225,5 @@ class WorkerLoop:
         measured; the next periodic re-plan sees it.)"""
         if epoch != worker.epoch or self.finished:
             return
-        worker.alive, worker.active, worker.throughput, worker.booting = True, True, None, False
+        worker.alive, worker.active, worker.throughput = True, True, None
         self._run_worker(worker)
