@@ -41,12 +41,11 @@ def measured(run_dir: Path) -> dict[str, float]:
             "train_wall_s": last["learner_busy_s"] + last["learner_idle_s"]}
 
 
-def payload_bytes(config: Config) -> float:
-    """Bytes of one version on the wire: the model's float32 weights, halved for bf16 broadcasts."""
+def float32_bytes(config: Config) -> float:
+    """Bytes of the run's model in float32 (its safetensors files)."""
     from echo2.modeling import resolve_model_path
 
-    weights = sum(p.stat().st_size for p in Path(resolve_model_path(config.model.name)).glob("*.safetensors"))
-    return weights / 2 if config.broadcast.dtype == "bfloat16" else weights
+    return sum(p.stat().st_size for p in Path(resolve_model_path(config.model.name)).glob("*.safetensors"))
 
 
 def scenario_from_run(run_dir: Path) -> Scenario:
@@ -58,7 +57,8 @@ def scenario_from_run(run_dir: Path) -> Scenario:
     for interval in timeline:
         if interval["who"] not in ("learner", "broadcast"):
             by_worker[interval["who"]][interval["kind"]].append(interval)
-    payload = payload_bytes(config)
+    weights = float32_bytes(config)
+    payload = weights / 2 if config.broadcast.dtype == "bfloat16" else weights  # one version on the wire
     requests_per_cycle = 2 if config.protocol == "async" else 3
     gaps = [b["start"] - a["end"] for kinds in by_worker.values()
             for a, b in itertools.pairwise(sorted(kinds["generate"], key=lambda i: i["start"]))]
@@ -79,7 +79,7 @@ def scenario_from_run(run_dir: Path) -> Scenario:
         })
     return parse_scenario({
         "name": run_dir.name, "description": f"calibrated from the real run {run_dir}",
-        "model": {"name": config.model.name, "parameters_b": payload / 4e9, "payload_gb": payload / 1e9},
+        "model": {"name": config.model.name, "parameters_b": weights / 4e9, "payload_gb": payload / 1e9},
         "learner": {"train_step_s": statistics.fmean(train), "step_cv": _cv(train),
                     "upload_mbps": config.broadcast.learner_upload_mbps,
                     "price_per_gpu_hour": config.activation.learner_price_per_hour},

@@ -22,6 +22,8 @@ from echo2.planning.inventory import WorkerClass as InventoryClass
 
 GB = 1e9
 MIB = 1024 * 1024
+#: An unlimited link (loopback) where an inventory needs a number: 1 Pbit/s.
+UNLIMITED_MBPS = 1e9
 
 
 class _Section(BaseModel):
@@ -174,7 +176,7 @@ class WorkerClass(_Section):
     """Warning before a preemption: a lease finishing within it is still submitted (echo2 workers
     finish the request in hand on SIGTERM and deregister)."""
     recovery_s: float = Field(300.0, ge=0)
-    """Seconds for a replacement (or a re-activated worker) to boot and load the model; billed."""
+    """Seconds for the replacement of a preempted worker to boot and load the model; billed."""
 
     @model_validator(mode="after")
     def _one_throughput(self) -> WorkerClass:
@@ -224,12 +226,13 @@ class Scenario(_Section):
                       if learner.generation_tokens_per_s_per_gpu else None)
         return Inventory(
             learner=InventoryLearner(price_per_hour=self.learner_price_per_hour, train_step_s=self.train_step_s(),
-                                     upload_mbps=learner.upload_mbps or 1e9,
+                                     upload_mbps=learner.upload_mbps or UNLIMITED_MBPS,
                                      payload_mib=self.model.payload_bytes / MIB,
                                      generation_rollouts_per_s=generation),
             workers=[InventoryClass(name=c.name, count=c.count, price_per_hour=c.price_per_hour,
                                     rollouts_per_s=c.rollout_rate(self.recipe.response_tokens),
-                                    upload_mbps=c.upload_mbps or 1e9, preemption_per_hour=c.preemption_per_hour,
+                                    upload_mbps=c.upload_mbps or UNLIMITED_MBPS,
+                                    preemption_per_hour=c.preemption_per_hour,
                                     recovery_s=c.recovery_s) for c in self.fleet],
         )
 
