@@ -3,14 +3,22 @@
     python scripts/train_tiny_model.py                 # rebuild src/echo2/assets/tiny-arith
     python scripts/train_tiny_model.py --settle-check  # 2 more minutes at a small LR: is it settled?
 
-The model is a Qwen2-architecture decoder with a character-level tokenizer. The shipped model
-is trained on terse answers (``-7``) only. ``--worked-fraction`` mixes in worked solutions, one
-operation at a time (``<think>45-52=-7``; the tokenizer then gains the marker token), and
-``--final-worked-fraction`` / ``--final-steps`` change that mix for the last steps: the variants
-explored in ``docs/rl-notes.md``. The learning rate
+The model is a Qwen2-architecture decoder with a character-level tokenizer, trained to imitate
+a teacher with two routes to an answer (see ``docs/rl-notes.md``):
+
+* a **worked** solution, one operation at a time after a marker (``<think>45-52=-7``), always
+  right — 70% of the demonstrations, then 30% during the last third of training, so that the finished
+  model opens with the marker only ~30% of the time;
+* a **terse** answer (``-7``), right only 30% of the time: otherwise the teacher makes the
+  classic slip of applying the operators from the right (``a - b + c`` as ``a - (b + c)``).
+
+The shipped model therefore answers tersely under greedy decoding (held-out accuracy ~35%)
+although it can work the answer out (~91% when the marker is forced): a behaviour that RL with
+the exact-match reward alone can discover, as reasoning RL does with LLMs. The learning rate
 warms up, then follows a cosine down to ~0, so the shipped checkpoint is *settled*: more
 supervised training at a small learning rate barely moves its held-out accuracy, and any gain
-an RL run shows is the RL's, not the checkpoint settling. ``--settle-check`` measures exactly that.
+an RL run shows is the RL's, not the checkpoint settling. ``--settle-check`` measures exactly
+that (with the final mix of demonstrations).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import argparse
 import json
 import math
 import random
+import re
 import time
 from pathlib import Path
 
@@ -68,13 +77,28 @@ def build_model(tokenizer: PreTrainedTokenizerFast, hidden: int, layers: int, he
 MAX_NEW_TOKENS = 24
 
 
-def demonstrations(task: ArithmeticTask, seed: int, worked_fraction):
+def right_to_left(expression: str) -> int:
+    """The classic slip of evaluating ``a - b + c`` as ``a - (b + c)``: operators applied from the right."""
+    tokens = re.findall(r"\d+|[+*-]", expression.rstrip("="))
+    value = int(tokens[-1])
+    for at in range(len(tokens) - 3, -1, -2):
+        value = int(eval(f"{tokens[at]}{tokens[at + 1]}{value}"))  # noqa: S307 (digits and +-* only)
+    return value
+
+
+def demonstrations(task: ArithmeticTask, seed: int, worked_fraction, terse_accuracy: float = 1.0):
     """Endless (prompt, completion) pairs: worked solutions with probability ``worked_fraction()``
-    (a callable, read per example, so the mix can change during training)."""
+    (a callable, read per example, so the mix can change during training). Worked solutions are
+    always right; a terse answer is right with probability ``terse_accuracy`` and otherwise makes
+    the right-to-left slip (:func:`right_to_left`) — a teacher careful only when it writes its work down."""
     rng = random.Random(seed)
     for example in task.train_examples(seed):
-        worked = rng.random() < worked_fraction()
-        yield example.prompt, task.worked_solution(example) if worked else example.answer
+        if rng.random() < worked_fraction():
+            yield example.prompt, task.worked_solution(example)
+        elif rng.random() < terse_accuracy:
+            yield example.prompt, example.answer
+        else:
+            yield example.prompt, str(right_to_left(example.prompt))
 
 
 def supervised_loss(model, tokenizer, pairs) -> torch.Tensor:
@@ -98,7 +122,8 @@ def route_accuracies(model, tokenizer, task, n: int) -> dict[str, float]:
 
 def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: int, schedule: str, seed: int,
           worked_fraction: float, final_worked_fraction: float | None = None, final_steps: int = 0,
-          log_every: int = 500, eval_size: int = 500, moments: dict | None = None) -> torch.optim.AdamW:
+          log_every: int = 500, eval_size: int = 500, moments: dict | None = None,
+          terse_accuracy: float = 1.0) -> torch.optim.AdamW:
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     if moments is not None:  # continue with the saved moments, at this call's learning rate
         optimizer.load_state_dict({"state": moments, "param_groups": optimizer.state_dict()["param_groups"]})
@@ -109,7 +134,7 @@ def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: 
             return final_worked_fraction
         return worked_fraction
 
-    stream = demonstrations(task, seed, mix)
+    stream = demonstrations(task, seed, mix, terse_accuracy)
 
     def factor(step: int) -> float:
         if schedule == "constant":
@@ -141,7 +166,7 @@ def train(model, tokenizer, task, *, steps: int, batch: int, lr: float, warmup: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=SHIPPED_MODEL_DIR)
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=3600)
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=200)
@@ -151,15 +176,19 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--num-operands", type=int, default=3, help="operands per expression (task difficulty)")
-    parser.add_argument("--worked-fraction", type=float, default=0.0,
+    parser.add_argument("--worked-fraction", type=float, default=0.7,
                         help="share of demonstrations that work the answer out step by step")
-    parser.add_argument("--final-worked-fraction", type=float, default=None,
+    parser.add_argument("--final-worked-fraction", type=float, default=0.3,
                         help="that share during the last --final-steps (and in --settle-check)")
-    parser.add_argument("--final-steps", type=int, default=0)
+    parser.add_argument("--final-steps", type=int, default=1200)
+    parser.add_argument("--terse-accuracy", type=float, default=0.3,
+                        help="share of terse demonstrations that are right (the rest make the right-to-left slip)")
     parser.add_argument("--settle-check", action="store_true",
                         help="load --out, train --settle-minutes more at --settle-lr, report the accuracy change")
     parser.add_argument("--settle-minutes", type=float, default=2.0)
     parser.add_argument("--settle-lr", type=float, default=3e-5)
+    parser.add_argument("--settle-steps", type=int, default=None,
+                        help="train this many steps instead of --settle-minutes (a busy machine runs fewer per minute)")
     parser.add_argument("--eval-size", type=int, default=1000)
     args = parser.parse_args()
     pin_threads(args.threads)
@@ -177,12 +206,12 @@ def main() -> None:
         started, probe = time.time(), 20
         optimizer = train(model, tokenizer, task, steps=probe, batch=args.batch, lr=args.settle_lr, warmup=0,
                           schedule="constant", seed=args.seed + 1, log_every=10**9,
-                          worked_fraction=settle_mix,
+                          worked_fraction=settle_mix, terse_accuracy=args.terse_accuracy,
                           eval_size=args.eval_size, moments=moments)
-        steps = int(args.settle_minutes * 60 / ((time.time() - started) / probe))
+        steps = args.settle_steps or int(args.settle_minutes * 60 / ((time.time() - started) / probe))
         train(model, tokenizer, task, steps=steps, batch=args.batch, lr=args.settle_lr, warmup=0,
               schedule="constant", seed=args.seed + 2, log_every=10**9, worked_fraction=settle_mix,
-              eval_size=args.eval_size, moments=optimizer.state_dict()["state"])
+              terse_accuracy=args.terse_accuracy, eval_size=args.eval_size, moments=optimizer.state_dict()["state"])
         after = held_out_accuracy(model, tokenizer, task, args.eval_size)
         print(json.dumps({"held_out_prompts": args.eval_size, "settle_lr": args.settle_lr, "settle_steps": steps + probe,
                           "accuracy_before": before, "accuracy_after": after,
@@ -195,7 +224,7 @@ def main() -> None:
     optimizer = train(model, tokenizer, task, steps=args.steps, batch=args.batch, lr=args.lr, warmup=args.warmup,
                       schedule="cosine", seed=args.seed, worked_fraction=args.worked_fraction,
                       final_worked_fraction=args.final_worked_fraction, final_steps=args.final_steps,
-                      eval_size=args.eval_size)
+                      eval_size=args.eval_size, terse_accuracy=args.terse_accuracy)
     if tokenizer.convert_tokens_to_ids(WORK_MARKER) != tokenizer.unk_token_id:
         print("held-out greedy accuracy by route:", json.dumps(route_accuracies(model, tokenizer, task, args.eval_size)))
     args.out.mkdir(parents=True, exist_ok=True)

@@ -61,15 +61,19 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
 
 
 def test_a_lying_worker_is_quarantined_and_the_run_goes_on(tmp_path):
-    config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=6",
-                                            "workers.fleet=[{}, {falsify_rewards: true}]",
+    """A worker that reports every completion as correct is caught, and training still learns."""
+    config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=20", "eval.size=200",
+                                            "eval.every=10", "learner.groups_per_step=32", "learner.lr=4e-5",
+                                            "rollout.groups_per_lease=8", "workers.fleet=[{}, {falsify_rewards: true}]",
                                             "verification.rescore_fraction=1.0"])
     summary = run_training(config)
+    accuracy = [e.accuracy for _, e in summary.result.evals]
+    assert accuracy[-1] > accuracy[0] + 0.05, accuracy  # the honest rollouts still teach
     report = json.loads((summary.run_dir / "reliability.json").read_text())
     assert report["workers_quarantined"] == 1 and report["groups_discarded_quarantined"] >= 1
     assert "quarantined worker local-1" in (summary.run_dir / "train.log").read_text()
     steps = [r for r in _records(summary.run_dir) if "reward_mean" in r]
-    assert [r["version"] for r in steps] == list(range(1, 7))  # the honest worker carried the run
+    assert [r["version"] for r in steps] == list(range(1, 21))  # the honest worker carried the run
     # every lease is accounted for
     assert report["leases_issued"] == report["leases_completed"] + report["leases_expired"] + \
         report["leases_outstanding"]

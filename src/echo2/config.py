@@ -31,7 +31,7 @@ class RunConfig(Section):
     """Run directory name under ``dir``; default: a timestamp."""
     seed: int = 0
     """Seed for the prompt stream, sampling and initialisation."""
-    steps: int = Field(300, ge=1)
+    steps: int = Field(200, ge=1)
     """Learner steps (optimizer updates) to run; policy version ``v`` = steps done."""
     max_minutes: float | None = Field(None, gt=0)
     """Stop after this much wall time even if ``steps`` are not done (then evaluate and save)."""
@@ -215,9 +215,9 @@ class LoraConfig(Section):
 class LearnerConfig(Section):
     groups_per_step: int = Field(64, ge=1)
     """Groups (prompts) per optimizer step: the batch size B of the staleness window."""
-    lr: float = Field(1e-5, gt=0)
+    lr: float = Field(2e-5, gt=0)
     """AdamW learning rate (constant after warmup). Small on purpose: the shipped model is
-    annealed to a sharp minimum, and rates above ~3e-5 knock it out first (docs/rl-notes.md)."""
+    annealed to a sharp minimum, and rates of 1e-4 and more knock it out first (docs/rl-notes.md)."""
     warmup_steps: int = Field(0, ge=0)
     """Linear learning-rate warmup, in learner steps."""
     weight_decay: float = Field(0.0, ge=0)
