@@ -103,6 +103,15 @@ def _same_parameters(a: Learner, b: Learner, atol: float = 0.0) -> bool:
     return all(torch.allclose(p, q, rtol=0.0, atol=atol) for p, q in zip(a.model.parameters(), b.model.parameters()))
 
 
+def _differing_fraction(a: Learner, b: Learner, atol: float) -> float:
+    """Share of parameter elements of ``a`` and ``b`` that differ by more than ``atol``."""
+    differing = total = 0
+    for p, q in zip(a.model.parameters(), b.model.parameters()):
+        differing += int(((p - q).abs() > atol).sum())
+        total += p.numel()
+    return differing / total
+
+
 def test_no_effect_when_no_group_is_degenerate():
     plain, echo = _learners("learner.echoclip.enabled=true", "learner.echoclip.weight=1.0")
     groups = sampled_groups(plain.model, plain.tokenizer, 6, 4, lambda g: [1.0, 0.0, 1.0, 0.0])
@@ -135,8 +144,9 @@ def test_groups_filtered_by_dynamic_sampling_feed_echoclip_only():
     reference.step(batch, version=0)
     record = silent.step(batch, version=0, echo_groups=filtered)
     # weight 0: the filtered groups change nothing (no policy gradient, KL or entropy term, no normaliser);
-    # up to float error, since they share micro-batches (and so padding) with the batch
-    assert _same_parameters(reference, silent, atol=1e-6)
+    # up to float error, since they share micro-batches (and so padding) with the batch — which Adam
+    # can amplify to a full step on a coordinate whose gradient is ~0, hence "almost every parameter"
+    assert _differing_fraction(reference, silent, atol=1e-6) < 0.001
     assert record["samples"] == 12 and record["echoclip_clips"] == 8
     assert echo.step(batch, version=0, echo_groups=filtered)["echoclip_loss"] > 0
-    assert not _same_parameters(reference, echo, atol=1e-5)
+    assert _differing_fraction(reference, echo, atol=1e-6) > 0.1
