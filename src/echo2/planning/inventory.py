@@ -67,6 +67,10 @@ def load_inventory(path: str | Path) -> Inventory:
     try:
         return Inventory.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"{path}: {where}: {first['msg']}") from None
+        raise ValueError(f"{path}: {first_error(error)}") from None
+
+
+def first_error(error: ValidationError) -> str:
+    """``where: what`` of the first problem pydantic found (one line for a YAML input file)."""
+    first = error.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"

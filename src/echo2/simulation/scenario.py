@@ -16,7 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from echo2.planning.inventory import Inventory
+from echo2.planning.inventory import Inventory, first_error
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
 from echo2.planning.inventory import WorkerClass as InventoryClass
 
@@ -250,9 +250,7 @@ def parse_scenario(data: dict, origin: str = "scenario") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ValueError(f"{origin}: {where}: {first['msg']}") from None
+        raise ValueError(f"{origin}: {first_error(error)}") from None
 
 
 def dotted_overrides(pairs: list[str]) -> dict:
