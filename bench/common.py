@@ -37,3 +37,33 @@ def write_results(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -
     path = out / "results.json"
     path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     return path
+
+
+def eval_curve(run_dir: Path) -> list[dict[str, float]]:
+    """The run's evaluations in order: step, seconds since the first, greedy accuracy, sampled reward."""
+    from echo2.telemetry.metrics import read_jsonl
+
+    records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "eval_accuracy" in r]
+    start = records[0]["time"]
+    return [{"step": r["version"], "time_s": r["time"] - start, "accuracy": r["eval_accuracy"],
+             "sampled": r["eval_sampled_reward"]} for r in records]
+
+
+def step_means(run_dir: Path, keys: list[str], last: int | None = None) -> dict[str, float | None]:
+    """Mean of each of ``keys`` over the run's step records (the ``last`` ones only when given)."""
+    from echo2.telemetry.metrics import read_jsonl
+
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
+    steps = steps[-last:] if last else steps
+    means: dict[str, float | None] = {}
+    for key in keys:
+        values = [r[key] for r in steps if key in r]
+        means[key] = sum(values) / len(values) if values else None
+    return means
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+    return mean, var ** 0.5

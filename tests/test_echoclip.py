@@ -81,9 +81,9 @@ def test_composes_with_every_objective(name, decoupled):
     batch = TokenBatch(logprobs=logprobs, behaviour=logprobs - 0.1, advantages=torch.tensor([0.7, -0.7]),
                        mask=torch.ones(2, 2), proximal=logprobs - 0.05 if decoupled else None)
     totals = Totals(sequences=2, tokens=4, budget=4, clips=1)
-    plain = objective_loss(batch, ObjectiveSettings(name, decoupled=decoupled), totals)
+    plain = objective_loss(batch, ObjectiveSettings(name, correction="decoupled" if decoupled else "truncated"), totals)
     batch.clip_mask = clip_mask
-    echo = objective_loss(batch, ObjectiveSettings(name, decoupled=decoupled, echoclip=SETTINGS), totals)
+    echo = objective_loss(batch, ObjectiveSettings(name, correction="decoupled" if decoupled else "truncated", echoclip=SETTINGS), totals)
     assert echo.loss.item() == pytest.approx(plain.loss.item() + 0.5 * 1.0)  # nll of the one clip token
     assert echo.echoclip_tokens == 1 and echo.echoclip_loss == pytest.approx(0.5)
 

@@ -37,12 +37,21 @@ def test_cheap_worker_joining_parks_the_expensive_one_and_a_death_reactivates_it
     assert state.lease(expensive, worker_version=0, max_groups=2, wait_s=0).status == "granted"
 
 
-def test_no_set_meets_the_rule_so_everyone_works():
+def test_unreachable_target_aims_for_the_knee_instead_of_running_everyone():
+    # S = 0 never reaches U = 1; 95% of the best reachable (1 / (1 + 0)) needs 4 / (1/0.95 - 1) = 76 x 1.1 rollouts/s
     state = make_state(staleness=0, fleet=Fleet(FleetPolicy(enabled=True, rollouts_per_step=4, staleness=0)))
     workers = [state.register(f"w{i}", price_per_hour=1.0 + i) for i in range(3)]
     for worker in workers:
         measured(state, worker, 100.0)
-    state.replan(train_s=1.0, broadcast_s=0.0)  # S = 0: the learner always waits, so use all capacity
+    state.replan(train_s=1.0, broadcast_s=0.0)
+    assert [w.active for w in workers] == [True, False, False]
+    assert state.fleet.need == pytest.approx(4 / (1 / 0.95 - 1) * 1.1)
+    # a slow link: S = 1 with T_bcast = 3 T_train caps utilization at 2 / 4; the knee asks for 4 / 0.21 x 1.1 = 21 rollouts/s,
+    # where asking for U = 1 would have activated all three workers for no gain
+    state.replan(train_s=1.0, broadcast_s=3.0)
+    assert sum(w.active for w in workers) == 1
+    # the whole fleet falls short of even the knee: everyone works
+    state.replan(train_s=0.01, broadcast_s=0.0)
     assert all(w.active for w in workers)
 
 

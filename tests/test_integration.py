@@ -55,9 +55,16 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
     config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=2", "workers.count=1"])
     summary = run_training(config)
     capsys.readouterr()
-    assert main(["eval", str(summary.run_dir / "checkpoints" / "step_000002"), "--size", "30"]) == 0
+    checkpoint = str(summary.run_dir / "checkpoints" / "step_000002")
+    assert main(["eval", checkpoint, "--size", "30"]) == 0
     out = capsys.readouterr().out
     assert "held-out greedy accuracy" in out and "(30 prompts" in out
+    # overrides after an option reach the config: 2-operand prompts only
+    assert main(["eval", checkpoint, "--size", "10", "task.options.num_operands=2", "eval.show=10"]) == 0
+    shown = [line.split("=")[0] for line in capsys.readouterr().out.splitlines() if "(reward" in line]
+    assert shown and all(prompt.count("+") + prompt.count("-") == 1 for prompt in shown)
+    with pytest.raises(SystemExit):
+        main(["eval", checkpoint, "--size", "10", "--nope"])
 
 
 def test_a_lying_worker_is_quarantined_and_the_run_goes_on(tmp_path):

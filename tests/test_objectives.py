@@ -134,7 +134,7 @@ def test_decoupled_weights_hand_computed():
     logprobs = proximal + torch.tensor([[LOG(1.5), 0.0], [LOG(0.7), 0.0]])
     batch = TokenBatch(logprobs=logprobs, behaviour=behaviour, advantages=torch.tensor([1.0, -1.0]),
                        mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]), proximal=proximal)
-    settings = ObjectiveSettings("grpo", ratio_cap=3.0, decoupled=True)
+    settings = ObjectiveSettings("grpo", ratio_cap=3.0, correction="decoupled")
     terms = objective_loss(batch, settings, _totals(batch))
     assert terms.loss.item() == pytest.approx((-2.7 + 0.4) / 2)
     assert terms.stats.weight_sum / terms.stats.tokens == pytest.approx(2.5)  # mean of 2, 5, 0.5
@@ -142,12 +142,25 @@ def test_decoupled_weights_hand_computed():
     assert terms.ratio_mean == pytest.approx((1.5 + 1.0 + 0.7) / 3)
 
 
+def test_no_correction_ignores_the_behaviour_weight_but_still_reports_it():
+    # same batch as above: without a correction each token counts once, r = pi_theta / pi_prox only
+    #   seq 0 (A=+1): min(1.5, 1.2) = 1.2 and 1.0 -> mean -1.1; seq 1 (A=-1): min(-0.7, -0.8) = -0.8 -> 0.8
+    behaviour = torch.tensor([[0.0, 0.0], [0.0, 0.0]])
+    proximal = torch.tensor([[LOG(2.0), LOG(5.0)], [LOG(0.5), 0.0]])
+    logprobs = proximal + torch.tensor([[LOG(1.5), 0.0], [LOG(0.7), 0.0]])
+    batch = TokenBatch(logprobs=logprobs, behaviour=behaviour, advantages=torch.tensor([1.0, -1.0]),
+                       mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]), proximal=proximal)
+    terms = objective_loss(batch, ObjectiveSettings("grpo", ratio_cap=3.0, correction="none"), _totals(batch))
+    assert terms.loss.item() == pytest.approx((-1.1 + 0.8) / 2)
+    assert terms.stats.weight_max == pytest.approx(5.0) and terms.stats.truncated == 1
+
+
 def test_decoupled_equals_truncated_when_nothing_is_stale_or_clipped():
     # pi_prox = pi_behav: weight 1, and with ratios inside the clip range both are -r A
     batch = _batch([[1.1, 0.9]], [0.5])
     truncated = objective_loss(batch, ObjectiveSettings("grpo"), _totals(batch))
     batch.proximal = batch.behaviour.clone()
-    decoupled = objective_loss(batch, ObjectiveSettings("grpo", decoupled=True), _totals(batch))
+    decoupled = objective_loss(batch, ObjectiveSettings("grpo", correction="decoupled"), _totals(batch))
     assert decoupled.loss.item() == pytest.approx(truncated.loss.item()) == pytest.approx(-0.5)
 
 

@@ -11,7 +11,8 @@ from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.planning.inventory import load_inventory
 from echo2.planning.provision import provision
-from echo2.planning.capacity import StepTimes, predicted_utilization, required_throughput, step_period
+from echo2.planning.capacity import (StepTimes, max_utilization, predicted_utilization, provisioning_need,
+                                     required_throughput, step_period)
 
 
 def test_sync_period_is_the_serial_sum():
@@ -44,6 +45,25 @@ def test_required_throughput_is_the_inverse_of_utilization():
         else:
             assert predicted_utilization(times, need) >= target - 1e-9
             assert predicted_utilization(times, need * 0.99) < target
+
+
+def test_provisioning_need_aims_for_the_knee_when_the_target_is_out_of_reach():
+    rng = random.Random(5)
+    for _ in range(200):
+        times = StepTimes(rng.uniform(0.1, 5), rng.uniform(0, 5), rng.randint(1, 1000), rng.randint(0, 4))
+        ceiling = max_utilization(times)
+        assert predicted_utilization(times, 1e12) == pytest.approx(ceiling, rel=1e-6)
+        available = rng.uniform(1, 5000)
+        need = provisioning_need(times, available)
+        if required_throughput(times) <= available:  # the target is reachable with this fleet: unchanged
+            assert need == required_throughput(times)
+        else:  # otherwise never more than what 95% of the ceiling takes, and that much is reached
+            assert math.isfinite(need) and need <= required_throughput(times)
+            assert predicted_utilization(times, need) >= 0.95 * ceiling - 1e-9
+    # dissemination-bound: S T_train < T_bcast caps utilization at (S + 1) T / (T + Tb) = 0.5
+    slow = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=1)
+    assert max_utilization(slow) == pytest.approx(0.5) and required_throughput(slow) == math.inf
+    assert provisioning_need(slow, available=1e6, headroom=1.1) == pytest.approx(100 / (2 / 0.475 - 4) * 1.1)
 
 
 def test_invalid_times_are_rejected():

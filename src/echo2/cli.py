@@ -188,7 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     for noisy in ("httpx", "uvicorn", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, leftover = parser.parse_known_args(argv)
+    # argparse hands every positional to the first positional group, so overrides written after an
+    # option (`echo2 eval CKPT --size 300 task.options.num_operands=4`) come back as leftovers.
+    if leftover and hasattr(args, "overrides") and all("=" in item and not item.startswith("-") for item in leftover):
+        args.overrides = [*args.overrides, *leftover]
+    elif leftover:
+        parser.error(f"unrecognized arguments: {' '.join(leftover)}")
     try:
         return args.handler(args)
     except ConfigError as error:

@@ -116,8 +116,9 @@ class RayConfig(Section):
     """How often Ray restarts a worker actor that died (it then registers again and carries on)."""
 
 
-class ActivationConfig(Section):
-    """Cost-aware activation (see :mod:`echo2.coordinator.fleet`)."""
+class ActivationRule(Section):
+    """The provisioning rule of cost-aware activation (see :mod:`echo2.coordinator.fleet`), shared
+    by real runs (``activation`` of a config) and simulated ones (``activation`` of a scenario)."""
 
     enabled: bool = True
     """Park the workers the provisioning rule does not need (cheapest sufficient set stays active)."""
@@ -125,8 +126,16 @@ class ActivationConfig(Section):
     """Provision this multiple of the throughput the rule asks for."""
     target_utilization: float = Field(1.0, gt=0, le=1)
     """Learner utilization the rule provisions for."""
+    reachable_share: float = Field(0.95, gt=0, le=1)
+    """When no available set reaches ``target_utilization`` (dissemination-bound, or too few
+    workers), aim for this share of the utilization unlimited throughput would give instead of
+    running every worker (:func:`echo2.planning.capacity.provisioning_need`)."""
     replan_every: int = Field(5, ge=1)
-    """Re-plan every this many learner steps (and whenever a worker joins or dies)."""
+    """Re-plan every this many learner steps (and whenever a worker joins, leaves or dies)."""
+
+
+class ActivationConfig(ActivationRule):
+    """Cost-aware activation (see :mod:`echo2.coordinator.fleet`) and the learner's price."""
     learner_price_per_hour: float = Field(0.0, ge=0)
     """The learner's (premium) price per hour: its share of the run's cost and the price of the
     centralized counterfactual in the cost accounting."""
@@ -250,11 +259,14 @@ class LearnerConfig(Section):
     std_normalize: bool = True
     """Divide group advantages by the group's reward std; False keeps only the mean baseline.
     Unset: the objective's choice (False for dr_grpo)."""
-    correction: Literal["truncated", "decoupled"] = "truncated"
+    correction: Literal["truncated", "decoupled", "none"] = "truncated"
     """Off-policy correction. ``truncated``: the clipped ratio is taken against the behaviour
     policy that generated the group, bounded by ``ratio_cap``; ``decoupled`` (AReaL): the clipped
     ratio is taken against the proximal policy (the learner's at the start of the step) and
-    multiplied by the behaviour weight pi_prox / pi_behaviour truncated at ``ratio_cap``."""
+    multiplied by the behaviour weight pi_prox / pi_behaviour truncated at ``ratio_cap``;
+    ``none``: the clipped ratio against the proximal policy with no behaviour weight, treating a
+    stale group as on-policy (what a trainer that recomputes "old" log-probs does) — a baseline
+    for staleness studies, not a recommendation."""
     ratio_cap: float = Field(3.0, gt=1)
     """Truncation of the importance weight against the behaviour policy: with ``truncated`` the
     surrogate of a negative advantage never exceeds ``ratio_cap * |A|`` (dual clip); with

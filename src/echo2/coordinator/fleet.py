@@ -11,8 +11,11 @@ does it live:
   the learner at the target utilization; ``headroom`` multiplies it against noise;
 * **activation** — :func:`echo2.planning.activation.choose_active` picks the cheapest measured set
   that meets it; the others are *parked* (registered, heartbeating, but given no leases). A worker
-  not yet measured is active on probation, so that it gets measured at all. When no set can meet
-  the rule (e.g. S = 0) every worker is active: utilization is then as high as it can be.
+  not yet measured is active on probation, so that it gets measured at all. When the live fleet
+  cannot reach the target (dissemination-bound, e.g. S = 0 or a slow uplink, or too few workers),
+  the rule aims for ``reachable_share`` of the utilization unlimited throughput would give
+  (:func:`echo2.planning.capacity.provisioning_need`) rather than running everyone for nothing;
+  only when even that is out of reach is every worker active.
 
 Re-planning happens when a worker joins or dies and every few learner steps (a worker that slowed
 down shows up in its moving average). Billing counts active seconds only: a parked worker is
@@ -29,9 +32,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from echo2.planning.activation import Candidate, choose_active
-from echo2.planning.capacity import StepTimes, required_throughput
+from echo2.planning.capacity import StepTimes, provisioning_need
 
 if TYPE_CHECKING:
+    from echo2.config import ActivationRule
     from echo2.coordinator.state import WorkerRecord
 
 log = logging.getLogger("echo2")
@@ -47,6 +51,13 @@ class FleetPolicy:
     staleness: int
     headroom: float = 1.1
     target_utilization: float = 1.0
+    reachable_share: float = 0.95
+
+    @classmethod
+    def from_rule(cls, rule: ActivationRule, rollouts_per_step: int, staleness: int) -> FleetPolicy:
+        return cls(enabled=rule.enabled, rollouts_per_step=rollouts_per_step, staleness=staleness,
+                   headroom=rule.headroom, target_utilization=rule.target_utilization,
+                   reachable_share=rule.reachable_share)
 
 
 class Fleet:
@@ -84,10 +95,12 @@ class Fleet:
             return
         times = StepTimes(max(train_s, 1e-6), broadcast_s or 0.0, self.policy.rollouts_per_step,
                           self.policy.staleness)
-        need = required_throughput(times, self.policy.target_utilization) * self.policy.headroom
-        self.need = need
         probation = [r for r in live if r.throughput is None]
         measured = [r for r in live if r.throughput is not None]
+        policy = self.policy
+        need = provisioning_need(times, sum(r.throughput or 0.0 for r in live), policy.target_utilization,
+                                 policy.headroom, policy.reachable_share)
+        self.need = need
         if math.isinf(need):
             chosen = {r.worker_id for r in measured}
         else:

@@ -197,10 +197,8 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
         heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
         on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),
         planner=publisher.planner,
-        fleet=Fleet(FleetPolicy(enabled=config.activation.enabled,
-                                rollouts_per_step=config.learner.groups_per_step * config.rollout.group_size,
-                                staleness=config.max_staleness, headroom=config.activation.headroom,
-                                target_utilization=config.activation.target_utilization)),
+        fleet=Fleet(FleetPolicy.from_rule(config.activation, config.learner.groups_per_step * config.rollout.group_size,
+                                          config.max_staleness)),
     )
     if resume:
         snapshot.restore(state, resume["coordinator"], task.train_examples(config.run.seed))

@@ -67,7 +67,7 @@ def objective_settings(config: LearnerConfig, tokenizer: PreTrainedTokenizerBase
         delimiters=delimiter_ids(tokenizer, echo.step_delimiters),
     ) if echo.enabled else None
     return ObjectiveSettings(name=config.loss, clip_low=config.clip_low, clip_high=config.clip_high,
-                             ratio_cap=config.ratio_cap, decoupled=config.correction == "decoupled",
+                             ratio_cap=config.ratio_cap, correction=config.correction,
                              kl_coef=config.kl_coef, entropy_coef=config.entropy_coef, echoclip=echoclip)
 
 
@@ -214,7 +214,7 @@ class Learner:
         """Anchors of this rank's ``active`` rows; EchoClip lengths are shared with every rank
         (the update's normaliser counts every clip)."""
         anchors = Anchors()
-        decoupled, clip_set = self.settings.decoupled, set(clip_rows)
+        decoupled, clip_set = self.settings.uses_proximal, set(clip_rows)
         for rows in self.shard.padded(_chunks(active if decoupled else clip_rows, self.config.micro_batch)):
             if not rows:
                 idle_pass(self.model, backward=False)

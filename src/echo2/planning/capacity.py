@@ -71,3 +71,28 @@ def required_throughput(times: StepTimes, target_utilization: float = 1.0) -> fl
     period = times.train_s / target_utilization
     budget = min(period, (times.staleness + 1) * period - times.train_s - times.broadcast_s)
     return times.rollouts_per_step / budget if budget > 0 else math.inf
+
+
+def max_utilization(times: StepTimes) -> float:
+    """Utilization with unlimited rollout throughput: ``T_train / max(T_train, (T_train + T_bcast) / (S + 1))``.
+
+    Below 1 when dissemination alone uses up the staleness budget (``S * T_train < T_bcast``)."""
+    return times.train_s / max(times.train_s, (times.train_s + times.broadcast_s) / (times.staleness + 1))
+
+
+def provisioning_need(times: StepTimes, available: float, target_utilization: float = 1.0, headroom: float = 1.0,
+                      reachable_share: float = 0.95) -> float:
+    """Throughput (rollouts/s, ``headroom`` included) the provisioning rule asks the active fleet for.
+
+    Enough for ``target_utilization`` when the ``available`` throughput can reach it. When it cannot
+    — dissemination-bound (the target needs infinite throughput) or too small a fleet — asking for
+    the target would run every worker for little gain: near the cliff utilization grows ever more
+    slowly with throughput. The rule then aims for ``reachable_share`` of :func:`max_utilization`
+    (the knee of the curve); when even that is out of reach the answer exceeds ``available`` and
+    every worker runs.
+    """
+    need = required_throughput(times, target_utilization) * headroom
+    if need <= available:
+        return need
+    knee = min(target_utilization, reachable_share * max_utilization(times))
+    return min(need, required_throughput(times, knee) * headroom)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.broadcast_time import broadcast_seconds
-from echo2.planning.capacity import StepTimes, predicted_utilization, required_throughput
+from echo2.planning.capacity import StepTimes, predicted_utilization, provisioning_need, required_throughput
 from echo2.planning.inventory import Inventory
 
 MIB = 1024 * 1024
@@ -43,8 +43,9 @@ class Provision:
 
 
 def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode: str = "pipelined",
-              chunk_mib: float = 1.0, target_utilization: float = 1.0) -> Provision:
-    """Cheapest worker set that keeps the learner at ``target_utilization`` (or everything, if none can)."""
+              chunk_mib: float = 1.0, target_utilization: float = 1.0, reachable_share: float = 0.95) -> Provision:
+    """Cheapest worker set that keeps the learner at ``target_utilization``; when no set can, the
+    cheapest reaching ``reachable_share`` of the best any fleet could (or everything, if none can)."""
     learner = inventory.learner
     candidates, uploads = [], {}
     for worker_class in inventory.workers:
@@ -53,11 +54,11 @@ def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode
             candidates.append(Candidate(name, worker_class.price_per_hour, worker_class.effective_rollouts_per_s))
             uploads[name] = worker_class.upload_mbps * 1e6 / 8
     payload, learner_upload = learner.payload_mib * MIB, learner.upload_mbps * 1e6 / 8
-    active = candidates
+    active, available = candidates, sum(c.throughput for c in candidates)
     for _ in range(5):
         bcast = broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active], mode, chunk_mib * MIB)
         times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness)
-        need = required_throughput(times, target_utilization)
+        need = provisioning_need(times, available, target_utilization, reachable_share=reachable_share)
         chosen = choose_active(candidates, need)
         names = set(chosen.active)
         picked = [c for c in candidates if c.name in names]

@@ -23,7 +23,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from echo2.config import Config, load_config
+from echo2.config import ActivationRule, Config, load_config
 from echo2.simulation.scenario import Scenario, parse_scenario
 from echo2.telemetry.metrics import read_jsonl
 
@@ -91,9 +91,7 @@ def scenario_from_run(run_dir: Path) -> Scenario:
                    "heartbeat_interval_s": min(2.0, config.coordinator.heartbeat_timeout_s / 4)},
         "broadcast": {"mode": config.broadcast.mode, "chunk_mib": config.broadcast.chunk_mib,
                       "fan_out": config.broadcast.fan_out, "learner_fan_out": config.broadcast.learner_fan_out},
-        "activation": {"enabled": config.activation.enabled, "headroom": config.activation.headroom,
-                       "target_utilization": config.activation.target_utilization,
-                       "replan_every": config.activation.replan_every},
+        "activation": {key: getattr(config.activation, key) for key in ActivationRule.model_fields},
         "fleet": fleet,
     }, str(run_dir))
 

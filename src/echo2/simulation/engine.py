@@ -95,10 +95,8 @@ class Simulation(WorkerLoop):
         self.min_held = 0
         self.loaded: set[int] = {0}
         self.billing = Billing(scenario.learner_price_per_hour)
-        self.fleet = _SimFleet(FleetPolicy(enabled=scenario.activation.enabled,
-                                           rollouts_per_step=recipe.rollouts_per_step, staleness=recipe.max_staleness,
-                                           headroom=scenario.activation.headroom,
-                                           target_utilization=scenario.activation.target_utilization))
+        self.fleet = _SimFleet(FleetPolicy.from_rule(scenario.activation, recipe.rollouts_per_step,
+                                                     recipe.max_staleness))
         self.centralized = simulate_centralized(scenario)
         self.recorder = Recorder(scenario, {w.worker_id for w in self.workers[:timeline_workers]}, self.centralized)
         self.step = 0

@@ -16,6 +16,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from echo2.config import ActivationRule
 from echo2.planning.inventory import Inventory, first_error
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
 from echo2.planning.inventory import WorkerClass as InventoryClass
@@ -125,15 +126,9 @@ class BroadcastSpec(_Section):
     """Workers fetching from the learner directly in a pipelined plan."""
 
 
-class ActivationSpec(_Section):
-    enabled: bool = True
-    """Cost-aware activation: keep only the cheapest set meeting the provisioning rule running."""
-    headroom: float = Field(1.1, ge=1.0)
-    """Multiplier on the required throughput."""
-    target_utilization: float = Field(1.0, gt=0, le=1)
-    """Learner utilization the provisioning rule aims for."""
-    replan_every: int = Field(5, ge=1)
-    """Re-plan every this many learner steps (and on every preemption and re-join)."""
+class ActivationSpec(ActivationRule):
+    """The provisioning rule as in a real run's config, plus what a parked worker costs."""
+
     parked_price_fraction: float = Field(0.0, ge=0, le=1)
     """Share of its price a parked worker costs. echo2 keeps parked workers registered and warm
     (instant re-activation, still relaying) and bills them 0, i.e. assumes they cost nothing while

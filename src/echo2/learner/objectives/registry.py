@@ -1,6 +1,6 @@
 """The loss registry: GRPO, Dr.GRPO, DAPO and GSPO as one composition of parts.
 
-Every objective is ``-surrogate`` (:mod:`.surrogate`, with the truncated or decoupled
+Every objective is ``-surrogate`` (:mod:`.surrogate`, with the truncated, decoupled or no
 correction) ``+ kl_coef * k3 KL - entropy_coef * H``, aggregated over the tokens of an update in
 the objective's own way, plus the EchoClip auxiliary loss when enabled (:mod:`.echoclip`).
 Advantage normalisation, clip ranges and DAPO's dynamic sampling and overlong shaping are
@@ -61,7 +61,7 @@ class TokenBatch:
     advantages: torch.Tensor
     mask: torch.Tensor
     proximal: torch.Tensor | None = None
-    """Log-probs under the policy at the start of the step (decoupled correction)."""
+    """Log-probs under the policy at the start of the step (decoupled correction or none)."""
     reference: torch.Tensor | None = None
     """Log-probs under the reference policy (KL term)."""
     entropies: torch.Tensor | None = None
@@ -76,7 +76,13 @@ class ObjectiveSettings:
     clip_low: float = 0.2
     clip_high: float = 0.2
     ratio_cap: float = 3.0
-    decoupled: bool = False
+    correction: str = "truncated"
+    """``truncated``, ``decoupled`` or ``none`` (:func:`.surrogate.corrected_surrogate`)."""
+
+    @property
+    def uses_proximal(self) -> bool:
+        """Whether the clipped ratio is taken against the proximal policy (recomputed at step start)."""
+        return self.correction != "truncated"
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     echoclip: EchoClipSettings | None = None
@@ -144,7 +150,8 @@ def objective_loss(batch: TokenBatch, settings: ObjectiveSettings, totals: Total
     ratios = importance_ratios(batch.logprobs, batch.behaviour, batch.proximal, batch.mask, objective.sequence_level)
     adv = batch.advantages[:, None]
     clip = {"clip_low": settings.clip_low, "clip_high": settings.clip_high}
-    per_token = -corrected_surrogate(ratios, adv, **clip, cap=settings.ratio_cap, decoupled=settings.decoupled)
+    per_token = -corrected_surrogate(ratios, adv, **clip, cap=settings.ratio_cap,
+                                     correction=settings.correction)
     terms = LossTerms(loss=torch.zeros(()), stats=ratio_stats(ratios, adv, batch.mask, **clip, cap=settings.ratio_cap))
     if settings.kl_coef > 0:
         if batch.reference is None:
