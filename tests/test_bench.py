@@ -83,3 +83,26 @@ def test_scenarios_bench_quick(tmp_path):
         assert 0 < row["util"] <= 1 and row["cost_usd"] > 0 and row["centralized_usd"] > 0
     assert [r["S_"] for r in data["meta"]["staleness"]] == [0, 2, 4]
     assert "ratio" in result.stdout and (tmp_path / "scenarios.png").stat().st_size > 10_000
+
+
+def test_objectives_bench_quick(tmp_path):
+    """GRPO and DAPO+EchoClip side by side: rows aggregate the seeds, EchoClip selects tokens."""
+    result = run_quick("objectives", tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text())
+    grpo, echo = data["rows"]
+    assert (grpo["objective"], echo["objective"]) == ("grpo", "dapo+echoclip")
+    assert grpo["final_vs_grpo_points"] == 0 and grpo["echoclip_tokens_per_step"] is None
+    assert echo["echoclip_tokens_per_step"] > 0
+    for run in data["meta"]["runs"]:
+        assert run["steps"] == 4 and 0 <= run["acc_final"] <= 1 and [p["step"] for p in run["curve"]] == [0, 2, 4]
+    assert "acc_final_std" in result.stdout and (tmp_path / "objectives.png").stat().st_size > 10_000
+
+
+def test_correction_bench_quick(tmp_path):
+    """S = 1 vs S = 8 decoupled: the ratio statistics of each setting are reported."""
+    result = run_quick("correction", tmp_path)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [(r["S"], r["correction"]) for r in rows] == [(1, "truncated"), (8, "decoupled")]
+    for row in rows:
+        assert row["behaviour_weight_max"] >= 1.0 and 0 <= row["clip_fraction"] <= 1 and row["staleness_mean"] >= 0
+    assert "behaviour_weight_max" in result.stdout and (tmp_path / "correction.png").stat().st_size > 10_000

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.broadcast_time import broadcast_seconds
-from echo2.planning.capacity import StepTimes, predicted_utilization, provisioning_need, required_throughput
+from echo2.planning.capacity import (StepTimes, max_utilization, predicted_utilization, provisioning_need,
+                                     required_throughput)
 from echo2.planning.inventory import Inventory
 
 MIB = 1024 * 1024
@@ -28,7 +29,12 @@ class Provision:
     throughput: float
     """Their summed effective rollouts/s."""
     required: float
-    """Throughput the rule asks for (inf: no fleet saturates the learner at this S)."""
+    """Throughput the target utilization needs (inf: no fleet reaches it at this S)."""
+    asked: float
+    """Throughput the rule asked for: ``required``, or the knee's when the inventory cannot reach
+    the target (:func:`echo2.planning.capacity.provisioning_need`)."""
+    ceiling: float
+    """Utilization with unlimited throughput (dissemination-bound below 1)."""
     broadcast_s: float
     utilization: float
     """Predicted learner utilization with the chosen set."""
@@ -74,6 +80,8 @@ def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode
         chosen=dict(Counter(c.name.split("#")[0] for c in active)),
         throughput=throughput,
         required=required_throughput(times, target_utilization),
+        asked=provisioning_need(times, available, target_utilization, reachable_share=reachable_share),
+        ceiling=max_utilization(times),
         broadcast_s=bcast,
         utilization=utilization,
         price_per_hour=learner.price_per_hour + sum(c.price_per_hour for c in active),

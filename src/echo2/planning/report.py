@@ -21,10 +21,8 @@ def plan_lines(config: Config, inventory: Inventory, other_staleness: range = ra
     for worker_class in inventory.workers:
         lines.append(f"{worker_class.name:<24}{chosen.chosen.get(worker_class.name, 0):>5}{worker_class.count:>5}"
                      f"{worker_class.price_per_hour:>10.3f}{worker_class.effective_rollouts_per_s:>17.1f}")
-    requirement = "unreachable at this S" if chosen.required == float("inf") else f"{chosen.required:.1f}"
-    lines += ["",
-              f"throughput {chosen.throughput:.1f} rollouts/s (rule asks {requirement}); "
-              f"dissemination {chosen.broadcast_s:.2f}s",
+    lines += ["", f"throughput {chosen.throughput:.1f} rollouts/s ({_requirement(chosen)}); "
+                  f"dissemination {chosen.broadcast_s:.2f}s",
               f"predicted learner utilization {100 * chosen.utilization:.1f}%, {chosen.step_s:.2f}s per step",
               f"cost ${chosen.price_per_hour:.2f}/h (learner included), ${chosen.cost_per_step:.4f} per learner step"]
     centralized = centralized_cost_per_step(inventory, rollouts)
@@ -37,3 +35,13 @@ def plan_lines(config: Config, inventory: Inventory, other_staleness: range = ra
         lines.append(f"{s:>3}{sum(other.chosen.values()):>9}{100 * other.utilization:>12.1f}%{other.step_s:>9.2f}"
                      f"{other.price_per_hour:>9.2f}{other.cost_per_step:>10.4f}")
     return lines
+
+
+def _requirement(plan: Provision) -> str:
+    """What the rule asked for, and why, in words."""
+    if plan.asked == plan.required:
+        return f"rule asks {plan.required:.1f}"
+    reach = "out of reach at this S" if plan.required == float("inf") else "beyond the inventory"
+    verdict = ", more than the inventory has: all run" if plan.asked > plan.throughput else ""
+    return (f"the target is {reach}, the best any fleet reaches is {100 * plan.ceiling:.1f}%; "
+            f"rule asks {plan.asked:.1f} for the knee{verdict}")
