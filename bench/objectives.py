@@ -1,6 +1,7 @@
 """Which objective, for the same wall time? GRPO, DAPO, GSPO, GRPO+EchoClip and DAPO+EchoClip, over seeds and two difficulties.
 
     python bench/objectives.py [--quick] [--out DIR] [--seeds N] [--budget-s SECONDS]
+                               [--difficulties default,subtraction] [--objectives grpo,dapo,...]
 
 Every run is a real ``echo2 train`` (learner + coordinator in this process, two worker
 processes) on the shipped model, with everything but the objective and the seed at its default,
@@ -16,7 +17,8 @@ in steps. Two difficulties:
 Reported per difficulty and objective (mean ± std over seeds): final held-out greedy accuracy
 (mean of the last 3 evals), the mean over all evals (area under the curve: speed), the steps
 the budget bought, the share of all-correct groups over the last 20 steps, EchoClip tokens per
-step, and the final accuracy minus GRPO's in points.
+step, and the final accuracy minus GRPO's in points. Under DAPO the all-correct share counts the
+groups it trained on, after dynamic sampling filtered the degenerate ones (hence 0).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ OBJECTIVES: dict[str, list[str]] = {
 def add_options(parser) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per objective and difficulty")
     parser.add_argument("--budget-s", type=float, default=80.0, help="wall-time budget of each run, seconds")
+    parser.add_argument("--difficulties", default=",".join(DIFFICULTIES), help="comma-separated subset")
+    parser.add_argument("--objectives", default=",".join(OBJECTIVES), help="comma-separated subset")
 
 
 def run_one(args, difficulty: str, objective: str, seed: int) -> dict:
@@ -135,11 +139,19 @@ def _all_correct_by_step(run_dir: Path, window: int = 10) -> list[tuple[int, flo
             for i, r in enumerate(steps)]
 
 
+def _subset(names: str, known: dict) -> list[str]:
+    chosen = [name.strip() for name in names.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in known]
+    if unknown or not chosen:
+        raise SystemExit(f"unknown or empty choice {unknown or names!r}; choose from {', '.join(known)}")
+    return chosen
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], "bench/out/objectives", add_options)
     seeds = 1 if args.quick else args.seeds
-    difficulties = ["default"] if args.quick else list(DIFFICULTIES)
-    objectives = ["grpo", "dapo+echoclip"] if args.quick else list(OBJECTIVES)
+    difficulties = ["default"] if args.quick else _subset(args.difficulties, DIFFICULTIES)
+    objectives = ["grpo", "dapo+echoclip"] if args.quick else _subset(args.objectives, OBJECTIVES)
     runs = [run_one(args, d, o, seed) for d in difficulties for o in objectives for seed in range(seeds)]
     rows = aggregate(runs)
     columns = ["difficulty", "objective", "seeds", "steps", "acc_start", "acc_final", "acc_final_std", "acc_auc",
