@@ -125,15 +125,20 @@ def test_truncated_weight_caps_a_stale_negative_token():
     assert terms.stats.weight_max == pytest.approx(5.0) and terms.stats.truncated == 1
 
 
+def _stale_batch() -> TokenBatch:
+    """Two sequences behind the proximal policy: pi_prox / pi_behav = 2, 5 and 0.5; pi_theta / pi_prox = 1.5, 1, 0.7."""
+    behaviour = torch.tensor([[0.0, 0.0], [0.0, 0.0]])
+    proximal = torch.tensor([[LOG(2.0), LOG(5.0)], [LOG(0.5), 0.0]])
+    logprobs = proximal + torch.tensor([[LOG(1.5), 0.0], [LOG(0.7), 0.0]])
+    return TokenBatch(logprobs=logprobs, behaviour=behaviour, advantages=torch.tensor([1.0, -1.0]),
+                      mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]), proximal=proximal)
+
+
 def test_decoupled_weights_hand_computed():
     # seq 0 (A=+1): pi_prox / pi_behav = 2, 5 (-> truncated at 3); pi_theta / pi_prox = 1.5, 1.0
     #   token 0: 2 * min(1.5, 1.2) = 2.4; token 1: 3 * 1 = 3 -> mean -2.7
     # seq 1 (A=-1): weight 0.5, r = 0.7: min(-0.7, -0.8) = -0.8 -> 0.5 * -0.8 -> 0.4
-    behaviour = torch.tensor([[0.0, 0.0], [0.0, 0.0]])
-    proximal = torch.tensor([[LOG(2.0), LOG(5.0)], [LOG(0.5), 0.0]])
-    logprobs = proximal + torch.tensor([[LOG(1.5), 0.0], [LOG(0.7), 0.0]])
-    batch = TokenBatch(logprobs=logprobs, behaviour=behaviour, advantages=torch.tensor([1.0, -1.0]),
-                       mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]), proximal=proximal)
+    batch = _stale_batch()
     settings = ObjectiveSettings("grpo", ratio_cap=3.0, correction="decoupled")
     terms = objective_loss(batch, settings, _totals(batch))
     assert terms.loss.item() == pytest.approx((-2.7 + 0.4) / 2)
@@ -145,11 +150,7 @@ def test_decoupled_weights_hand_computed():
 def test_no_correction_ignores_the_behaviour_weight_but_still_reports_it():
     # same batch as above: without a correction each token counts once, r = pi_theta / pi_prox only
     #   seq 0 (A=+1): min(1.5, 1.2) = 1.2 and 1.0 -> mean -1.1; seq 1 (A=-1): min(-0.7, -0.8) = -0.8 -> 0.8
-    behaviour = torch.tensor([[0.0, 0.0], [0.0, 0.0]])
-    proximal = torch.tensor([[LOG(2.0), LOG(5.0)], [LOG(0.5), 0.0]])
-    logprobs = proximal + torch.tensor([[LOG(1.5), 0.0], [LOG(0.7), 0.0]])
-    batch = TokenBatch(logprobs=logprobs, behaviour=behaviour, advantages=torch.tensor([1.0, -1.0]),
-                       mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]), proximal=proximal)
+    batch = _stale_batch()
     terms = objective_loss(batch, ObjectiveSettings("grpo", ratio_cap=3.0, correction="none"), _totals(batch))
     assert terms.loss.item() == pytest.approx((-1.1 + 0.8) / 2)
     assert terms.stats.weight_max == pytest.approx(5.0) and terms.stats.truncated == 1
