@@ -1,7 +1,7 @@
 """The learner: turns one batch of rollout groups into one learner step (policy v -> v + 1).
 
 A step: rewards (plus DAPO's overlong shaping) -> group advantages -> a no-gradient pass for
-what must be fixed before any update (the proximal policy's log-probs for the decoupled
+what must be fixed before any update (the proximal policy's log-probs for the decoupled or no
 correction, the reference log-probs for the KL term, the entropies that select EchoClips) ->
 ``epochs`` passes of ``minibatches`` optimizer updates, each accumulating gradients over
 micro-batches. With the defaults that is one optimizer update per step.
@@ -103,7 +103,7 @@ class Rollouts:
 @dataclass
 class Anchors:
     """What is fixed before the step's first update, per row: log-probs of the proximal policy
-    (the learner's at the start of the step; decoupled correction) and of the reference policy
+    (the learner's at the start of the step; decoupled correction or none) and of the reference policy
     (KL term), and EchoClip lengths."""
 
     proximal: dict[int, torch.Tensor] = field(default_factory=dict)
@@ -214,15 +214,15 @@ class Learner:
         """Anchors of this rank's ``active`` rows; EchoClip lengths are shared with every rank
         (the update's normaliser counts every clip)."""
         anchors = Anchors()
-        decoupled, clip_set = self.settings.uses_proximal, set(clip_rows)
-        for rows in self.shard.padded(_chunks(active if decoupled else clip_rows, self.config.micro_batch)):
+        proximal, clip_set = self.settings.uses_proximal, set(clip_rows)
+        for rows in self.shard.padded(_chunks(active if proximal else clip_rows, self.config.micro_batch)):
             if not rows:
                 idle_pass(self.model, backward=False)
                 continue
             scores = self._scores(self.model, rollouts, rows, entropies=not clip_set.isdisjoint(rows))
             for k, row in enumerate(rows):
                 n = len(rollouts.completions[row])
-                if decoupled:
+                if proximal:
                     anchors.proximal[row] = scores.logprobs[k, :n]
                 if row in clip_set:
                     assert scores.entropies is not None and self.settings.echoclip is not None
