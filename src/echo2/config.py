@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from echo2.modeling import SHIPPED_MODEL
+from echo2.model_sources import SHIPPED_MODEL
 
 
 class ConfigError(ValueError):
@@ -39,9 +39,13 @@ class RunConfig(Section):
 
 class ModelConfig(Section):
     name: str = SHIPPED_MODEL
-    """HF hub id, local path, or ``echo2/tiny-arith`` (the small model shipped with echo2)."""
+    """``echo2/tiny-arith`` (the small model shipped with echo2), a named shipped source
+    (``smollm2-135m-instruct``), a ``.gguf`` file, a local HF folder or a hub id
+    (:mod:`echo2.model_sources`)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Parameter dtype on the learner and the workers."""
+    """Compute dtype: the workers' weights and the learner's forward/backward (under autocast when
+    it differs from ``learner.master_dtype``). bfloat16 is ~3x faster than float32 on CPUs with
+    avx512_bf16 or AMX, and on GPUs."""
 
 
 class TaskConfig(Section):
@@ -294,6 +298,10 @@ class LearnerConfig(Section):
     """EchoClip auxiliary loss on advantage-degenerated groups (off by default)."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
     """Train a LoRA adapter instead of the full weights (off by default)."""
+    master_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Dtype of the parameters AdamW updates (the master weights; see
+    :mod:`echo2.learner.precision`). float32 keeps updates of ~1e-6 that bf16 weights would round
+    away; frozen parameters (a LoRA run's base) stay in ``model.dtype``."""
     threads: int = Field(1, ge=1)
     """Torch threads of the learner process."""
     device: str = "cpu"

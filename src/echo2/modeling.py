@@ -1,4 +1,4 @@
-"""Loading models and tokenizers: the shipped tiny model, any HF hub id, or a local path.
+"""Loading models and tokenizers from any source :mod:`echo2.model_sources` resolves.
 
 Both the learner and the workers go through here, so that they build the very same policy.
 """
@@ -6,33 +6,20 @@ Both the learner and the workers go through here, so that they build the very sa
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
 from echo2.lora import is_adapter_folder, load_adapter_folder
+from echo2.model_sources import SHIPPED_MODEL, SHIPPED_MODEL_DIR, resolve_model_path
 
 transformers_logging.disable_progress_bar()  # per-load progress bars would drown the run's own progress line
 
-#: Name under which the model shipped inside the package is known in configs.
-SHIPPED_MODEL = "echo2/tiny-arith"
-SHIPPED_MODEL_DIR = Path(__file__).parent / "assets" / "tiny-arith"
+__all__ = ["DTYPES", "SHIPPED_MODEL", "SHIPPED_MODEL_DIR", "load_model", "load_tokenizer", "pin_threads",
+           "resolve_device", "resolve_model_path"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_model_path(name: str) -> str:
-    """Map the shipped model's name to its folder; anything else is a hub id or local path."""
-    if name == SHIPPED_MODEL:
-        if not (SHIPPED_MODEL_DIR / "config.json").exists():
-            raise FileNotFoundError(
-                f"the shipped model is missing from {SHIPPED_MODEL_DIR}; "
-                "rebuild it with `python scripts/train_tiny_model.py`"
-            )
-        return str(SHIPPED_MODEL_DIR)
-    return name
 
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:

@@ -17,6 +17,7 @@ from transformers import PreTrainedTokenizerBase
 from echo2.config import Config
 from echo2.learner.checkpoint import restore_optimizer
 from echo2.learner.distributed import Shard, follow, learner_device
+from echo2.learner.precision import hold_master_weights
 from echo2.learner.trainer import Learner
 from echo2.lora import add_adapter, has_adapter
 from echo2.modeling import load_model, load_tokenizer, pin_threads, resolve_model_path
@@ -32,12 +33,13 @@ def adapter_spec(config: Config) -> AdapterSpec | None:
 
 def load_policy(config: Config, weights: str) -> torch.nn.Module:
     """The policy from ``weights`` (model or checkpoint) on the learner's device, with the run's
-    LoRA adapter when it trains one (a LoRA checkpoint carries its own)."""
-    model = load_model(weights, config.model.dtype)
+    LoRA adapter when it trains one (a LoRA checkpoint carries its own); trainable parameters in
+    ``learner.master_dtype``, frozen ones in ``model.dtype`` (:mod:`echo2.learner.precision`)."""
     adapter = adapter_spec(config)
+    model = load_model(weights, config.model.dtype if adapter else config.learner.master_dtype)
     if adapter is not None and not has_adapter(model):
         model = add_adapter(model, adapter)
-    return model.to(learner_device(config.learner.device))
+    return hold_master_weights(model, config.learner.master_dtype).to(learner_device(config.learner.device))
 
 
 def build_learner(config: Config, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
@@ -49,7 +51,8 @@ def build_learner(config: Config, model: torch.nn.Module, tokenizer: PreTrainedT
             for parameter in model.parameters():  # e.g. a fresh LoRA adapter's random init
                 dist.broadcast(parameter, src=0)
     learner = Learner(model, tokenizer, config.learner, config.rollout,
-                      model_dir=str(checkpoint) if checkpoint else resolve_model_path(config.model.name), shard=shard)
+                      model_dir=str(checkpoint) if checkpoint else resolve_model_path(config.model.name), shard=shard,
+                      compute_dtype=config.model.dtype)
     if checkpoint:
         restore_optimizer(checkpoint, learner)
     return learner

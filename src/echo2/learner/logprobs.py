@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from echo2.tokens import left_pad, model_device, positions
+from echo2.tokens import prefill
 
 
 @dataclass
@@ -24,17 +24,6 @@ class CompletionScores:
     temperature); None unless asked for."""
 
 
-def _left_align(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-    """Rows of ``values`` ([N, L], one entry per position predicting the next token) cut down to
-    their completions: a completion of n tokens occupies the last n positions of its left-padded
-    sequence, so its scores sit one position earlier."""
-    total = values.shape[1] + 1
-    out = torch.zeros((len(lengths), max(lengths)), dtype=values.dtype, device=values.device)
-    for row, n in enumerate(lengths):
-        out[row, :n] = values[row, total - 1 - n : total - 1]
-    return out
-
-
 def completion_scores(
     model: PreTrainedModel,
     prompt_ids: list[list[int]],
@@ -44,24 +33,35 @@ def completion_scores(
     temperature: float = 1.0,
     entropies: bool = False,
 ) -> CompletionScores:
-    """Log-probs (and, when ``entropies``, per-token entropies) of each completion in one forward pass.
+    """Log-probs (and, when ``entropies``, per-token entropies) of each completion.
 
     Uses the sampler's layout (:mod:`echo2.tokens`) so that the numbers match the workers'
-    behaviour log-probs. Gradients flow through both when the caller has them enabled.
+    behaviour log-probs: each distinct prompt is run once (:func:`~echo2.tokens.prefill`), which
+    also gives the distribution of every completion's first token, then all completions at once
+    on top of their prompts' cache, right-padded (a row's padding comes after its tokens, so
+    causal attention never sees it). Logits exist only where a completion token is predicted.
+    Gradients flow through both passes when the caller has them enabled.
     """
-    sequences = [p + c for p, c in zip(prompt_ids, completion_ids)]
-    input_ids, attention_mask = left_pad(sequences, pad_id, model_device(model))
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions(attention_mask)).logits
-    logp_all = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
-    token_logp = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # logp of token t+1 at t
-    lengths = [len(c) for c in completion_ids]
-    mask = torch.zeros((len(sequences), max(lengths)), device=input_ids.device)
-    for row, n in enumerate(lengths):
-        mask[row, :n] = 1.0
-    token_entropy = None
-    if entropies:
-        token_entropy = _left_align(-(logp_all.exp() * logp_all).sum(dim=-1), lengths)
-    return CompletionScores(_left_align(token_logp, lengths), mask, token_entropy)
+    start = prefill(model, prompt_ids, pad_id)
+    device = start.next_logits.device
+    lengths = torch.tensor([len(c) for c in completion_ids], device=device)
+    width = int(lengths.max())
+    mask = (torch.arange(width, device=device)[None, :] < lengths[:, None]).float()
+    tokens = torch.full((len(completion_ids), width), pad_id, dtype=torch.long)
+    for row, completion in enumerate(completion_ids):
+        tokens[row, : len(completion)] = torch.tensor(completion, dtype=torch.long)
+    tokens = tokens.to(device)
+    logits = start.next_logits[:, None, :]
+    if width > 1:  # the last token of the widest completion predicts nothing: it is never an input
+        attention_mask = torch.cat([start.attention_mask, mask[:, :-1].long()], dim=1)
+        position_ids = start.next_position[:, None] + torch.arange(width - 1, device=device)[None, :]
+        rest = model(input_ids=tokens[:, :-1], attention_mask=attention_mask, position_ids=position_ids,
+                     past_key_values=start.cache, use_cache=True).logits
+        logits = torch.cat([logits, rest], dim=1)
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    token_logp = logp_all.gather(-1, tokens[:, :, None]).squeeze(-1) * mask
+    token_entropy = -(logp_all.exp() * logp_all).sum(dim=-1) * mask if entropies else None
+    return CompletionScores(token_logp, mask, token_entropy)
 
 
 def completion_logprobs(

@@ -70,10 +70,11 @@ class LearnerLoop:
         self.broadcast_ema: float | None = None
 
     def _evaluate(self, version: int) -> EvalResult:
-        result = evaluate(self.learner.policy, self.learner.tokenizer, self.task, self.eval_examples,
-                          max_new_tokens=self.config.rollout.max_new_tokens,
-                          temperature=self.config.rollout.temperature, seed=self.config.run.seed + version,
-                          shown=self.config.eval.show)
+        with self.learner.precision():
+            result = evaluate(self.learner.policy, self.learner.tokenizer, self.task, self.eval_examples,
+                              max_new_tokens=self.config.rollout.max_new_tokens,
+                              temperature=self.config.rollout.temperature, seed=self.config.run.seed + version,
+                              shown=self.config.eval.show)
         self.progress.newline()
         log.info("eval v%d: held-out greedy accuracy %.1f%% | sampled reward %.1f%% (%d prompts)", version,
                  100 * result.accuracy, 100 * result.sampled_reward, len(self.eval_examples))
@@ -85,7 +86,8 @@ class LearnerLoop:
         """The next ``count`` groups, minus those of workers that fail the spot checks (quarantined)."""
         while True:
             batch = self.state.take_batch(step, timeout_s=self.config.coordinator.data_timeout_s, count=count)
-            suspects = self.verifier.check(batch, step)
+            with self.learner.precision():
+                suspects = self.verifier.check(batch, step)
             for worker_id, why in suspects.items():
                 self.state.quarantine(worker_id, why, taken=[g for g in batch if g.worker_id == worker_id])
             batch = [g for g in batch if g.worker_id not in suspects]

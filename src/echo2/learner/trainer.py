@@ -38,6 +38,7 @@ from echo2.learner.objectives import (
     overlong_penalty,
 )
 from echo2.learner.optimizer import build_optimizer
+from echo2.learner.precision import ComputePrecision
 from echo2.learner.tally import Tally
 
 
@@ -118,8 +119,11 @@ class Learner:
     through the model."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, config: LearnerConfig,
-                 rollout: RolloutConfig, model_dir: str | None = None, shard: Shard = Shard()) -> None:
+                 rollout: RolloutConfig, model_dir: str | None = None, shard: Shard = Shard(),
+                 compute_dtype: str = "float32") -> None:
         self.tokenizer, self.config, self.rollout, self.shard = tokenizer, config, rollout, shard
+        self.precision = ComputePrecision(compute_dtype, next(model.parameters()).device.type)
+        """Autocast context of every forward pass on the policy (training, evaluation, verification)."""
         self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
         self.model, self.policy = shard_model(model, shard)
         """``model`` trains (sharded under FSDP); ``policy`` is the whole current policy that rank 0
@@ -205,9 +209,10 @@ class Learner:
 
     def _scores(self, model: PreTrainedModel, rollouts: Rollouts, rows: list[int],
                 entropies: bool = False) -> CompletionScores:
-        return completion_scores(model, [rollouts.prompts[i] for i in rows], [rollouts.completions[i] for i in rows],
-                                 pad_id=self.tokenizer.pad_token_id, temperature=self.rollout.temperature,
-                                 entropies=entropies)
+        with self.precision():
+            return completion_scores(model, [rollouts.prompts[i] for i in rows],
+                                     [rollouts.completions[i] for i in rows], pad_id=self.tokenizer.pad_token_id,
+                                     temperature=self.rollout.temperature, entropies=entropies)
 
     @torch.no_grad()
     def _anchors(self, rollouts: Rollouts, active: list[int], clip_rows: list[int]) -> Anchors:

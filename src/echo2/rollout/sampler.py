@@ -3,7 +3,8 @@
 A plain KV-cached decoding loop over an HF causal LM rather than ``generate``: RL needs the
 log-prob of every sampled token under exactly the distribution it was sampled from
 (``softmax(logits / temperature)``), and the learner recomputes that same quantity with the
-same batch layout (:mod:`echo2.tokens`), so the two agree to float precision at S = 0.
+same batch layout (:mod:`echo2.tokens`), so the two agree to float precision at S = 0. Rows
+that share a prompt (a group) share one prefill of it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from echo2.tokens import left_pad, model_device, positions
+from echo2.tokens import model_device, prefill
 
 
 @dataclass
@@ -48,12 +49,10 @@ def sample(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = model_device(model)
-    input_ids, attention_mask = left_pad(prompt_ids, pad_id, device)
-    position_ids = positions(attention_mask)
-    output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
-    cache, logits = output.past_key_values, output.logits[:, -1, :]
-    next_position = position_ids[:, -1] + 1
-    rows = input_ids.shape[0]
+    start = prefill(model, prompt_ids, pad_id)
+    cache, logits, attention_mask, next_position = (start.cache, start.next_logits, start.attention_mask,
+                                                    start.next_position)
+    rows = len(prompt_ids)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens, token_logprobs = [], []
     for _ in range(max_new_tokens):

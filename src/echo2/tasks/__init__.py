@@ -9,10 +9,13 @@ from echo2.tasks.arithmetic import ArithmeticTask
 from echo2.tasks.base import Example, Task
 from echo2.tasks.gsm8k import Gsm8kTask
 from echo2.tasks.jsonl import JsonlTask
+from echo2.tasks.reasoning_gym import ReasoningGymTask
 
-BUILTIN_TASKS: dict[str, type[Task]] = {"arithmetic": ArithmeticTask, "gsm8k": Gsm8kTask, "jsonl": JsonlTask}
+BUILTIN_TASKS: dict[str, type[Task]] = {"arithmetic": ArithmeticTask, "gsm8k": Gsm8kTask, "jsonl": JsonlTask,
+                                         "reasoning_gym": ReasoningGymTask}
 
-__all__ = ["ArithmeticTask", "BUILTIN_TASKS", "Example", "Gsm8kTask", "JsonlTask", "Task", "load_task"]
+__all__ = ["ArithmeticTask", "BUILTIN_TASKS", "Example", "Gsm8kTask", "JsonlTask", "ReasoningGymTask", "Task",
+           "load_task"]
 
 
 def load_task(name: str, options: dict[str, Any] | None = None) -> Task:

@@ -26,6 +26,7 @@ from functools import cached_property
 from pathlib import Path
 
 from echo2.tasks.base import Example, Task, stable_fraction
+from echo2.tasks.chat import ChatPrompt
 
 #: Qwen2.5-Math's chain-of-thought instruction (its model cards' prompt), which Qwen2.5-Instruct follows too.
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -87,18 +88,13 @@ class Gsm8kTask(Task):
         return [self._example(r) for r in train], [self._example(r) for r in held]
 
     @cached_property
-    def _tokenizer(self):
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(self.chat_template)
+    def _chat(self) -> ChatPrompt | None:
+        return ChatPrompt(self.chat_template, self.system_prompt) if self.chat_template else None
 
     def prompt(self, question: str) -> str:
         """The prompt text for ``question``: the chat rendering when ``chat_template`` is set."""
         user = f"{question.strip()}\n{self.instruction}"
-        if self.chat_template is None:
-            return f"Question: {user}\nAnswer:"
-        messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}]
-        return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self._chat.render(user) if self._chat else f"Question: {user}\nAnswer:"
 
     def _example(self, record: dict) -> Example:
         return Example(prompt=self.prompt(record["question"]), answer=final_answer(str(record["answer"])))
