@@ -19,6 +19,18 @@ class EvalResult:
     """Mean training reward of one temperature-``T`` sample per held-out prompt."""
     examples: list[tuple[str, str, float]] = field(default_factory=list)
     """A few (prompt, greedy completion, reward) triples to show."""
+    well_formed: float = 1.0
+    """Fraction of greedy completions in the format the prompt asks for (:meth:`Task.is_well_formed`)."""
+    well_formed_accuracy: float = 0.0
+    """Accuracy among the well-formed greedy completions (a gain only in format leaves it flat)."""
+    greedy_tokens: float = 0.0
+    """Mean length of the greedy completions in tokens (EOS included)."""
+
+    def metrics(self) -> dict[str, float]:
+        """The figures every evaluation logs."""
+        return {"eval_accuracy": self.accuracy, "eval_sampled_reward": self.sampled_reward,
+                "eval_well_formed": self.well_formed, "eval_well_formed_accuracy": self.well_formed_accuracy,
+                "eval_greedy_tokens": self.greedy_tokens}
 
 
 @torch.no_grad()
@@ -38,6 +50,7 @@ def evaluate(
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     correct, reward_sum, shown_examples = 0, 0.0, []
+    well_formed, well_formed_correct, greedy_tokens = 0, 0, 0
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
         prompt_ids = [tokenizer(e.prompt)["input_ids"] for e in chunk]
@@ -46,11 +59,17 @@ def evaluate(
         sampled = sample(model, prompt_ids, temperature=temperature, generator=generator, **common)
         greedy_text = tokenizer.batch_decode(greedy.completion_ids, skip_special_tokens=True)
         sampled_text = tokenizer.batch_decode(sampled.completion_ids, skip_special_tokens=True)
+        greedy_tokens += greedy.num_tokens
         for example, text, sampled_completion in zip(chunk, greedy_text, sampled_text):
-            correct += task.is_correct(example, text)
+            right, formed = task.is_correct(example, text), task.is_well_formed(text)
+            correct += right
+            well_formed += formed
+            well_formed_correct += right and formed
             reward_sum += task.reward(example, sampled_completion)
             if len(shown_examples) < shown:
-                shown_examples.append((example.prompt, text, task.reward(example, text)))
+                shown_examples.append((task.display_prompt(example), text, task.reward(example, text)))
     model.train(was_training)
     n = max(1, len(examples))
-    return EvalResult(accuracy=correct / n, sampled_reward=reward_sum / n, examples=shown_examples)
+    return EvalResult(accuracy=correct / n, sampled_reward=reward_sum / n, examples=shown_examples,
+                      well_formed=well_formed / n, well_formed_accuracy=well_formed_correct / max(1, well_formed),
+                      greedy_tokens=greedy_tokens / n)

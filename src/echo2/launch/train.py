@@ -70,6 +70,7 @@ class RunSummary:
             "(temperature samples on held-out prompts)",
             f"{r.steps} steps in {r.wall_seconds:.0f}s | {r.samples / max(r.wall_seconds, 1e-9):.0f} samples/s "
             f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
+            *self.format_lines(),
             self.reliability_line(),
         ] + ([] if not self.costs["cost_centralized_usd"] else [
             f"cost ${self.costs['cost_usd']:.4f} (${self.costs['cost_usd'] / max(r.steps, 1):.5f} per step; "
@@ -77,6 +78,21 @@ class RunSummary:
             f"counterfactual ${self.costs['cost_centralized_usd']:.4f}",
         ])
 
+
+    def format_lines(self) -> list[str]:
+        """Format share, accuracy among well-formed answers and length, first eval vs the last 3:
+        what separates learning the answer from learning the format (tasks that ask for one)."""
+        first, last = self.result.evals[0][1], [e for _, e in self.result.evals[1:]][-3:]
+        if not last or (first.well_formed == 1.0 and all(e.well_formed == 1.0 for e in last)):
+            return []
+
+        def mean(values: list[float]) -> float:
+            return sum(values) / len(values)
+
+        return [f"well-formed answers {100 * first.well_formed:.1f}% -> {100 * mean([e.well_formed for e in last]):.1f}%"
+                f" | accuracy among well-formed {100 * first.well_formed_accuracy:.1f}% -> "
+                f"{100 * mean([e.well_formed_accuracy for e in last]):.1f}% | greedy length "
+                f"{first.greedy_tokens:.1f} -> {mean([e.greedy_tokens for e in last]):.1f} tokens"]
 
     def reliability_line(self) -> str:
         r = self.reliability

@@ -71,15 +71,17 @@ class LearnerLoop:
 
     def _evaluate(self, version: int) -> EvalResult:
         with self.learner.precision():
-            result = evaluate(self.learner.policy, self.learner.tokenizer, self.task, self.eval_examples,
+            result = evaluate(self.learner.sampling_policy(), self.learner.tokenizer, self.task, self.eval_examples,
                               max_new_tokens=self.config.rollout.max_new_tokens,
                               temperature=self.config.rollout.temperature, seed=self.config.run.seed + version,
                               shown=self.config.eval.show)
         self.progress.newline()
-        log.info("eval v%d: held-out greedy accuracy %.1f%% | sampled reward %.1f%% (%d prompts)", version,
-                 100 * result.accuracy, 100 * result.sampled_reward, len(self.eval_examples))
+        log.info("eval v%d: held-out greedy accuracy %.1f%% | sampled reward %.1f%% | well-formed %.1f%% (accuracy "
+                 "among them %.1f%%) | %.1f tokens (%d prompts)", version, 100 * result.accuracy,
+                 100 * result.sampled_reward, 100 * result.well_formed, 100 * result.well_formed_accuracy,
+                 result.greedy_tokens, len(self.eval_examples))
         for prompt, completion, reward in result.examples:
-            log.info("  sample v%d: %s%s  (reward %.2f)", version, prompt, completion, reward)
+            log.info("  sample v%d: %s%s  (reward %.2f)", version, prompt, completion.replace("\n", "\\n"), reward)
         return result
 
     def _verified_batch(self, step: int, count: int) -> list[Group]:
@@ -188,8 +190,7 @@ class LearnerLoop:
         # also after a resume: the restored weights must score what they scored before the crash
         evaluation = self._evaluate(start_version)
         result.evals = [(v, e) for v, e in result.evals if v != start_version] + [(start_version, evaluation)]
-        self.metrics.log(start_version, {"version": start_version, "eval_accuracy": evaluation.accuracy,
-                                         "eval_sampled_reward": evaluation.sampled_reward,
+        self.metrics.log(start_version, {"version": start_version, **evaluation.metrics(),
                                          "resumed": resume is not None})
         started = time.time() - result.wall_seconds
         deadline = started + 60 * config.run.max_minutes if config.run.max_minutes else float("inf")
@@ -235,7 +236,7 @@ class LearnerLoop:
             if version % config.eval.every == 0 or version == config.run.steps:
                 evaluation = self._evaluate(version)
                 result.evals.append((version, evaluation))
-                record.update(eval_accuracy=evaluation.accuracy, eval_sampled_reward=evaluation.sampled_reward)
+                record.update(evaluation.metrics())
                 accuracy = evaluation.accuracy
             self.metrics.log(version, record)
             self.metrics.histogram("staleness", [step - g.version for g in batch], version)
@@ -247,8 +248,7 @@ class LearnerLoop:
         if result.evals[-1][0] != version:
             evaluation = self._evaluate(version)
             result.evals.append((version, evaluation))
-            self.metrics.log(version, {"version": version, "eval_accuracy": evaluation.accuracy,
-                                       "eval_sampled_reward": evaluation.sampled_reward})
+            self.metrics.log(version, {"version": version, **evaluation.metrics()})
         if spread := self._dissemination(settle_s=self.config.broadcast.stall_s):
             self.metrics.log(version, {"version": version, **spread})
         self._checkpoint(version, result)

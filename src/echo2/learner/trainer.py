@@ -39,6 +39,7 @@ from echo2.learner.objectives import (
 )
 from echo2.learner.optimizer import build_optimizer
 from echo2.learner.precision import ComputePrecision
+from echo2.lora import MergedCopy, has_adapter
 from echo2.learner.tally import Tally
 
 
@@ -128,12 +129,22 @@ class Learner:
         self.model, self.policy = shard_model(model, shard)
         """``model`` trains (sharded under FSDP); ``policy`` is the whole current policy that rank 0
         evaluates, verifies with, publishes and checkpoints (the same module unless FSDP)."""
+        self._merged: MergedCopy | None = None
         self.settings = objective_settings(config, tokenizer)
         self.optimizer = build_optimizer(self.model, config, model_dir, shard)
         warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
         )
+
+    def sampling_policy(self) -> torch.nn.Module:
+        """The current policy to sample from (evaluation): ``policy`` itself, or for a LoRA policy
+        a merged copy, as workers sample from (:class:`~echo2.lora.MergedCopy`)."""
+        if not has_adapter(self.policy):
+            return self.policy
+        if self._merged is None:
+            self._merged = MergedCopy(self.policy)
+        return self._merged.refresh()
 
     def step(self, groups: list[Group], version: int, echo_groups: Sequence[Group] = ()) -> dict[str, float]:
         """One learner step on ``groups``, trained at policy ``version``; returns its metrics.

@@ -50,3 +50,11 @@ class Task(ABC):
     @abstractmethod
     def is_correct(self, example: Example, completion: str) -> bool:
         """Exact-match verdict used for held-out accuracy (never partial)."""
+
+    def display_prompt(self, example: Example) -> str:
+        """The prompt as shown beside sample completions (a chat-templated prompt shows its question)."""
+        return example.prompt
+
+    def is_well_formed(self, completion: str) -> bool:
+        """Whether ``completion`` answers in the format the prompt asks for (evaluation reports the share)."""
+        return True

@@ -157,6 +157,9 @@ class ReasoningGymTask(Task):
     def is_well_formed(self, completion: str) -> bool:
         return extract_answer(completion, self.answer_format)[1]
 
+    def display_prompt(self, example: Example) -> str:
+        return json.loads(example.answer)["question"] + " "
+
     def reward(self, example: Example, completion: str) -> float:
         score, well_formed = self.score(example, completion)
         correctness = score if self.partial_credit else float(score >= 1.0)

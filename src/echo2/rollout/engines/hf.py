@@ -1,8 +1,9 @@
 """The portable default engine: the HF model in the worker process, echo2's KV-cached sampler.
 
-It samples with exactly the computation the learner scores with (:mod:`echo2.rollout.sampler`),
-so behaviour log-probs match the learner's to float precision; a LoRA run wraps the base model
-in the run's adapter (:mod:`echo2.lora`) and each version replaces only the adapter tensors.
+It samples with the computation the learner scores with (:mod:`echo2.rollout.sampler`), so
+behaviour log-probs match the learner's to float precision; a LoRA run wraps the base model in
+the run's adapter (:mod:`echo2.lora`), each version replaces only the adapter tensors, and
+sampling runs on a :class:`~echo2.lora.MergedCopy` re-merged after each version.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from echo2.broadcast.payload import load_parameters
-from echo2.lora import add_adapter
+from echo2.lora import MergedCopy, add_adapter
 from echo2.modeling import load_model, resolve_device
 from echo2.protocol import RunSpec
 from echo2.rollout.sampler import Samples, sample
@@ -23,10 +24,14 @@ class HfEngine:
         self.model = (add_adapter(model, spec.adapter) if spec.adapter else model).to(resolve_device(device))
         self.model.eval()
         self.kind = "lora" if spec.adapter else "full"
+        self.merged = MergedCopy(self.model) if spec.adapter else None
+        self.sampling_model = self.merged.refresh() if self.merged else self.model
 
     def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
-        return sample(self.model, prompt_ids, max_new_tokens=self.spec.max_new_tokens, eos_id=self.eos_id,
+        return sample(self.sampling_model, prompt_ids, max_new_tokens=self.spec.max_new_tokens, eos_id=self.eos_id,
                       pad_id=self.pad_id, temperature=self.spec.temperature, generator=generator)
 
     def load(self, payload: bytes, sha256: str) -> None:
         load_parameters(self.model, payload, sha256, self.kind)
+        if self.merged:
+            self.merged.refresh()

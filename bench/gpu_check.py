@@ -1,0 +1,354 @@
+"""GPU check: echo2's own sampler, log-prob recomputation and learner step on a SmolLM2-135M-shaped model.
+
+    python bench/gpu_check.py [--quick] [--out DIR] [--device cuda|cpu] [--tiny]
+
+The model has SmolLM2-135M's architecture (a transformers ``LlamaConfig``: 30 layers, hidden 576,
+9 heads of 64, 3 KV heads, 49152-token vocabulary, tied embeddings) with DUMMY weights (seeded
+random initialisation, no download): what is measured is speed and numerics, not quality. A
+random model's next-token distribution is nearly uniform (log-probs about -ln 49152 = -10.8), so
+the log-prob differences below are those of bf16 arithmetic on such logits, which may be smaller
+than on a trained model's peaked ones. ``--tiny`` shrinks the model to 2 layers of hidden 64 and a
+4096-token vocabulary for smoke runs on a CPU. No EOS is ever produced (its id is -1), so every row
+generates exactly ``max_new_tokens`` tokens.
+
+Rows of the table (one ``check`` each):
+
+* ``generate``: :func:`echo2.rollout.sampler.sample` (the hf engine's sampler) in bf16, 64 rows of
+  ~48-token prompts: ``shared 8x8`` (8 distinct prompts, each the prompt of a group of 8 rows, which
+  :func:`echo2.tokens.prefill` runs once) vs ``distinct 64`` (no sharing); samples/s and
+  generated tokens/s for ``max_new_tokens`` 16 and 256 (16 only with ``--quick``, 8 with
+  ``--quick --tiny``). The RNG is a CPU
+  ``torch.Generator``, as the worker passes one (the sampled distribution is copied to the CPU
+  every token); one extra row draws on the device instead.
+* ``logprobs``: behaviour log-probs from sampling in bf16 (as a worker does) against
+  :func:`echo2.learner.logprobs.completion_scores` on the fp32 master copy of the same weights under
+  ``ComputePrecision("bfloat16", device)`` autocast (as the learner does): mean and max absolute
+  per-token difference in nats, against echo2's verification tolerance (``logprob_tolerance`` 0.2
+  mean abs nats/token by default; 0.3 in the SmolLM2 recipe). fp32 vs fp32 is the reference, and
+  bf16 sampling vs fp32 scoring without autocast is shown for comparison.
+* ``learner``: :class:`echo2.learner.trainer.Learner` steps (GRPO, lr 1e-6, fresh AdamW, bf16
+  compute) on 8 groups of 8 completions that the sampler produced above, rewards alternating 1/0
+  so every advantage is +-1: full fine-tuning and a LoRA adapter (:func:`echo2.lora.add_adapter`),
+  each with trainable parameters held in fp32 (:func:`echo2.learner.precision.hold_master_weights`,
+  the master weights) and in bf16 (no master copy). After the first step: max |delta| of the
+  trainable parameters and the fraction left unchanged; after the second, the fraction still
+  unchanged (a fresh LoRA adapter's B is zero, so its A gets no gradient in the first step: about
+  half the adapter cannot move before the second step, whatever the precision); first- and
+  second-step seconds and peak CUDA memory (``torch.cuda.max_memory_allocated``: model, optimizer,
+  activations).
+* ``vllm``: vLLM's engine with ``load_format="dummy"`` when ``import vllm`` works; otherwise the row
+  records that it is not installed (and cannot be carried: its wheel and the CUDA torch it pins
+  are several hundred MB, over the 64 MiB the lent GPU machine receives per call).
+
+The Learner needs a tokenizer only for ``pad_token_id`` and to encode each group's prompt text
+(``tokenizer(prompts)["input_ids"]`` in ``Rollouts.from_groups``): :class:`IdTokenizer` is a
+stand-in whose "text" is the prompt's token ids written out, so the dummy model's 49152-token
+vocabulary needs no real tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import importlib.util
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import common  # noqa: E402
+from common import format_table, write_results  # noqa: E402
+
+import torch  # noqa: E402
+
+from echo2.config import LoraConfig, load_config  # noqa: E402
+from echo2.coordinator.state import Group  # noqa: E402
+from echo2.learner.logprobs import completion_scores  # noqa: E402
+from echo2.learner.precision import ComputePrecision, hold_master_weights  # noqa: E402
+from echo2.learner.trainer import Learner  # noqa: E402
+from echo2.lora import add_adapter  # noqa: E402
+from echo2.protocol import AdapterSpec  # noqa: E402
+from echo2.rollout.sampler import Samples, sample  # noqa: E402
+from echo2.tasks import Example  # noqa: E402
+
+PAD_ID = 0
+NO_EOS = -1
+"""An id no token has: every row generates ``max_new_tokens`` tokens (fixed work per measurement)."""
+GROUPS, GROUP_SIZE = 8, 8
+PROMPT_TOKENS = (44, 52)
+"""Prompt lengths are drawn uniformly from this inclusive range (~48 tokens)."""
+LOGPROB_TOLERANCE = 0.2
+"""echo2's verification default (``verification.logprob_tolerance``), mean abs nats/token."""
+RECIPE_TOLERANCE = 0.3
+"""The SmolLM2-135M recipe's (configs/smollm2-135m-chain-sum.yaml): bf16 sampling vs bf16 scoring."""
+LR = 1e-6
+GIB = 2**30
+
+SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                    num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, rope_theta=100000.0,
+                    rms_norm_eps=1e-5, max_position_embeddings=8192)
+TINY = {**SMOLLM2_135M, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 4096}
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--tiny", action="store_true", help="2 layers, hidden 64, 4096 tokens: a CPU smoke run")
+
+
+def parse_args() -> argparse.Namespace:
+    args = common.parse_args(__doc__.splitlines()[0], "bench/out/gpu_check", _options)
+    args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    args.new_tokens = [16, 256] if not args.quick else [8] if args.tiny else [16]
+    args.reps = 1 if args.quick else 2
+    return args
+
+
+class IdTokenizer:
+    """The two things :class:`Learner` asks of a tokenizer: ``pad_token_id``, and ``tokenizer(texts)["input_ids"]``
+    — here a text is its token ids separated by spaces (see :func:`as_text`)."""
+
+    pad_token_id = PAD_ID
+    eos_token_id = None
+
+    def __call__(self, texts: list[str]) -> dict[str, list[list[int]]]:
+        return {"input_ids": [[int(t) for t in text.split()] for text in texts]}
+
+
+def as_text(ids: list[int]) -> str:
+    return " ".join(map(str, ids))
+
+
+def build_model(shape: dict[str, Any], device: torch.device) -> torch.nn.Module:
+    """SmolLM2-135M's architecture, seeded random weights, float32, on ``device``, eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    with device:
+        model = LlamaForCausalLM(LlamaConfig(**shape, pad_token_id=PAD_ID))
+    return model.eval()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
+    sync(device)
+    started = time.perf_counter()
+    out = fn()
+    sync(device)
+    return out, time.perf_counter() - started
+
+
+def make_prompts(vocab: int) -> tuple[list[list[int]], list[list[int]]]:
+    """64 rows each way: ``shared`` (8 prompts x 8 rows, group by group) and ``distinct`` (64 prompts)."""
+    rng = torch.Generator().manual_seed(0)
+    distinct = [torch.randint(1, vocab, (int(torch.randint(PROMPT_TOKENS[0], PROMPT_TOKENS[1] + 1, (1,),
+                                                           generator=rng)),), generator=rng).tolist()
+                for _ in range(GROUPS * GROUP_SIZE)]
+    shared = [distinct[g] for g in range(GROUPS) for _ in range(GROUP_SIZE)]
+    return shared, distinct
+
+
+def draw(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, seed: int,
+         rng_device: str = "cpu") -> Samples:
+    return sample(model, prompts, max_new_tokens=new_tokens, eos_id=NO_EOS, pad_id=PAD_ID,
+                  generator=torch.Generator(rng_device).manual_seed(seed))
+
+
+def generation_rows(worker: torch.nn.Module, shared: list[list[int]], distinct: list[list[int]],
+                    args: argparse.Namespace) -> list[dict[str, Any]]:
+    draw(worker, shared[:GROUP_SIZE], 4, seed=0)  # warm-up: kernels, allocator
+    layouts = [("shared 8x8", shared, "cpu"), ("distinct 64", distinct, "cpu")]
+    if args.device.type == "cuda" and not args.quick:
+        layouts.append(("shared 8x8, device RNG", shared, args.device.type))
+    rows = []
+    for new_tokens in args.new_tokens:
+        for name, prompts, rng_device in layouts:
+            if rng_device != "cpu" and new_tokens != max(args.new_tokens):
+                continue
+            seconds, produced = [], 0
+            for rep in range(args.reps):
+                samples, dt = timed(lambda: draw(worker, prompts, new_tokens, rep, rng_device), args.device)
+                seconds.append(dt)
+                produced = len(samples.completion_ids)
+                tokens = samples.num_tokens
+            dt = sum(seconds) / len(seconds)
+            rows.append({"check": "generate", "variant": name, "rows": produced,
+                         "distinct_prompts": len({tuple(p) for p in prompts}), "new_tokens": new_tokens,
+                         "seconds": dt, "samples_per_s": produced / dt, "tokens_per_s": tokens / dt,
+                         "note": f"bf16, mean of {args.reps}"})
+            print(f"== generate {name} x{new_tokens}: {dt:.3f}s", flush=True)
+    return rows
+
+
+@torch.no_grad()
+def logprob_gap(samples: Samples, scorer: torch.nn.Module, prompts: list[list[int]],
+                precision: ComputePrecision) -> tuple[float, float]:
+    """Mean and max |behaviour - recomputed| log-prob over every sampled token."""
+    with precision():
+        scores = completion_scores(scorer, prompts, samples.completion_ids, pad_id=PAD_ID)
+    behaviour = torch.zeros_like(scores.logprobs)
+    for row, logprobs in enumerate(samples.logprobs):
+        behaviour[row, : len(logprobs)] = torch.tensor(logprobs, device=behaviour.device)
+    gap = (behaviour - scores.logprobs).abs()[scores.mask.bool()]
+    return float(gap.mean()), float(gap.max())
+
+
+def logprob_rows(worker: torch.nn.Module, master: torch.nn.Module, shared: list[list[int]], new_tokens: int,
+                 device: torch.device) -> tuple[list[dict[str, Any]], Samples]:
+    bf16_samples = draw(worker, shared, new_tokens, seed=1)
+    fp32_samples = draw(master, shared, new_tokens, seed=1)
+    cases = [("bf16 sample vs fp32 master + bf16 autocast", bf16_samples, ComputePrecision("bfloat16", device.type)),
+             ("bf16 sample vs fp32 master, no autocast", bf16_samples, ComputePrecision("float32", device.type)),
+             ("fp32 sample vs fp32 score (reference)", fp32_samples, ComputePrecision("float32", device.type))]
+    rows = []
+    for name, samples, precision in cases:
+        mean, worst = logprob_gap(samples, master, shared, precision)
+        mean_logprob = sum(map(sum, samples.logprobs)) / samples.num_tokens
+        rows.append({"check": "logprobs", "variant": name, "rows": len(samples.completion_ids),
+                     "new_tokens": new_tokens, "mean_abs_nats": mean, "max_abs_nats": worst,
+                     "tolerance": LOGPROB_TOLERANCE, "ok": mean <= LOGPROB_TOLERANCE,
+                     "note": f"mean behaviour logprob {mean_logprob:.2f}"})
+        print(f"== logprobs {name}: mean {mean:.2e} max {worst:.2e}", flush=True)
+    return rows, bf16_samples
+
+
+def make_groups(shared: list[list[int]], samples: Samples) -> list[Group]:
+    """The 8 groups of 8 sampled rows, rewards 1, 0, 1, 0, ... (every advantage non-zero)."""
+    groups = []
+    for g in range(GROUPS):
+        span = slice(g * GROUP_SIZE, (g + 1) * GROUP_SIZE)
+        groups.append(Group(slot=g, example=Example(prompt=as_text(shared[g * GROUP_SIZE]), answer=""), version=0,
+                            worker_id="gpu_check", token_ids=samples.completion_ids[span],
+                            logprobs=samples.logprobs[span], rewards=[float(i % 2 == 0) for i in range(GROUP_SIZE)]))
+    return groups
+
+
+def moved(trainable: dict[str, torch.Tensor], before: dict[str, torch.Tensor]) -> tuple[float, int, int]:
+    """Max |delta| of the trainable parameters since ``before``, elements left unchanged, elements."""
+    delta, unchanged, total = 0.0, 0, 0
+    for name, parameter in trainable.items():
+        diff = (parameter.detach().float() - before[name].float()).abs()
+        delta = max(delta, float(diff.max()))
+        unchanged += int((diff == 0).sum())
+        total += diff.numel()
+    return delta, unchanged, total
+
+
+def learner_row(worker: torch.nn.Module, groups: list[Group], new_tokens: int, mode: str, held: str,
+                device: torch.device) -> dict[str, Any]:
+    """Two learner steps from the bf16 weights, trainable parameters held in ``held``."""
+    config = load_config(overrides=["model.dtype=bfloat16", f"learner.master_dtype={held}", f"learner.lr={LR}",
+                                    "learner.warm_start_optimizer=false", f"learner.groups_per_step={GROUPS}",
+                                    f"rollout.group_size={GROUP_SIZE}", f"rollout.max_new_tokens={new_tokens}"])
+    model = copy.deepcopy(worker)
+    if mode == "lora":
+        lora = LoraConfig()
+        model = add_adapter(model, AdapterSpec(r=lora.r, alpha=lora.alpha, dropout=lora.dropout,
+                                               target_modules=lora.target_modules))
+    model = hold_master_weights(model, held).to(device)  # as echo2.launch.ranks.load_policy does
+    if device.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    learner = Learner(model, IdTokenizer(), config.learner, config.rollout, compute_dtype="bfloat16")
+    trainable = {name: p for name, p in learner.model.named_parameters() if p.requires_grad}
+    before = {name: p.detach().clone() for name, p in trainable.items()}
+    metrics, first_s = timed(lambda: learner.step(groups, version=0), device)
+    delta, unchanged, total = moved(trainable, before)
+    _, second_s = timed(lambda: learner.step(groups, version=1), device)
+    _, unchanged_2, _ = moved(trainable, before)
+    peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in trainable.values()})
+    print(f"== learner {mode} held in {held}: step {first_s:.2f}s / {second_s:.2f}s, max delta {delta:.2e}, "
+          f"unchanged {unchanged / total:.4f}", flush=True)
+    del learner, model, trainable, before
+    return {"check": "learner", "variant": f"{mode}, trainable in {held}", "rows": GROUPS * GROUP_SIZE,
+            "new_tokens": new_tokens, "trainable_params": total, "step_s": first_s, "warm_step_s": second_s,
+            "peak_mem_gib": peak, "max_abs_delta": delta, "unchanged_frac": unchanged / total,
+            "unchanged_frac_2steps": unchanged_2 / total,
+            "loss": metrics.get("loss"), "ok": delta > 0,
+            "note": f"lr {LR:g}, bf16 autocast, {'/'.join(dtypes)} params"}
+
+
+def vllm_row(shape: dict[str, Any], shared: list[list[int]], new_tokens: int, device: torch.device) -> dict[str, Any]:
+    """vLLM's own engine on the same architecture with ``load_format="dummy"``, when vLLM is installed."""
+    base = {"check": "vllm", "variant": f"load_format=dummy, {len(shared)} rows", "new_tokens": new_tokens}
+    if importlib.util.find_spec("vllm") is None:
+        return {**base, "ok": None, "note": "vLLM not installed on this image; not carriable (wheel + pinned CUDA "
+                                            "torch are several hundred MB > 64 MiB per call): throughput and "
+                                            "in-place loading not measured"}
+    if device.type != "cuda":
+        return {**base, "ok": None, "note": "vLLM installed but needs a CUDA device: not run"}
+    import json
+    import tempfile
+
+    try:
+        from transformers import LlamaConfig
+        from vllm import LLM, SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        with tempfile.TemporaryDirectory() as folder:
+            config = LlamaConfig(**shape, pad_token_id=PAD_ID, architectures=["LlamaForCausalLM"])
+            (Path(folder) / "config.json").write_text(json.dumps(config.to_dict()))
+            llm = LLM(model=folder, load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16",
+                      gpu_memory_utilization=0.5, seed=0)
+            params = SamplingParams(max_tokens=new_tokens, ignore_eos=True, logprobs=0, temperature=1.0,
+                                    detokenize=False)
+            prompts = [TokensPrompt(prompt_token_ids=p) for p in shared]
+            llm.generate(prompts[:GROUP_SIZE], params, use_tqdm=False)  # warm-up
+            outputs, dt = timed(lambda: llm.generate(prompts, params, use_tqdm=False), device)
+            tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+        return {**base, "rows": len(outputs), "seconds": dt, "samples_per_s": len(outputs) / dt,
+                "tokens_per_s": tokens / dt, "ok": True, "note": "in-place weight loading not measured"}
+    except Exception as error:  # noqa: BLE001 - recorded, the other checks stand
+        return {**base, "ok": False, "note": f"vLLM failed: {type(error).__name__}: {str(error)[:200]}"}
+
+
+def main() -> None:
+    args = parse_args()
+    device, shape = args.device, TINY if args.tiny else SMOLLM2_135M
+    master = build_model(shape, device)
+    worker = copy.deepcopy(master).to(torch.bfloat16)  # what a worker samples with (model.dtype bfloat16)
+    master = hold_master_weights(copy.deepcopy(worker), "float32")  # the learner's fp32 copy of the same weights
+    shared, distinct = make_prompts(shape["vocab_size"])
+    longest = max(args.new_tokens)
+    rows = generation_rows(worker, shared, distinct, args)
+    scored, samples = logprob_rows(worker, master, shared, longest, device)
+    rows += scored
+    del master
+    groups = make_groups(shared, samples)
+    for mode in ("full", "lora"):
+        for held in ("float32", "bfloat16"):
+            rows.append(learner_row(worker, groups, longest, mode, held, device))
+    rows.append(vllm_row(shape, shared, longest, device))
+    columns = ["check", "variant", "rows", "new_tokens", "seconds", "samples_per_s", "tokens_per_s",
+               "mean_abs_nats", "max_abs_nats", "step_s", "warm_step_s", "peak_mem_gib", "max_abs_delta",
+               "unchanged_frac", "unchanged_frac_2steps", "ok", "note"]
+    import transformers
+
+    meta = {"quick": args.quick, "tiny": args.tiny, "device": str(device),
+            "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                            else f"cpu ({platform.machine()})"),
+            "torch": torch.__version__, "transformers": transformers.__version__, "model_shape": shape,
+            "weights": "dummy (seeded random init)", "groups": GROUPS, "group_size": GROUP_SIZE,
+            "prompt_tokens": list(PROMPT_TOKENS), "logprob_tolerance": LOGPROB_TOLERANCE,
+            "recipe_logprob_tolerance": RECIPE_TOLERANCE, "lr": LR,
+            "vllm_installed": importlib.util.find_spec("vllm") is not None}
+    print(f"\n{'tiny ' if args.tiny else ''}SmolLM2-135M architecture, dummy weights, on {meta['device_name']}; "
+          f"log-prob tolerance {LOGPROB_TOLERANCE} mean abs nats/token (recipe {RECIPE_TOLERANCE})")
+    print(format_table(rows, columns))
+    path = write_results(args.out, rows, meta)
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
