@@ -37,8 +37,8 @@ Rows of the table (one ``check`` each):
   second-step seconds and peak CUDA memory (``torch.cuda.max_memory_allocated``: model, optimizer,
   activations).
 * ``vllm``: vLLM's engine with ``load_format="dummy"`` when ``import vllm`` works; otherwise the row
-  records that it is not installed (and cannot be carried: its wheel and the CUDA torch it pins
-  are several hundred MB, over the 64 MiB the lent GPU machine receives per call).
+  records that it is not installed (``pip install 'echo2[vllm]'`` brings it with the CUDA torch
+  build it pins), so that its throughput and in-place loading were not measured.
 
 The Learner needs a tokenizer only for ``pad_token_id`` and to encode each group's prompt text
 (``tokenizer(prompts)["input_ids"]`` in ``Rollouts.from_groups``): :class:`IdTokenizer` is a
@@ -283,8 +283,7 @@ def vllm_row(shape: dict[str, Any], shared: list[list[int]], new_tokens: int, de
     """vLLM's own engine on the same architecture with ``load_format="dummy"``, when vLLM is installed."""
     base = {"check": "vllm", "variant": f"load_format=dummy, {len(shared)} rows", "new_tokens": new_tokens}
     if importlib.util.find_spec("vllm") is None:
-        return {**base, "ok": None, "note": "vLLM not installed on this image; not carriable (wheel + pinned CUDA "
-                                            "torch are several hundred MB > 64 MiB per call): throughput and "
+        return {**base, "ok": None, "note": "vLLM not installed (pip install 'echo2[vllm]'): its throughput and "
                                             "in-place loading not measured"}
     if device.type != "cuda":
         return {**base, "ok": None, "note": "vLLM installed but needs a CUDA device: not run"}

@@ -106,3 +106,13 @@ def test_correction_bench_quick(tmp_path):
     for row in rows:
         assert row["behaviour_weight_max"] >= 1.0 and 0 <= row["clip_fraction"] <= 1 and row["staleness_mean"] >= 0
     assert "behaviour_weight_max" in result.stdout and (tmp_path / "correction.png").stat().st_size > 10_000
+
+
+def test_real_model_bench_quick(tmp_path):
+    result = run_quick("real_model", tmp_path)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [r["prompt"] for r in rows] == ["shared per group", "per row"]
+    for row in rows:
+        assert row["worker_samples_per_s"] > 0 and row["worker_tokens_per_s"] > 0 and row["learner_fwd_bwd_s"] > 0
+    assert rows[0]["worker_samples_per_s_x"] > 0 and rows[0]["learner_speedup_x"] > 0
+    assert "learner_speedup_x" in result.stdout

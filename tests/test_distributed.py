@@ -73,6 +73,11 @@ def test_two_gloo_processes_make_the_single_process_update(tmp_path: Path, shard
     moved = max(float((alone["parameters"][n] - before[n]).abs().max()) for n in before)
     assert moved > 1e-4  # the step really moved the weights ...
     for name, value in alone["parameters"].items():  # ... and both runs moved them the same way
+        if name.endswith("k_proj.bias"):
+            # a key bias shifts every score of a query alike, which softmax ignores: its gradient
+            # is 0 up to float noise, and AdamW turns that noise into steps of +-lr whose sign
+            # depends on summation order, so no tolerance below lr can compare it
+            continue
         assert torch.allclose(together["parameters"][name], value, rtol=0, atol=1e-6), name
     for mine, theirs in zip(alone["exp_avg"], together["exp_avg"]):  # float-summation noise only
         assert float((theirs - mine).abs().max()) <= 1e-4 * float(mine.abs().max())

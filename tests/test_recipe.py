@@ -71,3 +71,24 @@ def test_the_recipe_trains_offline_on_a_tiny_random_qwen2(tmp_path):
     assert "<|im_start|>user" in log and "<|im_start|>assistant" in log  # prompts went through the chat template
     assert summary.reliability["groups_rejected"] == {} and summary.reliability["workers_quarantined"] == 0
     assert (summary.run_dir / "checkpoints" / "step_000002" / "model.safetensors").exists()
+
+
+def test_smollm2_recipe_parses_and_switches_to_full_fine_tuning_with_one_override():
+    recipe = ROOT / "configs" / "smollm2-135m-chain-sum.yaml"
+    config = load_config(recipe)
+    assert config.model.name == "smollm2-135m-instruct" and config.model.dtype == "bfloat16"
+    assert config.learner.master_dtype == "float32"
+    assert config.learner.lora.enabled and config.learner.effective_lr == 2e-4
+    assert config.eval.size >= 200 and config.run.max_minutes is not None and config.run.max_minutes < 30
+    full = load_config(recipe, ["learner.lora.enabled=false"])
+    assert not full.learner.lora.enabled and full.learner.effective_lr == 1e-5
+    # the task as configured, minus the chat template (the real model is not needed here)
+    task = load_task(config.task.name, {**config.task.options, "chat_template": None})
+    held_out = task.eval_examples(config.eval.size)
+    assert len({e.prompt for e in held_out}) == config.eval.size
+    assert all(e.prompt.endswith(config.task.options["instruction"]) for e in held_out)
+
+
+def test_gsm8k_recipe_computes_in_bf16_on_fp32_master_weights():
+    config = load_config(RECIPE)
+    assert config.model.dtype == "bfloat16" and config.learner.master_dtype == "float32"

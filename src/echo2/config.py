@@ -218,6 +218,9 @@ class LoraConfig(Section):
     """Scale: the adapter adds (alpha / r) * B A to each target weight."""
     dropout: float = Field(0.0, ge=0, lt=1)
     """Dropout on the adapter's input while training (workers sample in eval mode: none)."""
+    lr: float | None = Field(None, gt=0)
+    """The adapter's learning rate (None: ``learner.lr``). Adapters want rates ~10x those of full
+    fine-tuning, so a recipe can set both and switch with ``learner.lora.enabled`` alone."""
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         min_length=1)
@@ -298,6 +301,11 @@ class LearnerConfig(Section):
     """EchoClip auxiliary loss on advantage-degenerated groups (off by default)."""
     lora: LoraConfig = Field(default_factory=LoraConfig)
     """Train a LoRA adapter instead of the full weights (off by default)."""
+
+    @property
+    def effective_lr(self) -> float:
+        """The learning rate AdamW uses: the adapter's own when a LoRA run sets one."""
+        return self.lora.lr if self.lora.enabled and self.lora.lr is not None else self.lr
     master_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Dtype of the parameters AdamW updates (the master weights; see
     :mod:`echo2.learner.precision`). float32 keeps updates of ~1e-6 that bf16 weights would round

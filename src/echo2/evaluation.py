@@ -21,16 +21,17 @@ class EvalResult:
     """A few (prompt, greedy completion, reward) triples to show."""
     well_formed: float = 1.0
     """Fraction of greedy completions in the format the prompt asks for (:meth:`Task.is_well_formed`)."""
-    well_formed_accuracy: float = 0.0
-    """Accuracy among the well-formed greedy completions (a gain only in format leaves it flat)."""
+    well_formed_accuracy: float | None = None
+    """Accuracy among the well-formed greedy completions (a gain only in format leaves it flat);
+    None when no completion is well-formed."""
     greedy_tokens: float = 0.0
     """Mean length of the greedy completions in tokens (EOS included)."""
 
     def metrics(self) -> dict[str, float]:
         """The figures every evaluation logs."""
         return {"eval_accuracy": self.accuracy, "eval_sampled_reward": self.sampled_reward,
-                "eval_well_formed": self.well_formed, "eval_well_formed_accuracy": self.well_formed_accuracy,
-                "eval_greedy_tokens": self.greedy_tokens}
+                "eval_well_formed": self.well_formed, "eval_greedy_tokens": self.greedy_tokens,
+                **({} if self.well_formed_accuracy is None else {"eval_well_formed_accuracy": self.well_formed_accuracy})}
 
 
 @torch.no_grad()
@@ -71,5 +72,6 @@ def evaluate(
     model.train(was_training)
     n = max(1, len(examples))
     return EvalResult(accuracy=correct / n, sampled_reward=reward_sum / n, examples=shown_examples,
-                      well_formed=well_formed / n, well_formed_accuracy=well_formed_correct / max(1, well_formed),
+                      well_formed=well_formed / n,
+                      well_formed_accuracy=well_formed_correct / well_formed if well_formed else None,
                       greedy_tokens=greedy_tokens / n)

@@ -97,6 +97,9 @@ def convert_gguf(path: Path, out: Path) -> None:
     """Dequantize the GGUF model ``path`` with transformers and save it as a plain HF folder ``out``."""
     _require_gguf()
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # a bar per tensor would drown the run's own output
 
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     loaded = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name)

@@ -58,7 +58,7 @@ class Prefill:
     """[N] position id of each row's first completion token."""
 
 
-def prefill(model: torch.nn.Module, prompt_ids: list[list[int]], pad_id: int) -> Prefill:
+def prefill(model: torch.nn.Module, prompt_ids: list[list[int]], pad_id: int, share: bool = True) -> Prefill:
     """Run each distinct prompt of ``prompt_ids`` through ``model`` once and give every row its cache.
 
     Why: the G samples of a group share their prompt, and a chat-templated prompt is often several
@@ -66,9 +66,9 @@ def prefill(model: torch.nn.Module, prompt_ids: list[list[int]], pad_id: int) ->
     most of the work of sampling and of scoring. Only the last prompt position's logits are
     computed (a 49k vocabulary makes logits the largest tensor of a forward). Gradients flow
     through the cache when the caller has them enabled, so the learner's update is the same as
-    with each row's prompt computed on its own.
+    with each row's prompt computed on its own — which ``share=False`` does (benchmarks compare).
     """
-    distinct, owners = distinct_prompts(prompt_ids)
+    distinct, owners = distinct_prompts(prompt_ids) if share else (prompt_ids, list(range(len(prompt_ids))))
     input_ids, attention_mask = left_pad(distinct, pad_id, model_device(model))
     position_ids = positions(attention_mask)
     output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

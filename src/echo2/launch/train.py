@@ -86,13 +86,14 @@ class RunSummary:
         if not last or (first.well_formed == 1.0 and all(e.well_formed == 1.0 for e in last)):
             return []
 
-        def mean(values: list[float]) -> float:
-            return sum(values) / len(values)
+        def percent(values: list[float | None]) -> str:
+            known = [v for v in values if v is not None]
+            return f"{100 * sum(known) / len(known):.1f}%" if known else "- (none well-formed)"
 
-        return [f"well-formed answers {100 * first.well_formed:.1f}% -> {100 * mean([e.well_formed for e in last]):.1f}%"
-                f" | accuracy among well-formed {100 * first.well_formed_accuracy:.1f}% -> "
-                f"{100 * mean([e.well_formed_accuracy for e in last]):.1f}% | greedy length "
-                f"{first.greedy_tokens:.1f} -> {mean([e.greedy_tokens for e in last]):.1f} tokens"]
+        return [f"well-formed answers {percent([first.well_formed])} -> {percent([e.well_formed for e in last])} | "
+                f"accuracy among well-formed {percent([first.well_formed_accuracy])} -> "
+                f"{percent([e.well_formed_accuracy for e in last])} | greedy length {first.greedy_tokens:.1f} -> "
+                f"{sum(e.greedy_tokens for e in last) / len(last):.1f} tokens"]
 
     def reliability_line(self) -> str:
         r = self.reliability

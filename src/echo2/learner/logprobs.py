@@ -32,6 +32,7 @@ def completion_scores(
     pad_id: int,
     temperature: float = 1.0,
     entropies: bool = False,
+    share_prompts: bool = True,
 ) -> CompletionScores:
     """Log-probs (and, when ``entropies``, per-token entropies) of each completion.
 
@@ -40,9 +41,10 @@ def completion_scores(
     also gives the distribution of every completion's first token, then all completions at once
     on top of their prompts' cache, right-padded (a row's padding comes after its tokens, so
     causal attention never sees it). Logits exist only where a completion token is predicted.
-    Gradients flow through both passes when the caller has them enabled.
+    Gradients flow through both passes when the caller has them enabled. ``share_prompts=False``
+    runs every row's prompt on its own (benchmarks compare the two).
     """
-    start = prefill(model, prompt_ids, pad_id)
+    start = prefill(model, prompt_ids, pad_id, share=share_prompts)
     device = start.next_logits.device
     lengths = torch.tensor([len(c) for c in completion_ids], device=device)
     width = int(lengths.max())

@@ -76,10 +76,11 @@ class LearnerLoop:
                               temperature=self.config.rollout.temperature, seed=self.config.run.seed + version,
                               shown=self.config.eval.show)
         self.progress.newline()
+        among = "-" if result.well_formed_accuracy is None else f"{100 * result.well_formed_accuracy:.1f}%"
         log.info("eval v%d: held-out greedy accuracy %.1f%% | sampled reward %.1f%% | well-formed %.1f%% (accuracy "
-                 "among them %.1f%%) | %.1f tokens (%d prompts)", version, 100 * result.accuracy,
-                 100 * result.sampled_reward, 100 * result.well_formed, 100 * result.well_formed_accuracy,
-                 result.greedy_tokens, len(self.eval_examples))
+                 "among them %s) | %.1f tokens (%d prompts)", version, 100 * result.accuracy,
+                 100 * result.sampled_reward, 100 * result.well_formed, among, result.greedy_tokens,
+                 len(self.eval_examples))
         for prompt, completion, reward in result.examples:
             log.info("  sample v%d: %s%s  (reward %.2f)", version, prompt, completion.replace("\n", "\\n"), reward)
         return result

@@ -29,7 +29,7 @@ def build_optimizer(model: torch.nn.Module, config: LearnerConfig, model_dir: st
                     shard: Shard = Shard()) -> torch.optim.AdamW:
     """AdamW over the trainable parameters (sharded under FSDP), moments warm-started when possible."""
     parameters = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(parameters, lr=config.effective_lr, betas=config.betas, weight_decay=config.weight_decay)
     path = Path(model_dir) / OPTIMIZER_FILE if model_dir else None
     full_weights = len(parameters) == len(list(model.parameters()))
     if not (config.warm_start_optimizer and full_weights and path is not None and path.exists()):

@@ -40,16 +40,18 @@ def sample(
     temperature: float = 1.0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    share_prompts: bool = True,
 ) -> Samples:
     """Sample one completion for every row of ``prompt_ids`` (repeat a prompt G times for a group).
 
     With ``greedy`` the argmax token is taken and ``logprobs`` are those of the
-    temperature-scaled distribution all the same.
+    temperature-scaled distribution all the same. ``share_prompts=False`` runs every row's
+    prompt on its own (the cost without :func:`~echo2.tokens.prefill`'s sharing, for benchmarks).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = model_device(model)
-    start = prefill(model, prompt_ids, pad_id)
+    start = prefill(model, prompt_ids, pad_id, share=share_prompts)
     cache, logits, attention_mask, next_position = (start.cache, start.next_logits, start.attention_mask,
                                                     start.next_position)
     rows = len(prompt_ids)
