@@ -182,7 +182,7 @@ def form_rows(run_dir: Path) -> list[dict[str, Any]]:
     from echo2.evaluation import evaluate
     from echo2.learner.checkpoint import latest_resumable
     from echo2.launch.ranks import load_policy
-    from echo2.lora import MergedCopy, has_adapter
+    from echo2.lora import for_sampling
     from echo2.modeling import load_tokenizer, pin_threads
     from echo2.learner.precision import ComputePrecision
     from echo2.tasks import load_task
@@ -194,8 +194,7 @@ def form_rows(run_dir: Path) -> list[dict[str, Any]]:
     tokenizer = load_tokenizer(config.model.name)
     rows = []
     for label, weights in (("base model", config.model.name), ("last checkpoint", str(latest_resumable(run_dir)))):
-        model = load_policy(config, weights)
-        model = MergedCopy(model).refresh() if has_adapter(model) else model
+        model = for_sampling(load_policy(config, weights))
         with ComputePrecision(config.model.dtype)():
             result = evaluate(model, tokenizer, task, examples, max_new_tokens=config.rollout.max_new_tokens,
                               shown=len(examples))

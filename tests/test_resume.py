@@ -74,7 +74,9 @@ def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
         before = _records(run_dir)
         resumed_at = int(latest_resumable(run_dir).name.removeprefix("step_"))
 
-        config = load_config(str(run_dir / "config.yaml"), ["telemetry.progress=false"])
+        # no local worker this time: the resumed run can only finish if the hand-started worker
+        # rejoins by itself (however long its backoff takes on a busy machine)
+        config = load_config(str(run_dir / "config.yaml"), ["telemetry.progress=false", "workers.count=0"])
         summary = run_training(config, resume_dir=run_dir)
     finally:
         for process in (learner, remote):

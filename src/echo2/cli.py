@@ -55,6 +55,8 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from echo2.evaluation import evaluate
+    from echo2.learner.precision import ComputePrecision
+    from echo2.lora import for_sampling
     from echo2.modeling import load_model, load_tokenizer, pin_threads
     from echo2.tasks import load_task
 
@@ -66,9 +68,11 @@ def _eval(args: argparse.Namespace) -> int:
     config = load_config(config_path, args.overrides)
     pin_threads(args.threads)
     task = load_task(config.task.name, config.task.options)
-    model, tokenizer = load_model(str(checkpoint), config.model.dtype), load_tokenizer(str(checkpoint))
-    result = evaluate(model, tokenizer, task, task.eval_examples(args.size), max_new_tokens=config.rollout.max_new_tokens,
-                      temperature=config.rollout.temperature, shown=config.eval.show)
+    model, tokenizer = for_sampling(load_model(str(checkpoint), config.model.dtype)), load_tokenizer(str(checkpoint))
+    with ComputePrecision(config.model.dtype)():
+        result = evaluate(model, tokenizer, task, task.eval_examples(args.size),
+                          max_new_tokens=config.rollout.max_new_tokens, temperature=config.rollout.temperature,
+                          shown=config.eval.show)
     for prompt, completion, reward in result.examples:
         print(f"  {prompt}{completion}  (reward {reward:.2f})")
     print(f"held-out greedy accuracy {100 * result.accuracy:.1f}% | sampled reward {100 * result.sampled_reward:.1f}% "

@@ -118,3 +118,8 @@ class MergedCopy:
             base = layer.get_base_layer().weight
             merged.weight.copy_(base.float() + layer.get_delta_weight("default").float())
         return self.model
+
+
+def for_sampling(model: torch.nn.Module) -> torch.nn.Module:
+    """A model to sample from once (``echo2 eval``): ``model`` itself, or a LoRA model merged."""
+    return MergedCopy(model).refresh() if has_adapter(model) else model
