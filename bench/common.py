@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,10 +35,24 @@ def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+def provenance() -> dict[str, Any]:
+    """The commit the benchmark ran on (``+dirty`` with uncommitted changes) and the machine."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "HEAD") or None
+    if commit and git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+dirty"
+    return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+
+
 def write_results(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    """``out/results.json``: the rows and ``meta``, with the commit and machine every results file records."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
-    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    path.write_text(json.dumps({"meta": {**provenance(), **meta}, "rows": rows}, indent=2))
     return path
 
 

@@ -32,7 +32,6 @@ import argparse
 import itertools
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -260,9 +259,7 @@ def run_meta(run_dir: Path, peak_rss: int | None, wall_s: float | None) -> dict[
 def main() -> None:
     args = common.parse_args(__doc__.splitlines()[0], "bench/out/real_model", _options)
     rounds = args.rounds or (2 if args.quick else 4)
-    meta: dict[str, Any] = {"quick": args.quick, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                            "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                                     text=True).stdout.strip()}
+    meta: dict[str, Any] = {"quick": args.quick}
     args.out.mkdir(parents=True, exist_ok=True)
     if args.quick:
         rows = layout_rows(None, rounds, ["rollout.groups_per_lease=2", "learner.groups_per_step=2"])

@@ -39,8 +39,8 @@ from echo2.learner.objectives import (
 )
 from echo2.learner.optimizer import build_optimizer
 from echo2.learner.precision import ComputePrecision
-from echo2.lora import MergedCopy, has_adapter
 from echo2.learner.tally import Tally
+from echo2.lora import MergedCopy, has_adapter
 
 
 def _pad_right(rows: Sequence[Sequence[float] | torch.Tensor], width: int,
