@@ -69,8 +69,8 @@ def main() -> None:
         ])
         summary = run_training(config)
         rollouts = config.learner.groups_per_step * config.rollout.group_size
-        row = {"config": name, "S": config.max_staleness,
-               **measure(summary.run_dir, rollouts, config.max_staleness)}
+        row = {"config": name, "S": config.staleness,
+               **measure(summary.run_dir, rollouts, config.staleness)}
         row["error_points"] = 100 * (row["util_predicted"] - row["util_measured"])
         rows.append(row)
     columns = ["config", "S", "T_train_s", "T_bcast_s", "sum_mu", "util_measured", "util_predicted",

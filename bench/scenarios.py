@@ -52,7 +52,7 @@ def row(result: SimResult, **labels) -> dict:
     hours = sum(result.worker_hours.values())
     return {
         **labels, "workers": sum(c.count for c in result.scenario.fleet),
-        "mean_active": hours * 3600 / result.wall_s, "S": result.scenario.recipe.max_staleness,
+        "mean_active": hours * 3600 / result.wall_s, "S": result.scenario.recipe.staleness,
         "util": result.utilization, "s_per_step": summary["seconds_per_step"],
         "staleness": summary["staleness_mean"], "dissemination_s": summary["dissemination_mean_s"],
         "wasted_pct": 100 * sum(result.wasted.values()) / max(result.rollouts_generated, 1),

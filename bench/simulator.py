@@ -66,7 +66,7 @@ def compare(name: str, run_dir: Path) -> dict:
     utilization = statistics.fmean(r.utilization for r in results)
     wall = statistics.fmean(r.train_wall_s for r in results)
     return {
-        "config": name, "S": scenario.recipe.max_staleness, "steps": real["steps"],
+        "config": name, "S": scenario.recipe.staleness, "steps": real["steps"],
         "T_train_s": scenario.train_step_s(), "util_measured": real["utilization"], "util_simulated": utilization,
         "util_error_pct": 100 * (utilization / real["utilization"] - 1), "wall_measured": real["train_wall_s"],
         "wall_simulated": wall, "wall_error_pct": 100 * (wall / real["train_wall_s"] - 1),

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from echo2.model_sources import SHIPPED_MODEL
+from echo2.staleness import resolve as resolve_staleness
 
 
 class ConfigError(ValueError):
@@ -417,16 +418,10 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _resolve_staleness(self) -> Config:
-        if self.staleness is None:
-            self.staleness = 0 if self.protocol == "sync" else 1
-        elif self.protocol == "sync" and self.staleness != 0:
-            raise ValueError(f"protocol=sync is the S=0 barrier; staleness={self.staleness} contradicts it")
+        resolved = resolve_staleness(self.protocol, self.staleness)
+        if resolved != self.staleness:  # (assigning re-runs validation when assignments are validated)
+            self.staleness = resolved
         return self
-
-    @property
-    def max_staleness(self) -> int:
-        assert self.staleness is not None  # resolved by the validator
-        return self.staleness
 
 
 def _parse_value(text: str) -> Any:

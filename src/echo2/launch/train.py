@@ -134,7 +134,7 @@ def run_spec(config: Config) -> RunSpec:
         model=config.model.name, dtype=config.model.dtype, task=config.task.name, task_options=config.task.options,
         group_size=config.rollout.group_size, temperature=config.rollout.temperature,
         max_new_tokens=config.rollout.max_new_tokens, groups_per_lease=config.rollout.groups_per_lease,
-        protocol=config.protocol, staleness=config.max_staleness, fetch_delay_s=config.workers.fetch_delay_s,
+        protocol=config.protocol, staleness=config.staleness, fetch_delay_s=config.workers.fetch_delay_s,
         broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
         heartbeat_interval_s=min(2.0, config.coordinator.heartbeat_timeout_s / 4), seed=config.run.seed,
         engine=config.rollout.engine, adapter=adapter_spec(config),
@@ -201,7 +201,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
                             resume_after=version if resume else None)
     timeline = TimelineWriter(run_dir)
     port, token = _endpoint(config, run_dir, resuming=resume is not None)
-    publisher = Publisher(config.broadcast, keep_versions=config.max_staleness + 2, token=token,
+    publisher = Publisher(config.broadcast, keep_versions=config.staleness + 2, token=token,
                           kind="lora" if config.learner.lora.enabled else "full")
     state = CoordinatorState(
         run_spec(config),
@@ -215,7 +215,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
         on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),
         planner=publisher.planner,
         fleet=Fleet(FleetPolicy.from_rule(config.activation, config.learner.groups_per_step * config.rollout.group_size,
-                                          config.max_staleness)),
+                                          config.staleness)),
     )
     if resume:
         snapshot.restore(state, resume["coordinator"], task.train_examples(config.run.seed))
@@ -225,7 +225,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     server = CoordinatorServer(app, config.coordinator.host, port)
     server.start(config.coordinator.start_timeout_s)
     _write_private(run_dir / COORDINATOR_FILE, json.dumps({"url": server.url, "port": server.port, "token": token}))
-    log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.max_staleness,
+    log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.staleness,
              server.url)
     log.info("more workers can join with: echo2 worker --coordinator %s --token=%s", server.url, token)
     workers = launch_workers(config, server.url, token, run_dir / "workers")

@@ -14,7 +14,7 @@ def plan_lines(config: Config, inventory: Inventory, other_staleness: range = ra
     def run(s: int) -> Provision:
         return provision(inventory, rollouts, s, mode, chunk)
 
-    chosen = run(config.max_staleness)
+    chosen = run(config.staleness)
     lines = [f"plan for S={chosen.staleness}, {rollouts} rollouts per step, {mode} broadcast, "
              f"T_train {inventory.learner.train_step_s:g}s, payload {inventory.learner.payload_mib:g} MiB",
              "", f"{'worker class':<24}{'run':>5}{'of':>5}{'$/h each':>10}{'rollouts/s each':>17}"]

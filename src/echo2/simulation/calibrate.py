@@ -85,7 +85,7 @@ def scenario_from_run(run_dir: Path) -> Scenario:
                     "price_per_gpu_hour": config.activation.learner_price_per_hour},
         "recipe": {"steps": config.run.steps, "groups_per_step": config.learner.groups_per_step,
                    "group_size": config.rollout.group_size, "groups_per_lease": config.rollout.groups_per_lease,
-                   "protocol": config.protocol, "staleness": config.max_staleness,
+                   "protocol": config.protocol, "staleness": config.staleness,
                    "lease_timeout_s": config.coordinator.lease_timeout_s,
                    "heartbeat_timeout_s": config.coordinator.heartbeat_timeout_s,
                    "heartbeat_interval_s": min(2.0, config.coordinator.heartbeat_timeout_s / 4)},

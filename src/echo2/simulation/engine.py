@@ -75,7 +75,7 @@ class Simulation(WorkerLoop):
         recipe = scenario.recipe
         self.rng = random.Random(scenario.seed)
         self.queue = EventQueue()
-        self.books = Books(recipe.max_staleness, recipe.groups_per_step)
+        self.books = Books(recipe.staleness, recipe.groups_per_step)
         self.workers: list[SimWorker] = build_fleet(scenario, self.rng)
         self.protocol = recipe.protocol
         self.group_size, self.groups_per_lease = recipe.group_size, recipe.groups_per_lease
@@ -96,7 +96,7 @@ class Simulation(WorkerLoop):
         self.loaded: set[int] = {0}
         self.billing = Billing(scenario.learner_price_per_hour)
         self.fleet = _SimFleet(FleetPolicy.from_rule(scenario.activation, recipe.rollouts_per_step,
-                                                     recipe.max_staleness))
+                                                     recipe.staleness))
         self.centralized = simulate_centralized(scenario)
         self.recorder = Recorder(scenario, {w.worker_id for w in self.workers[:timeline_workers]}, self.centralized)
         self.step = 0

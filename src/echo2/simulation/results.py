@@ -120,7 +120,7 @@ class SimResult:
 def planned(scenario: Scenario) -> dict:
     """What ``echo2 plan`` (the capacity model) predicts for the scenario's inventory."""
     recipe, broadcast = scenario.recipe, scenario.broadcast
-    plan = provision(scenario.inventory(), recipe.rollouts_per_step, recipe.max_staleness, broadcast.mode,
+    plan = provision(scenario.inventory(), recipe.rollouts_per_step, recipe.staleness, broadcast.mode,
                      broadcast.chunk_mib, scenario.activation.target_utilization, scenario.activation.reachable_share)
     return {"utilization": plan.utilization, "step_s": plan.step_s, "cost_per_step_usd": plan.cost_per_step,
             "broadcast_s": plan.broadcast_s, "workers": plan.chosen}

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from echo2.config import ActivationRule
+from echo2.staleness import resolve as resolve_staleness
 from echo2.planning.inventory import Inventory, first_error
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
 from echo2.planning.inventory import WorkerClass as InventoryClass
@@ -97,8 +98,9 @@ class RecipeSpec(_Section):
     protocol: Literal["sync", "pull", "async"] = "async"
     """``sync``/``pull``: the worker fetches the newest version before every lease (blocking);
     ``async``: a background fetch, swapped in between leases."""
-    staleness: int = Field(1, ge=0)
-    """S: a step trains only on groups at most S versions old (forced to 0 for ``sync``)."""
+    staleness: int | None = Field(None, ge=0)
+    """S: a step trains only on groups at most S versions old. Default: 0 for ``sync``, 1
+    otherwise; ``sync`` requires 0 (the same rule as a run's config)."""
     lease_timeout_s: float = Field(3600.0, gt=0)
     """A lease not submitted within this time expires and its prompts are re-issued."""
     heartbeat_timeout_s: float = Field(30.0, gt=0)
@@ -110,9 +112,12 @@ class RecipeSpec(_Section):
     def rollouts_per_step(self) -> int:
         return self.groups_per_step * self.group_size
 
-    @property
-    def max_staleness(self) -> int:
-        return 0 if self.protocol == "sync" else self.staleness
+    @model_validator(mode="after")
+    def _resolve_staleness(self) -> RecipeSpec:
+        resolved = resolve_staleness(self.protocol, self.staleness)
+        if resolved != self.staleness:  # (assigning re-runs validation when assignments are validated)
+            self.staleness = resolved
+        return self
 
 
 class BroadcastSpec(_Section):
