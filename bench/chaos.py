@@ -14,6 +14,7 @@ buffered, queued nor out on a lease), groups trained twice, and the lease ledger
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -50,8 +51,8 @@ class ChaosMonkey:
         self.logs[index] = self.run_dir / f"chaos-worker-{index}-{self.starts}.log"
         log = self.logs[index].open("w")
         return subprocess.Popen([sys.executable, "-m", "echo2.cli", "worker", "--coordinator", endpoint["url"],
-                                 f"--token={endpoint['token']}", "--name", f"worker-{index}", "--threads", "1"],
-                                stdout=log, stderr=subprocess.STDOUT)
+                                 "--name", f"worker-{index}", "--threads", "1"],
+                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ECHO2_TOKEN": endpoint["token"]})
 
     def _run(self) -> None:
         path = self.run_dir / COORDINATOR_FILE

@@ -13,7 +13,7 @@ generates exactly ``max_new_tokens`` tokens.
 
 Rows of the table (one ``check`` each):
 
-* ``generate``: :func:`echo2.rollout.sampler.sample` (the hf engine's sampler) in bf16, 64 rows of
+* ``generate``: :func:`echo2.generation.sample` (the hf engine's sampler) in bf16, 64 rows of
   ~48-token prompts: ``shared 8x8`` (8 distinct prompts, each the prompt of a group of 8 rows, which
   :func:`echo2.tokens.prefill` runs once) vs ``distinct 64`` (no sharing); samples/s and
   generated tokens/s for ``max_new_tokens`` 16 and 256 (16 only with ``--quick``, 8 with
@@ -67,13 +67,13 @@ from common import format_table, write_results  # noqa: E402
 import torch  # noqa: E402
 
 from echo2.config import LoraConfig, load_config  # noqa: E402
-from echo2.coordinator.state import Group  # noqa: E402
+from echo2.exchange import Group  # noqa: E402
 from echo2.learner.logprobs import completion_scores  # noqa: E402
 from echo2.learner.precision import ComputePrecision, hold_master_weights  # noqa: E402
 from echo2.learner.trainer import Learner  # noqa: E402
 from echo2.lora import add_adapter  # noqa: E402
 from echo2.protocol import AdapterSpec  # noqa: E402
-from echo2.rollout.sampler import Samples, sample  # noqa: E402
+from echo2.generation import Samples, sample  # noqa: E402
 from echo2.tasks import Example  # noqa: E402
 
 PAD_ID = 0

@@ -111,7 +111,7 @@ def layout_rows(config_path: str | None, rounds: int, overrides: list[str]) -> l
     from echo2.learner.logprobs import completion_scores
     from echo2.modeling import load_tokenizer, pin_threads
     from echo2.rollout.engines.hf import HfEngine
-    from echo2.rollout.sampler import sample
+    from echo2.generation import sample
     from echo2.tasks import load_task
 
     config = load_config(config_path, overrides)

@@ -4,8 +4,8 @@ from collections.abc import Callable
 
 import torch
 
-from echo2.coordinator.state import Group
-from echo2.rollout.sampler import sample
+from echo2.exchange import Group
+from echo2.generation import sample
 from echo2.tasks import ArithmeticTask
 
 

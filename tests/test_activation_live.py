@@ -2,6 +2,7 @@
 killing the cheap one brings the expensive one back; a preempted worker (SIGTERM) deregisters
 (real processes on loopback)."""
 
+import os
 import re
 import socket
 import subprocess
@@ -47,16 +48,17 @@ def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path)
         try:
             wait_for(lambda: log_path.exists() and "step" in log_path.read_text() or _healthy(url), 60, "the run")
             time.sleep(4)
-            cheap = subprocess.Popen([sys.executable, "-m", "echo2.cli", "worker", "--coordinator", url, "--token",
-                                      token, "--name", "cheap", "--price-per-hour", "0.2", "--give-up-after", "5"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            env = {**os.environ, "ECHO2_TOKEN": token}
+            cheap = subprocess.Popen([sys.executable, "-m", "echo2.cli", "worker", "--coordinator", url,
+                                      "--name", "cheap", "--price-per-hour", "0.2", "--give-up-after", "5"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             wait_for(lambda: "parked local-0" in log_path.read_text(), 30, "the expensive worker to be parked")
             cheap.kill()  # no SIGTERM courtesy: it simply vanishes
             cheap.wait(10)
             wait_for(lambda: "activated local-0" in log_path.read_text(), 30, "the expensive worker to come back")
-            preempted = subprocess.Popen([sys.executable, "-m", "echo2.cli", "worker", "--coordinator", url, "--token",
-                                          token, "--name", "preempted", "--give-up-after", "5"],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            preempted = subprocess.Popen([sys.executable, "-m", "echo2.cli", "worker", "--coordinator", url,
+                                          "--name", "preempted", "--give-up-after", "5"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             wait_for(lambda: "worker preempted joined" in log_path.read_text(), 30, "the preempted worker to join")
             time.sleep(6)  # let it load the model and start working
             preempted.terminate()  # SIGTERM: finish the request in hand, hand back the rest, deregister

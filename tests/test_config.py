@@ -65,3 +65,16 @@ def test_shipped_recipe_is_the_defaults():
     defaults = load_config()
     assert recipe.model_dump(exclude={"task"}) == defaults.model_dump(exclude={"task"})
     assert recipe.task.name == defaults.task.name
+
+
+def test_list_items_are_overridden_by_index():
+    config = load_config(overrides=["workers.fleet=[{price_per_hour: 1}, {}]", "workers.fleet.1.price_per_hour=2.5"])
+    assert [spec.price_per_hour for spec in config.workers.fleet] == [1.0, 2.5]
+    with pytest.raises(ConfigError, match=r"config key 'workers.fleet.5.price_per_hour': '5' is not an index"):
+        load_config(overrides=["workers.fleet=[{}]", "workers.fleet.5.price_per_hour=1"])
+
+
+def test_config_package_imports_no_torch():
+    code = ("import sys, echo2.config; "
+            "assert not {'torch', 'transformers'} & set(sys.modules), 'echo2.config imported torch'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -54,7 +54,7 @@ def test_malformed_submit_is_refused_and_changes_nothing(setup, mutate, status, 
     mutate(body)
     response = _submit(client, headers, body)
     assert response.status_code == status and reason in response.json()["detail"]
-    assert state.buffer == [] and state.leases[lease.lease_id].state == "active"
+    assert len(state.ledger) == 0 and state.leases.get(lease.lease_id).state == "active"
 
 
 @pytest.mark.parametrize("raw", ['{"lease_id": 1}', "not json", '{"lease_id": "x", "version": -1, "groups": []}'])
@@ -62,14 +62,14 @@ def test_ill_formed_json_is_a_422(setup, raw):
     state, client, headers, _ = setup
     response = _submit(client, headers, raw)
     assert response.status_code == 422 and response.json()["detail"]
-    assert state.buffer == []
+    assert len(state.ledger) == 0
 
 
 def test_nan_logprob_is_refused(setup):
     state, client, headers, lease = setup
     body = valid_submission(lease).model_dump_json().replace("-0.1", "NaN", 1)
     response = _submit(client, headers, body)
-    assert response.status_code == 422 and state.buffer == []
+    assert response.status_code == 422 and len(state.ledger) == 0
 
 
 def test_submission_is_idempotent(setup):
@@ -78,14 +78,14 @@ def test_submission_is_idempotent(setup):
     first, again = _submit(client, headers, body), _submit(client, headers, body)
     assert first.json() == {"accepted": 2, "duplicate": False}
     assert again.status_code == 200 and again.json()["duplicate"] is True
-    assert len(state.buffer) == 2 and state.counters["duplicate_submissions"] == 1
+    assert len(state.ledger) == 2 and state.counters["duplicate_submissions"] == 1
 
 
 def test_other_workers_cannot_submit_your_lease(setup):
     state, client, _, lease = setup
     other = client.post("/v1/register", json={"name": "x"}, headers={AUTH_HEADER: "t"}).json()["session_token"]
     response = _submit(client, {AUTH_HEADER: other}, valid_submission(lease))
-    assert response.status_code == 404 and state.buffer == []
+    assert response.status_code == 404 and len(state.ledger) == 0
 
 
 def test_body_size_limit(setup):

@@ -2,7 +2,7 @@
 
 from conftest import make_state
 
-from echo2.coordinator.records import Group
+from echo2.exchange import Group
 from echo2.learner.sampling import informative_batch
 from echo2.protocol import Completion, GroupResult, SubmitRequest
 from echo2.tasks import Example
@@ -67,7 +67,7 @@ def test_filtered_groups_free_their_slots_and_are_accounted():
     assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "wait"  # window full
 
     def take(count: int) -> list[Group]:
-        if not state.buffer:  # the worker answers the lease the filtered group made room for
+        if not len(state.ledger):  # the worker answers the lease the filtered group made room for
             replacement = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
             assert replacement.status == "granted" and len(replacement.prompts) == 1
             _submit(state, worker, replacement, lambda slot: MIXED)

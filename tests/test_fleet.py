@@ -5,10 +5,11 @@ import time
 import pytest
 from conftest import make_state, submit_all
 
-from echo2.coordinator.fleet import Fleet, FleetPolicy
+from echo2.coordinator.fleet import Fleet
+from echo2.planning.activation_rule import ActivationPolicy
 
 # 2 groups x 2 completions = 4 rollouts per step; S = 1
-POLICY = FleetPolicy(enabled=True, rollouts_per_step=4, staleness=1, headroom=1.0)
+POLICY = ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=1, headroom=1.0)
 
 
 def measured(state, record, rollouts_per_s):
@@ -39,7 +40,7 @@ def test_cheap_worker_joining_parks_the_expensive_one_and_a_death_reactivates_it
 
 def test_unreachable_target_aims_for_the_knee_instead_of_running_everyone():
     # S = 0 never reaches U = 1; 95% of the best reachable (1 / (1 + 0)) needs 4 / (1/0.95 - 1) = 76 x 1.1 rollouts/s
-    state = make_state(staleness=0, fleet=Fleet(FleetPolicy(enabled=True, rollouts_per_step=4, staleness=0)))
+    state = make_state(staleness=0, fleet=Fleet(ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=0)))
     workers = [state.register(f"w{i}", price_per_hour=1.0 + i) for i in range(3)]
     for worker in workers:
         measured(state, worker, 100.0)
@@ -63,8 +64,8 @@ def test_throughput_is_profiled_from_submissions_and_cost_is_billed_for_active_t
     submit_all(state, worker, lease)
     assert worker.throughput == pytest.approx(4 / 0.1, rel=0.5)  # 4 rollouts in ~0.1 s
     time.sleep(0.1)
-    costs = state.costs(learner_price_per_hour=3600.0, wall_s=1.0)
-    assert costs["cost/w_usd"] == pytest.approx(36.0 * worker.active_seconds / 3600)
+    costs = state.stats(learner_price_per_hour=3600.0, wall_s=1.0).costs
+    assert costs["cost/w_usd"] == pytest.approx(36.0 * state.fleet.billing.seconds["w"] / 3600)
     assert 0.2 / 3600 * 36 * 0.5 < costs["cost/w_usd"] < 1.0
     assert costs["cost_learner_usd"] == pytest.approx(1.0)
     assert costs["cost_centralized_usd"] > costs["cost_learner_usd"]

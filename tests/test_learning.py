@@ -9,10 +9,10 @@ together, in one process.
 import torch
 
 from echo2.config import load_config
-from echo2.coordinator.state import Group
+from echo2.exchange import Group
 from echo2.learner.trainer import Learner
 from echo2.modeling import load_model, load_tokenizer
-from echo2.rollout.sampler import sample
+from echo2.generation import sample
 from echo2.tasks import ArithmeticTask
 
 

@@ -5,7 +5,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llama
 
 from echo2.learner.logprobs import completion_logprobs
 from echo2.modeling import SHIPPED_MODEL_DIR, load_model, load_tokenizer
-from echo2.rollout.sampler import sample
+from echo2.generation import sample
 
 
 def test_shipped_model_is_small_and_loads_with_plain_transformers():

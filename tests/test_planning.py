@@ -9,7 +9,8 @@ import pytest
 from echo2.cli import main
 from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.broadcast_time import broadcast_seconds
-from echo2.planning.inventory import load_inventory
+from echo2.config import WorkerClass
+from echo2.planning.inventory import Inventory, load_inventory
 from echo2.planning.provision import provision
 from echo2.planning.capacity import (StepTimes, max_utilization, predicted_utilization, provisioning_need,
                                      required_throughput, step_period)
@@ -128,3 +129,20 @@ def test_provision_and_plan_command(tmp_path, capsys):
                    "workers: [{name: x, price_per_hour: 1, rollouts_per_s: -3}]\n")
     assert main(["plan", "--inventory", str(bad)]) == 2
     assert "workers.0.rollouts_per_s" in capsys.readouterr().err
+
+
+def test_inventory_and_scenario_share_one_worker_class():
+    from echo2.simulation.scenario import load_scenario
+
+    scenario = load_scenario("configs/scenarios/qwen3-8b-256w-wan.yaml")
+    inventory = scenario.inventory()
+    assert all(a is b and isinstance(a, WorkerClass) for a, b in zip(inventory.workers, scenario.fleet, strict=True))
+    assert inventory.throughput(scenario.fleet[0]) == pytest.approx(1190 / 2048 * (1 - 0.1 * 600 / 3600))
+    # tokens/s need the inventory's response_tokens; an omitted uplink (learner or worker) is unlimited
+    learner = {"price_per_hour": 1, "train_step_s": 10, "payload_mib": 100}
+    with pytest.raises(ValueError, match="response_tokens"):
+        Inventory.model_validate({"learner": learner, "workers": [{"name": "x", "tokens_per_s": 100}]})
+    tokens = Inventory.model_validate({"learner": learner, "response_tokens": 50,
+                                       "workers": [{"name": "x", "count": 4, "tokens_per_s": 100}]})
+    assert tokens.throughput(tokens.workers[0]) == 2.0
+    assert provision(tokens, rollouts_per_step=16, staleness=1).broadcast_s == 0.0

@@ -9,11 +9,11 @@ do not change at all; held in fp32 (``learner.master_dtype``) while computing in
 import torch
 
 from echo2.config import load_config
-from echo2.coordinator.state import Group
+from echo2.exchange import Group
 from echo2.learner.precision import ComputePrecision, hold_master_weights
 from echo2.learner.trainer import Learner
 from echo2.modeling import load_model, load_tokenizer
-from echo2.rollout.sampler import sample
+from echo2.generation import sample
 from echo2.tasks import ArithmeticTask
 
 

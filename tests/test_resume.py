@@ -11,7 +11,6 @@ from pathlib import Path
 from conftest import make_state, prompt_stream, publish, submit_all
 
 from echo2.config import load_config
-from echo2.coordinator import snapshot
 from echo2.launch.train import run_training
 from echo2.learner.checkpoint import latest_resumable
 
@@ -27,14 +26,14 @@ def test_snapshot_keeps_every_prompt_and_continues_the_stream():
     submit_all(state, worker, state.lease(worker, 0, 2, wait_s=0))  # 2 more buffered
     publish(state, 1)
     in_flight = state.lease(worker, 1, 2, wait_s=0)  # 2 prompts out at the snapshot
-    saved = json.loads(json.dumps(snapshot.take(state)))  # plain data
+    saved = json.loads(json.dumps(state.resume_snapshot()))  # plain data
 
     fresh = make_state(staleness=1)
-    snapshot.restore(fresh, saved, prompt_stream())
+    fresh.restore_snapshot(saved, prompt_stream())
     report = fresh.reliability()
     assert report["prompts_drawn"] == 6 and report["prompts_unaccounted"] == 0
     assert report["groups_trained"] == 2 and report["groups_buffered"] == 2
-    assert [e.prompt for e in fresh.requeued] == [p.prompt for p in in_flight.prompts]  # in flight: re-queued
+    assert [e.prompt for e in fresh.ledger.requeued] == [p.prompt for p in in_flight.prompts]  # in flight: re-queued
     assert report["leases_lost_in_restart"] == 1 and report["learner_restarts"] == 1
     # the stream continues exactly where the first state stopped drawing
     assert next(fresh.examples) == next(state.examples)
@@ -65,7 +64,7 @@ def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
         endpoint = json.loads((run_dir / "coordinator.json").read_text())
         # a worker started by hand, as on another machine: it must outlive the learner and rejoin
         remote = subprocess.Popen([sys.executable, "-m", "echo2.cli", "worker", "--coordinator", endpoint["url"],
-                                   f"--token={endpoint['token']}", "--name", "remote", "--give-up-after", "300"],
+                                   "--token-file", str(run_dir / "token"), "--name", "remote", "--give-up-after", "300"],
                                   env=env, stdout=(tmp_path / "remote.log").open("w"), stderr=subprocess.STDOUT)
         _wait_for(lambda: "registered with" in (tmp_path / "remote.log").read_text(), 120, "the remote worker")
         _wait_for(lambda: (run_dir / "checkpoints" / "step_000004" / "resume.pt").exists(), 240, "checkpoint 4")

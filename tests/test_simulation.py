@@ -162,8 +162,10 @@ def test_overrides_reach_nested_and_list_fields():
     path = ROOT / "configs" / "scenarios" / "qwen3-8b-256w-wan.yaml"
     changed = load_scenario(path, overrides)
     assert changed.recipe.staleness == 3 and changed.fleet[0].count == 7
-    with pytest.raises(ValueError, match="recipe.bogus"):
+    with pytest.raises(ValueError, match="recipe.bogus: unknown key"):
         load_scenario(path, {"recipe": {"bogus": 1}})
+    with pytest.raises(ValueError, match="config key 'fleet.5': '5' is not an index of a list of 2"):
+        load_scenario(path, dotted_overrides(["fleet.5.count=1"]))
 
 
 SOURCED = re.compile(r"^\s*-?\s*(price_per|tokens_per_s|generation_tokens|peak_tflops|mfu|parameters_b|"

@@ -4,10 +4,11 @@ import pytest
 import torch
 from conftest import make_state, submit_all
 
-from echo2.coordinator.state import Group, Rejected
+from echo2.coordinator.state import Rejected
+from echo2.exchange import Group
 from echo2.learner.verification import VerificationPolicy, Verifier
 from echo2.modeling import SHIPPED_MODEL, load_model, load_tokenizer
-from echo2.rollout.sampler import sample
+from echo2.generation import sample
 from echo2.tasks import ArithmeticTask, Example
 
 

@@ -1,6 +1,7 @@
 """A worker pointed at a wrong URL says so clearly, backs off, and gives up after its budget."""
 
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -26,9 +27,8 @@ def test_wrong_url_retries_with_backoff_then_gives_up(caplog):
 
 def test_worker_command_reports_unreachable_coordinator():
     result = subprocess.run(
-        [sys.executable, "-m", "echo2.cli", "worker", "--coordinator", "http://127.0.0.1:9", "--token", "t",
-         "--give-up-after", "1"],
-        capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "echo2.cli", "worker", "--coordinator", "http://127.0.0.1:9", "--give-up-after", "1"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "ECHO2_TOKEN": "t"},
     )
     assert result.returncode != 0
     assert "cannot reach the coordinator at http://127.0.0.1:9 (registering)" in result.stderr

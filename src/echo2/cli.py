@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from echo2.config import ConfigError, load_config
+
+if TYPE_CHECKING:
+    from echo2.rollout.options import WorkerOptions
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -31,12 +37,55 @@ def _interrupt(signum, frame) -> None:  # noqa: ARG001
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def worker_options(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> WorkerOptions:
+    """``echo2 worker``'s :class:`~echo2.rollout.options.WorkerOptions`: the options in
+    ``$ECHO2_WORKER_OPTIONS`` (JSON; how ``echo2 train`` starts its local workers) when set, the
+    flags given on the command line over them. The run token comes from the first of
+    ``--token-file``, ``--token``, that JSON and ``$ECHO2_TOKEN``."""
+    from pydantic import ValidationError
+
+    from echo2.rollout.options import OPTIONS_ENV, TOKEN_ENV, WorkerOptions, read_token_file
+
+    environ = os.environ if environ is None else environ
+    try:
+        values = json.loads(environ[OPTIONS_ENV]) if environ.get(OPTIONS_ENV) else {}
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"${OPTIONS_ENV} is not valid JSON: {error}") from None
+    given = {k: v for k, v in vars(args).items() if k in WorkerOptions.model_fields and k != "token"}
+    values.update(given)
+    if getattr(args, "token_file", None) is not None:
+        try:
+            values["token"] = read_token_file(args.token_file)
+        except (OSError, ValueError) as error:
+            raise ConfigError(f"--token-file: {error}") from None
+    elif getattr(args, "token", None) is not None:
+        print("echo2 worker: warning: --token is visible to every user of this machine (ps); "
+              f"prefer --token-file PATH or ${TOKEN_ENV}", file=sys.stderr)
+        values["token"] = args.token
+    elif not values.get("token") and environ.get(TOKEN_ENV):
+        values["token"] = environ[TOKEN_ENV]
+    if not values.get("token"):
+        raise ConfigError(f"no run token: give --token-file PATH (a file only you can read; echo2 train "
+                          f"writes RUN_DIR/token) or set ${TOKEN_ENV}")
+    if not values.get("coordinator"):
+        raise ConfigError("no coordinator: give --coordinator URL")
+    try:
+        return WorkerOptions.model_validate(values)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise ConfigError(f"worker options: {problems}") from None
+
+
 def _worker(args: argparse.Namespace) -> int:
+    options = worker_options(args)  # before torch is imported: a wrong option is reported at once
+
     from echo2.rollout.client import CoordinatorUnreachable, RequestRefused
-    from echo2.rollout.options import worker_from_args
+    from echo2.rollout.options import OPTIONS_ENV, TOKEN_ENV, build_worker
     from echo2.rollout.worker import install_signal_handlers
 
-    worker = worker_from_args(args)
+    for name in (OPTIONS_ENV, TOKEN_ENV):  # the token stays with this process, not its children
+        os.environ.pop(name, None)
+    worker = build_worker(options)
     install_signal_handlers(worker)
     status = 0
     try:
@@ -123,6 +172,43 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_worker_flags(worker: argparse.ArgumentParser) -> None:
+    """One flag per :class:`~echo2.rollout.options.WorkerOptions` field (help: the field's docstring).
+    The parser has no defaults (``argparse.SUPPRESS``): what is not given comes from
+    ``$ECHO2_WORKER_OPTIONS`` or the model's defaults."""
+    from echo2.rollout.options import OPTIONS_ENV, TOKEN_ENV, WorkerOptions
+
+    def flag(name: str, field: str, help: str | None = None, **kwargs) -> None:  # noqa: A002 - argparse's name
+        info = WorkerOptions.model_fields[field]
+        plain = info.is_required() or info.default in (None, "") or isinstance(info.default, bool)
+        help = help or info.description.rstrip(".") + ("" if plain else f" (default: {info.default})")
+        worker.add_argument(name, dest=field, help=help, **kwargs)
+
+    flag("--coordinator", "coordinator", metavar="URL")
+    token = worker.add_mutually_exclusive_group()
+    token.add_argument("--token-file", metavar="PATH",
+                       help=f"file holding the run token, readable by its owner only (echo2 train writes "
+                            f"RUN_DIR/token); or set ${TOKEN_ENV}")
+    token.add_argument("--token", help="the run token itself; visible to every user of this machine through ps, "
+                                       "prefer --token-file or $" + TOKEN_ENV)
+    flag("--name", "name")
+    flag("--threads", "threads", type=int)
+    flag("--device", "device")
+    flag("--give-up-after", "give_up_after_s", type=float, metavar="SECONDS")
+    flag("--relay-host", "relay_host")
+    flag("--relay-port", "relay_port", type=int)
+    flag("--advertise-host", "advertise_host")
+    flag("--upload-mbps", "upload_mbps", type=float)
+    flag("--added-latency-ms", "added_latency_ms", type=float)
+    flag("--no-relay", "relay", action="store_false",
+         help="do not serve chunks to peers (a worker nobody can reach, e.g. behind NAT)")
+    flag("--price-per-hour", "price_per_hour", type=float)
+    flag("--worker-class", "worker_class")
+    flag("--throughput-factor", "throughput_factor", type=float)
+    flag("--falsify-rewards", "falsify_rewards", action="store_true")
+    worker.epilog = f"Options not given are taken from ${OPTIONS_ENV} (JSON) when set."
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="echo2", description="RL post-training with remote rollout workers.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -134,30 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. staleness=2 learner.lr=1e-4")
     train.set_defaults(handler=_train)
 
-    worker = commands.add_parser("worker", help="join a running training as a rollout worker")
-    worker.add_argument("--coordinator", required=True, help="coordinator URL, e.g. http://10.0.0.5:8765")
-    worker.add_argument("--token", required=True, help="the run token printed by `echo2 train`")
-    worker.add_argument("--name", help="name shown in metrics (default: host name)")
-    worker.add_argument("--threads", type=int, default=1, help="torch threads")
-    worker.add_argument("--device", default="cpu", help="hf engine device: cpu, cuda, cuda:N or auto")
-    worker.add_argument("--give-up-after", type=float, default=120.0,
-                        help="seconds to keep retrying an unreachable coordinator before exiting")
-    worker.add_argument("--relay-host", default="127.0.0.1",
-                        help="interface this worker's chunk relay listens on (0.0.0.0 to serve remote peers)")
-    worker.add_argument("--relay-port", type=int, default=0, help="relay port (0: a free one)")
-    worker.add_argument("--advertise-host", help="address peers should use to reach the relay")
-    worker.add_argument("--upload-mbps", type=float, help="cap the relay's upload (bandwidth emulation)")
-    worker.add_argument("--added-latency-ms", type=float, default=0.0,
-                        help="delay every relay response (WAN latency emulation)")
-    worker.add_argument("--no-relay", action="store_true",
-                        help="do not serve chunks to peers (a worker nobody can reach, e.g. behind NAT)")
-    worker.add_argument("--price-per-hour", type=float, default=0.0,
-                        help="what this worker costs while active, $/h (cost-aware activation)")
-    worker.add_argument("--worker-class", default="", help="class name in the cost accounting")
-    worker.add_argument("--throughput-factor", type=float, default=1.0,
-                        help="emulate a slower device: run at this fraction of the speed (0-1]")
-    worker.add_argument("--falsify-rewards", action="store_true",
-                        help="report reward 1 for everything (a liar, to test the learner's verification)")
+    worker = commands.add_parser(
+        "worker", help="join a running training as a rollout worker", argument_default=argparse.SUPPRESS,
+        description="Join a running training as a rollout worker. Give the run token with --token-file or "
+                    "$ECHO2_TOKEN, not --token: a command line is visible to every user of the machine.")
+    _add_worker_flags(worker)
     worker.set_defaults(handler=_worker)
 
     plan = commands.add_parser("plan", help="which workers to run for a config: cost, utilization, other S")

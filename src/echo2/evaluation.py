@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from echo2.rollout.sampler import sample
+from echo2.generation import sample
 from echo2.tasks import Example, Task
 
 

@@ -18,13 +18,7 @@ from echo2.broadcast.relay import add_broadcast_routes
 from echo2.broadcast.throttle import Throttle
 from echo2.broadcast.topology import Node, Plan, plan_tree, star_plan
 from echo2.config import BroadcastConfig
-
-MIB = 1024 * 1024
-
-
-def mbps_to_bytes_per_s(mbps: float | None) -> float | None:
-    """Mbit/s (how links are quoted) to bytes/s (what the throttle counts); None stays None."""
-    return None if mbps is None else mbps * 1e6 / 8
+from echo2.units import MIB, mbps_to_bytes_per_s
 
 
 class Publisher:

@@ -34,3 +34,21 @@ class CountingStream(Iterator[DrawnExample]):
         drawn = DrawnExample(prompt=example.prompt, answer=example.answer, draw=self.drawn)
         self.drawn += 1
         return drawn
+
+
+class TrainedDraws:
+    """Draw indices of the prompts trained on, so that a prompt trained twice is counted, never hidden."""
+
+    def __init__(self, draws: list[int] = ()) -> None:
+        self.draws = set(draws)
+
+    def add(self, example: Example) -> bool:
+        """Record ``example`` as trained on; False if it had been already."""
+        draw = getattr(example, "draw", -1)
+        first = draw not in self.draws
+        self.draws.add(draw)
+        return first
+
+    def discard(self, example: Example) -> None:
+        """``example`` left the learner's batch untrained (quarantined or filtered after it was taken)."""
+        self.draws.discard(getattr(example, "draw", -1))

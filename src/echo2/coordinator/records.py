@@ -1,4 +1,4 @@
-"""What the coordinator keeps about workers, leases and accepted groups, and the submission limits.
+"""What the coordinator keeps about workers and leases, the submission limits, and its refusals.
 
 Plain records; :mod:`echo2.coordinator.state` owns them and changes them under its lock.
 """
@@ -9,6 +9,14 @@ import time
 from dataclasses import dataclass, field
 
 from echo2.tasks import Example
+
+
+class Rejected(Exception):
+    """A request refused with an HTTP status and a reason (the state is left unchanged)."""
+
+    def __init__(self, status: int, reason: str, code: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.code = status, reason, code
 
 
 @dataclass
@@ -37,7 +45,6 @@ class WorkerRecord:
     """Its results failed verification: no more leases or submissions."""
     left: bool = False
     """Deregistered itself (preemption, SIGTERM)."""
-    active_seconds: float = 0.0
     throughput: float | None = None
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
 
@@ -48,22 +55,10 @@ class Lease:
     worker_id: str
     version: int
     examples: dict[int, Example]
+    """Slot -> the prompt handed out for it."""
     deadline: float
     granted_at: float = field(default_factory=time.monotonic)
     state: str = "active"  # active | done | expired
-
-
-@dataclass
-class Group:
-    """One prompt's G completions, as accepted from a worker."""
-
-    slot: int
-    example: Example
-    version: int
-    worker_id: str
-    token_ids: list[list[int]]
-    logprobs: list[list[float]]
-    rewards: list[float]
 
 
 @dataclass

@@ -20,45 +20,39 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from echo2.coordinator.cursor import CountingStream, DrawnExample
-from echo2.coordinator.records import Group
-from echo2.coordinator.state import CoordinatorState
+from echo2.coordinator.cursor import CountingStream, DrawnExample, TrainedDraws
+from echo2.exchange import Group
 from echo2.tasks import Example
+
+if TYPE_CHECKING:
+    from echo2.coordinator.state import CoordinatorState
+
+
+def _group(data: dict[str, Any]) -> Group:
+    return Group(**{**data, "example": DrawnExample(**data["example"])})
 
 
 def take(state: CoordinatorState) -> dict[str, Any]:
-    """Snapshot of ``state`` (consistent: taken under its lock)."""
-    with state.cond:
-        in_flight = [example for lease in state.leases.values() if lease.state == "active"
-                     for example in lease.examples.values()]
-        return {
-            "examples_drawn": state.examples.drawn,
-            "requeued": [asdict(e) for e in [*state.requeued, *in_flight]],
-            "buffer": [asdict(g) for g in state.buffer],
-            "useful_slots": state.useful_slots - len(in_flight),
-            "next_slot": state.next_slot,
-            "leases_in_flight": sum(lease.state == "active" for lease in state.leases.values()),
-            "trained_draws": sorted(state.trained_draws),
-            "counters": dict(state.counters),
-            "dropped": dict(state.dropped),
-            "rejected": dict(state.rejected),
-        }
+    """Snapshot of ``state`` (call under its lock)."""
+    return {
+        "examples_drawn": state.examples.drawn,
+        "ledger": state.ledger.snapshot(asdict, asdict),
+        "leases_in_flight": len(state.leases.active()),
+        "trained_draws": sorted(state.trained.draws),
+        "counters": dict(state.counters),
+        "rejected": dict(state.rejected),
+    }
 
 
 def restore(state: CoordinatorState, snapshot: dict[str, Any], examples: Iterator[Example]) -> None:
-    """Put a fresh ``state`` (no workers, no leases) back where :func:`take` left it;
-    ``examples`` is the task's training stream from its start."""
-    with state.cond:
-        state.examples = CountingStream(examples, skip=snapshot["examples_drawn"])
-        state.requeued.extend(DrawnExample(**e) for e in snapshot["requeued"])
-        state.buffer = [Group(**{**g, "example": DrawnExample(**g["example"])}) for g in snapshot["buffer"]]
-        state.useful_slots, state.next_slot = snapshot["useful_slots"], snapshot["next_slot"]
-        state.trained_draws = set(snapshot["trained_draws"])
-        state.counters.update(snapshot["counters"])
-        state.counters["leases_lost_in_restart"] += snapshot["leases_in_flight"]
-        state.counters["learner_restarts"] += 1
-        state.dropped.update(snapshot["dropped"])
-        state.rejected.update(snapshot["rejected"])
-        state.cond.notify_all()
+    """Put a fresh ``state`` (no workers, no leases) back where :func:`take` left it (call under its
+    lock); ``examples`` is the task's training stream from its start."""
+    state.examples = CountingStream(examples, skip=snapshot["examples_drawn"])
+    state.ledger.restore(snapshot["ledger"], lambda e: DrawnExample(**e), _group)
+    state.trained = TrainedDraws(snapshot["trained_draws"])
+    state.counters.update(snapshot["counters"])
+    state.counters["leases_lost_in_restart"] += snapshot["leases_in_flight"]
+    state.counters["learner_restarts"] += 1
+    state.rejected.update(snapshot["rejected"])

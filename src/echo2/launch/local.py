@@ -1,7 +1,10 @@
 """Start rollout workers as local subprocesses (the default launcher).
 
 Each worker is the same ``echo2 worker`` program a user would start by hand on another machine;
-here it only happens to reach the coordinator over loopback.
+here it only happens to reach the coordinator over loopback. Its options, run token included,
+travel as JSON in its environment (``$ECHO2_WORKER_OPTIONS``, readable only by its owner and root
+under ``/proc/PID/environ``), never on its command line (readable by every user through ``ps``):
+the command line is ``python -m echo2.cli worker --name NAME``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from echo2.rollout.options import OPTIONS_ENV, TOKEN_ENV, WorkerOptions
 
 log = logging.getLogger("echo2")
 
@@ -29,22 +34,21 @@ def _terminate_with_parent() -> None:
 
 
 class LocalWorkers:
-    def __init__(self, url: str, token: str, count: int, threads: int, log_dir: Path,
-                 extra_args: list[list[str]] | None = None) -> None:
-        """``extra_args[i]``: further ``echo2 worker`` options for worker ``i`` (relay, price, speed)."""
-        self.url, self.token, self.count, self.threads, self.log_dir = url, token, count, threads, log_dir
-        self.extra_args = extra_args or [[] for _ in range(count)]
+    def __init__(self, options: list[WorkerOptions], log_dir: Path) -> None:
+        """One subprocess per entry of ``options`` (a worker without a name is called ``local-<i>``)."""
+        self.options = [o if o.name else o.model_copy(update={"name": f"local-{i}"}) for i, o in enumerate(options)]
+        self.count, self.log_dir = len(self.options), log_dir
         self.processes: list[subprocess.Popen] = []
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "OMP_NUM_THREADS": str(self.threads), "TOKENIZERS_PARALLELISM": "false"}
-        for index in range(self.count):
-            name = f"local-{index}"
-            with (self.log_dir / f"{name}.log").open("a") as log_file:  # a resumed run appends
+        for options in self.options:
+            env = {**os.environ, "OMP_NUM_THREADS": str(options.threads), "TOKENIZERS_PARALLELISM": "false",
+                   OPTIONS_ENV: options.secret_json()}
+            env.pop(TOKEN_ENV, None)  # the run's token is in the options; not one the learner's shell had
+            with (self.log_dir / f"{options.name}.log").open("a") as log_file:  # a resumed run appends
                 self.processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "echo2.cli", "worker", "--coordinator", self.url, f"--token={self.token}",
-                     "--name", name, "--threads", str(self.threads), *self.extra_args[index]],
+                    [sys.executable, "-m", "echo2.cli", "worker", "--name", options.name],
                     stdout=log_file, stderr=subprocess.STDOUT, env=env, preexec_fn=_terminate_with_parent,
                 ))
         log.info("started %d local workers (logs in %s)", self.count, self.log_dir)

@@ -2,8 +2,8 @@
 
 Each actor requests ``ray.cpus_per_worker`` CPUs and ``ray.gpus_per_worker`` GPUs, so Ray
 puts it on a node that has them, and runs the very worker ``echo2 worker`` runs (built from the
-same options, :func:`echo2.rollout.options.worker_from_args`), talking to the coordinator over
-the same HTTP protocol; Ray is only the placement and restart layer. An actor that dies is
+same :class:`~echo2.rollout.options.WorkerOptions`, which the actor receives pickled, by
+:func:`echo2.rollout.options.build_worker`), talking to the coordinator over the same HTTP protocol; Ray is only the placement and restart layer. An actor that dies is
 restarted by Ray (``max_restarts``) and its ``run`` call retried (``max_task_retries``): the
 new worker registers again, while the coordinator expires the dead one's leases as for any
 dead worker (Ray fault tolerance: https://docs.ray.io/en/latest/ray-core/fault_tolerance/actors.html).
@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from echo2.config import Config
+from echo2.rollout.options import WorkerOptions
 
 log = logging.getLogger("echo2")
 
@@ -47,33 +48,36 @@ def namespace(coordinator_url: str) -> str:
 class RolloutActor:
     """One rollout worker in a Ray actor process (wrapped with ``ray.remote`` at launch)."""
 
-    def __init__(self, argv: list[str], log_file: str, remote_nodes: bool) -> None:
-        self.argv, self.log_file, self.remote_nodes = argv, log_file, remote_nodes
+    def __init__(self, options: WorkerOptions, log_file: str, remote_nodes: bool) -> None:
+        self.options, self.log_file, self.remote_nodes = options, log_file, remote_nodes
 
     def run(self) -> str:
         """Work until the coordinator says the run is over; Ray retries this call after a restart."""
-        from echo2.cli import build_parser
-        from echo2.rollout.options import worker_from_args
+        from echo2.rollout.options import build_worker
 
         Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(self.log_file)  # appends: a restarted actor keeps one log
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(handler)
         logging.getLogger().setLevel(logging.INFO)
-        argv = list(self.argv)
+        options = self.options
         if self.remote_nodes:  # peers on other nodes must reach this relay
-            argv += ["--relay-host", "0.0.0.0", "--advertise-host", _ray().util.get_node_ip_address()]
-        worker = worker_from_args(build_parser().parse_args(argv))
+            options = options.model_copy(update={"relay_host": "0.0.0.0",
+                                                 "advertise_host": _ray().util.get_node_ip_address()})
+        worker = build_worker(options)
         worker.run()
         logging.getLogger().removeHandler(handler)
         return worker.name
 
 
 class RayWorkers:
-    """``workers.count`` rollout workers as Ray actors; the same interface as ``LocalWorkers``."""
+    """One rollout worker as a Ray actor per entry of ``options``; the same interface as ``LocalWorkers``."""
 
-    def __init__(self, url: str, token: str, config: Config, log_dir: Path, extra_args: list[list[str]]) -> None:
-        self.url, self.token, self.config, self.log_dir, self.extra_args = url, token, config, log_dir, extra_args
+    def __init__(self, url: str, options: list[WorkerOptions], config: Config, log_dir: Path) -> None:
+        """``url``: the coordinator's (it names the actors' namespace); a worker without a name is
+        called ``ray-<i>``."""
+        self.url, self.config, self.log_dir = url, config, log_dir
+        self.options = [o if o.name else o.model_copy(update={"name": f"ray-{i}"}) for i, o in enumerate(options)]
         self.namespace = namespace(url)
         """Actors are named ``ray-<i>`` in this Ray namespace (``ray.get_actor(name, namespace)``)."""
         self.actors: list[Any] = []
@@ -96,16 +100,16 @@ class RayWorkers:
         ray, options = _ray(), self.config.ray
         self._connect()
         remote_nodes = options.address is not None
-        url = self.url.replace("127.0.0.1", ray.util.get_node_ip_address()) if remote_nodes else self.url
+        node_ip = ray.util.get_node_ip_address()
         actor_class = ray.remote(RolloutActor)
-        for index in range(self.config.workers.count):
-            name = f"ray-{index}"
-            argv = ["worker", "--coordinator", url, f"--token={self.token}", "--name", name,
-                    "--threads", str(self.config.workers.threads), *self.extra_args[index]]
+        for worker in self.options:
+            if remote_nodes:  # other nodes reach the coordinator at this node's address, not loopback
+                worker = worker.model_copy(update={"coordinator": worker.coordinator.replace("127.0.0.1", node_ip)})
             actor = actor_class.options(
-                name=name, namespace=self.namespace, num_cpus=options.cpus_per_worker, num_gpus=options.gpus_per_worker,
-                max_restarts=options.max_restarts, max_task_retries=options.max_restarts,
-            ).remote(argv, str(self.log_dir / f"{name}.log"), remote_nodes)
+                name=worker.name, namespace=self.namespace, num_cpus=options.cpus_per_worker,
+                num_gpus=options.gpus_per_worker, max_restarts=options.max_restarts,
+                max_task_retries=options.max_restarts,
+            ).remote(worker, str(self.log_dir / f"{worker.name}.log"), remote_nodes)
             self.actors.append(actor)
             self.runs.append(actor.run.remote())
         log.info("placed %d worker actors on Ray (%s; logs in %s)", len(self.actors),

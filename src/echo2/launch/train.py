@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from echo2.broadcast.publisher import Publisher
-from echo2.config import Config, dump_config
-from echo2.coordinator import snapshot
+from echo2.config import Config, LocalWorkerSpec, dump_config
 from echo2.coordinator.app import create_app
-from echo2.coordinator.fleet import Fleet, FleetPolicy
+from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState, Limits
 from echo2.launch.local import LocalWorkers
@@ -32,7 +31,9 @@ from echo2.learner.checkpoint import latest_resumable, load_resume_state
 from echo2.learner.distributed import announce, start
 from echo2.learner.loop import LearnerLoop, LoopResult
 from echo2.modeling import load_tokenizer, pin_threads
+from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec
+from echo2.rollout.options import WorkerOptions
 from echo2.tasks import load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
@@ -44,6 +45,8 @@ log = logging.getLogger("echo2")
 
 #: Where a run keeps its coordinator's address and run token (owner-readable only).
 COORDINATOR_FILE = "coordinator.json"
+#: The run token alone (owner-readable only), for ``echo2 worker --token-file``.
+TOKEN_FILE = "token"
 
 
 @dataclass
@@ -141,29 +144,30 @@ def run_spec(config: Config) -> RunSpec:
     )
 
 
-def local_worker_args(config: Config, index: int) -> list[str]:
-    """``echo2 worker`` options of local worker ``index``: relay, upload cap, emulated price and speed."""
-    args = [] if config.workers.relay else ["--no-relay"]
-    args += ["--device", config.workers.device] if config.workers.device != "cpu" else []
-    upload = config.workers.upload_mbps
-    if config.workers.fleet:
-        spec = config.workers.fleet[index % len(config.workers.fleet)]
-        args += ["--price-per-hour", str(spec.price_per_hour), "--throughput-factor", str(spec.throughput_factor),
-                 "--added-latency-ms", str(spec.latency_ms)]
-        args += ["--worker-class", spec.worker_class] if spec.worker_class else []
-        args += ["--falsify-rewards"] if spec.falsify_rewards else []
-        upload = spec.upload_mbps if spec.upload_mbps is not None else upload
-    return args + (["--upload-mbps", str(upload)] if upload is not None else [])
+def local_worker_options(config: Config, url: str, token: str, name_prefix: str = "local") -> list[WorkerOptions]:
+    """The options of the run's ``workers.count`` workers, named ``<name_prefix>-<i>``: threads,
+    device and relay from ``workers``; price, speed, latency, honesty and upload cap from
+    ``workers.fleet[i % len(fleet)]`` (its ``upload_mbps`` over ``workers.upload_mbps``)."""
+    workers, options = config.workers, []
+    for index in range(workers.count):
+        spec = workers.fleet[index % len(workers.fleet)] if workers.fleet else LocalWorkerSpec()
+        options.append(WorkerOptions(
+            coordinator=url, token=token, name=f"{name_prefix}-{index}", threads=workers.threads,
+            device=workers.device, relay=workers.relay,
+            upload_mbps=spec.upload_mbps if spec.upload_mbps is not None else workers.upload_mbps,
+            added_latency_ms=spec.latency_ms, price_per_hour=spec.price_per_hour, worker_class=spec.worker_class,
+            throughput_factor=spec.throughput_factor, falsify_rewards=spec.falsify_rewards,
+        ))
+    return options
 
 
 def launch_workers(config: Config, url: str, token: str, log_dir: Path) -> LocalWorkers | RayWorkers:
     """The run's ``workers.count`` workers: local subprocesses, or Ray actors (``launcher: ray``)."""
-    extra = [local_worker_args(config, i) for i in range(config.workers.count)]
     if config.launcher == "ray":
         from echo2.launch.ray_actors import RayWorkers
 
-        return RayWorkers(url, token, config, log_dir, extra)
-    return LocalWorkers(url, token, config.workers.count, config.workers.threads, log_dir, extra)
+        return RayWorkers(url, local_worker_options(config, url, token, name_prefix="ray"), config, log_dir)
+    return LocalWorkers(local_worker_options(config, url, token), log_dir)
 
 
 def _endpoint(config: Config, run_dir: Path, resuming: bool) -> tuple[int, str]:
@@ -214,20 +218,23 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
         heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
         on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),
         planner=publisher.planner,
-        fleet=Fleet(FleetPolicy.from_rule(config.activation, config.learner.groups_per_step * config.rollout.group_size,
-                                          config.staleness)),
+        fleet=Fleet(ActivationPolicy.from_rule(config.activation,
+                                               config.learner.groups_per_step * config.rollout.group_size,
+                                               config.staleness)),
     )
     if resume:
-        snapshot.restore(state, resume["coordinator"], task.train_examples(config.run.seed))
+        state.restore_snapshot(resume["coordinator"], task.train_examples(config.run.seed))
     state.publish(version, *publisher.publish(version, model))
     app = create_app(state, config.coordinator.lease_wait_s)
     publisher.mount(app)
     server = CoordinatorServer(app, config.coordinator.host, port)
     server.start(config.coordinator.start_timeout_s)
+    _write_private(run_dir / TOKEN_FILE, token + "\n")  # before coordinator.json, which callers wait for
     _write_private(run_dir / COORDINATOR_FILE, json.dumps({"url": server.url, "port": server.port, "token": token}))
     log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.staleness,
              server.url)
-    log.info("more workers can join with: echo2 worker --coordinator %s --token=%s", server.url, token)
+    log.info("more workers can join with: echo2 worker --coordinator %s --token-file %s (an owner-only copy of "
+             "that file on other machines, or the token in $ECHO2_TOKEN)", server.url, run_dir / TOKEN_FILE)
     workers = launch_workers(config, server.url, token, run_dir / "workers")
     workers.start()
     learner = build_learner(config, model, tokenizer, checkpoint, shard)
@@ -235,7 +242,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
         loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline)
         result = loop.run(resume)
-        costs = state.costs(config.activation.learner_price_per_hour, result.wall_seconds)
+        stats = state.stats(config.activation.learner_price_per_hour, result.wall_seconds)
         reliability = state.reliability()
     finally:
         announce(shard, "stop")
@@ -254,9 +261,9 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
         accuracy_after=sum(e.accuracy for e in last) / len(last),
         sampled_reward_before=result.evals[0][1].sampled_reward,
         sampled_reward_after=sum(e.sampled_reward for e in last) / len(last),
-        groups_dropped=state.dropped["stale"],
-        workers_registered=state.counters["workers_registered"],
-        costs=costs,
+        groups_dropped=stats.groups_dropped_stale,
+        workers_registered=stats.workers_registered,
+        costs=stats.costs,
         reliability=reliability,
     )
     (run_dir / "reliability.json").write_text(json.dumps(reliability, indent=2))

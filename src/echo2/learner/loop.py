@@ -21,9 +21,8 @@ import torch
 
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
-from echo2.coordinator import snapshot
-from echo2.coordinator.state import CoordinatorState, Group
 from echo2.evaluation import EvalResult, evaluate
+from echo2.exchange import Group, RolloutSource, RunStats
 from echo2.learner.checkpoint import save_checkpoint
 from echo2.learner.sampling import informative_batch
 from echo2.learner.trainer import Learner
@@ -31,6 +30,7 @@ from echo2.learner.verification import VerificationPolicy, Verifier
 from echo2.tasks import Example, Task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.progress import Progress
+from echo2.units import ema
 
 log = logging.getLogger("echo2")
 
@@ -50,12 +50,12 @@ class LoopResult:
         return self.busy_seconds / max(self.busy_seconds + self.idle_seconds, 1e-9)
 
 
-def _ema(previous: float | None, value: float, weight: float = 0.2) -> float:
-    return value if previous is None else (1 - weight) * previous + weight * value
+#: Weight of the newest value in the step-time and dissemination averages fed to activation.
+EMA_WEIGHT = 0.2
 
 
 class LearnerLoop:
-    def __init__(self, config: Config, state: CoordinatorState, publisher: Publisher, learner: Learner, task: Task,
+    def __init__(self, config: Config, state: RolloutSource, publisher: Publisher, learner: Learner, task: Task,
                  eval_examples: list[Example], run_dir: Path, metrics: MetricsWriter, timeline: TimelineWriter
                  ) -> None:
         self.config, self.state, self.publisher, self.learner, self.task = config, state, publisher, learner, task
@@ -125,21 +125,24 @@ class LearnerLoop:
             time.sleep(0.05)
         if not latencies:
             return {}
-        self.broadcast_ema = _ema(self.broadcast_ema, max(latencies))
+        self.broadcast_ema = ema(self.broadcast_ema, max(latencies), EMA_WEIGHT)
         return {"dissemination_s": sum(latencies) / len(latencies), "dissemination_max_s": max(latencies)}
 
     def _activation(self, step_seconds: float, version: int) -> None:
         """Feed measured step time and dissemination latency to cost-aware activation, every few steps."""
-        self.train_ema = _ema(self.train_ema, step_seconds)
+        self.train_ema = ema(self.train_ema, step_seconds, EMA_WEIGHT)
         if version % self.config.activation.replan_every == 0:
             self.state.replan(self.train_ema, self.broadcast_ema)
 
-    def _worker_metrics(self) -> dict[str, float]:
-        records = self.state.worker_records()
-        values: dict[str, float] = {"workers_alive": sum(r.alive for r in records),
+    @staticmethod
+    def _run_metrics(stats: RunStats) -> dict[str, float]:
+        records = stats.workers
+        values: dict[str, float] = {"groups_dropped_stale": stats.groups_dropped_stale,
+                                    "leases_expired": stats.leases_expired, **stats.costs,
+                                    "workers_alive": sum(r.alive for r in records),
                                     "workers_active": sum(r.alive and r.active for r in records)}
-        if self.state.fleet.need is not None:
-            values["activation_need_rollouts_per_s"] = self.state.fleet.need
+        if stats.activation_need is not None:
+            values["activation_need_rollouts_per_s"] = stats.activation_need
         for record in records:
             if record.throughput is not None:
                 values[f"worker/{record.name}/measured_rollouts_per_s"] = record.throughput
@@ -160,7 +163,7 @@ class LearnerLoop:
                      "startup_seconds": result.startup_seconds, "train_ema": self.train_ema,
                      "broadcast_ema": self.broadcast_ema,
                      "evals": [(v, e.accuracy, e.sampled_reward) for v, e in result.evals]},
-            "coordinator": snapshot.take(self.state),
+            "coordinator": self.state.resume_snapshot(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                     "verifier": self.verifier.rng.getstate()},
         }
@@ -225,13 +228,10 @@ class LearnerLoop:
                 startup_s=result.startup_seconds,
                 utilization=result.utilization,
                 samples_per_s=result.samples / max(elapsed, 1e-9),
-                groups_dropped_stale=state.dropped["stale"],
                 broadcast_bytes=payload_bytes,
                 **sampling,
                 **self._dissemination(),
-                **state.costs(config.activation.learner_price_per_hour, time.time() - started),
-                leases_expired=state.counters["leases_expired"],
-                **self._worker_metrics(),
+                **self._run_metrics(state.stats(config.activation.learner_price_per_hour, time.time() - started)),
             )
             accuracy = None
             if version % config.eval.every == 0 or version == config.run.steps:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from echo2.coordinator.records import Group
+from echo2.exchange import Group
 from echo2.learner.objectives import is_degenerate
 
 

@@ -21,7 +21,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from echo2.config import LearnerConfig, RolloutConfig
-from echo2.coordinator.state import Group
+from echo2.exchange import Group
 from echo2.learner.distributed import Shard, announce, idle_pass, place_state, refresh_policy, shard_model
 from echo2.learner.logprobs import CompletionScores, completion_scores
 from echo2.learner.objectives import (

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from echo2.coordinator.state import Group
+from echo2.exchange import Group
 from echo2.learner.logprobs import completion_logprobs
 from echo2.tasks import Task
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from echo2.units import MIB
+
 
 def broadcast_seconds(payload_bytes: float, learner_upload: float, relay_uploads: Sequence[float], mode: str,
-                      chunk_bytes: float = 1024 * 1024) -> float:
+                      chunk_bytes: float = MIB) -> float:
     """Seconds until the last of ``len(relay_uploads)`` workers holds a version (bytes and bytes/s)."""
     receivers = len(relay_uploads)
     if receivers == 0:

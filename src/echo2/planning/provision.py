@@ -17,8 +17,7 @@ from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.planning.capacity import (StepTimes, max_utilization, predicted_utilization, provisioning_need,
                                      required_throughput)
 from echo2.planning.inventory import Inventory
-
-MIB = 1024 * 1024
+from echo2.units import MIB
 
 
 @dataclass(frozen=True)
@@ -57,9 +56,9 @@ def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode
     for worker_class in inventory.workers:
         for index in range(worker_class.count):
             name = f"{worker_class.name}#{index}"
-            candidates.append(Candidate(name, worker_class.price_per_hour, worker_class.effective_rollouts_per_s))
-            uploads[name] = worker_class.upload_mbps * 1e6 / 8
-    payload, learner_upload = learner.payload_mib * MIB, learner.upload_mbps * 1e6 / 8
+            candidates.append(Candidate(name, worker_class.price_per_hour, inventory.throughput(worker_class)))
+            uploads[name] = worker_class.upload_bytes_per_s
+    payload, learner_upload = learner.payload_mib * MIB, learner.upload_bytes_per_s
     active, available = candidates, sum(c.throughput for c in candidates)
     for _ in range(5):
         bcast = broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active], mode, chunk_mib * MIB)

@@ -20,7 +20,7 @@ def plan_lines(config: Config, inventory: Inventory, other_staleness: range = ra
              "", f"{'worker class':<24}{'run':>5}{'of':>5}{'$/h each':>10}{'rollouts/s each':>17}"]
     for worker_class in inventory.workers:
         lines.append(f"{worker_class.name:<24}{chosen.chosen.get(worker_class.name, 0):>5}{worker_class.count:>5}"
-                     f"{worker_class.price_per_hour:>10.3f}{worker_class.effective_rollouts_per_s:>17.1f}")
+                     f"{worker_class.price_per_hour:>10.3f}{inventory.throughput(worker_class):>17.1f}")
     lines += ["", f"throughput {chosen.throughput:.1f} rollouts/s ({_requirement(chosen)}); "
                   f"dissemination {chosen.broadcast_s:.2f}s",
               f"predicted learner utilization {100 * chosen.utilization:.1f}%, {chosen.step_s:.2f}s per step",

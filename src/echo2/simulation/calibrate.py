@@ -26,8 +26,7 @@ from pathlib import Path
 from echo2.config import ActivationRule, Config, load_config
 from echo2.simulation.scenario import Scenario, parse_scenario
 from echo2.telemetry.metrics import read_jsonl
-
-MB = 1e6
+from echo2.units import GB, link_bytes_per_s
 
 
 def _cv(values: list[float]) -> float:
@@ -79,7 +78,7 @@ def scenario_from_run(run_dir: Path) -> Scenario:
         })
     return parse_scenario({
         "name": run_dir.name, "description": f"calibrated from the real run {run_dir}",
-        "model": {"name": config.model.name, "parameters_b": weights / 4e9, "payload_gb": payload / 1e9},
+        "model": {"name": config.model.name, "parameters_b": weights / (4 * GB), "payload_gb": payload / GB},
         "learner": {"train_step_s": statistics.fmean(train), "step_cv": _cv(train),
                     "upload_mbps": config.broadcast.learner_upload_mbps,
                     "price_per_gpu_hour": config.activation.learner_price_per_hour},
@@ -98,8 +97,5 @@ def scenario_from_run(run_dir: Path) -> Scenario:
 
 def _transfer_s(config: Config, payload: float, workers: int) -> float:
     """The transfer time the caps imply for one worker (the learner's uplink shared by a star)."""
-    learner = config.broadcast.learner_upload_mbps
-    if learner is None:
-        return 0.0
     share = workers if config.broadcast.mode == "star" else 1
-    return payload * share / (learner * MB / 8)
+    return payload * share / link_bytes_per_s(config.broadcast.learner_upload_mbps)  # uncapped: 0

@@ -1,12 +1,12 @@
 """A run, simulated: the learner, the coordinator's books, the relay plan, and every worker's loop.
 
 The learner and the coordinator side (this module) follow ``learner/loop.py`` and
-``coordinator/state.py``: the learner takes the ``B`` oldest fresh groups (:class:`Books`, i.e.
-:mod:`echo2.staleness`), trains for ``T_train`` (jittered), publishes the next version, records
+``coordinator/state.py``: the learner takes the ``B`` oldest fresh groups from the same pacing
+ledger the coordinator keeps (:class:`echo2.pacing.PacingLedger`), trains for ``T_train`` (jittered), publishes the next version, records
 the step; a lease request is granted, answered ``refresh`` or held (long-poll) until the window
 opens; a lease lost with its worker expires when the worker is declared dead. Each version
 spreads along the plan the coordinator would make (:mod:`echo2.simulation.dissemination`). Cost-
-aware activation is the coordinator's own :class:`~echo2.coordinator.fleet.Fleet` (profiled
+aware activation is the coordinator's own rule (:mod:`echo2.planning.activation_rule`: profiled
 throughput, provisioning rule, min-cost set), re-planned every ``replan_every`` steps and when an
 active worker dies. The workers' side (protocols, fetches, preemptions) is
 :mod:`echo2.simulation.workers`.
@@ -19,24 +19,24 @@ step besides the periodic re-plan.
 from __future__ import annotations
 
 import bisect
-import logging
 import random
 import time
 from collections import Counter, deque
-from contextlib import contextmanager
 
-from echo2.coordinator.fleet import Fleet, FleetPolicy
+from echo2.pacing import PacingLedger
+from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide, profile
+from echo2.planning.billing import Billing
 from echo2.planning.broadcast_time import broadcast_seconds
-from echo2.simulation.billing import Billing
-from echo2.simulation.books import Books
 from echo2.simulation.centralized import simulate_centralized
 from echo2.simulation.dissemination import Channel, Timing, plan_timing
 from echo2.simulation.events import EventQueue
-from echo2.simulation.fleet import SimWorker, build_fleet, lognormal, mbps
+from echo2.simulation.fleet import SimWorker, build_fleet, lognormal
 from echo2.simulation.recorder import Recorder
 from echo2.simulation.results import SimResult
-from echo2.simulation.scenario import MIB, Scenario
+from echo2.simulation.scenario import Scenario
 from echo2.simulation.workers import WorkerLoop
+from echo2.units import MIB, ema
+from echo2.units import link_bytes_per_s as mbps
 
 #: Weight of the newest value in the learner's step-time and dissemination averages (as in learner/loop.py).
 EMA_WEIGHT = 0.2
@@ -46,28 +46,6 @@ class SimulationStalled(RuntimeError):
     """Nothing is left to happen but the learner still waits (e.g. no worker can ever serve it)."""
 
 
-class _SimFleet(Fleet):
-    """The coordinator's activation, billing left to :class:`Billing` (simulated seconds, not wall time)."""
-
-    def bill(self, records) -> None:
-        return None
-
-
-def _ema(previous: float | None, value: float) -> float:
-    return value if previous is None else (1 - EMA_WEIGHT) * previous + EMA_WEIGHT * value
-
-
-@contextmanager
-def _quiet(logger_name: str):
-    """Activation logs every change at INFO; hundreds of simulated re-plans would flood the console."""
-    logger = logging.getLogger(logger_name)
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
 
 class Simulation(WorkerLoop):
     def __init__(self, scenario: Scenario, timeline_workers: int = 12) -> None:
@@ -75,7 +53,9 @@ class Simulation(WorkerLoop):
         recipe = scenario.recipe
         self.rng = random.Random(scenario.seed)
         self.queue = EventQueue()
-        self.books = Books(recipe.staleness, recipe.groups_per_step)
+        self.ledger: PacingLedger[None, int] = PacingLedger(recipe.staleness, recipe.groups_per_step)
+        """Slots, buffer and pacing, as the coordinator keeps them (a group is its version here)."""
+        self.counters: Counter[str] = Counter()
         self.workers: list[SimWorker] = build_fleet(scenario, self.rng)
         self.protocol = recipe.protocol
         self.group_size, self.groups_per_lease = recipe.group_size, recipe.groups_per_lease
@@ -95,8 +75,8 @@ class Simulation(WorkerLoop):
         self.min_held = 0
         self.loaded: set[int] = {0}
         self.billing = Billing(scenario.learner_price_per_hour)
-        self.fleet = _SimFleet(FleetPolicy.from_rule(scenario.activation, recipe.rollouts_per_step,
-                                                     recipe.staleness))
+        self.activation = ActivationPolicy.from_rule(scenario.activation, recipe.rollouts_per_step,
+                                                     recipe.staleness)
         self.centralized = simulate_centralized(scenario)
         self.recorder = Recorder(scenario, {w.worker_id for w in self.workers[:timeline_workers]}, self.centralized)
         self.step = 0
@@ -112,18 +92,17 @@ class Simulation(WorkerLoop):
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:
         started = time.perf_counter()
-        with _quiet("echo2"):
-            self._initial_plan()
-            for worker in self.workers:
-                self._run_worker(worker, holding=0)
-            self._start_version(0)
-            for worker in list(self.running.values()):
-                self._cycle(worker)
-            self.queue.run(until=lambda: self.finished)
+        self._initial_plan()
+        for worker in self.workers:
+            self._run_worker(worker, holding=0)
+        self._start_version(0)
+        for worker in list(self.running.values()):
+            self._cycle(worker)
+        self.queue.run(until=lambda: self.finished)
         if not self.finished:
             raise SimulationStalled(f"simulation stalled at step {self.step} of {self.scenario.recipe.steps} "
                                     f"(t = {self.queue.now:.0f}s, {len(self.running)} workers running, "
-                                    f"{len(self.books.buffer)} groups buffered)")
+                                    f"{len(self.ledger)} groups buffered)")
         return self.recorder.result(self, time.perf_counter() - started)
 
     def _initial_plan(self) -> None:
@@ -139,19 +118,21 @@ class Simulation(WorkerLoop):
             if estimate == self.broadcast_ema:
                 break
             self.broadcast_ema = estimate
-            self.fleet.replan(self.workers, self.train_ema, self.broadcast_ema, "start")
+            self._decide()
         self.replanned_at = 0
 
     # ------------------------------------------------------------------ learner
     def _learner_try(self) -> None:
         if self.learner_busy or self.finished:
             return
-        versions, dropped = self.books.take_batch(self.step)
-        if dropped:
+        stale_before = self.ledger.dropped_stale
+        versions = self.ledger.take(self.step, self.ledger.groups_per_step)
+        if dropped := self.ledger.dropped_stale - stale_before:
             self.recorder.waste("stale", dropped * self.group_size)
             self._open_window()
         if versions is None:
             return
+        self.counters["groups_trained"] += len(versions)
         now = self.queue.now
         if self.step == 0:
             self.startup_s = now - self.wait_since
@@ -165,14 +146,14 @@ class Simulation(WorkerLoop):
         now = self.queue.now
         self.busy_s += now - started
         self.learner_busy = False
-        self.train_ema = _ema(self.train_ema, now - started)
+        self.train_ema = ema(self.train_ema, now - started, EMA_WEIGHT)
         self.step += 1
-        self.books.version = self.step
+        self.ledger.version = self.step
         self.published_at.append(now)
         self._publish(self.step)
         latencies = self.recorder.step(self, versions, started)
         if latencies:
-            self.broadcast_ema = _ema(self.broadcast_ema, max(latencies))
+            self.broadcast_ema = ema(self.broadcast_ema, max(latencies), EMA_WEIGHT)
         if self.step >= self.scenario.recipe.steps:
             self._finish()
             return
@@ -218,7 +199,7 @@ class Simulation(WorkerLoop):
 
     def _start_version(self, version: int) -> None:
         now = self.queue.now
-        self.channel.start(version, now, self._timing(), keep=self.books.staleness + 3)
+        self.channel.start(version, now, self._timing(), keep=self.ledger.staleness + 3)
         waiters, self.channel_waiters = self.channel_waiters, []
         for worker, epoch, begin in waiters:
             if epoch == worker.epoch:
@@ -239,7 +220,7 @@ class Simulation(WorkerLoop):
         if version is not None:
             self.held[version] += 1
         worker.counted_version = version
-        oldest = min(self.held) if self.held else self.books.version
+        oldest = min(self.held) if self.held else self.ledger.version
         now = self.queue.now
         for reached in range(self.min_held + 1, oldest + 1):
             if reached in self.loaded:
@@ -257,7 +238,7 @@ class Simulation(WorkerLoop):
         if not worker.active:
             self._park(worker, epoch, version)
             return
-        status = self.books.grantable(version)
+        status = self.ledger.grantable(version)
         if status == "wait":
             worker.phase = "wait_window"
             self.waiting.append((worker, epoch, version))
@@ -267,11 +248,12 @@ class Simulation(WorkerLoop):
     def _answer(self, worker: SimWorker, status: str, version: int) -> None:
         now = self.queue.now
         reply = now + worker.rtt_s / 2
-        self._learn(worker, self.books.version, reply)
+        self._learn(worker, self.ledger.version, reply)
         if status == "refresh":
             self.queue.at(reply, self._refreshed, worker, worker.epoch)
             return
-        slots = self.books.grant(version, self.groups_per_lease)
+        slots = list(self.ledger.grant(version, self.groups_per_lease, lambda: None))
+        self.counters["leases_issued"] += 1
         generate = lognormal(self.rng, len(slots) * self.group_size / worker.rate, worker.spec.throughput_cv)
         lease = Lease(worker, version, slots, granted_at=now, ends_at=reply + generate + worker.rtt_s / 2)
         worker.lease, worker.phase = lease, "generate"
@@ -287,12 +269,15 @@ class Simulation(WorkerLoop):
         rollouts = len(lease.slots) * self.group_size
         self.recorder.generated += rollouts
         if lease.state == "expired":  # ran past its deadline: the coordinator refuses it
-            self.books.counters["groups_rejected_expired_lease"] += len(lease.slots)
+            self.counters["groups_rejected_expired_lease"] += len(lease.slots)
             self.recorder.waste("late", rollouts)
         else:
             lease.state = "done"
-            self.books.submit(lease.version, lease.slots)
-            Fleet.observe(worker, rollouts, self.queue.now - lease.granted_at)
+            for slot in lease.slots:
+                self.ledger.admit(slot, lease.version, lease.version)
+            self.counters["leases_completed"] += 1
+            self.counters["groups_accepted"] += len(lease.slots)
+            worker.throughput = profile(worker.throughput, rollouts, self.queue.now - lease.granted_at)
         self.queue.after(worker.rtt_s / 2, self._cycle_event, worker, epoch)
         self._learner_try()
 
@@ -300,7 +285,8 @@ class Simulation(WorkerLoop):
         if lease.state != "out":
             return
         lease.state = "expired"
-        self.books.expire(lease.slots)
+        self.ledger.release(lease.slots)
+        self.counters["leases_expired"] += 1
         self._open_window()
 
     def _open_window(self) -> None:
@@ -314,7 +300,7 @@ class Simulation(WorkerLoop):
                 self.waiting.popleft()
                 self._park(worker, epoch, version)
                 continue
-            status = self.books.grantable(version)
+            status = self.ledger.grantable(version)
             if status == "wait":
                 return
             self.waiting.popleft()
@@ -328,7 +314,7 @@ class Simulation(WorkerLoop):
         if not self.scenario.activation.enabled:
             return
         self.replanned_at, self.replan_pending = self.step, False
-        self.fleet.replan(self.workers, self.train_ema, self.broadcast_ema, reason)
+        self._decide()
         for worker in self.workers:
             if worker.active and worker.worker_id in self.parked:
                 self._unpark(worker)
@@ -336,6 +322,14 @@ class Simulation(WorkerLoop):
                 self._bill(worker)
                 self._census(worker)
         self._open_window()
+
+    def _decide(self) -> None:
+        """Apply the provisioning rule to the live workers."""
+        live = [w for w in self.workers if w.alive]
+        decision = decide(self.activation, [WorkerView(w.worker_id, w.price_per_hour, w.throughput) for w in live],
+                          self.train_ema, self.broadcast_ema)
+        for worker in live:
+            worker.active = worker.worker_id in decision.active
 
     def _request_replan(self, reason: str) -> None:
         """On an active worker's death: at once, unless a re-plan already ran at this step (then at its end)."""

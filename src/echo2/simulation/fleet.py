@@ -15,13 +15,10 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from echo2.config.fleet import WorkerClass
 from echo2.simulation.dissemination import Peer
-from echo2.simulation.scenario import Scenario, WorkerClass
-
-
-def mbps(value: float | None) -> float:
-    """Mbit/s to bytes/s; None (unlimited) to infinity."""
-    return math.inf if value is None else value * 1e6 / 8
+from echo2.simulation.scenario import Scenario
+from echo2.units import link_bytes_per_s
 
 
 def lognormal(rng: random.Random, mean: float, cv: float) -> float:
@@ -76,15 +73,16 @@ def build_fleet(scenario: Scenario, rng: random.Random) -> list[SimWorker]:
     workers = []
     response_tokens = scenario.recipe.response_tokens
     interval = scenario.recipe.heartbeat_interval_s
-    for spec, declared in zip(scenario.fleet, scenario.inventory().workers):
-        rate = spec.rollout_rate(response_tokens)
+    inventory = scenario.inventory()
+    for spec in scenario.fleet:
+        rate, declared = spec.rollout_rate(response_tokens), inventory.throughput(spec)
         for index in range(spec.count):
-            upload = mbps(spec.upload_mbps) * (math.exp(rng.gauss(0, spec.upload_spread)) if spec.upload_spread else 1)
+            upload = spec.upload_bytes_per_s * (math.exp(rng.gauss(0, spec.upload_spread)) if spec.upload_spread else 1)
             rtt = spec.rtt_ms / 1000 * (math.exp(rng.gauss(0, spec.rtt_spread)) if spec.rtt_spread else 1)
             name = f"{spec.name}#{index}"
             workers.append(SimWorker(
                 worker_id=name, name=name, worker_class=spec.name, spec=spec, price_per_hour=spec.price_per_hour,
-                rate=rate, upload=upload, download=mbps(spec.download_mbps), rtt_s=rtt,
-                heartbeat_phase=rng.uniform(0, interval), declared_throughput=declared.effective_rollouts_per_s,
-                peer=Peer(name, upload, mbps(spec.download_mbps), rtt / 2, spec.relay)))
+                rate=rate, upload=upload, download=link_bytes_per_s(spec.download_mbps), rtt_s=rtt,
+                heartbeat_phase=rng.uniform(0, interval), declared_throughput=declared,
+                peer=Peer(name, upload, link_bytes_per_s(spec.download_mbps), rtt / 2, spec.relay)))
     return workers

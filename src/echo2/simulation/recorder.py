@@ -12,6 +12,7 @@ import statistics
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from echo2.planning.billing import cost_summary
 from echo2.simulation.centralized import CentralizedResult
 from echo2.simulation.results import SimResult
 from echo2.simulation.scenario import Scenario
@@ -59,8 +60,8 @@ class Recorder:
             "utilization": sim.busy_s / max(sim.busy_s + sim.idle_s, 1e-9), "samples_per_s": step * rollouts / now,
             "staleness_mean": sum(k * n for k, n in staleness.items()) / len(versions),
             "staleness_max": max(staleness), **{f"staleness_count_{k}": n for k, n in sorted(staleness.items())},
-            "groups_dropped_stale": sim.books.counters["groups_dropped_stale"],
-            "leases_expired": sim.books.counters["leases_expired"], "workers_alive": len(sim.running),
+            "groups_dropped_stale": sim.ledger.dropped_stale,
+            "leases_expired": sim.counters["leases_expired"], "workers_alive": len(sim.running),
             "workers_active": sum(w.alive and w.active for w in sim.workers), **self.costs(sim, now),
         }
         latencies, self._latencies = self._latencies, []
@@ -71,27 +72,24 @@ class Recorder:
 
     def costs(self, sim: Simulation, now: float) -> dict[str, float]:
         by_class = sim.billing.by_class(now)
-        workers = sum(by_class.values())
-        learner = sim.billing.learner(now)
         centralized = self.centralized.cost_per_step * sim.step if self.centralized else 0.0
-        return {**{f"cost/{name}_usd": by_class.get(name, 0.0) for name in (c.name for c in self.scenario.fleet)},
-                "cost_workers_usd": workers, "cost_learner_usd": learner, "cost_usd": workers + learner,
-                "cost_centralized_usd": centralized}
+        return cost_summary({c.name: by_class.get(c.name, 0.0) for c in self.scenario.fleet}, sim.billing.learner(now),
+                            centralized)
 
     def result(self, sim: Simulation, runtime_s: float) -> SimResult:
-        books = sim.books.counters
+        books, ledger = sim.counters, sim.ledger
         trained = books["groups_trained"] * self.scenario.recipe.group_size
         now = sim.queue.now
         outstanding = sum(w.lease is not None and w.lease.state == "out" for w in sim.workers)
         reliability = {
             "groups_trained": books["groups_trained"], "leases_issued": books["leases_issued"],
             "leases_completed": books["leases_completed"], "leases_expired": books["leases_expired"],
-            "leases_outstanding": outstanding, "prompts_requeued": books["prompts_requeued"],
+            "leases_outstanding": outstanding, "prompts_requeued": ledger.requeued_total,
             "groups_accepted": books["groups_accepted"],
             "groups_rejected": ({"expired_lease": books["groups_rejected_expired_lease"]}
                                 if books["groups_rejected_expired_lease"] else {}),
-            "duplicate_submissions": 0, "groups_dropped_stale": books["groups_dropped_stale"],
-            "groups_discarded_quarantined": 0, "groups_buffered": len(sim.books.buffer),
+            "duplicate_submissions": 0, "groups_dropped_stale": ledger.dropped_stale,
+            "groups_discarded_quarantined": 0, "groups_buffered": len(sim.ledger),
             "workers_dead": books["workers_dead"], "workers_left": books["workers_left"], "workers_quarantined": 0,
         }
         billing = sim.billing

@@ -13,26 +13,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from echo2.config import ActivationRule
-from echo2.staleness import resolve as resolve_staleness
-from echo2.planning.inventory import Inventory, first_error
+from echo2.config.base import ConfigError, Section, apply_override, first_error, merge, read_yaml
+from echo2.config.fleet import ActivationRule, LearnerHardware, WorkerClass
+from echo2.planning.inventory import Inventory
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
-from echo2.planning.inventory import WorkerClass as InventoryClass
+from echo2.staleness import resolve as resolve_staleness
+from echo2.units import GB, MIB
 
-GB = 1e9
-MIB = 1024 * 1024
-#: An unlimited link (loopback) where an inventory needs a number: 1 Pbit/s.
-UNLIMITED_MBPS = 1e9
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+__all__ = ["ActivationSpec", "BroadcastSpec", "LearnerSpec", "ModelSpec", "RecipeSpec", "Scenario", "WorkerClass",
+           "dotted_overrides", "load_scenario", "parse_scenario"]
 
 
-class ModelSpec(_Section):
+class ModelSpec(Section):
     name: str
     """Label only (e.g. ``Qwen3-8B``)."""
     parameters_b: float = Field(gt=0)
@@ -53,14 +47,13 @@ class ModelSpec(_Section):
         return (self.active_parameters_b or self.parameters_b) * 1e9
 
 
-class LearnerSpec(_Section):
+class LearnerSpec(LearnerHardware):
+    """The learner's hardware (``train_step_s``, ``upload_mbps``: see :class:`echo2.config.LearnerHardware`)."""
+
     gpus: int = Field(1, ge=1)
     """GPUs of the learner (they also form the centralized baseline)."""
     price_per_gpu_hour: float = Field(0.0, ge=0)
     """Dollars per GPU-hour of the learner's hardware."""
-    train_step_s: float | None = Field(None, gt=0)
-    """T_train, seconds per optimizer step including publishing, when measured; None: from FLOPs
-    (the fields below) plus ``publish_s``."""
     peak_tflops_per_gpu: float = Field(989.0, gt=0)
     """Dense bf16 peak per GPU, TFLOP/s (989 = H100 SXM)."""
     mfu: float = Field(0.35, gt=0, le=1)
@@ -72,8 +65,6 @@ class LearnerSpec(_Section):
     """Seconds per version to serialise and chunk the weights (learner busy time)."""
     step_cv: float = Field(0.0, ge=0)
     """Coefficient of variation of the step time (lognormal jitter)."""
-    upload_mbps: float | None = Field(None, gt=0)
-    """The learner's uplink, Mbit/s; None: unlimited (loopback)."""
     generation_tokens_per_s_per_gpu: float | None = Field(None, gt=0)
     """Completion tokens/s one learner GPU generates for this recipe (the centralized baseline);
     None: no baseline."""
@@ -82,7 +73,7 @@ class LearnerSpec(_Section):
     co-located inference engine."""
 
 
-class RecipeSpec(_Section):
+class RecipeSpec(Section):
     steps: int = Field(ge=1)
     """Learner steps to simulate."""
     groups_per_step: int = Field(ge=1)
@@ -120,7 +111,7 @@ class RecipeSpec(_Section):
         return self
 
 
-class BroadcastSpec(_Section):
+class BroadcastSpec(Section):
     mode: Literal["star", "pipelined"] = "pipelined"
     """``star``: every worker fetches from the learner; ``pipelined``: relay chains/trees."""
     chunk_mib: float = Field(1.0, gt=0)
@@ -140,55 +131,7 @@ class ActivationSpec(ActivationRule):
     parked; 1.0 prices keeping them warm."""
 
 
-class WorkerClass(_Section):
-    name: str
-    """Class name (cost is reported per class)."""
-    count: int = Field(1, ge=1)
-    """Workers of this class that can be had."""
-    price_per_hour: float = Field(0.0, ge=0)
-    """Dollars per hour per worker while it runs (booting included)."""
-    tokens_per_s: float | None = Field(None, gt=0)
-    """Completion tokens/s one worker generates for this recipe (converted with
-    ``recipe.response_tokens``); give this or ``rollouts_per_s``."""
-    rollouts_per_s: float | None = Field(None, gt=0)
-    """Completions/s one worker generates (measured on a real run)."""
-    throughput_cv: float = Field(0.0, ge=0)
-    """Coefficient of variation of one lease's generation time (lognormal)."""
-    upload_mbps: float | None = Field(None, gt=0)
-    """Median uplink of one worker, Mbit/s (what it relays at); None: unlimited."""
-    upload_spread: float = Field(0.0, ge=0)
-    """Sigma of the lognormal spread of uplinks across the class's workers."""
-    download_mbps: float | None = Field(None, gt=0)
-    """Downlink of one worker, Mbit/s; None: unlimited."""
-    rtt_ms: float = Field(0.0, ge=0)
-    """Median round trip to the learner, ms (every request pays it)."""
-    rtt_spread: float = Field(0.0, ge=0)
-    """Sigma of the lognormal spread of round trips across the class's workers."""
-    fetch_delay_s: float = Field(0.0, ge=0)
-    """Fixed extra seconds per weight fetch (connection set-up, verification, a slow link)."""
-    load_s: float = Field(0.0, ge=0)
-    """Seconds to load a fetched version into the inference engine (between two leases)."""
-    relay: bool = True
-    """False: unreachable (behind NAT), never relays."""
-    preemption_per_hour: float = Field(0.0, ge=0)
-    """Expected preemptions per running worker-hour (spot capacity)."""
-    preemption_notice_s: float = Field(0.0, ge=0)
-    """Warning before a preemption: a lease finishing within it is still submitted (echo2 workers
-    finish the request in hand on SIGTERM and deregister)."""
-    recovery_s: float = Field(300.0, ge=0)
-    """Seconds for the replacement of a preempted worker to boot and load the model; billed."""
-
-    @model_validator(mode="after")
-    def _one_throughput(self) -> WorkerClass:
-        if (self.tokens_per_s is None) == (self.rollouts_per_s is None):
-            raise ValueError(f"worker class {self.name!r}: give exactly one of tokens_per_s and rollouts_per_s")
-        return self
-
-    def rollout_rate(self, response_tokens: float) -> float:
-        return self.rollouts_per_s if self.rollouts_per_s else self.tokens_per_s / response_tokens
-
-
-class Scenario(_Section):
+class Scenario(Section):
     name: str
     """Scenario name (the output folder's default name)."""
     description: str = ""
@@ -226,58 +169,28 @@ class Scenario(_Section):
                       if learner.generation_tokens_per_s_per_gpu else None)
         return Inventory(
             learner=InventoryLearner(price_per_hour=self.learner_price_per_hour, train_step_s=self.train_step_s(),
-                                     upload_mbps=learner.upload_mbps or UNLIMITED_MBPS,
-                                     payload_mib=self.model.payload_bytes / MIB,
+                                     upload_mbps=learner.upload_mbps, payload_mib=self.model.payload_bytes / MIB,
                                      generation_rollouts_per_s=generation),
-            workers=[InventoryClass(name=c.name, count=c.count, price_per_hour=c.price_per_hour,
-                                    rollouts_per_s=c.rollout_rate(self.recipe.response_tokens),
-                                    upload_mbps=c.upload_mbps or UNLIMITED_MBPS,
-                                    preemption_per_hour=c.preemption_per_hour,
-                                    recovery_s=c.recovery_s) for c in self.fleet],
-        )
+            workers=self.fleet, response_tokens=self.recipe.response_tokens)
 
 
 def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:
-    """Read a scenario YAML (plus nested ``overrides``); errors name the file and the key."""
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ValueError(f"cannot read scenario {path}: {error}") from None
-    return parse_scenario(_merge(data, overrides or {}), str(path))
+    """Read a scenario YAML (plus nested ``overrides``, see :func:`dotted_overrides`); errors
+    (:class:`ConfigError`, a ``ValueError``) name the file and the key."""
+    return parse_scenario(merge(read_yaml(path, "scenario"), overrides or {}), str(path))
 
 
 def parse_scenario(data: dict, origin: str = "scenario") -> Scenario:
     try:
         return Scenario.model_validate(data)
     except ValidationError as error:
-        raise ValueError(f"{origin}: {first_error(error)}") from None
+        raise ConfigError(f"{origin}: {first_error(error)}") from None
 
 
 def dotted_overrides(pairs: list[str]) -> dict:
-    """``["recipe.staleness=2", "fleet.0.count=50"]`` as a nested dict (values parsed as YAML)."""
+    """``["recipe.staleness=2", "fleet.0.count=50"]`` as a nested dict (values parsed as YAML);
+    :func:`load_scenario` merges it, an integer key indexing a list (the fleet's classes)."""
     result: dict = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"override {pair!r} is not key=value")
-        node = result
-        *parents, last = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = yaml.safe_load(value)
+        apply_override(result, pair)
     return result
-
-
-def _merge(base, changes):
-    """``changes`` over ``base``; a list in ``base`` is indexed by integer keys (``fleet.0.count``)."""
-    if not isinstance(changes, dict):
-        return changes
-    if isinstance(base, list):
-        merged = list(base)
-        for key, value in changes.items():
-            merged[int(key)] = _merge(merged[int(key)], value)
-        return merged
-    merged = dict(base or {})
-    for key, value in changes.items():
-        merged[key] = _merge(merged.get(key), value)
-    return merged

@@ -60,7 +60,7 @@ class WorkerLoop:
         """Sequential pull: the coordinator's answer to ``GET /v1/version``."""
         if epoch != worker.epoch:
             return
-        if self.books.version > worker.version:
+        if self.ledger.version > worker.version:
             worker.phase = "fetch"
             self._begin_fetch(worker, self.queue.now + worker.rtt_s / 2)
         else:
@@ -78,7 +78,7 @@ class WorkerLoop:
     # ------------------------------------------------------------------ weights
     def _heartbeat(self: Simulation, worker: SimWorker, epoch: int) -> None:
         if epoch == worker.epoch:
-            self._learn(worker, self.books.version, self.queue.now + worker.rtt_s / 2)
+            self._learn(worker, self.ledger.version, self.queue.now + worker.rtt_s / 2)
 
     def _learn(self: Simulation, worker: SimWorker, version: int, at: float) -> None:
         """The worker hears at ``at`` that ``version`` is out; an idle async fetcher starts on it
@@ -192,7 +192,7 @@ class WorkerLoop:
             worker.leaving = True  # finishes and submits, then deregisters (see _cycle)
             return
         graceful = notice > 0 and lease is None  # idle with notice: deregisters at once
-        self.books.counters["workers_left" if graceful else "workers_dead"] += 1
+        self.counters["workers_left" if graceful else "workers_dead"] += 1
         if lease is not None:
             self.recorder.waste("preempted", len(lease.slots) * self.group_size)
         detected = now if graceful else now + notice + self.scenario.recipe.heartbeat_timeout_s
@@ -205,7 +205,7 @@ class WorkerLoop:
 
     def _leave(self: Simulation, worker: SimWorker) -> None:
         """Deregistered after finishing its lease under a preemption notice."""
-        self.books.counters["workers_left"] += 1
+        self.counters["workers_left"] += 1
         self._stop_running(worker)
         worker.phase = "down"
         self._declared_gone(worker, worker.epoch)

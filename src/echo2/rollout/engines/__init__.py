@@ -13,7 +13,7 @@ from typing import Protocol
 import torch
 
 from echo2.protocol import RunSpec
-from echo2.rollout.sampler import Samples
+from echo2.generation import Samples
 
 ENGINES = ("hf", "vllm")
 

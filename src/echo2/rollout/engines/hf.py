@@ -1,6 +1,6 @@
 """The portable default engine: the HF model in the worker process, echo2's KV-cached sampler.
 
-It samples with the computation the learner scores with (:mod:`echo2.rollout.sampler`), so
+It samples with the computation the learner scores with (:mod:`echo2.generation`), so
 behaviour log-probs match the learner's to float precision; a LoRA run wraps the base model in
 the run's adapter (:mod:`echo2.lora`), each version replaces only the adapter tensors, and
 sampling runs on a :class:`~echo2.lora.MergedCopy` re-merged after each version.
@@ -14,7 +14,7 @@ from echo2.broadcast.payload import load_parameters
 from echo2.lora import MergedCopy, add_adapter
 from echo2.modeling import load_model, resolve_device
 from echo2.protocol import RunSpec
-from echo2.rollout.sampler import Samples, sample
+from echo2.generation import Samples, sample
 
 
 class HfEngine:

@@ -32,7 +32,7 @@ from safetensors.torch import save_file
 from echo2.broadcast.integrity import CorruptPayload, sha256
 from echo2.modeling import resolve_model_path
 from echo2.protocol import AdapterSpec, RunSpec
-from echo2.rollout.sampler import Samples
+from echo2.generation import Samples
 
 #: Share of the GPU's memory vLLM may take (weights + KV cache).
 GPU_MEMORY_UTILIZATION = 0.85

@@ -1,8 +1,10 @@
-"""Dollars in simulated time: each worker is billed while it runs or boots, the learner all along.
+"""Cost accounting, one book for live runs and simulations: workers billed while running, the learner all along.
 
-A parked worker is billed at ``activation.parked_price_fraction`` of its price (0 by default, as
-``coordinator/fleet.py`` bills it: a parked worker is assumed released). A preempted worker's
-replacement is requested at once and billed while it boots, as the worker it replaces was.
+No clock here: the caller passes the time of every change (the coordinator wall seconds, the
+simulator simulated ones). A live run bills a worker while it is active: a parked worker is
+assumed released (a stopped spot instance), which is where cost-aware activation saves. A
+simulation may also bill parked workers at ``activation.parked_price_fraction`` of their price,
+and bills a preempted worker's replacement while it boots.
 """
 
 from __future__ import annotations
@@ -58,3 +60,12 @@ class Billing:
 
     def learner(self, now: float) -> float:
         return self.learner_rate * now
+
+
+def cost_summary(by_class: dict[str, float], learner_usd: float, centralized_usd: float) -> dict[str, float]:
+    """The run's cost metrics, as live runs and simulations report them: dollars per worker class,
+    workers, learner, total, and the centralized counterfactual."""
+    workers = sum(by_class.values())
+    return {**{f"cost/{name}_usd": value for name, value in by_class.items()},
+            "cost_workers_usd": workers, "cost_learner_usd": learner_usd, "cost_usd": workers + learner_usd,
+            "cost_centralized_usd": centralized_usd}

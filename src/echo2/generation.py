@@ -1,4 +1,5 @@
-"""Batched autoregressive sampling with per-token behaviour log-probs.
+"""Batched autoregressive sampling with per-token behaviour log-probs: the workers' engines and the
+learner's evaluation sample through this one module.
 
 A plain KV-cached decoding loop over an HF causal LM rather than ``generate``: RL needs the
 log-prob of every sampled token under exactly the distribution it was sampled from

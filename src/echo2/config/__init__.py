@@ -1,0 +1,26 @@
+"""The typed schemas of echo2: a run's config (``echo2 train``) and the hardware shared with the
+inventory (``echo2 plan``) and the scenario (``echo2 simulate``).
+
+* :mod:`echo2.config.base` — the one pydantic base :class:`Section`, :class:`ConfigError`,
+  YAML files and dotted ``key=value`` overrides;
+* :mod:`echo2.config.learner` — the learner's section (objective, optimizer, EchoClip, LoRA);
+* :mod:`echo2.config.fleet` — worker classes, the learner's hardware, the activation rule;
+* :mod:`echo2.config.run` — every other section, :class:`Config`, :func:`load_config`.
+
+Every field is documented where it is declared (the docstring under it becomes its description).
+"""
+
+from echo2.config.base import ConfigError, Section, apply_override, first_error, merge, read_yaml
+from echo2.config.fleet import ActivationRule, LearnerHardware, LocalWorkerSpec, WorkerClass
+from echo2.config.learner import OBJECTIVE_DEFAULTS, EchoClipConfig, LearnerConfig, LoraConfig
+from echo2.config.run import (ActivationConfig, BroadcastConfig, CheckpointConfig, Config, CoordinatorConfig,
+                              EvalConfig, ModelConfig, RayConfig, RolloutConfig, RunConfig, TaskConfig,
+                              TelemetryConfig, VerificationConfig, WorkersConfig, dump_config, load_config)
+
+__all__ = [
+    "ActivationConfig", "ActivationRule", "BroadcastConfig", "CheckpointConfig", "Config", "ConfigError",
+    "CoordinatorConfig", "EchoClipConfig", "EvalConfig", "LearnerConfig", "LearnerHardware", "LocalWorkerSpec",
+    "LoraConfig", "ModelConfig", "OBJECTIVE_DEFAULTS", "RayConfig", "RolloutConfig", "RunConfig", "Section",
+    "TaskConfig", "TelemetryConfig", "VerificationConfig", "WorkerClass", "WorkersConfig", "apply_override",
+    "dump_config", "first_error", "load_config", "merge", "read_yaml",
+]

@@ -1,0 +1,232 @@
+"""The one typed configuration of a run: YAML file + dotted ``key=value`` overrides.
+
+Every field is documented where it is declared (the docstring under it becomes its
+description). Unknown or ill-typed keys fail with a one-line :class:`ConfigError` naming the
+key. The resolved config is written into every run directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from echo2.config.base import ConfigError, Section, apply_override, describe, read_yaml
+from echo2.config.fleet import ActivationRule, LocalWorkerSpec
+from echo2.config.learner import LearnerConfig
+from echo2.model_sources import SHIPPED_MODEL
+from echo2.staleness import resolve as resolve_staleness
+
+
+class RunConfig(Section):
+    dir: str = "runs"
+    """Parent folder of run directories."""
+    name: str | None = None
+    """Run directory name under ``dir``; default: a timestamp."""
+    seed: int = 0
+    """Seed for the prompt stream, sampling and initialisation."""
+    steps: int = Field(200, ge=1)
+    """Learner steps (optimizer updates) to run; policy version ``v`` = steps done."""
+    max_minutes: float | None = Field(None, gt=0)
+    """Stop after this much wall time even if ``steps`` are not done (then evaluate and save)."""
+
+
+class ModelConfig(Section):
+    name: str = SHIPPED_MODEL
+    """``echo2/tiny-arith`` (the small model shipped with echo2), a named shipped source
+    (``smollm2-135m-instruct``), a ``.gguf`` file, a local HF folder or a hub id
+    (:mod:`echo2.model_sources`)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Compute dtype: the workers' weights and the learner's forward/backward (under autocast when
+    it differs from ``learner.master_dtype``). bfloat16 is ~3x faster than float32 on CPUs with
+    avx512_bf16 or AMX, and on GPUs."""
+
+
+class TaskConfig(Section):
+    name: str = "arithmetic"
+    """``arithmetic``, ``jsonl``, or ``module:Class`` naming a subclass of ``echo2.tasks.Task``."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of the task class (e.g. ``num_operands``, ``path`` for jsonl)."""
+
+
+class RolloutConfig(Section):
+    group_size: int = Field(8, ge=2)
+    """Completions sampled per prompt (G); advantages are normalised within a group."""
+    temperature: float = Field(1.0, gt=0)
+    """Sampling temperature; the learner scores log-probs at the same temperature."""
+    max_new_tokens: int = Field(14, ge=1)
+    """Longest completion, EOS included."""
+    groups_per_lease: int = Field(16, ge=1)
+    """Prompts handed to a worker per lease (one request, one generation batch)."""
+    engine: Literal["hf", "vllm"] = "hf"
+    """Workers' generation engine: ``hf`` (the model in the worker process, any device; the
+    default) or ``vllm`` (vLLM on a CUDA GPU, ``pip install 'echo2[vllm]'``)."""
+
+
+class WorkersConfig(Section):
+    count: int = Field(2, ge=0)
+    """Local worker processes ``echo2 train`` starts (remote ones may join by URL too)."""
+    threads: int = Field(1, ge=1)
+    """Torch threads per local worker."""
+    device: str = "cpu"
+    """Device of the workers' hf engine: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (a Ray actor's
+    ``cuda`` is the GPU Ray gave it)."""
+    fetch_delay_s: float = Field(0.0, ge=0)
+    """Extra delay added to every weight fetch, standing for a slow link."""
+    upload_mbps: float | None = Field(None, gt=0)
+    """Upload cap of each local worker's relay in Mbit/s (bandwidth emulation; None = uncapped)."""
+    relay: bool = True
+    """Local workers serve chunks to peers; False makes them unreachable leaves (as behind NAT)."""
+    fleet: list[LocalWorkerSpec] = Field(default_factory=list)
+    """Per local worker (in order, cycled): emulated price and speed; empty = all alike and free."""
+
+
+class RayConfig(Section):
+    """Rollout workers as Ray actors (``launcher: ray``; ``pip install 'echo2[ray]'``)."""
+
+    address: str | None = None
+    """Ray cluster to place workers on (``auto``, ``host:6379``, ``ray://host:10001``); None starts
+    a local Ray for the run (token authentication on, with a fresh token kept in the environment)."""
+    num_cpus: int | None = Field(None, ge=1)
+    """CPUs a local Ray started for the run offers (None: every core)."""
+    cpus_per_worker: float = Field(1.0, gt=0)
+    """CPUs each worker actor requests (Ray places it where they are free)."""
+    gpus_per_worker: float = Field(0.0, ge=0)
+    """GPUs each worker actor requests (with ``workers.device=cuda`` the hf engine runs on it)."""
+    max_restarts: int = Field(3, ge=0)
+    """How often Ray restarts a worker actor that died (it then registers again and carries on)."""
+
+
+class ActivationConfig(ActivationRule):
+    """Cost-aware activation (see :mod:`echo2.coordinator.fleet`) and the learner's price."""
+    learner_price_per_hour: float = Field(0.0, ge=0)
+    """The learner's (premium) price per hour: its share of the run's cost and the price of the
+    centralized counterfactual in the cost accounting."""
+
+
+class BroadcastConfig(Section):
+    """How new weights reach the workers (see :mod:`echo2.broadcast`)."""
+
+    mode: Literal["star", "pipelined"] = "pipelined"
+    """``star``: every worker downloads from the learner; ``pipelined``: peers relay chunks down
+    chains/trees planned per version, so the learner uploads each version about once."""
+    chunk_mib: float = Field(1.0, gt=0, le=256)
+    """Chunk size; smaller chunks shorten the pipeline's fill time, larger ones cut request overhead."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Dtype of the weights on the wire; bfloat16 halves the bytes (workers cast back on load)."""
+    fan_out: int = Field(1, ge=1)
+    """Children per relaying worker (1 = chains, optimal when uplinks are alike)."""
+    learner_fan_out: int = Field(1, ge=1)
+    """Workers fetching straight from the learner (the roots of the chains)."""
+    learner_upload_mbps: float | None = Field(None, gt=0)
+    """Upload cap of the learner's chunk server in Mbit/s (bandwidth emulation; None = uncapped)."""
+    stall_s: float = Field(10.0, gt=0)
+    """A source that sends nothing for this long is abandoned for the next one in the fallback chain."""
+    timeout_s: float = Field(300.0, gt=0)
+    """Longest a worker spends fetching one version before reporting failure and retrying."""
+
+
+class EvalConfig(Section):
+    every: int = Field(10, ge=1)
+    """Evaluate every this many learner steps (and before the first and after the last)."""
+    size: int = Field(500, ge=1)
+    """Held-out prompts per evaluation (never trained on)."""
+    show: int = Field(4, ge=0)
+    """Sample completions printed and logged per evaluation."""
+
+
+class VerificationConfig(Section):
+    """Spot checks of what workers submit (see :mod:`echo2.learner.verification`)."""
+
+    rescore_fraction: float = Field(0.05, ge=0, le=1)
+    """Share of groups whose rewards the learner recomputes with the task's verifier."""
+    logprob_fraction: float = Field(0.02, ge=0, le=1)
+    """Share of current-version groups whose behaviour log-probs the learner recomputes."""
+    logprob_tolerance: float = Field(0.2, gt=0)
+    """Mean absolute log-prob difference (nats/token) above which a worker is quarantined."""
+
+
+class CheckpointConfig(Section):
+    every: int = Field(50, ge=0)
+    """Save a checkpoint every this many steps (0 = only at the end)."""
+
+
+class CoordinatorConfig(Section):
+    host: str = "127.0.0.1"
+    """Interface the coordinator listens on (0.0.0.0 to let remote workers join)."""
+    port: int = Field(0, ge=0, le=65535)
+    """Port; 0 picks a free one."""
+    token: str | None = None
+    """Run token workers must present; generated and printed when not given."""
+    lease_timeout_s: float = Field(60.0, gt=0)
+    """A lease not submitted within this time is re-issued to another worker."""
+    lease_wait_s: float = Field(2.0, ge=0)
+    """How long a lease request may wait (long-poll) for the staleness window to open."""
+    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    """A worker silent for this long is declared dead and its leases re-issued."""
+    start_timeout_s: float = Field(60.0, gt=0)
+    """How long to wait for the coordinator and the local workers to come up."""
+    data_timeout_s: float = Field(300.0, gt=0)
+    """How long the learner waits for one batch before failing with a clear error."""
+
+
+class TelemetryConfig(Section):
+    tensorboard: bool = True
+    """Also write TensorBoard event files under ``RUN_DIR/tensorboard``."""
+    progress: bool = True
+    """Show a live progress line on the console."""
+
+
+class Config(Section):
+    """A whole run. ``protocol`` and ``staleness`` are the two knobs of asynchrony."""
+
+    protocol: Literal["sync", "pull", "async"] = "async"
+    """``sync``: on-policy barrier (S = 0); ``pull``: workers refresh to the newest weights before
+    every lease; ``async``: push-pull, workers generate continuously and swap new weights in
+    between requests."""
+    staleness: int | None = Field(None, ge=0)
+    """Bounded staleness S: step ``t`` trains only on groups generated by versions ``>= t - S``.
+    Default: 0 for ``sync``, 1 otherwise. ``sync`` requires 0."""
+    launcher: Literal["local", "ray"] = "local"
+    """How ``echo2 train`` starts its ``workers.count`` workers: ``local`` subprocesses, or ``ray``
+    actors placed with their resource requests (``ray.*``) and restarted when they fail."""
+    run: RunConfig = Field(default_factory=RunConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    workers: WorkersConfig = Field(default_factory=WorkersConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    broadcast: BroadcastConfig = Field(default_factory=BroadcastConfig)
+    activation: ActivationConfig = Field(default_factory=ActivationConfig)
+    verification: VerificationConfig = Field(default_factory=VerificationConfig)
+    coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+
+    @model_validator(mode="after")
+    def _resolve_staleness(self) -> Config:
+        resolved = resolve_staleness(self.protocol, self.staleness)
+        if resolved != self.staleness:  # (assigning re-runs validation when assignments are validated)
+            self.staleness = resolved
+        return self
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Load ``path`` (YAML; optional) and apply ``overrides``; raise :class:`ConfigError` on any problem."""
+    data = read_yaml(path) if path is not None else {}
+    for assignment in overrides:
+        apply_override(data, assignment)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as error:
+        key, what = describe(error)
+        raise ConfigError(f"config key '{key}': {what}") from None
+
+
+def dump_config(config: Config) -> str:
+    """The resolved config as YAML (what a run directory keeps)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

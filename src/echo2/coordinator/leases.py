@@ -1,0 +1,77 @@
+"""Leases: which worker holds which prompt slots, until when; and the checks a submission must pass.
+
+A lease binds the slots the pacing ledger granted (and their prompts) to one worker, one policy
+version and a deadline. A submission must answer one of the submitter's own active leases, at
+the lease's version, slot for slot, within the run's limits; anything else is refused with a
+specific code before it can touch the buffer. Not locked on its own:
+:class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+from echo2.coordinator.records import Lease, Limits, Rejected
+from echo2.exchange import Group
+from echo2.protocol import SubmitRequest
+from echo2.tasks import Example
+
+
+class LeaseBook:
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.leases: dict[str, Lease] = {}
+
+    def issue(self, worker_id: str, version: int, examples: dict[int, Example]) -> Lease:
+        lease = Lease(lease_id=secrets.token_hex(8), worker_id=worker_id, version=version, examples=examples,
+                      deadline=time.monotonic() + self.timeout_s)
+        self.leases[lease.lease_id] = lease
+        return lease
+
+    def get(self, lease_id: str) -> Lease | None:
+        return self.leases.get(lease_id)
+
+    def active(self, worker_id: str | None = None) -> list[Lease]:
+        """Active leases (of ``worker_id`` only, when given)."""
+        return [lease for lease in self.leases.values()
+                if lease.state == "active" and worker_id in (None, lease.worker_id)]
+
+    def overdue(self) -> list[Lease]:
+        now = time.monotonic()
+        return [lease for lease in self.active() if now > lease.deadline]
+
+
+def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest, limits: Limits) -> Lease:
+    """``lease`` if ``request`` is a valid answer to it from ``worker_id``; else the refusal."""
+    if lease is None or lease.worker_id != worker_id:
+        raise Rejected(404, f"lease {request.lease_id!r} is not one of yours", "unknown_lease")
+    if lease.state == "expired":
+        raise Rejected(409, "lease expired; its prompts were re-issued", "expired_lease")
+    if request.version != lease.version:
+        raise Rejected(422, f"version {request.version} differs from the lease's {lease.version}", "bad_version")
+    if sorted(g.slot for g in request.groups) != sorted(lease.examples):
+        raise Rejected(422, "groups do not match the lease's slots one to one", "bad_slots")
+    low, high = limits.reward_range
+    for group in request.groups:
+        if len(group.completions) != limits.group_size:
+            raise Rejected(422, f"slot {group.slot}: {len(group.completions)} completions, "
+                           f"expected {limits.group_size}", "bad_group_size")
+        for c in group.completions:
+            if len(c.token_ids) != len(c.logprobs):
+                raise Rejected(422, f"slot {group.slot}: token_ids and logprobs differ in length", "bad_shape")
+            if len(c.token_ids) > limits.max_new_tokens:
+                raise Rejected(422, f"slot {group.slot}: completion longer than "
+                               f"max_new_tokens={limits.max_new_tokens}", "too_long")
+            if min(c.token_ids) < 0 or max(c.token_ids) >= limits.vocab_size:
+                raise Rejected(422, f"slot {group.slot}: token id outside the vocabulary", "bad_token")
+            if not low <= c.reward <= high:
+                raise Rejected(422, f"slot {group.slot}: reward {c.reward} outside [{low}, {high}]", "bad_reward")
+    return lease
+
+
+def accepted_groups(lease: Lease, worker_id: str, request: SubmitRequest) -> list[Group]:
+    """The groups of a checked submission, as the learner will train on them."""
+    return [Group(slot=g.slot, example=lease.examples[g.slot], version=lease.version, worker_id=worker_id,
+                  token_ids=[c.token_ids for c in g.completions], logprobs=[c.logprobs for c in g.completions],
+                  rewards=[c.reward for c in g.completions]) for g in request.groups]

@@ -1,0 +1,70 @@
+"""The worker registry: who joined, their session credentials, who is alive.
+
+A worker registers with the run token and gets a per-worker session credential that every
+later request presents, so a worker can only act on its own leases. Not locked on its own:
+:class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+import time
+
+from echo2.coordinator.records import Rejected, WorkerRecord
+from echo2.exchange import WorkerStats
+
+log = logging.getLogger("echo2")
+
+
+class WorkerRegistry:
+    def __init__(self, run_token: str) -> None:
+        self._run_token = run_token
+        self.workers: dict[str, WorkerRecord] = {}
+        self._by_session: dict[str, str] = {}
+
+    def add(self, name: str, relay_url: str | None, upload_bytes_per_s: float | None, price_per_hour: float,
+            worker_class: str) -> WorkerRecord:
+        worker_id = f"w{len(self.workers)}-{secrets.token_hex(3)}"
+        record = WorkerRecord(worker_id=worker_id, name=name or worker_id, session_token=secrets.token_urlsafe(24),
+                              relay_url=relay_url, upload_bytes_per_s=upload_bytes_per_s,
+                              price_per_hour=price_per_hour, worker_class=worker_class or name or worker_id)
+        self.workers[worker_id] = record
+        self._by_session[record.session_token] = worker_id
+        log.info("worker %s joined as %s (relay %s, $%.2f/h)", record.name, worker_id, relay_url or "none",
+                 price_per_hour)
+        return record
+
+    def admits(self, run_token: str | None) -> bool:
+        """Is ``run_token`` the run's token? (Compared in constant time.)"""
+        return hmac.compare_digest((run_token or "").encode(), self._run_token.encode())
+
+    def authenticate(self, session_token: str | None) -> WorkerRecord:
+        """The live worker holding ``session_token``, or a 401/410 refusal."""
+        worker_id = self._by_session.get(session_token or "")
+        if worker_id is None:
+            raise Rejected(401, "unknown or missing session credential; register first", "unauthorized")
+        record = self.workers[worker_id]
+        if not record.alive:
+            raise Rejected(410, "this worker was declared dead (no heartbeat); register again", "dead")
+        return record
+
+    def records(self) -> list[WorkerRecord]:
+        return list(self.workers.values())
+
+    def live(self) -> list[WorkerRecord]:
+        return [record for record in self.workers.values() if record.alive]
+
+    def silent(self, timeout_s: float) -> list[WorkerRecord]:
+        """Live workers not heard from for ``timeout_s``."""
+        now = time.monotonic()
+        return [record for record in self.live() if now - record.last_seen > timeout_s]
+
+    def relay_urls(self) -> dict[str, str]:
+        """Worker id -> relay URL of the live workers that serve chunks to peers."""
+        return {r.worker_id: r.relay_url for r in self.live() if r.relay_url}
+
+    def stats(self) -> list[WorkerStats]:
+        return [WorkerStats(r.name, r.alive, r.active, r.throughput, r.samples, r.tokens, r.generate_seconds,
+                            r.fetches, r.last_fetch_seconds) for r in self.workers.values()]

@@ -1,0 +1,78 @@
+"""What the learner and the coordinator hand each other: the records both sides import.
+
+The coordinator fills :class:`Group` from workers' submissions and the learner trains on it;
+:class:`RunStats` is the coordinator's answer when the learner asks how the run is going. Neither
+side reaches into the other's modules: the learner sees the coordinator only through the
+methods named in :class:`RolloutSource`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from echo2.tasks import Example
+
+
+@dataclass
+class Group:
+    """One prompt's G completions, as accepted from a worker."""
+
+    slot: int
+    example: Example
+    version: int
+    worker_id: str
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    rewards: list[float]
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """What the learner reports about one worker."""
+
+    name: str
+    alive: bool
+    active: bool
+    throughput: float | None
+    """Measured rollouts/s (moving average; None until its first lease is submitted)."""
+    samples: int
+    tokens: int
+    generate_seconds: float
+    fetches: int
+    last_fetch_seconds: float
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """A consistent snapshot of the coordinator's counters (taken under its lock)."""
+
+    groups_dropped_stale: int
+    leases_expired: int
+    workers_registered: int
+    activation_need: float | None
+    """Rollouts/s cost-aware activation provisions for (None until the first re-plan)."""
+    costs: dict[str, float]
+    workers: list[WorkerStats] = field(default_factory=list)
+
+
+class RolloutSource(Protocol):
+    """The coordinator as the learner sees it."""
+
+    def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]: ...
+
+    def filter_taken(self, groups: list[Group]) -> None: ...
+
+    def quarantine(self, worker_id: str, reason: str, taken: list[Group] = ...) -> int: ...
+
+    def publish(self, version: int, sha256: str, size_bytes: int) -> None: ...
+
+    def replan(self, train_s: float, broadcast_s: float | None) -> None: ...
+
+    def pop_disseminated(self) -> list[tuple[int, float, float]]: ...
+
+    def versions_spreading(self) -> bool: ...
+
+    def stats(self, learner_price_per_hour: float, wall_s: float) -> RunStats: ...
+
+    def resume_snapshot(self) -> dict[str, Any]: ...
