@@ -3,7 +3,8 @@
 import itertools
 
 from echo2.broadcast.topology import star_plan
-from echo2.coordinator.state import CoordinatorState, Limits
+from echo2.coordinator.records import Limits
+from echo2.coordinator.state import CoordinatorState
 from echo2.protocol import Completion, GroupResult, RunSpec, SubmitRequest
 from echo2.tasks import Example
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import make_state, submit_all
 
-from echo2.coordinator.state import Rejected
+from echo2.coordinator.records import Rejected
 from echo2.exchange import Group
 from echo2.learner.verification import VerificationPolicy, Verifier
 from echo2.modeling import SHIPPED_MODEL, load_model, load_tokenizer

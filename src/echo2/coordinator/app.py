@@ -12,7 +12,8 @@ from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from echo2.coordinator.state import CoordinatorState, Rejected
+from echo2.coordinator.records import Rejected
+from echo2.coordinator.state import CoordinatorState
 from echo2.protocol import (
     AUTH_HEADER,
     Heartbeat,

@@ -44,8 +44,6 @@ from echo2.tasks import Example
 
 log = logging.getLogger("echo2")
 
-__all__ = ["CoordinatorState", "Limits", "Rejected"]
-
 
 class CoordinatorState:
     """Books of one run. ``examples`` is the task's endless training stream (the data cursor)."""

@@ -24,7 +24,8 @@ from echo2.config import Config, LocalWorkerSpec, dump_config
 from echo2.coordinator.app import create_app
 from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.server import CoordinatorServer
-from echo2.coordinator.state import CoordinatorState, Limits
+from echo2.coordinator.records import Limits
+from echo2.coordinator.state import CoordinatorState
 from echo2.launch.local import LocalWorkers
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.learner.checkpoint import latest_resumable, load_resume_state

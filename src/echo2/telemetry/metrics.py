@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 
 class MetricsWriter:
@@ -42,7 +42,7 @@ class MetricsWriter:
     def histogram(self, name: str, values: list[float], step: int) -> None:
         """A distribution (e.g. the staleness of a batch) for TensorBoard's histogram view."""
         if self._tb is not None and values:
-            self._tb.add_histogram(name, torch.tensor(values, dtype=torch.float32), step)
+            self._tb.add_histogram(name, np.asarray(values, dtype=np.float32), step)
 
     def close(self) -> None:
         self._file.close()

@@ -1,0 +1,75 @@
+"""Imports flow one way: planning, simulation and reports need neither torch nor the coordinator;
+the coordinator needs nothing of the learner or the workers, and the learner reaches the
+coordinator only through ``echo2.exchange``. Each check runs in a fresh interpreter."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "echo2"
+REPO = SRC.parents[1]
+
+
+def modules_loaded_by(code: str) -> set[str]:
+    """Names in ``sys.modules`` after running ``code`` in a fresh interpreter."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def import_package(package: str) -> str:
+    """Code importing every module of ``echo2.<package>``."""
+    names = sorted(f"echo2.{package}.{p.stem}" for p in (SRC / package).glob("*.py") if p.stem != "__init__")
+    return "\n".join(f"import {name}" for name in names)
+
+
+def prefixed(loaded: set[str], *prefixes: str) -> list[str]:
+    return sorted(m for m in loaded if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+@pytest.mark.parametrize("package", ["planning", "simulation", "report"])
+def test_planning_simulation_and_reports_import_neither_torch_nor_the_coordinator(package):
+    loaded = modules_loaded_by(import_package(package))
+    assert prefixed(loaded, "torch", "transformers", "echo2.coordinator", "echo2.learner") == []
+
+
+def test_plan_simulate_and_report_commands_run_without_torch(tmp_path):
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(json.dumps({
+        "name": "tiny", "model": {"name": "m", "parameters_b": 0.005, "payload_gb": 0.01},
+        "learner": {"train_step_s": 1.0},
+        "recipe": {"steps": 5, "groups_per_step": 4, "group_size": 4, "groups_per_lease": 4},
+        "fleet": [{"name": "w", "count": 2, "rollouts_per_s": 100.0}]}))
+    run_dir = tmp_path / "sim"
+    loaded = modules_loaded_by(
+        "from echo2.cli import main\n"
+        f"assert main(['plan', '--inventory', 'configs/inventory.example.yaml']) == 0\n"
+        f"assert main(['simulate', {str(scenario)!r}, '--out', {str(run_dir)!r}]) == 0\n"
+        f"assert main(['report', {str(run_dir)!r}]) == 0")
+    assert (run_dir / "report.html").is_file()
+    assert prefixed(loaded, "torch", "transformers", "echo2.coordinator") == []
+
+
+def test_the_coordinator_imports_nothing_of_the_learner_or_the_workers():
+    loaded = modules_loaded_by(import_package("coordinator"))
+    assert prefixed(loaded, "echo2.learner", "echo2.rollout", "echo2.launch", "torch") == []
+
+
+def test_the_learner_reaches_the_coordinator_only_through_the_exchange_module():
+    loaded = modules_loaded_by(import_package("learner") + "\nimport echo2.evaluation")
+    assert prefixed(loaded, "echo2.coordinator", "echo2.rollout", "echo2.simulation") == []
+
+
+def test_workers_import_nothing_of_the_learner_or_the_coordinator():
+    loaded = modules_loaded_by(import_package("rollout"))
+    assert prefixed(loaded, "echo2.learner", "echo2.coordinator", "echo2.simulation") == []
+
+
+def test_files_stay_short():
+    lengths = {p.relative_to(SRC).as_posix(): len(p.read_text().splitlines()) for p in SRC.rglob("*.py")}
+    assert {name: n for name, n in lengths.items() if name.startswith("coordinator/") and n > 350} == {}
+    assert {name: n for name, n in lengths.items() if n > 450} == {}
