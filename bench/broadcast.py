@@ -39,8 +39,7 @@ import common  # noqa: E402
 from common import format_table, write_results  # noqa: E402
 
 from echo2.broadcast.topology import LEARNER, Node, plan_tree, star_plan  # noqa: E402
-
-MIB = 1024 * 1024
+from echo2.units import MIB  # noqa: E402
 
 
 def _options(parser: argparse.ArgumentParser) -> None:

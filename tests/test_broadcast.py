@@ -23,8 +23,9 @@ from echo2.broadcast.relay import HELD_HEADER, RelayServer, add_broadcast_routes
 from echo2.broadcast.throttle import Throttle
 from echo2.broadcast.topology import LEARNER, Node, children_of, depth, parent_of, plan_tree, star_plan
 from echo2.protocol import AUTH_HEADER
+from echo2.units import MIB
 
-KIB, MIB = 1024, 1024 * 1024
+KIB = 1024
 FAST = {"stall_s": 1.0, "poll_s": 0.5, "timeout_s": 20.0}
 
 

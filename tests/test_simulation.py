@@ -13,9 +13,9 @@ from echo2.simulation.dissemination import Peer, plan_timing
 from echo2.simulation.engine import simulate
 from echo2.simulation.results import write_run_dir
 from echo2.simulation.scenario import dotted_overrides, load_scenario, parse_scenario
+from echo2.units import MIB, link_bytes_per_s
 
 ROOT = Path(__file__).resolve().parent.parent
-MIB = 1024 * 1024
 
 
 def scenario(**changes):
@@ -84,7 +84,7 @@ def test_star_grows_with_the_fleet_and_the_chain_does_not():
                                    fleet=[{"name": "w", "count": workers, "rollouts_per_s": 3200.0,
                                            "upload_mbps": cap_mbps}]))
         results[mode] = sorted(latency for _, latency in result.dissemination)[len(result.dissemination) // 2]
-    bandwidth = cap_mbps * 1e6 / 8
+    bandwidth = link_bytes_per_s(cap_mbps)
     assert results["star"] == pytest.approx(workers * payload_mb * 1e6 / bandwidth, rel=0.05)
     assert results["pipelined"] == pytest.approx((payload_mb * 1e6 + (workers - 1) * MIB) / bandwidth, rel=0.05)
 

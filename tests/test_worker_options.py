@@ -29,7 +29,8 @@ def _private_file(path, text: str, mode: int = 0o600):
 
 def test_options_from_flags_equal_options_from_the_config(tmp_path):
     config = load_config(overrides=[
-        "workers.count=3", "workers.threads=2", "workers.device=cuda:1", "workers.relay=false", "workers.upload_mbps=40",
+        "workers.count=3", "workers.threads=2", "workers.device=cuda:1", "workers.relay=false",
+        "workers.upload_mbps=40",
         "workers.fleet=[{price_per_hour: 1.5, throughput_factor: 0.5, worker_class: slow, latency_ms: 20, "
         "upload_mbps: 8, falsify_rewards: true}, {price_per_hour: 0.2}]"])
     slow, cheap, slow_again = local_worker_options(config, URL, TOKEN)
@@ -56,7 +57,8 @@ def test_token_sources_and_precedence(tmp_path, capsys):
     assert capsys.readouterr().err == ""
     assert _cli("--coordinator", URL, "--token", "by-hand", environ={TOKEN_ENV: TOKEN}).run_token() == "by-hand"
     warning = capsys.readouterr().err.strip()
-    assert "--token is visible to every user" in warning and "--token-file" in warning and len(warning.splitlines()) == 1
+    assert "--token is visible to every user" in warning and "--token-file" in warning
+    assert len(warning.splitlines()) == 1
     token_file = _private_file(tmp_path / "token", "from-file\n")
     assert _cli("--coordinator", URL, "--token-file", str(token_file), environ={TOKEN_ENV: TOKEN}).run_token() \
         == "from-file"

@@ -1,9 +1,9 @@
 """The simulated workers: one record per worker slot, drawn from the scenario's classes.
 
-A :class:`SimWorker` carries what ``coordinator/fleet.py`` reads from a worker record (``alive``,
-``active``, ``throughput``, ``price_per_hour``, ...), so cost-aware activation runs the real
-:class:`echo2.coordinator.fleet.Fleet` on it, plus the worker's own state: the version it
-generates with, the one staged by its background fetch, what it is doing now.
+A :class:`SimWorker` carries what cost-aware activation reads of a worker (``alive``, ``active``,
+``throughput``, ``price_per_hour``: the coordinator's rule, :mod:`echo2.planning.activation_rule`,
+decides on a view of it), plus the worker's own state: the version it generates with, the one
+staged by its background fetch, what it is doing now.
 
 Per-worker uplinks and round trips are drawn once from lognormal distributions around the class
 median (``upload_spread``, ``rtt_spread``); lease times jitter per lease (``throughput_cv``).
@@ -46,11 +46,10 @@ class SimWorker:
     """Rollouts/s discounted for preemptions, as an ``echo2 plan`` inventory declares it."""
     peer: Peer = field(repr=False)
     """What the relay planner knows of this worker."""
-    # read and written by coordinator.fleet.Fleet
+    # what the activation rule sees and decides
     alive: bool = False
     active: bool = False
     throughput: float | None = None
-    active_seconds: float = 0.0
     # the worker's own state
     running: bool = False
     """Booted and registered: in the relay plan, preemptible."""
