@@ -38,7 +38,7 @@ def test_options_from_flags_equal_options_from_the_config(tmp_path):
     common = ["--coordinator", URL, "--token-file", str(token_file), "--threads", "2", "--device", "cuda:1",
               "--no-relay"]
     assert slow == _cli(*common, "--name", "local-0", "--price-per-hour", "1.5", "--throughput-factor", "0.5",
-                        "--worker-class", "slow", "--added-latency-ms", "20", "--upload-mbps", "8",
+                        "--worker-class", "slow", "--latency-ms", "20", "--upload-mbps", "8",
                         "--falsify-rewards")
     assert cheap == _cli(*common, "--name", "local-1", "--price-per-hour", "0.2", "--upload-mbps", "40")
     assert slow_again == slow.model_copy(update={"name": "local-2"})  # the fleet is cycled

@@ -199,7 +199,7 @@ def _add_worker_flags(worker: argparse.ArgumentParser) -> None:
     flag("--relay-port", "relay_port", type=int)
     flag("--advertise-host", "advertise_host")
     flag("--upload-mbps", "upload_mbps", type=float)
-    flag("--added-latency-ms", "added_latency_ms", type=float)
+    flag("--latency-ms", "latency_ms", type=float)
     flag("--no-relay", "relay", action="store_false",
          help="do not serve chunks to peers (a worker nobody can reach, e.g. behind NAT)")
     flag("--price-per-hour", "price_per_hour", type=float)

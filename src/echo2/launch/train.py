@@ -156,7 +156,7 @@ def local_worker_options(config: Config, url: str, token: str, name_prefix: str 
             coordinator=url, token=token, name=f"{name_prefix}-{index}", threads=workers.threads,
             device=workers.device, relay=workers.relay,
             upload_mbps=spec.upload_mbps if spec.upload_mbps is not None else workers.upload_mbps,
-            added_latency_ms=spec.latency_ms, price_per_hour=spec.price_per_hour, worker_class=spec.worker_class,
+            latency_ms=spec.latency_ms, price_per_hour=spec.price_per_hour, worker_class=spec.worker_class,
             throughput_factor=spec.throughput_factor, falsify_rewards=spec.falsify_rewards,
         ))
     return options

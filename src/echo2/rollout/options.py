@@ -65,7 +65,7 @@ class WorkerOptions(BaseModel):
     """Address peers should use to reach the relay (default: the relay host)."""
     upload_mbps: float | None = Field(None, gt=0)
     """Cap the relay's upload, Mbit/s (bandwidth emulation; None: uncapped)."""
-    added_latency_ms: float = Field(0.0, ge=0)
+    latency_ms: float = Field(0.0, ge=0)
     """Delay every relay response by this many ms (WAN latency emulation)."""
     price_per_hour: float = Field(0.0, ge=0)
     """What this worker costs while active, $/h (cost-aware activation)."""
@@ -109,7 +109,7 @@ def build_worker(options: WorkerOptions) -> RolloutWorker:
 
     relay = RelayOptions(
         bind_host=options.relay_host, port=options.relay_port, advertise_host=options.advertise_host,
-        upload_bytes_per_s=mbps_to_bytes_per_s(options.upload_mbps), latency_s=options.added_latency_ms / 1000,
+        upload_bytes_per_s=mbps_to_bytes_per_s(options.upload_mbps), latency_s=options.latency_ms / 1000,
     ) if options.relay else None
     return RolloutWorker(options.coordinator, options.run_token(), name=options.name, threads=options.threads,
                          give_up_after_s=options.give_up_after_s, relay=relay, price_per_hour=options.price_per_hour,
