@@ -1,6 +1,7 @@
 """Shared helpers: a coordinator state over a trivial prompt stream, and a valid submission."""
 
 import itertools
+import time
 
 from echo2.broadcast.topology import star_plan
 from echo2.coordinator.records import Limits
@@ -42,3 +43,10 @@ def submit_all(state, worker, lease):
     return state.submit(worker, valid_submission(lease))
 
 
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` until it holds; fail after ``timeout_s`` naming ``what`` was awaited."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s}s for {what}")
+        time.sleep(0.2)

@@ -11,6 +11,7 @@ import threading
 import time
 
 import httpx
+from conftest import wait_for
 
 from echo2.config import load_config
 from echo2.launch.train import run_training
@@ -20,14 +21,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout_s}s for {what}")
-        time.sleep(0.2)
 
 
 def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path):

@@ -5,10 +5,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from conftest import make_state, prompt_stream, publish, submit_all
+from conftest import make_state, prompt_stream, publish, submit_all, wait_for
 
 from echo2.config import load_config
 from echo2.launch.train import run_training
@@ -39,14 +38,6 @@ def test_snapshot_keeps_every_prompt_and_continues_the_stream():
     assert next(fresh.examples) == next(state.examples)
 
 
-def _wait_for(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout_s}s for {what}")
-        time.sleep(0.2)
-
-
 def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
@@ -60,14 +51,14 @@ def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     remote = None
     try:
-        _wait_for(lambda: (run_dir / "coordinator.json").exists(), 120, "the coordinator")
+        wait_for(lambda: (run_dir / "coordinator.json").exists(), 120, "the coordinator")
         endpoint = json.loads((run_dir / "coordinator.json").read_text())
         # a worker started by hand, as on another machine: it must outlive the learner and rejoin
         remote = subprocess.Popen([sys.executable, "-m", "echo2.cli", "worker", "--coordinator", endpoint["url"],
                                    "--token-file", str(run_dir / "token"), "--name", "remote", "--give-up-after", "300"],
                                   env=env, stdout=(tmp_path / "remote.log").open("w"), stderr=subprocess.STDOUT)
-        _wait_for(lambda: "registered with" in (tmp_path / "remote.log").read_text(), 120, "the remote worker")
-        _wait_for(lambda: (run_dir / "checkpoints" / "step_000004" / "resume.pt").exists(), 240, "checkpoint 4")
+        wait_for(lambda: "registered with" in (tmp_path / "remote.log").read_text(), 120, "the remote worker")
+        wait_for(lambda: (run_dir / "checkpoints" / "step_000004" / "resume.pt").exists(), 240, "checkpoint 4")
         learner.send_signal(signal.SIGKILL)
         learner.wait(timeout=30)
         before = _records(run_dir)
