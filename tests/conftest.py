@@ -1,13 +1,32 @@
-"""Shared helpers: a coordinator state over a trivial prompt stream, and a valid submission."""
+"""Shared helpers: a coordinator state over a trivial prompt stream, scoring like the real task,
+and valid submissions."""
 
 import itertools
 import time
 
 from echo2.broadcast.topology import star_plan
 from echo2.coordinator.records import Limits
+from echo2.coordinator.scoring import task_scorer
 from echo2.coordinator.state import CoordinatorState
 from echo2.protocol import Completion, GroupResult, RunSpec, SubmitRequest
-from echo2.tasks import Example
+from echo2.tasks import ArithmeticTask, Example
+
+#: The shipped tokenizer's ids (0-2 special: pad, eos, unk), without loading it.
+VOCAB = {3 + digit: str(digit) for digit in range(10)} | {13: "+", 14: "-", 15: "*", 16: "="}
+EOS = 1
+
+
+def decode(completions: list[list[int]]) -> list[str]:
+    """Token ids to text as the shipped tokenizer decodes them (special tokens skipped)."""
+    return ["".join(VOCAB.get(token, "") for token in ids) for ids in completions]
+
+
+def encode(text: str) -> list[int]:
+    return [next(token for token, piece in VOCAB.items() if piece == char) for char in text]
+
+
+#: What :func:`make_state`'s coordinator scores with: the arithmetic task's verdict.
+SCORE = task_scorer(ArithmeticTask(), decode)
 
 
 def prompt_stream():
@@ -16,13 +35,13 @@ def prompt_stream():
 
 
 def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, fleet=None,
-               heartbeat_timeout_s: float = 60) -> CoordinatorState:
+               heartbeat_timeout_s: float = 60, score=SCORE) -> CoordinatorState:
     spec = RunSpec(model="m", dtype="float32", task="arithmetic", task_options={}, group_size=2, temperature=1.0,
                    max_new_tokens=4, groups_per_lease=8, protocol="async", staleness=staleness, fetch_delay_s=0.0,
                    broadcast_stall_s=5.0, broadcast_timeout_s=30.0, heartbeat_interval_s=1.0, seed=0)
-    state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20, reward_range=(0.0, 1.0)),
+    state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20),
                              prompt_stream(), groups_per_step=groups_per_step, run_token="t", lease_timeout_s=60,
-                             heartbeat_timeout_s=heartbeat_timeout_s, planner=planner, fleet=fleet)
+                             heartbeat_timeout_s=heartbeat_timeout_s, score=score, planner=planner, fleet=fleet)
     publish(state, 0)
     return state
 
@@ -32,9 +51,18 @@ def publish(state: CoordinatorState, version: int) -> None:
     state.publish(version, f"{version:064x}", 100 + version)
 
 
+def answering(prompt: str, correct: list[bool]) -> list[Completion]:
+    """Completions of a ``make_state`` prompt (``"k+0="``) that state the answer ``k`` or not."""
+    answer = int(prompt.split("+")[0])
+    texts = [str(answer if right else answer + 1) for right in correct]
+    return [Completion(token_ids=encode(text) + [EOS], logprobs=[-0.1] * (len(text) + 1)) for text in texts]
+
+
 def valid_submission(lease, version=None):
-    groups = [GroupResult(slot=p.slot, completions=[Completion(token_ids=[3, 1], logprobs=[-0.1, -0.2], reward=r)
-                                                    for r in (0.0, 1.0)]) for p in lease.prompts]
+    """Two completions per prompt: ``0`` and ``1`` (their rewards are the coordinator's verdict)."""
+    groups = [GroupResult(slot=p.slot, completions=[Completion(token_ids=[3, EOS], logprobs=[-0.1, -0.2]),
+                                                    Completion(token_ids=[4, EOS], logprobs=[-0.1, -0.2])])
+              for p in lease.prompts]
     return SubmitRequest(lease_id=lease.lease_id, version=lease.version if version is None else version,
                          groups=groups, generate_seconds=0.1)
 

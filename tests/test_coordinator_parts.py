@@ -1,16 +1,18 @@
-"""The coordinator's parts on their own: registry and credentials, lease checks, the reliability books."""
+"""The coordinator's parts on their own: registry and credentials, lease checks, scoring, the reliability books."""
 
+import threading
 import time
 
 import pytest
-from conftest import make_state, publish, submit_all, valid_submission
+from conftest import SCORE, answering, make_state, publish, submit_all, valid_submission
 
 from echo2.coordinator.leases import LeaseBook, check_submission
 from echo2.coordinator.records import Limits, Rejected
 from echo2.coordinator.registry import WorkerRegistry
+from echo2.protocol import GroupResult, SubmitRequest
 from echo2.tasks import Example
 
-LIMITS = Limits(group_size=2, max_new_tokens=4, vocab_size=20, reward_range=(0.0, 1.0))
+LIMITS = Limits(group_size=2, max_new_tokens=4, vocab_size=20)
 
 
 def test_registry_issues_distinct_sessions_and_refuses_unknown_or_dead_ones():
@@ -39,7 +41,7 @@ def test_registry_finds_silent_workers_and_lists_reachable_relays():
 
 class _Prompt:
     def __init__(self, slot):
-        self.slot, self.prompt, self.answer = slot, "p", "a"
+        self.slot, self.prompt = slot, "p"
 
 
 class _Reply:
@@ -94,3 +96,93 @@ def test_the_reliability_report_accounts_for_every_prompt_through_expiry_stalene
     assert report["prompts_unaccounted"] == 0 and report["prompts_drawn"] == 3
     assert report["leases_expired"] == 1 and report["groups_discarded_quarantined"] == 1
     assert report["groups_trained"] == 2 and report["prompts_requeued"] == 2
+
+
+def _answers(lease, correct):
+    """A submission for ``lease`` whose completions state the right answer where ``correct`` says."""
+    return SubmitRequest(lease_id=lease.lease_id, version=lease.version, generate_seconds=0.1,
+                         groups=[GroupResult(slot=p.slot, completions=answering(p.prompt, correct))
+                                 for p in lease.prompts])
+
+
+def test_the_coordinator_scores_every_group_itself():
+    state = make_state(staleness=1)
+    worker = state.register("w")
+    lease = state.lease(worker, 0, 2, wait_s=0)
+    assert state.submit(worker, _answers(lease, [True, False])).accepted == 2
+    assert [g.rewards for g in state.take_batch(0, timeout_s=1)] == [[1.0, 0.0], [1.0, 0.0]]
+    assert state.stats(0.0, 1.0).reward_seconds > 0
+
+
+class GatedScore:
+    """Scores like :data:`conftest.SCORE`, but only once released (a slow verifier)."""
+
+    def __init__(self) -> None:
+        self.entered, self.release, self.calls = threading.Event(), threading.Event(), 0
+
+    def __call__(self, example, completions):
+        self.calls += 1
+        self.entered.set()
+        assert self.release.wait(10)
+        return SCORE(example, completions)
+
+
+def _submit_in_background(state, worker, request):
+    outcome = {}
+
+    def run():
+        try:
+            outcome["reply"] = state.submit(worker, request)
+        except Rejected as refusal:
+            outcome["refusal"] = refusal
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def test_scoring_runs_outside_the_lock_and_a_copy_sent_meanwhile_is_a_duplicate():
+    score = GatedScore()
+    state = make_state(staleness=1, score=score)
+    worker, other = state.register("w"), state.register("other")
+    lease = state.lease(worker, 0, 1, wait_s=0)
+    thread, outcome = _submit_in_background(state, worker, _answers(lease, [True, True]))
+    assert score.entered.wait(10)
+    # the lock is free while the first copy is scored: others lease, and a second copy is a duplicate
+    assert state.lease(other, 0, 1, wait_s=0).status == "granted"
+    assert state.submit(worker, _answers(lease, [False, False])).duplicate
+    score.release.set()
+    thread.join(10)
+    assert outcome["reply"].accepted == 1 and score.calls == 1
+    assert [g.rewards for g in state.ledger.take(0, 1)] == [[1.0, 1.0]]  # the first copy, scored once
+    assert state.counters["duplicate_submissions"] == 1
+
+
+def test_a_worker_quarantined_while_its_submission_is_scored_is_refused():
+    score = GatedScore()
+    state = make_state(staleness=1, score=score)
+    worker = state.register("w")
+    lease = state.lease(worker, 0, 2, wait_s=0)
+    thread, outcome = _submit_in_background(state, worker, _answers(lease, [True, False]))
+    assert score.entered.wait(10)
+    state.quarantine(worker.worker_id, "failed an audit")  # expires its leases, the one being scored too
+    score.release.set()
+    thread.join(10)
+    assert outcome["refusal"].status == 403 and len(state.ledger) == 0
+    report = state.reliability()
+    assert report["prompts_unaccounted"] == 0 and report["prompts_requeued"] == 2
+    assert report["leases_completed"] == 0 and report["groups_rejected"] == {"quarantined": 1}
+
+
+def test_a_verifier_that_fails_refuses_the_submission_and_leaves_the_lease_open():
+    def broken(example, completions):
+        raise ZeroDivisionError("verifier bug")
+
+    state = make_state(staleness=1, score=broken)
+    worker = state.register("w")
+    lease = state.lease(worker, 0, 1, wait_s=0)
+    with pytest.raises(Rejected) as refused:
+        submit_all(state, worker, lease)
+    assert refused.value.code == "unscorable" and len(state.ledger) == 0
+    assert state.leases.get(lease.lease_id).state == "active" and not state.leases.get(lease.lease_id).scoring
+    assert state.reliability()["groups_rejected"] == {"unscorable": 1}

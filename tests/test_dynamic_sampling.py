@@ -1,10 +1,10 @@
 """DAPO's dynamic sampling: degenerate groups are filtered and replaced from the buffer."""
 
-from conftest import make_state
+from conftest import answering, make_state
 
 from echo2.exchange import Group
 from echo2.learner.sampling import informative_batch
-from echo2.protocol import Completion, GroupResult, SubmitRequest
+from echo2.protocol import GroupResult, SubmitRequest
 from echo2.tasks import Example
 
 
@@ -51,8 +51,9 @@ def test_draws_are_bounded_and_the_last_draw_fills_the_step():
 
 
 def _submit(state, worker, lease, rewards_by_slot):
-    groups = [GroupResult(slot=p.slot, completions=[Completion(token_ids=[3, 1], logprobs=[-0.1, -0.2], reward=r)
-                                                    for r in rewards_by_slot(p.slot)]) for p in lease.prompts]
+    """Completions right or wrong so that the coordinator's verdict is ``rewards_by_slot(slot)``."""
+    groups = [GroupResult(slot=p.slot, completions=answering(p.prompt, [r == 1.0 for r in rewards_by_slot(p.slot)]))
+              for p in lease.prompts]
     state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=lease.version, groups=groups,
                                        generate_seconds=0.1))
 

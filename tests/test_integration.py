@@ -27,6 +27,9 @@ def test_training_over_real_worker_processes(tmp_path, protocol, staleness):
     assert all(r["samples"] == 8 * 8 for r in steps)
     contributors = {key.split("/")[1] for r in steps for key in r if key.startswith("worker/")}
     assert contributors and contributors <= {"local-0", "local-1"}
+    # rewards were computed by the coordinator; new workers are on probation: every group audited
+    assert steps[-1]["reward_seconds"] > 0
+    assert all(r["audit_rate_mean"] == 1.0 and r["audited_groups"] == 8 and r["audit_seconds"] > 0 for r in steps)
     if staleness == 0:
         # sampling and training see the same policy: importance ratios are 1 up to float error
         trained = [r for r in steps if r["trained_sequences"] > 0]
@@ -65,25 +68,6 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
     assert shown and all(prompt.count("+") + prompt.count("-") == 1 for prompt in shown)
     with pytest.raises(SystemExit):
         main(["eval", checkpoint, "--size", "10", "--nope"])
-
-
-def test_a_lying_worker_is_quarantined_and_the_run_goes_on(tmp_path):
-    """A worker that reports every completion as correct is caught, and training still learns."""
-    config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=20", "eval.size=200",
-                                            "eval.every=10", "learner.groups_per_step=32", "learner.lr=4e-5",
-                                            "rollout.groups_per_lease=8", "workers.fleet=[{}, {falsify_rewards: true}]",
-                                            "verification.rescore_fraction=1.0"])
-    summary = run_training(config)
-    accuracy = [e.accuracy for _, e in summary.result.evals]
-    assert accuracy[-1] > accuracy[0] + 0.05, accuracy  # the honest rollouts still teach
-    report = json.loads((summary.run_dir / "reliability.json").read_text())
-    assert report["workers_quarantined"] == 1 and report["groups_discarded_quarantined"] >= 1
-    assert "quarantined worker local-1" in (summary.run_dir / "train.log").read_text()
-    steps = [r for r in _records(summary.run_dir) if "reward_mean" in r]
-    assert [r["version"] for r in steps] == list(range(1, 21))  # the honest worker carried the run
-    # every lease is accounted for
-    assert report["leases_issued"] == report["leases_completed"] + report["leases_expired"] + \
-        report["leases_outstanding"]
 
 
 def test_dapo_with_decoupled_correction_and_echoclip_over_real_workers(tmp_path):

@@ -1,4 +1,7 @@
-"""Spot checks of submitted groups, quarantine, deregistration and the reliability report."""
+"""Audits of submitted groups at their own version, adaptive audit rates, the version cache,
+quarantine, deregistration and the reliability report."""
+
+import copy
 
 import pytest
 import torch
@@ -6,39 +9,152 @@ from conftest import make_state, submit_all
 
 from echo2.coordinator.records import Rejected
 from echo2.exchange import Group
-from echo2.learner.verification import VerificationPolicy, Verifier
-from echo2.modeling import SHIPPED_MODEL, load_model, load_tokenizer
 from echo2.generation import sample
-from echo2.tasks import ArithmeticTask, Example
+from echo2.learner.verification import AuditPolicy, AuditRates, Verifier
+from echo2.learner.version_cache import VersionCache
+from echo2.lora import MergedCopy, add_adapter
+from echo2.modeling import SHIPPED_MODEL, load_model, load_tokenizer
+from echo2.protocol import AdapterSpec
+from echo2.tasks import Example
+
+EXAMPLE = Example("12+30-2=", "40")
+
+
+def perturbed(model, scale: float = 0.3, seed: int = 0):
+    """``model`` after an update large enough to change its log-probs by ~1 nat/token."""
+    changed, generator = copy.deepcopy(model), torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in changed.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * scale * parameter.std())
+    return changed
 
 
 @pytest.fixture(scope="module")
 def shipped():
-    return load_model(SHIPPED_MODEL), load_tokenizer(SHIPPED_MODEL)
+    """v4 (the shipped model), v5 (v4 after an update) and the tokenizer."""
+    old, tokenizer = load_model(SHIPPED_MODEL), load_tokenizer(SHIPPED_MODEL)
+    return old, perturbed(old), tokenizer
 
 
-def honest_group(model, tokenizer, task, example, version=3):
+def sampled_group(model, tokenizer, version, worker_id, seed=0, example=EXAMPLE):
+    """A group sampled from ``model``, with its behaviour log-probs, claiming ``version``."""
     ids = tokenizer(example.prompt)["input_ids"]
     samples = sample(model, [ids] * 4, max_new_tokens=8, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                     generator=torch.Generator().manual_seed(0))
-    texts = tokenizer.batch_decode(samples.completion_ids, skip_special_tokens=True)
-    return Group(slot=0, example=example, version=version, worker_id="w-honest", token_ids=samples.completion_ids,
-                 logprobs=samples.logprobs, rewards=[task.reward(example, t) for t in texts])
+                     generator=torch.Generator().manual_seed(seed))
+    return Group(slot=0, example=example, version=version, worker_id=worker_id, token_ids=samples.completion_ids,
+                 logprobs=samples.logprobs, rewards=[0.0] * 4)
 
 
-def test_verifier_catches_false_rewards_and_foreign_logprobs(shipped):
-    model, tokenizer = shipped
-    task = ArithmeticTask()
-    verifier = Verifier(VerificationPolicy(1.0, 1.0, 0.2, 1.0), model, tokenizer, task, seed=0)
-    example = Example("12+30-2=", "40")
-    honest = honest_group(model, tokenizer, task, example)
-    liar = Group(**{**honest.__dict__, "worker_id": "w-liar", "rewards": [1.0] * 4})
-    other_weights = Group(**{**honest.__dict__, "worker_id": "w-other",
-                             "logprobs": [[v - 1.0 for v in row] for row in honest.logprobs]})
-    suspects = verifier.check([honest, liar, other_weights], step=3)
-    assert set(suspects) == {"w-liar", "w-other"}
-    assert "the verifier gives" in suspects["w-liar"] and "nats/token" in suspects["w-other"]
-    assert verifier.check([honest], step=4) == {}  # not the current version: only rewards are checked
+def audit_policy(probation_groups=1000, decay=0.5, floor=0.05):
+    return AuditPolicy(probation_groups=probation_groups, decay=decay, floor=floor, logprob_tolerance=0.2,
+                       temperature=1.0)
+
+
+def learner_at_v5(shipped, **rates) -> Verifier:
+    """The learner's verifier with S = 1: it published v4, trained, published v5 (its policy now)."""
+    old, new, tokenizer = shipped
+    versions = VersionCache(keep=2)
+    versions.put(4, old)
+    versions.put(5, new)
+    return Verifier(audit_policy(**rates), new, tokenizer, versions, seed=0)
+
+
+def test_a_group_claiming_an_older_version_is_audited_under_that_version(shipped):
+    old, new, tokenizer = shipped
+    verifier = learner_at_v5(shipped)
+    honest_old = sampled_group(old, tokenizer, version=4, worker_id="honest-v4")
+    honest_new = sampled_group(new, tokenizer, version=5, worker_id="honest-v5")
+    # sampled with the current weights, claims v4 (S = 1: still trainable at step 5)
+    other_weights = sampled_group(new, tokenizer, version=4, worker_id="other-weights", seed=1)
+    # v4's tokens, log-probs made up (near-certain tokens give near-1 importance weights)
+    invented = Group(**{**honest_old.__dict__, "worker_id": "invented",
+                        "logprobs": [[-0.01] * len(row) for row in honest_old.logprobs]})
+    suspects = verifier.check([honest_old, honest_new, other_weights, invented])
+    assert set(suspects) == {"other-weights", "invented"}
+    assert all("v4" in why and "nats/token" in why for why in suspects.values())
+    assert verifier.pop_metrics()["audited_groups"] == 4
+    # the old version is what made the honest group pass: against v5 it fails too
+    assert Verifier(audit_policy(), new, tokenizer, _only(5, new), seed=0).check(
+        [Group(**{**honest_old.__dict__, "version": 5})]) != {}
+
+
+def _only(version, model) -> VersionCache:
+    versions = VersionCache(keep=1)
+    versions.put(version, model)
+    return versions
+
+
+def test_lora_audits_load_the_claimed_versions_adapter_into_a_merged_copy():
+    pytest.importorskip("peft")
+    tokenizer = load_tokenizer(SHIPPED_MODEL)
+    policy = add_adapter(load_model(SHIPPED_MODEL), AdapterSpec(r=4, alpha=8, target_modules=["q_proj", "v_proj"]))
+    versions = VersionCache(keep=2, kind="lora")
+    groups = []
+    for version, seed in ((4, 1), (5, 2)):
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, parameter in policy.named_parameters():
+                if "lora_" in name:
+                    parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
+        versions.put(version, policy)
+        groups.append(sampled_group(MergedCopy(policy).refresh(), tokenizer, version, f"honest-v{version}"))
+    assert all("lora_" in name for name in versions.get(4))  # only the adapter is kept
+    liar = Group(**{**groups[1].__dict__, "version": 4, "worker_id": "liar"})  # v5's rollouts, claimed as v4's
+    verifier = Verifier(audit_policy(), policy, tokenizer, versions, seed=0)
+    trained = [parameter.detach().clone() for parameter in policy.parameters()]
+    assert set(verifier.check([*groups, liar])) == {"liar"}
+    assert all(torch.equal(a, b) for a, b in zip(policy.parameters(), trained))  # audits leave the policy alone
+
+
+def test_the_audit_rate_starts_at_one_and_decays_to_the_floor_for_a_clean_worker(shipped):
+    rates = AuditRates(probation_groups=3, decay=0.5, floor=0.1)
+    seen = []
+    for _ in range(9):
+        seen.append(rates.rate("w"))
+        rates.passed("w")
+    assert seen == [1.0, 1.0, 1.0, 1.0, 0.5, 0.25, 0.125, 0.1, 0.1]
+    assert rates.rate("newcomer") == 1.0
+    # through the verifier: a clean worker's groups, one per step
+    verifier = learner_at_v5(shipped, probation_groups=4, decay=0.5, floor=0.05)
+    honest = sampled_group(shipped[1], shipped[2], version=5, worker_id="clean")
+    steps = []
+    for _ in range(150):
+        assert verifier.check([honest]) == {}
+        steps.append(verifier.pop_metrics())
+    audit_rates = [m["audit_rate_mean"] for m in steps]
+    assert audit_rates[:5] == [1.0] * 5 and audit_rates[-1] == 0.05
+    assert all(a >= b for a, b in zip(audit_rates, audit_rates[1:]))
+    assert sum(m["audited_groups"] for m in steps) < 40 and all(m["audit_seconds"] >= 0 for m in steps)
+    # rates move group by group, not batch by batch: probation then decay inside one large batch
+    fresh = learner_at_v5(shipped, probation_groups=4, decay=0.5, floor=0.05)
+    assert fresh.check([honest] * 40) == {}
+    first = fresh.pop_metrics()
+    assert 5 <= first["audited_groups"] <= 12 and first["audit_rate_mean"] < 0.5  # batch by batch: 1.0
+    assert fresh.rates.rate("clean") < 1.0
+
+
+def test_the_version_cache_keeps_exactly_s_plus_one_versions(shipped):
+    model = copy.deepcopy(shipped[0])
+    for staleness in (0, 1, 3):
+        versions = VersionCache(keep=staleness + 1)
+        for version in range(6):
+            versions.put(version, model)
+        assert versions.versions() == list(range(5 - staleness, 6))
+        assert versions.get(4 - staleness) is None and 5 - staleness in versions
+    kept = versions.get(5)
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    assert all(t.device.type == "cpu" for t in kept.values())
+    assert not torch.equal(kept[next(iter(kept))], next(model.parameters()))  # a clone, not a view
+    halved = VersionCache(keep=1, dtype="bfloat16")
+    halved.put(0, model)
+    assert {t.dtype for t in halved.get(0).values()} == {torch.bfloat16}  # as it travelled
+
+
+def test_a_group_whose_version_is_no_longer_kept_is_not_audited(shipped):
+    verifier = learner_at_v5(shipped)
+    stale = sampled_group(shipped[0], shipped[2], version=3, worker_id="w")
+    assert verifier.check([stale]) == {} and verifier.totals["audits_unavailable"] == 1
 
 
 def test_quarantine_discards_buffered_groups_requeues_prompts_and_refuses_the_worker():

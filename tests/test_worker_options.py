@@ -32,14 +32,13 @@ def test_options_from_flags_equal_options_from_the_config(tmp_path):
         "workers.count=3", "workers.threads=2", "workers.device=cuda:1", "workers.relay=false",
         "workers.upload_mbps=40",
         "workers.fleet=[{price_per_hour: 1.5, throughput_factor: 0.5, worker_class: slow, latency_ms: 20, "
-        "upload_mbps: 8, falsify_rewards: true}, {price_per_hour: 0.2}]"])
+        "upload_mbps: 8}, {price_per_hour: 0.2}]"])
     slow, cheap, slow_again = local_worker_options(config, URL, TOKEN)
     token_file = _private_file(tmp_path / "token", TOKEN + "\n")
     common = ["--coordinator", URL, "--token-file", str(token_file), "--threads", "2", "--device", "cuda:1",
               "--no-relay"]
     assert slow == _cli(*common, "--name", "local-0", "--price-per-hour", "1.5", "--throughput-factor", "0.5",
-                        "--worker-class", "slow", "--latency-ms", "20", "--upload-mbps", "8",
-                        "--falsify-rewards")
+                        "--worker-class", "slow", "--latency-ms", "20", "--upload-mbps", "8")
     assert cheap == _cli(*common, "--name", "local-1", "--price-per-hour", "0.2", "--upload-mbps", "40")
     assert slow_again == slow.model_copy(update={"name": "local-2"})  # the fleet is cycled
     assert slow.run_token() == TOKEN

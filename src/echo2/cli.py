@@ -205,7 +205,12 @@ def _add_worker_flags(worker: argparse.ArgumentParser) -> None:
     flag("--price-per-hour", "price_per_hour", type=float)
     flag("--worker-class", "worker_class")
     flag("--throughput-factor", "throughput_factor", type=float)
-    flag("--falsify-rewards", "falsify_rewards", action="store_true")
+    flag("--ca-file", "ca_file", metavar="PATH")
+    flag("--pin-sha256", "pin_sha256", action="append", metavar="HEX",
+         help="SHA-256 fingerprint of the certificate the https:// coordinator and relays must present, instead "
+              "of a CA (self-signed setups; repeat for several)")
+    flag("--relay-certfile", "relay_certfile", metavar="PATH")
+    flag("--relay-keyfile", "relay_keyfile", metavar="PATH")
     worker.epilog = f"Options not given are taken from ${OPTIONS_ENV} (JSON) when set."
 
 

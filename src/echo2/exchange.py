@@ -16,7 +16,8 @@ from echo2.tasks import Example
 
 @dataclass
 class Group:
-    """One prompt's G completions, as accepted from a worker."""
+    """One prompt's G completions, as accepted from a worker: its tokens and behaviour log-probs,
+    and the rewards the coordinator computed for them (workers report none)."""
 
     slot: int
     example: Example
@@ -54,6 +55,8 @@ class RunStats:
     """Rollouts/s cost-aware activation provisions for (None until the first re-plan)."""
     costs: dict[str, float]
     workers: list[WorkerStats] = field(default_factory=list)
+    reward_seconds: float = 0.0
+    """Time the coordinator spent scoring submitted completions with the task's verifier (so far)."""
 
 
 class RolloutSource(Protocol):

@@ -7,12 +7,26 @@ not fit is refused with a 4xx and a reason before it can touch the run's state.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-#: Header carrying the run token (register) or the worker's session credential (later calls).
+#: Header carrying the run token (register), the worker's session credential (later calls) or,
+#: to relays and the learner's chunk server, the broadcast credential (:mod:`echo2.guard`).
 AUTH_HEADER = "X-Echo2-Token"
+
+#: A relay URL: scheme, host and port, nothing else (no user, path, query or fragment).
+_RELAY_URL = re.compile(r"https?://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?):([0-9]{1,5})")
+
+
+def relay_url_problem(url: str) -> str | None:
+    """Why ``url`` is not a relay URL peers may be sent to (``http(s)://host:port``), or None."""
+    match = _RELAY_URL.fullmatch(url)
+    if match is None or not 0 < int(match.group(1)) < 65536:
+        return (f"relay_url must be http(s)://host:port with a port in 1-65535 and no user, path, query "
+                f"or fragment, not {url[:80]!r}")
+    return None
 
 
 class Message(BaseModel):
@@ -24,13 +38,21 @@ class RegisterRequest(Message):
     """Human-readable worker name (host, device)."""
     protocol_version: int = 1
     relay_url: str | None = Field(None, max_length=256)
-    """Where this worker serves weight chunks to peers; None = not reachable (a leaf)."""
+    """Where this worker serves weight chunks to peers, ``http(s)://host:port``; None = not
+    reachable (a leaf)."""
     upload_bytes_per_s: float | None = Field(None, gt=0)
     """Declared upload bandwidth of the relay (orders the broadcast plan; None = unknown)."""
     price_per_hour: float = Field(0.0, ge=0, le=1e4)
     """What this worker costs while active, dollars per hour (drives cost-aware activation)."""
     worker_class: str = Field("", max_length=64)
     """Class for cost accounting (e.g. ``rtx4090-spot``); default: the worker's name."""
+
+    @field_validator("relay_url")
+    @classmethod
+    def _plain_relay_url(cls, value: str | None) -> str | None:
+        if value is not None and (problem := relay_url_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
 
 
 class AdapterSpec(Message):
@@ -70,6 +92,9 @@ class RegisterResponse(Message):
     worker_id: str
     session_token: str
     spec: RunSpec
+    broadcast_token: str
+    """The credential to present to relays and the learner's chunk server: it opens chunk
+    downloads and nothing else (the run token and the session credential never go to a relay)."""
 
 
 class TimelineEvent(Message):
@@ -100,9 +125,11 @@ class LeaseRequest(Message):
 
 
 class LeasedPrompt(Message):
+    """A prompt to sample a group for. Never its reference answer: rewards are computed by the
+    coordinator (:mod:`echo2.coordinator.scoring`), so a worker has nothing to score with."""
+
     slot: int
     prompt: str
-    answer: str
 
 
 class LeaseResponse(Message):
@@ -118,9 +145,11 @@ class LeaseResponse(Message):
 
 
 class Completion(Message):
+    """A sampled completion and the behaviour log-prob of each token. No reward: the coordinator
+    scores the tokens itself; a field the protocol does not name is refused."""
+
     token_ids: list[int] = Field(min_length=1)
     logprobs: list[float] = Field(min_length=1)
-    reward: float
 
     @field_validator("logprobs")
     @classmethod
@@ -128,13 +157,6 @@ class Completion(Message):
         if any(not math.isfinite(v) or v > 1e-4 for v in values):
             raise ValueError("log-probs must be finite and <= 0")
         return values
-
-    @field_validator("reward")
-    @classmethod
-    def _finite_reward(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("reward must be finite")
-        return value
 
 
 class GroupResult(Message):

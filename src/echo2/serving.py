@@ -2,12 +2,16 @@
 
 The socket is bound in the constructor, so ``port=0`` yields a known free port before the
 server starts, and ``SO_REUSEADDR`` lets a resumed learner take its old port back at once.
+Given a certificate and its key (PEM files, uvicorn's ``ssl_certfile``/``ssl_keyfile``), the
+server speaks TLS and its :attr:`~BackgroundServer.url` is ``https://``; both files are loaded
+in the constructor, so a wrong path or a key that does not match fails there, with the paths.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 import time
 
@@ -17,16 +21,27 @@ from fastapi import FastAPI
 
 class BackgroundServer:
     def __init__(self, app: FastAPI, host: str, port: int, *, what: str, advertise_host: str | None = None,
-                 lifespan: str = "auto", graceful_s: float = 2.0) -> None:
+                 lifespan: str = "auto", graceful_s: float = 2.0, certfile: str | None = None,
+                 keyfile: str | None = None) -> None:
         """``what`` names the server in errors; ``advertise_host`` is the address others should
-        dial when it differs from the bound one (e.g. bound to ``0.0.0.0``)."""
+        dial when it differs from the bound one (e.g. bound to ``0.0.0.0``); ``certfile`` and
+        ``keyfile`` (both or neither): serve TLS."""
         self.what, self.advertise_host = what, advertise_host
+        if (certfile is None) != (keyfile is None):
+            raise ValueError(f"the {what} needs both a TLS certificate and its key, or neither")
+        if certfile is not None:
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile)
+            except (OSError, ssl.SSLError) as error:
+                raise ValueError(f"the {what} cannot serve TLS with certificate {certfile} and key {keyfile}: "
+                                 f"{error}") from None
+        self.scheme = "https" if certfile else "http"
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.host, self.port = host, self._socket.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan=lifespan,
-                                timeout_graceful_shutdown=graceful_s)
+                                timeout_graceful_shutdown=graceful_s, ssl_certfile=certfile, ssl_keyfile=keyfile)
         self._server = uvicorn.Server(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True,
@@ -35,7 +50,7 @@ class BackgroundServer:
     @property
     def url(self) -> str:
         host = self.advertise_host or ("127.0.0.1" if self.host in ("0.0.0.0", "") else self.host)
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -16,11 +16,17 @@ of its own (its held-chunk count, sent with every "not yet", grows) and dropped 
 high in a chain fails over, its descendants wait for it rather than all rushing the learner.
 
 Every wait is bounded; errors say which version, chunk and source.
+
+``token`` is the run's broadcast credential (:func:`echo2.guard.broadcast_credential`), the only
+one a source gets to see; ``verify`` (or the given ``client``'s) checks ``https://`` sources'
+certificates (:func:`echo2.tls.client_context`): a source that fails the check is abandoned like
+any other failing source, before the credential is sent to it.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections import deque
@@ -84,7 +90,7 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
                   timeout_s: float = 300.0, stall_s: float = 10.0, poll_s: float = 2.0,
                   patience_s: float | None = None, in_flight: int = 2, expected_sha256: str | None = None,
                   assemble: bool = True, cancel: threading.Event | None = None,
-                  client: httpx.Client | None = None) -> FetchResult:
+                  client: httpx.Client | None = None, verify: ssl.SSLContext | bool = True) -> FetchResult:
     """Fetch ``version`` into ``store`` from ``sources`` (base URLs, parent first, learner last).
 
     Returns the manifest, the verified payload (None with ``assemble=False``: the store then
@@ -102,7 +108,7 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
     fetch = _Fetch(version, [s.rstrip("/") for s in sources], store, token, timeout_s, stall_s, poll_s,
                    patience_s if patience_s is not None else 2 * (stall_s + poll_s), in_flight, expected_sha256,
                    cancel)
-    http = client or httpx.Client(limits=httpx.Limits(max_connections=2 * in_flight + 4))
+    http = client or httpx.Client(limits=httpx.Limits(max_connections=2 * in_flight + 4), verify=verify)
     try:
         return fetch.run(http, assemble)
     finally:

@@ -4,7 +4,8 @@ The learner is the root source of every version. :class:`Publisher` serialises t
 (optionally in bf16; only its LoRA adapter in a ``kind="lora"`` run), cuts it into hashed chunks in a :class:`ChunkStore` that the coordinator's
 HTTP app serves under ``/v1/broadcast`` (through the learner's upload cap, if one is set), and
 hands the coordinator the planner that decides, per version, which worker relays to which
-(:mod:`echo2.broadcast.topology`).
+(:mod:`echo2.broadcast.topology`). The chunk routes accept only the run's broadcast credential
+(:func:`echo2.guard.broadcast_credential`), never the run token itself.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ from echo2.broadcast.relay import add_broadcast_routes
 from echo2.broadcast.throttle import Throttle
 from echo2.broadcast.topology import Node, Plan, plan_tree, star_plan
 from echo2.config import BroadcastConfig
+from echo2.guard import broadcast_credential
 from echo2.units import MIB, mbps_to_bytes_per_s
 
 
 class Publisher:
     def __init__(self, config: BroadcastConfig, keep_versions: int, token: str | None,
                  kind: PayloadKind = "full") -> None:
+        """``token``: the run token (None: chunks served to anyone); the routes accept the
+        broadcast credential derived from it."""
         self.config, self.kind = config, kind
-        self.token = token
+        self.token = broadcast_credential(token) if token is not None else None
         self.store = ChunkStore(keep=keep_versions)
         self.throttle = Throttle(mbps_to_bytes_per_s(config.learner_upload_mbps))
 

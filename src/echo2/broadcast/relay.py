@@ -18,30 +18,47 @@ slow but making progress from one that is stuck):
 * 503 ``not_yet`` (manifest held, chunk still missing after the wait), 503 ``closed``;
 * 401 ``unauthorized`` when a token is configured and the request does not present it.
 
+The token is the run's broadcast credential (:func:`echo2.guard.broadcast_credential`): it opens
+these routes and nothing else, so a relay, which may belong to anyone who joined the run, never
+sees a credential worth stealing. A :class:`RelayServer` also sits behind :class:`echo2.guard.Guard`
+(the credential checked before anything else, request bodies capped at :data:`MAX_BODY_BYTES`:
+these routes take none) and serves TLS when given a certificate.
+
 Every body goes out through the node's :class:`Throttle` (one upload cap for all responses).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+from collections.abc import Callable
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from echo2.broadcast.chunk_store import ChunkStore, StoreClosed, VersionEvicted
 from echo2.broadcast.throttle import Throttle
+from echo2.guard import Guard, Refusal, same_secret, unauthorized
 from echo2.protocol import AUTH_HEADER
 from echo2.serving import BackgroundServer
 
 PREFIX = "/v1/broadcast"
 HELD_HEADER = "X-Echo2-Held"
+#: Largest request body a relay accepts (its routes are GETs: none is needed).
+MAX_BODY_BYTES = 1024
+
+#: The credential a node's routes accept: a fixed one, one read at each request, or None (open).
+Token = str | Callable[[], "str | None"] | None
+
+
+def _expected(token: Token) -> str | None:
+    return token() if callable(token) else token
 
 
 def add_broadcast_routes(app: FastAPI, store: ChunkStore, *, throttle: Throttle | None = None,
-                         token: str | None = None, max_wait_s: float = 30.0) -> None:
-    """Serve ``store`` under ``/v1/broadcast`` on ``app``; ``token``: the secret every request must carry
-    in the ``X-Echo2-Token`` header (None: no check)."""
+                         token: Token = None, max_wait_s: float = 30.0) -> None:
+    """Serve ``store`` under ``/v1/broadcast`` on ``app``; ``token``: the credential every request
+    must carry in the ``X-Echo2-Token`` header (the run's broadcast credential; a callable is
+    asked at each request; None: no check)."""
     throttle = throttle or Throttle()
 
     def refuse(status: int, detail: str, code: str, version: int | None = None) -> JSONResponse:
@@ -54,9 +71,9 @@ def add_broadcast_routes(app: FastAPI, store: ChunkStore, *, throttle: Throttle 
         return JSONResponse({"detail": detail, "code": code}, status_code=status, headers={HELD_HEADER: str(held)})
 
     def denied(presented: str | None) -> JSONResponse | None:
-        if token is None or hmac.compare_digest((presented or "").encode(), token.encode()):
+        if token is None or same_secret(presented, _expected(token)):
             return None
-        return refuse(401, f"wrong or missing token in the {AUTH_HEADER} header", "unauthorized")
+        return refuse(401, f"wrong or missing broadcast credential in the {AUTH_HEADER} header", "unauthorized")
 
     async def send(request: Request, data: bytes, media_type: str) -> Response:
         if throttle.latency_s:
@@ -119,17 +136,26 @@ def add_broadcast_routes(app: FastAPI, store: ChunkStore, *, throttle: Throttle 
 
 
 class RelayServer(BackgroundServer):
-    """A worker's relay: the broadcast routes alone, on uvicorn in a background thread."""
+    """A worker's relay: the broadcast routes alone, behind :class:`~echo2.guard.Guard`, on
+    uvicorn in a background thread; ``certfile``/``keyfile``: serve TLS (an ``https://`` URL)."""
 
     def __init__(self, store: ChunkStore, host: str = "127.0.0.1", port: int = 0, *,
-                 throttle: Throttle | None = None, token: str | None = None, max_wait_s: float = 30.0,
-                 advertise_host: str | None = None) -> None:
+                 throttle: Throttle | None = None, token: Token = None, max_wait_s: float = 30.0,
+                 advertise_host: str | None = None, certfile: str | None = None,
+                 keyfile: str | None = None) -> None:
         self.store = store
         self.throttle = throttle or Throttle()
         self.app = FastAPI(title="echo2 relay", version="1", docs_url=None, redoc_url=None, openapi_url=None)
         add_broadcast_routes(self.app, store, throttle=self.throttle, token=token, max_wait_s=max_wait_s)
+
+        def authorize(path: str, credential: str | None) -> Refusal | None:  # noqa: ARG001 - one rule for all
+            expected = _expected(token)
+            return None if expected is None or same_secret(credential, expected) else \
+                unauthorized("broadcast credential")
+
+        self.app.add_middleware(Guard, authorize=authorize, max_body_bytes=MAX_BODY_BYTES)
         super().__init__(self.app, host, port, what="relay", advertise_host=advertise_host, lifespan="off",
-                         graceful_s=1.0)
+                         graceful_s=1.0, certfile=certfile, keyfile=keyfile)
 
     def start(self, timeout_s: float = 10.0) -> RelayServer:
         super().start(timeout_s)

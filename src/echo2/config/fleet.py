@@ -46,8 +46,6 @@ class LocalWorkerSpec(Section):
     """This worker's relay upload cap, Mbit/s (overrides ``workers.upload_mbps``)."""
     latency_ms: float = Field(0.0, ge=0)
     """Delay added to every response of this worker's relay (WAN round trip)."""
-    falsify_rewards: bool = False
-    """A dishonest worker reporting reward 1 for everything (exercises verification and quarantine)."""
 
 
 class WorkerClass(Section):

@@ -17,6 +17,7 @@ from echo2.config.base import ConfigError, Section, apply_override, describe, re
 from echo2.config.fleet import ActivationRule, LocalWorkerSpec
 from echo2.config.learner import LearnerConfig
 from echo2.model_sources import SHIPPED_MODEL
+from echo2.redact import redact_config
 from echo2.staleness import resolve as resolve_staleness
 
 
@@ -138,12 +139,17 @@ class EvalConfig(Section):
 
 
 class VerificationConfig(Section):
-    """Spot checks of what workers submit (see :mod:`echo2.learner.verification`)."""
+    """Audits of what workers submit (see :mod:`echo2.learner.verification`). Rewards need none: the
+    coordinator computes them; an audit recomputes a group's behaviour log-probs under the policy
+    of the group's own version. Each worker is audited at its own rate: 1 during probation, then
+    decaying with every clean audit down to a floor; a failed audit quarantines it."""
 
-    rescore_fraction: float = Field(0.05, ge=0, le=1)
-    """Share of groups whose rewards the learner recomputes with the task's verifier."""
-    logprob_fraction: float = Field(0.02, ge=0, le=1)
-    """Share of current-version groups whose behaviour log-probs the learner recomputes."""
+    probation_groups: int = Field(32, ge=0)
+    """A new worker's first this many groups are all audited."""
+    audit_decay: float = Field(0.9, gt=0, le=1)
+    """After probation, each clean audit multiplies the worker's audit rate by this (1 = no decay)."""
+    audit_floor: float = Field(0.02, ge=0, le=1)
+    """Lowest audit rate a worker's clean record earns it."""
     logprob_tolerance: float = Field(0.2, gt=0)
     """Mean absolute log-prob difference (nats/token) above which a worker is quarantined."""
 
@@ -159,7 +165,14 @@ class CoordinatorConfig(Section):
     port: int = Field(0, ge=0, le=65535)
     """Port; 0 picks a free one."""
     token: str | None = None
-    """Run token workers must present; generated and printed when not given."""
+    """Run token workers must present; generated when not given. Kept in the owner-only
+    ``RUN_DIR/token``; the run's ``config.yaml`` shows ``<redacted>``."""
+    tls_certfile: str | None = None
+    """Certificate (PEM) the coordinator serves TLS with (with ``tls_keyfile``): its URL is then
+    https://, workers verify it with ``--ca-file`` or ``--pin-sha256``, and their relays must serve
+    TLS too (``--relay-certfile``/``--relay-keyfile``; local workers reuse this pair)."""
+    tls_keyfile: str | None = None
+    """Private key (PEM) of ``tls_certfile``."""
     lease_timeout_s: float = Field(60.0, gt=0)
     """A lease not submitted within this time is re-issued to another worker."""
     lease_wait_s: float = Field(2.0, ge=0)
@@ -170,6 +183,12 @@ class CoordinatorConfig(Section):
     """How long to wait for the coordinator and the local workers to come up."""
     data_timeout_s: float = Field(300.0, gt=0)
     """How long the learner waits for one batch before failing with a clear error."""
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> CoordinatorConfig:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("give tls_certfile and tls_keyfile together")
+        return self
 
 
 class TelemetryConfig(Section):
@@ -228,5 +247,5 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 
 def dump_config(config: Config) -> str:
-    """The resolved config as YAML (what a run directory keeps)."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    """The resolved config as YAML (what a run directory keeps), ``coordinator.token`` redacted."""
+    return yaml.safe_dump(redact_config(config.model_dump(mode="json")), sort_keys=False)

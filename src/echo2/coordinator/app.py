@@ -1,9 +1,12 @@
 """The coordinator's HTTP API (FastAPI). The learner never connects to a worker: workers pull.
 
 Authentication: ``register`` needs the run token; it returns a per-worker session credential
-that every later call presents (same header), so a worker can only act on its own leases.
-Every body is size-limited and validated against :mod:`echo2.protocol` before it reaches the
-state; a refusal is a 4xx whose JSON ``detail`` says why.
+that every later call presents (same header), so a worker can only act on its own leases, and
+the run's broadcast credential, the only one the chunk routes (``/v1/broadcast``, mounted here
+by the publisher) accept. :class:`echo2.guard.Guard` checks the credential before a byte of the
+body is read (401 at once) and caps the body while it streams (413); only ``/v1/health`` and the
+API's schema are open. Bodies are then validated against :mod:`echo2.protocol` before they reach
+the state; a refusal is a 4xx whose JSON ``detail`` says why.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from fastapi.responses import JSONResponse
 
 from echo2.coordinator.records import Rejected
 from echo2.coordinator.state import CoordinatorState
+from echo2.guard import Guard, Refusal, unauthorized
 from echo2.protocol import (
     AUTH_HEADER,
     Heartbeat,
@@ -29,17 +33,29 @@ from echo2.protocol import (
 
 #: Largest request body accepted (a submit of a few hundred groups is well under this).
 MAX_BODY_BYTES = 16 * 1024 * 1024
+#: Routes anyone may call: liveness, and the API's schema (what the fuzz tests read).
+OPEN_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
-def create_app(state: CoordinatorState, lease_wait_s: float) -> FastAPI:
+def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_only: bool = False) -> FastAPI:
+    """The coordinator's routes on ``state``. ``https_relays_only`` (a run served over TLS): a
+    worker registering a plain-HTTP relay is refused, so no chunk request of the run goes in clear."""
     app = FastAPI(title="echo2 coordinator", version="1")
+    registry = state.registry
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and int(length) > MAX_BODY_BYTES:
-            return JSONResponse({"detail": f"body larger than {MAX_BODY_BYTES} bytes"}, status_code=413)
-        return await call_next(request)
+    def authorize(path: str, credential: str | None) -> Refusal | None:
+        """Run before the body is read, without the state's lock (the handlers check the rest)."""
+        if path in OPEN_PATHS:
+            return None
+        if path == "/v1/register":
+            return None if registry.admits(credential) else unauthorized("run token")
+        if path.startswith("/v1/broadcast/"):
+            return None if registry.admits_broadcast(credential) else unauthorized("broadcast credential")
+        if registry.knows(credential) is None:
+            return Refusal(401, "unknown or missing session credential; register first", "unauthorized")
+        return None
+
+    app.add_middleware(Guard, authorize=authorize, max_body_bytes=MAX_BODY_BYTES)
 
     @app.exception_handler(Rejected)
     async def rejected(_: Request, error: Rejected) -> JSONResponse:
@@ -62,9 +78,13 @@ def create_app(state: CoordinatorState, lease_wait_s: float) -> FastAPI:
     def register(body: RegisterRequest, x_echo2_token: str | None = Header(None)) -> RegisterResponse:
         if not state.admits(x_echo2_token):
             raise Rejected(401, f"wrong or missing run token in the {AUTH_HEADER} header", "unauthorized")
+        if https_relays_only and body.relay_url is not None and not body.relay_url.startswith("https://"):
+            raise Rejected(422, "this run is served over TLS: relay_url must be https:// (start the worker "
+                                "with --relay-certfile and --relay-keyfile) or leave it out (--no-relay)", "invalid")
         record = state.register(body.name, body.relay_url, body.upload_bytes_per_s, body.price_per_hour,
                                 body.worker_class)
-        return RegisterResponse(worker_id=record.worker_id, session_token=record.session_token, spec=state.spec)
+        return RegisterResponse(worker_id=record.worker_id, session_token=record.session_token, spec=state.spec,
+                                broadcast_token=registry.broadcast_token)
 
     @app.post("/v1/heartbeat")
     def heartbeat(body: Heartbeat, x_echo2_token: str | None = Header(None)) -> HeartbeatResponse:

@@ -3,16 +3,19 @@
 A lease binds the slots the pacing ledger granted (and their prompts) to one worker, one policy
 version and a deadline. A submission must answer one of the submitter's own active leases, at
 the lease's version, slot for slot, within the run's limits; anything else is refused with a
-specific code before it can touch the buffer. Not locked on its own:
-:class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
+specific code before it can touch the buffer (and counted by code). A submission carries tokens
+and log-probs only: the rewards of its groups are the coordinator's own, computed between
+:meth:`LeaseBook.claim` and :meth:`LeaseBook.settle` (:mod:`echo2.coordinator.scoring`). Not
+locked on its own: :class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections import Counter
 
-from echo2.coordinator.records import Lease, Limits, Rejected
+from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord
 from echo2.exchange import Group
 from echo2.protocol import SubmitRequest
 from echo2.tasks import Example
@@ -22,6 +25,8 @@ class LeaseBook:
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self.leases: dict[str, Lease] = {}
+        self.rejected: Counter[str] = Counter()
+        """Submissions refused, by code."""
 
     def issue(self, worker_id: str, version: int, examples: dict[int, Example]) -> Lease:
         lease = Lease(lease_id=secrets.token_hex(8), worker_id=worker_id, version=version, examples=examples,
@@ -41,6 +46,43 @@ class LeaseBook:
         now = time.monotonic()
         return [lease for lease in self.active() if now > lease.deadline]
 
+    def claim(self, request: SubmitRequest, record: WorkerRecord, limits: Limits) -> Lease | None:
+        """The lease ``request`` validly answers, now marked as being scored; None when ``request`` is
+        a copy of one of ``record``'s leases already submitted or still being scored (a duplicate);
+        else the refusal (counted)."""
+        lease = self.get(request.lease_id)
+        try:
+            if record.quarantined:
+                raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
+            if lease is not None and lease.worker_id == record.worker_id and (lease.state == "done" or lease.scoring):
+                return None
+            lease = check_submission(lease, record.worker_id, request, limits)
+        except Rejected as refusal:
+            raise self._refused(record, refusal) from None
+        lease.scoring = True
+        return lease
+
+    def settle(self, lease: Lease, record: WorkerRecord, rewards: list[list[float]] | None) -> None:
+        """Close a claimed ``lease`` once its submission was scored (``rewards`` None: the verifier
+        failed on it): done, unless it expired or its worker was quarantined meanwhile (the refusal,
+        counted; the lease stays expired and its prompts re-queued, or active until it expires)."""
+        lease.scoring = False
+        if record.quarantined:
+            raise self._refused(record, Rejected(403, "this worker was quarantined while its results were scored",
+                                                 "quarantined"))
+        if lease.state == "expired":
+            raise self._refused(record, Rejected(409, "lease expired while it was scored; its prompts were "
+                                                 "re-issued", "expired_lease"))
+        if rewards is None:
+            raise self._refused(record, Rejected(422, "the task's verifier failed on these completions",
+                                                 "unscorable"))
+        lease.state = "done"
+
+    def _refused(self, record: WorkerRecord, refusal: Rejected) -> Rejected:
+        record.rejected += 1
+        self.rejected[refusal.code] += 1
+        return refusal
+
 
 def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest, limits: Limits) -> Lease:
     """``lease`` if ``request`` is a valid answer to it from ``worker_id``; else the refusal."""
@@ -52,7 +94,6 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
         raise Rejected(422, f"version {request.version} differs from the lease's {lease.version}", "bad_version")
     if sorted(g.slot for g in request.groups) != sorted(lease.examples):
         raise Rejected(422, "groups do not match the lease's slots one to one", "bad_slots")
-    low, high = limits.reward_range
     for group in request.groups:
         if len(group.completions) != limits.group_size:
             raise Rejected(422, f"slot {group.slot}: {len(group.completions)} completions, "
@@ -65,13 +106,12 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
                                f"max_new_tokens={limits.max_new_tokens}", "too_long")
             if min(c.token_ids) < 0 or max(c.token_ids) >= limits.vocab_size:
                 raise Rejected(422, f"slot {group.slot}: token id outside the vocabulary", "bad_token")
-            if not low <= c.reward <= high:
-                raise Rejected(422, f"slot {group.slot}: reward {c.reward} outside [{low}, {high}]", "bad_reward")
     return lease
 
 
-def accepted_groups(lease: Lease, worker_id: str, request: SubmitRequest) -> list[Group]:
-    """The groups of a checked submission, as the learner will train on them."""
+def accepted_groups(lease: Lease, worker_id: str, request: SubmitRequest, rewards: list[list[float]]) -> list[Group]:
+    """The groups of a checked submission with the coordinator's ``rewards`` (one list per group, in
+    the request's order), as the learner will train on them."""
     return [Group(slot=g.slot, example=lease.examples[g.slot], version=lease.version, worker_id=worker_id,
                   token_ids=[c.token_ids for c in g.completions], logprobs=[c.logprobs for c in g.completions],
-                  rewards=[c.reward for c in g.completions]) for g in request.groups]
+                  rewards=group_rewards) for g, group_rewards in zip(request.groups, rewards, strict=True)]

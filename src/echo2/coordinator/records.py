@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from echo2.tasks import Example
+
+if TYPE_CHECKING:
+    from echo2.protocol import SubmitRequest
 
 
 class Rejected(Exception):
@@ -48,6 +52,13 @@ class WorkerRecord:
     throughput: float | None = None
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
 
+    def count(self, request: SubmitRequest) -> None:
+        """Add an accepted submission to this worker's totals."""
+        self.samples += sum(len(g.completions) for g in request.groups)
+        self.tokens += sum(len(c.token_ids) for g in request.groups for c in g.completions)
+        self.groups += len(request.groups)
+        self.generate_seconds += request.generate_seconds
+
 
 @dataclass
 class Lease:
@@ -59,6 +70,8 @@ class Lease:
     deadline: float
     granted_at: float = field(default_factory=time.monotonic)
     state: str = "active"  # active | done | expired
+    scoring: bool = False
+    """A submission of it is being scored (outside the coordinator's lock); another copy is a duplicate."""
 
 
 @dataclass
@@ -68,4 +81,3 @@ class Limits:
     group_size: int
     max_new_tokens: int
     vocab_size: int
-    reward_range: tuple[float, float]

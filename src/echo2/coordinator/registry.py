@@ -1,19 +1,22 @@
 """The worker registry: who joined, their session credentials, who is alive.
 
 A worker registers with the run token and gets a per-worker session credential that every
-later request presents, so a worker can only act on its own leases. Not locked on its own:
-:class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
+later request presents, so a worker can only act on its own leases. A session credential is
+``<worker id>.<secret>``: it is looked up by the id and its secret compared in constant time,
+so response times say nothing about how much of a guessed credential was right. Not locked on
+its own: :class:`echo2.coordinator.state.CoordinatorState` calls it under its lock (only
+:meth:`WorkerRegistry.knows`, the HTTP guard's check, runs without it).
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import secrets
 import time
 
 from echo2.coordinator.records import Rejected, WorkerRecord
 from echo2.exchange import WorkerStats
+from echo2.guard import broadcast_credential, same_secret
 
 log = logging.getLogger("echo2")
 
@@ -21,31 +24,41 @@ log = logging.getLogger("echo2")
 class WorkerRegistry:
     def __init__(self, run_token: str) -> None:
         self._run_token = run_token
+        self.broadcast_token = broadcast_credential(run_token)
+        """What peers present to relays and to the learner's chunk server (chunks only)."""
         self.workers: dict[str, WorkerRecord] = {}
-        self._by_session: dict[str, str] = {}
 
     def add(self, name: str, relay_url: str | None, upload_bytes_per_s: float | None, price_per_hour: float,
             worker_class: str) -> WorkerRecord:
         worker_id = f"w{len(self.workers)}-{secrets.token_hex(3)}"
-        record = WorkerRecord(worker_id=worker_id, name=name or worker_id, session_token=secrets.token_urlsafe(24),
+        record = WorkerRecord(worker_id=worker_id, name=name or worker_id,
+                              session_token=f"{worker_id}.{secrets.token_urlsafe(24)}",
                               relay_url=relay_url, upload_bytes_per_s=upload_bytes_per_s,
                               price_per_hour=price_per_hour, worker_class=worker_class or name or worker_id)
         self.workers[worker_id] = record
-        self._by_session[record.session_token] = worker_id
         log.info("worker %s joined as %s (relay %s, $%.2f/h)", record.name, worker_id, relay_url or "none",
                  price_per_hour)
         return record
 
     def admits(self, run_token: str | None) -> bool:
         """Is ``run_token`` the run's token? (Compared in constant time.)"""
-        return hmac.compare_digest((run_token or "").encode(), self._run_token.encode())
+        return same_secret(run_token, self._run_token)
+
+    def admits_broadcast(self, credential: str | None) -> bool:
+        """Is ``credential`` the run's broadcast credential? (Constant time.)"""
+        return same_secret(credential, self.broadcast_token)
+
+    def knows(self, session_token: str | None) -> WorkerRecord | None:
+        """The worker ``session_token`` belongs to, dead or alive, or None (constant-time check)."""
+        worker_id, _, secret = (session_token or "").partition(".")
+        record = self.workers.get(worker_id) if secret else None
+        return record if record is not None and same_secret(session_token, record.session_token) else None
 
     def authenticate(self, session_token: str | None) -> WorkerRecord:
         """The live worker holding ``session_token``, or a 401/410 refusal."""
-        worker_id = self._by_session.get(session_token or "")
-        if worker_id is None:
+        record = self.knows(session_token)
+        if record is None:
             raise Rejected(401, "unknown or missing session credential; register first", "unauthorized")
-        record = self.workers[worker_id]
         if not record.alive:
             raise Rejected(410, "this worker was declared dead (no heartbeat); register again", "dead")
         return record

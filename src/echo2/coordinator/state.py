@@ -22,10 +22,11 @@ from echo2.broadcast.topology import Node, Plan, star_plan
 from echo2.coordinator import snapshot
 from echo2.coordinator.cursor import CountingStream, TrainedDraws
 from echo2.coordinator.fleet import Fleet
-from echo2.coordinator.leases import LeaseBook, accepted_groups, check_submission
+from echo2.coordinator.leases import LeaseBook, accepted_groups
 from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord
 from echo2.coordinator.registry import WorkerRegistry
 from echo2.coordinator.reliability import reliability_report
+from echo2.coordinator.scoring import Scorer, Scoring
 from echo2.coordinator.versions import VersionBook
 from echo2.exchange import Group, RunStats
 from echo2.pacing import PacingLedger
@@ -58,11 +59,12 @@ class CoordinatorState:
         run_token: str,
         lease_timeout_s: float,
         heartbeat_timeout_s: float,
+        score: Scorer,
         on_event: Callable[[str, TimelineEvent], None] = lambda worker, event: None,
         planner: Callable[[list[Node]], Plan] = star_plan,
         fleet: Fleet | None = None,
     ) -> None:
-        self.spec, self.limits = spec, limits
+        self.spec, self.limits, self.scoring = spec, limits, Scoring(score)  # rewards: the coordinator's own
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.on_event = on_event
@@ -77,7 +79,7 @@ class CoordinatorState:
         self.versions = VersionBook(planner, spec.staleness)
         self.finished = False
         self.counters: Counter[str] = Counter()
-        self.rejected: Counter[str] = Counter()
+        self.rejected = self.leases.rejected  # submissions refused, by code
 
     @property
     def version(self) -> int:
@@ -212,35 +214,27 @@ class CoordinatorState:
             return LeaseResponse(
                 status="granted", latest_version=self.version, lease_id=lease.lease_id, version=worker_version,
                 deadline_s=self.leases.timeout_s,
-                prompts=[LeasedPrompt(slot=s, prompt=e.prompt, answer=e.answer) for s, e in examples.items()],
+                prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()],  # never the answer
             )
 
     # ---------------------------------------------------------------- submissions
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
+        """Checked under the lock, scored outside it (:mod:`~echo2.coordinator.scoring`), admitted under it."""
         with self.cond:
-            if record.quarantined:
-                raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
             record.last_seen = time.monotonic()
-            lease = self.leases.get(request.lease_id)
-            if lease is not None and lease.worker_id == record.worker_id and lease.state == "done":
+            lease = self.leases.claim(request, record, self.limits)
+            if lease is None:  # a copy of a lease already submitted or still being scored
                 self.counters["duplicate_submissions"] += 1
                 return SubmitResponse(accepted=0, duplicate=True)
-            try:
-                lease = check_submission(lease, record.worker_id, request, self.limits)
-            except Rejected as refusal:
-                record.rejected += 1
-                self.rejected[refusal.code] += 1
-                raise
-            lease.state = "done"
+        rewards = self.scoring.rewards(lease, request)  # outside the lock (None: the verifier failed)
+        with self.cond:
+            self.leases.settle(lease, record, rewards)
             self.counters["leases_completed"] += 1
             self.fleet.observe(record, sum(len(g.completions) for g in request.groups),
                                time.monotonic() - lease.granted_at)
-            for group in accepted_groups(lease, record.worker_id, request):
+            for group in accepted_groups(lease, record.worker_id, request, rewards):
                 self.ledger.admit(group.slot, group.version, group)
-            record.samples += sum(len(g.completions) for g in request.groups)
-            record.tokens += sum(len(c.token_ids) for g in request.groups for c in g.completions)
-            record.groups += len(request.groups)
-            record.generate_seconds += request.generate_seconds
+            record.count(request)
             self.counters["groups_accepted"] += len(request.groups)
             self._record_events(record, request.events)
             self.cond.notify_all()
@@ -325,7 +319,7 @@ class CoordinatorState:
                 groups_dropped_stale=self.ledger.dropped_stale, leases_expired=self.counters["leases_expired"],
                 workers_registered=self.counters["workers_registered"], activation_need=self.fleet.need,
                 costs=self.fleet.costs(learner_price_per_hour, wall_s),
-                workers=self.registry.stats())
+                workers=self.registry.stats(), reward_seconds=self.scoring.seconds)
 
     def reliability(self) -> dict[str, int | dict[str, int]]:
         """The run's reliability report: what happened to every lease and every submitted group."""

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from echo2.broadcast.publisher import Publisher
-from echo2.config import Config, LocalWorkerSpec, dump_config
+from echo2.config import Config, ConfigError, LocalWorkerSpec, dump_config
 from echo2.coordinator.app import create_app
 from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.records import Limits
+from echo2.coordinator.scoring import Scorer, task_scorer
 from echo2.coordinator.state import CoordinatorState
 from echo2.launch.local import LocalWorkers
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
@@ -34,10 +35,12 @@ from echo2.learner.loop import LearnerLoop, LoopResult
 from echo2.modeling import load_tokenizer, pin_threads
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec
+from echo2.redact import REDACTED, redact_logs, remove_redaction
 from echo2.rollout.options import WorkerOptions
-from echo2.tasks import load_task
+from echo2.tasks import Task, load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
+from echo2.tls import certificate_fingerprint
 
 if TYPE_CHECKING:
     from echo2.launch.ray_actors import RayWorkers
@@ -147,9 +150,12 @@ def run_spec(config: Config) -> RunSpec:
 
 def local_worker_options(config: Config, url: str, token: str, name_prefix: str = "local") -> list[WorkerOptions]:
     """The options of the run's ``workers.count`` workers, named ``<name_prefix>-<i>``: threads,
-    device and relay from ``workers``; price, speed, latency, honesty and upload cap from
-    ``workers.fleet[i % len(fleet)]`` (its ``upload_mbps`` over ``workers.upload_mbps``)."""
-    workers, options = config.workers, []
+    device and relay from ``workers``; price, speed, latency and upload cap from
+    ``workers.fleet[i % len(fleet)]`` (its ``upload_mbps`` over ``workers.upload_mbps``). A TLS
+    run's local workers pin the coordinator's certificate and serve their relays with it."""
+    workers, options, tls = config.workers, [], config.coordinator
+    secure = {"pin_sha256": (certificate_fingerprint(tls.tls_certfile),), "relay_certfile": tls.tls_certfile,
+              "relay_keyfile": tls.tls_keyfile} if tls.tls_certfile else {}
     for index in range(workers.count):
         spec = workers.fleet[index % len(workers.fleet)] if workers.fleet else LocalWorkerSpec()
         options.append(WorkerOptions(
@@ -157,9 +163,17 @@ def local_worker_options(config: Config, url: str, token: str, name_prefix: str 
             device=workers.device, relay=workers.relay,
             upload_mbps=spec.upload_mbps if spec.upload_mbps is not None else workers.upload_mbps,
             latency_ms=spec.latency_ms, price_per_hour=spec.price_per_hour, worker_class=spec.worker_class,
-            throughput_factor=spec.throughput_factor, falsify_rewards=spec.falsify_rewards,
+            throughput_factor=spec.throughput_factor, **secure,
         ))
     return options
+
+
+def reward_scorer(task: Task, weights: str) -> Scorer:
+    """How the coordinator scores submitted completions: decoded as sampling and evaluation read
+    them (special tokens such as EOS dropped), then ``task.reward``. Its own tokenizer, as it runs in
+    the coordinator's HTTP threads."""
+    tokenizer = load_tokenizer(weights)
+    return task_scorer(task, lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True))
 
 
 def launch_workers(config: Config, url: str, token: str, log_dir: Path) -> LocalWorkers | RayWorkers:
@@ -173,13 +187,20 @@ def launch_workers(config: Config, url: str, token: str, log_dir: Path) -> Local
 
 def _endpoint(config: Config, run_dir: Path, resuming: bool) -> tuple[int, str]:
     """Port and run token: a resumed run takes back its predecessor's (kept in ``coordinator.json``),
-    so that the workers still retrying the old address reconnect by themselves."""
+    so that the workers still retrying the old address reconnect by themselves. A token read as
+    ``<redacted>`` (from the run's own ``config.yaml``) is the one kept there too."""
     saved = run_dir / COORDINATOR_FILE
-    if resuming and saved.exists():
-        previous = json.loads(saved.read_text())
-        return config.coordinator.port or previous["port"], config.coordinator.token or previous["token"]
+    previous = json.loads(saved.read_text()) if saved.exists() else None
+    token = config.coordinator.token
+    if token == REDACTED:
+        if previous is None:
+            raise ConfigError(f"coordinator.token is {REDACTED} (a run's config.yaml) and {saved} does not exist: "
+                              "give the run token")
+        token = previous["token"]
+    if resuming and previous is not None:
+        return config.coordinator.port or previous["port"], token or previous["token"]
     # hex: never starts with "-", which a command line would take for an option
-    return config.coordinator.port, config.coordinator.token or secrets.token_hex(16)
+    return config.coordinator.port, token or secrets.token_hex(16)
 
 
 def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary | None:
@@ -208,15 +229,17 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     port, token = _endpoint(config, run_dir, resuming=resume is not None)
     publisher = Publisher(config.broadcast, keep_versions=config.staleness + 2, token=token,
                           kind="lora" if config.learner.lora.enabled else "full")
+    redaction = redact_logs(token, publisher.token)  # the console and train.log never show a credential
     state = CoordinatorState(
         run_spec(config),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,
-               vocab_size=model.get_input_embeddings().num_embeddings, reward_range=task.reward_range),
+               vocab_size=model.get_input_embeddings().num_embeddings),
         task.train_examples(config.run.seed),
         groups_per_step=config.learner.groups_per_step,
         run_token=token,
         lease_timeout_s=config.coordinator.lease_timeout_s,
         heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
+        score=reward_scorer(task, weights),
         on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),
         planner=publisher.planner,
         fleet=Fleet(ActivationPolicy.from_rule(config.activation,
@@ -226,16 +249,19 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     if resume:
         state.restore_snapshot(resume["coordinator"], task.train_examples(config.run.seed))
     state.publish(version, *publisher.publish(version, model))
-    app = create_app(state, config.coordinator.lease_wait_s)
+    tls = config.coordinator
+    app = create_app(state, config.coordinator.lease_wait_s, https_relays_only=tls.tls_certfile is not None)
     publisher.mount(app)
-    server = CoordinatorServer(app, config.coordinator.host, port)
+    server = CoordinatorServer(app, config.coordinator.host, port, certfile=tls.tls_certfile, keyfile=tls.tls_keyfile)
     server.start(config.coordinator.start_timeout_s)
     _write_private(run_dir / TOKEN_FILE, token + "\n")  # before coordinator.json, which callers wait for
     _write_private(run_dir / COORDINATOR_FILE, json.dumps({"url": server.url, "port": server.port, "token": token}))
     log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.staleness,
              server.url)
     log.info("more workers can join with: echo2 worker --coordinator %s --token-file %s (an owner-only copy of "
-             "that file on other machines, or the token in $ECHO2_TOKEN)", server.url, run_dir / TOKEN_FILE)
+             "that file on other machines, or the token in $ECHO2_TOKEN)%s", server.url, run_dir / TOKEN_FILE,
+             f" --pin-sha256 {certificate_fingerprint(tls.tls_certfile)} (or --ca-file CA_BUNDLE)"
+             if tls.tls_certfile else "")
     workers = launch_workers(config, server.url, token, run_dir / "workers")
     workers.start()
     learner = build_learner(config, model, tokenizer, checkpoint, shard)
@@ -271,5 +297,6 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     (run_dir / "summary.txt").write_text("\n".join(summary.lines()) + "\n")
     for line in summary.lines():
         log.info(line)
+    remove_redaction(redaction)
     logging.getLogger().removeHandler(handler)
     return summary

@@ -26,7 +26,8 @@ from echo2.exchange import Group, RolloutSource, RunStats
 from echo2.learner.checkpoint import save_checkpoint
 from echo2.learner.sampling import informative_batch
 from echo2.learner.trainer import Learner
-from echo2.learner.verification import VerificationPolicy, Verifier
+from echo2.learner.verification import AuditPolicy, Verifier
+from echo2.learner.version_cache import VersionCache
 from echo2.tasks import Example, Task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.progress import Progress
@@ -62,10 +63,13 @@ class LearnerLoop:
         self.eval_examples, self.run_dir = eval_examples, run_dir
         self.metrics, self.timeline = metrics, timeline
         self.progress = Progress(config.run.steps, enabled=config.telemetry.progress)
+        audits = config.verification
         self.verifier = Verifier(
-            VerificationPolicy(config.verification.rescore_fraction, config.verification.logprob_fraction,
-                               config.verification.logprob_tolerance, config.rollout.temperature),
-            learner.policy, learner.tokenizer, task, seed=config.run.seed)
+            AuditPolicy(audits.probation_groups, audits.audit_decay, audits.audit_floor, audits.logprob_tolerance,
+                        config.rollout.temperature),
+            learner.policy, learner.tokenizer,
+            VersionCache(config.staleness + 1, publisher.kind, config.broadcast.dtype),  # what workers were sent
+            seed=config.run.seed, dtype=config.model.dtype)
         self.train_ema: float | None = None
         self.broadcast_ema: float | None = None
 
@@ -86,11 +90,10 @@ class LearnerLoop:
         return result
 
     def _verified_batch(self, step: int, count: int) -> list[Group]:
-        """The next ``count`` groups, minus those of workers that fail the spot checks (quarantined)."""
+        """The next ``count`` groups, minus those of workers that fail an audit (quarantined)."""
         while True:
             batch = self.state.take_batch(step, timeout_s=self.config.coordinator.data_timeout_s, count=count)
-            with self.learner.precision():
-                suspects = self.verifier.check(batch, step)
+            suspects = self.verifier.check(batch)
             for worker_id, why in suspects.items():
                 self.state.quarantine(worker_id, why, taken=[g for g in batch if g.worker_id == worker_id])
             batch = [g for g in batch if g.worker_id not in suspects]
@@ -139,6 +142,7 @@ class LearnerLoop:
         records = stats.workers
         values: dict[str, float] = {"groups_dropped_stale": stats.groups_dropped_stale,
                                     "leases_expired": stats.leases_expired, **stats.costs,
+                                    "reward_seconds": stats.reward_seconds,
                                     "workers_alive": sum(r.alive for r in records),
                                     "workers_active": sum(r.alive and r.active for r in records)}
         if stats.activation_need is not None:
@@ -199,6 +203,7 @@ class LearnerLoop:
         started = time.time() - result.wall_seconds
         deadline = started + 60 * config.run.max_minutes if config.run.max_minutes else float("inf")
         version = start_version
+        self.verifier.published(version, self.learner.policy)  # audits need every version a group may claim
         for step in range(start_version, config.run.steps):
             if time.time() > deadline:
                 log.info("run.max_minutes=%s reached at step %d; stopping", config.run.max_minutes, step)
@@ -210,6 +215,7 @@ class LearnerLoop:
             version = step + 1
             payload_sha256, payload_bytes = self.publisher.publish(version, self.learner.policy)
             state.publish(version, payload_sha256, payload_bytes)
+            self.verifier.published(version, self.learner.policy)
             train_end = time.time()
             self.timeline.interval("learner", "train", train_start, train_end, version)
             if step == start_version:
@@ -230,6 +236,7 @@ class LearnerLoop:
                 samples_per_s=result.samples / max(elapsed, 1e-9),
                 broadcast_bytes=payload_bytes,
                 **sampling,
+                **self.verifier.pop_metrics(),
                 **self._dissemination(),
                 **self._run_metrics(state.stats(config.activation.learner_price_per_hour, time.time() - started)),
             )

@@ -3,15 +3,20 @@
 Both write ``metrics.jsonl`` (one record per learner step, evaluations merged in),
 ``timeline.jsonl`` (intervals), ``reliability.json`` and ``summary.txt``; a real run has
 ``config.yaml``, a simulated one ``scenario.yaml`` and ``simulation.json``. Anything missing is
-reported as missing, never guessed.
+reported as missing, never guessed. A run token in the config (runs written before it was
+redacted there) is shown as ``<redacted>``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
+from echo2.redact import REDACTED, redact_config
 from echo2.telemetry.metrics import read_jsonl
 
 
@@ -67,10 +72,21 @@ def load_run(run_dir: Path) -> RunData:
         records=read_jsonl(run_dir / "metrics.jsonl"),
         timeline=read_jsonl(run_dir / "timeline.jsonl"),
         reliability=_json(run_dir / "reliability.json"),
-        config_text=config.read_text() if config.is_file() else "",
+        config_text=redacted_config_text(config.read_text()) if config.is_file() else "",
         summary_text=(run_dir / "summary.txt").read_text() if (run_dir / "summary.txt").is_file() else "",
         simulation=_json(run_dir / "simulation.json"),
     )
+
+
+def redacted_config_text(text: str) -> str:
+    """``text`` (a config as YAML) with any ``coordinator.token`` shown as ``<redacted>``."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:  # not YAML after all: blank every value of a key named token
+        return re.sub(r"(?m)^(\s*token:).*$", rf"\1 {REDACTED}", text)
+    if isinstance(data, dict) and redact_config(data) is not data:
+        return yaml.safe_dump(redact_config(data), sort_keys=False)  # how dump_config wrote it
+    return text
 
 
 def _json(path: Path) -> dict | None:

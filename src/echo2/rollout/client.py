@@ -2,18 +2,21 @@
 
 A worker that cannot reach the coordinator says so (URL, what it was doing, the error) and
 retries with exponential backoff until ``give_up_after_s``; a 4xx is never retried: it carries
-the coordinator's reason and is raised as :class:`RequestRefused`.
+the coordinator's reason and is raised as :class:`RequestRefused`. Neither is a coordinator that
+fails TLS verification (``verify``: see :mod:`echo2.tls`): :class:`CoordinatorUntrusted` at once.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from typing import TypeVar
 
 import httpx
 from pydantic import BaseModel
 
+from echo2.guard import broadcast_credential
 from echo2.protocol import (
     AUTH_HEADER,
     Heartbeat,
@@ -26,6 +29,7 @@ from echo2.protocol import (
     SubmitResponse,
     VersionInfo,
 )
+from echo2.tls import verification_failure
 
 log = logging.getLogger("echo2.worker")
 Reply = TypeVar("Reply", bound=BaseModel)
@@ -33,6 +37,11 @@ Reply = TypeVar("Reply", bound=BaseModel)
 
 class CoordinatorUnreachable(ConnectionError):
     """The coordinator did not answer within the retry budget."""
+
+
+class CoordinatorUntrusted(CoordinatorUnreachable):
+    """The coordinator's certificate failed verification (wrong pin, unknown CA, wrong host): not
+    retried, since no credential must be sent to it."""
 
 
 class RequestRefused(RuntimeError):
@@ -49,12 +58,17 @@ class SessionLost(RequestRefused):
 
 
 class CoordinatorClient:
-    def __init__(self, url: str, run_token: str, *, timeout_s: float = 30.0, give_up_after_s: float = 120.0) -> None:
+    def __init__(self, url: str, run_token: str, *, timeout_s: float = 30.0, give_up_after_s: float = 120.0,
+                 verify: ssl.SSLContext | bool = True) -> None:
+        """``verify``: how an ``https://`` coordinator's certificate is checked (:func:`echo2.tls.client_context`)."""
         self.url = url.rstrip("/")
         self.run_token = run_token
         self.session_token: str | None = None
+        self.broadcast_token = broadcast_credential(run_token)
+        """What this worker presents to relays and the learner's chunk server (and accepts on its
+        own relay): the one the coordinator handed out at registration, derived until then."""
         self.give_up_after_s = give_up_after_s
-        self.http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout_s, connect=5.0))
+        self.http = httpx.Client(base_url=self.url, timeout=httpx.Timeout(timeout_s, connect=5.0), verify=verify)
 
     def close(self) -> None:
         self.http.close()
@@ -73,6 +87,9 @@ class CoordinatorClient:
                     timeout=read_timeout_s or httpx.USE_CLIENT_DEFAULT,
                 )
             except httpx.TransportError as error:
+                if (failure := verification_failure(error)) is not None:
+                    raise CoordinatorUntrusted(f"the coordinator at {self.url} failed TLS verification ({what}): "
+                                               f"{failure}") from None
                 problem = f"cannot reach the coordinator at {self.url} ({what}): {type(error).__name__}: {error}"
             else:
                 if response.status_code < 400:
@@ -97,7 +114,7 @@ class CoordinatorClient:
     def register(self, request: RegisterRequest) -> RegisterResponse:
         self.session_token = None  # registering (again) is done with the run token
         response = self._call("/v1/register", "registering", request, RegisterResponse)
-        self.session_token = response.session_token
+        self.session_token, self.broadcast_token = response.session_token, response.broadcast_token
         return response
 
     def heartbeat(self, beat: Heartbeat) -> HeartbeatResponse:

@@ -24,11 +24,13 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from echo2.units import mbps_to_bytes_per_s
 
 if TYPE_CHECKING:
+    import ssl
+
     from echo2.rollout.worker import RolloutWorker
 
 #: Environment variable holding a worker's options as JSON, token included (set by the local
@@ -73,8 +75,38 @@ class WorkerOptions(BaseModel):
     """Class name in the cost accounting (default: the worker's name)."""
     throughput_factor: float = Field(1.0, gt=0, le=1)
     """Emulate a slower device: run at this fraction of the speed, in (0, 1]."""
-    falsify_rewards: bool = False
-    """Report reward 1 for everything (a liar, to test the learner's verification)."""
+    ca_file: str | None = None
+    """CA bundle (PEM) that https:// coordinators and relays must chain to (default: the system's)."""
+    pin_sha256: tuple[str, ...] = ()
+    """SHA-256 fingerprint(s) of the certificate https:// coordinators and relays must present,
+    instead of a CA (self-signed setups; colons allowed)."""
+    relay_certfile: str | None = None
+    """Certificate (PEM) this worker's relay serves TLS with (with relay_keyfile; then its URL is https)."""
+    relay_keyfile: str | None = None
+    """Private key (PEM) of relay_certfile."""
+
+    @field_validator("pin_sha256")
+    @classmethod
+    def _pins(cls, pins: tuple[str, ...]) -> tuple[str, ...]:
+        from echo2.tls import normalize_pin
+
+        return tuple(normalize_pin(pin) for pin in pins)
+
+    @model_validator(mode="after")
+    def _tls(self) -> WorkerOptions:
+        if self.ca_file is not None and self.pin_sha256:
+            raise ValueError("give ca_file or pin_sha256, not both")
+        if (self.ca_file is not None or self.pin_sha256) and not self.coordinator.startswith("https://"):
+            raise ValueError(f"ca_file/pin_sha256 verify a TLS coordinator, but {self.coordinator} is not https://")
+        if (self.relay_certfile is None) != (self.relay_keyfile is None):
+            raise ValueError("give relay_certfile and relay_keyfile together")
+        return self
+
+    def tls_verify(self) -> ssl.SSLContext | bool:
+        """How this worker checks the coordinator's and its peers' certificates (httpx's ``verify``)."""
+        from echo2.tls import client_context
+
+        return client_context(self.ca_file, self.pin_sha256)
 
     def run_token(self) -> str:
         """The run token in clear."""
@@ -107,11 +139,17 @@ def build_worker(options: WorkerOptions) -> RolloutWorker:
     """The rollout worker these options describe (not started: call its ``run``)."""
     from echo2.rollout.worker import RelayOptions, RolloutWorker  # torch: only when a worker is built
 
+    from echo2.guard import broadcast_credential
+    from echo2.redact import redact_logs
+
+    # whatever this process logs from now on, the run's credentials come out as <redacted>
+    redact_logs(options.run_token(), broadcast_credential(options.run_token()))
     relay = RelayOptions(
         bind_host=options.relay_host, port=options.relay_port, advertise_host=options.advertise_host,
         upload_bytes_per_s=mbps_to_bytes_per_s(options.upload_mbps), latency_s=options.latency_ms / 1000,
+        certfile=options.relay_certfile, keyfile=options.relay_keyfile,
     ) if options.relay else None
     return RolloutWorker(options.coordinator, options.run_token(), name=options.name, threads=options.threads,
                          give_up_after_s=options.give_up_after_s, relay=relay, price_per_hour=options.price_per_hour,
                          worker_class=options.worker_class, throughput_factor=options.throughput_factor,
-                         falsify_rewards=options.falsify_rewards, device=options.device)
+                         device=options.device, verify=options.tls_verify())

@@ -1,4 +1,4 @@
-"""The rollout worker: joins a run by URL, generates scored groups, submits them version-tagged.
+"""The rollout worker: joins a run by URL, samples groups, submits them version-tagged.
 
 Protocols (Echo, arXiv 2508.05387):
 
@@ -12,8 +12,9 @@ Weights arrive as verified chunks (:mod:`echo2.broadcast`) from the sources the 
 names for this worker: a parent relay first, the learner last. Unless started with
 ``relay=None``, the worker also serves the chunks it holds to its own children in the plan.
 
-The worker never imports the learner: it needs a model, a tokenizer, the task's verifier and
-the wire protocol, nothing else.
+The worker never imports the learner: it needs a model, a tokenizer and the wire protocol,
+nothing else. It never sees a reference answer and reports no rewards: leases carry prompt text
+only, and the coordinator scores the submitted tokens itself (:mod:`echo2.coordinator.scoring`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import ssl
 import threading
 import time
 
@@ -49,7 +51,6 @@ from echo2.protocol import (
 )
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
 from echo2.rollout.engines import load_engine
-from echo2.tasks import Example, load_task
 
 log = logging.getLogger("echo2.worker")
 
@@ -68,24 +69,27 @@ class RelayOptions:
     """Upload cap (token bucket) standing for this worker's uplink; None = uncapped."""
     latency_s: float = 0.0
     """Delay added to every relay response (standing for a WAN round trip)."""
+    certfile: str | None = None
+    """Certificate (PEM) the relay serves TLS with, with ``keyfile``; None: plain HTTP."""
+    keyfile: str | None = None
 
 
 class RolloutWorker:
     def __init__(self, url: str, token: str, *, name: str | None = None, threads: int = 1,
                  fetch_timeout_s: float = 120.0, give_up_after_s: float = 120.0,
                  relay: RelayOptions | None = RelayOptions(), price_per_hour: float = 0.0,
-                 worker_class: str = "", throughput_factor: float = 1.0, falsify_rewards: bool = False,
-                 device: str = "cpu") -> None:
+                 worker_class: str = "", throughput_factor: float = 1.0, device: str = "cpu",
+                 verify: ssl.SSLContext | bool = True) -> None:
         if not 0 < throughput_factor <= 1:
             raise ValueError(f"throughput_factor must be in (0, 1], got {throughput_factor}")
-        self.client = CoordinatorClient(url, token, give_up_after_s=give_up_after_s)
+        # verify: how the coordinator's and the relays' certificates are checked (echo2.tls)
+        self.client = CoordinatorClient(url, token, give_up_after_s=give_up_after_s, verify=verify)
         self.relay_options = relay
         self.price_per_hour, self.worker_class, self.throughput_factor = price_per_hour, worker_class, throughput_factor
-        self.falsify_rewards = falsify_rewards  # a dishonest worker, to exercise the learner's verification
         self.device = device
         self.store = ChunkStore(keep=2)
         self.relay: RelayServer | None = None
-        self.http = httpx.Client(limits=httpx.Limits(max_connections=8))  # one pool for every chunk fetch
+        self.http = httpx.Client(limits=httpx.Limits(max_connections=8), verify=verify)  # every chunk fetch
         self.name = name or f"{socket.gethostname()}-{id(self) % 10000}"
         self.threads = threads
         self.fetch_timeout_s = fetch_timeout_s
@@ -105,9 +109,12 @@ class RolloutWorker:
     def _setup(self) -> RunSpec:
         options = self.relay_options
         if options is not None:
-            self.relay = RelayServer(self.store, options.bind_host, options.port, token=self.client.run_token,
+            # peers present the broadcast credential (chunks only), never the run token
+            self.relay = RelayServer(self.store, options.bind_host, options.port,
+                                     token=lambda: self.client.broadcast_token,
                                      throttle=Throttle(options.upload_bytes_per_s, latency_s=options.latency_s),
-                                     advertise_host=options.advertise_host).start()
+                                     advertise_host=options.advertise_host, certfile=options.certfile,
+                                     keyfile=options.keyfile).start()
         registration = self.client.register(self._registration())
         spec = registration.spec
         log.info("registered with %s as %s (protocol %s, S=%d)", self.client.url, registration.worker_id,
@@ -119,7 +126,6 @@ class RolloutWorker:
         threading.Thread(target=self._heartbeats, daemon=True, name="echo2-heartbeats").start()
         self.tokenizer = load_tokenizer(spec.model)
         self.engine = load_engine(spec, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, self.device)
-        self.task = load_task(spec.task, spec.task_options)
         self.generator = torch.Generator().manual_seed(spec.seed * 1000 + hash(registration.worker_id) % 1000)
         self._fetch_newest_blocking()
         return spec
@@ -166,7 +172,7 @@ class RolloutWorker:
             return None
         started = time.time()
         sources = [self.client.url if source == LEARNER_SOURCE else source for source in info.sources]
-        result = fetch_version(info.version, sources, self.store, token=self.client.run_token,
+        result = fetch_version(info.version, sources, self.store, token=self.client.broadcast_token,
                                timeout_s=self.spec.broadcast_timeout_s, stall_s=self.spec.broadcast_stall_s,
                                expected_sha256=info.sha256, client=self.http)
         if self.spec.fetch_delay_s:
@@ -242,18 +248,14 @@ class RolloutWorker:
     # ------------------------------------------------------------------ work
     def _generate(self, lease: LeaseResponse) -> SubmitRequest:
         group_size = self.spec.group_size
-        examples = [Example(prompt=p.prompt, answer=p.answer) for p in lease.prompts]
-        prompt_ids = [self.tokenizer(e.prompt)["input_ids"] for e in examples]
+        prompt_ids = [self.tokenizer(p.prompt)["input_ids"] for p in lease.prompts]
         started, clock = time.time(), time.perf_counter()
         samples = self.engine.generate([ids for ids in prompt_ids for _ in range(group_size)], self.generator)
-        texts = self.tokenizer.batch_decode(samples.completion_ids, skip_special_tokens=True)
         groups = []
-        for index, (prompt, example) in enumerate(zip(lease.prompts, examples)):
+        for index, prompt in enumerate(lease.prompts):
             rows = range(index * group_size, (index + 1) * group_size)
             groups.append(GroupResult(slot=prompt.slot, completions=[
-                Completion(token_ids=samples.completion_ids[r], logprobs=samples.logprobs[r],
-                           reward=1.0 if self.falsify_rewards else self.task.reward(example, texts[r]))
-                for r in rows
+                Completion(token_ids=samples.completion_ids[r], logprobs=samples.logprobs[r]) for r in rows
             ]))
         seconds = time.perf_counter() - clock
         if self.throughput_factor < 1:  # emulate a slower device: idle for the time it would take longer

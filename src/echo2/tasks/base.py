@@ -1,7 +1,8 @@
 """The task interface: a prompt source plus a verifier.
 
-A task is everything echo2 knows about a problem domain. Workers call :meth:`Task.reward` to
-score completions (verifiable rewards, computed where the rollout happens); the learner calls
+A task is everything echo2 knows about a problem domain. The coordinator calls
+:meth:`Task.reward` to score every submitted completion (verifiable rewards, computed on the
+learner's side: workers never see a reference answer); the learner calls
 :meth:`Task.is_correct` for the held-out exact-match metric. Prompts are split once and for all
 into a training stream and a fixed held-out set that is never trained on.
 """
@@ -30,7 +31,7 @@ def stable_fraction(text: str) -> float:
 class Task(ABC):
     """Prompt source + verifier. Subclass it and point ``task.name`` at ``module:Class``."""
 
-    #: Inclusive range every reward returned by :meth:`reward` lies in (checked on submit).
+    #: Inclusive range every reward returned by :meth:`reward` lies in.
     reward_range: tuple[float, float] = (0.0, 1.0)
     #: Reward that means "verified success" (used by the sampled-reward metric).
     success_reward: float = 1.0

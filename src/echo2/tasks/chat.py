@@ -17,7 +17,7 @@ class ChatPrompt:
     ``template_source`` is any ``model.name`` (:mod:`echo2.model_sources`: a named source such as
     ``smollm2-135m-instruct``, a GGUF file, a folder or a hub id), normally the trained model.
     ``system_prompt`` None keeps the template's own default system message, if it has one.
-    The tokenizer loads on first use, so a worker that only scores never loads it.
+    The tokenizer loads on first use, so a process that only scores completions never loads it.
     """
 
     def __init__(self, template_source: str, system_prompt: str | None = None) -> None:

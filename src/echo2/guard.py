@@ -1,0 +1,140 @@
+"""The door of every echo2 HTTP server: credentials checked before a body byte is read, bodies
+capped while they stream, and the per-run broadcast credential.
+
+:class:`Guard` is a pure ASGI middleware (no ``BaseHTTPMiddleware``, which reads nothing itself
+but lets the app read first). For each HTTP request it
+
+1. asks ``authorize(path, credential)`` (the credential is the ``X-Echo2-Token`` header) and, on a
+   refusal, answers at once (401 with a reason) without calling the app: an anonymous client
+   cannot make the server read, parse or validate a single byte of its body;
+2. answers 413 at once when ``Content-Length`` announces more than ``max_body_bytes``;
+3. counts the body as the app reads it (chunked or not, announced or not) and, as soon as it
+   passes ``max_body_bytes``, answers 413 and stops reading.
+
+Refusals carry ``Connection: close``: the server closes the connection instead of draining
+the rest of a body it will never use.
+
+The broadcast credential (:func:`broadcast_credential`) is what peers present to relays and to
+the learner's chunk server: derived from the run token, handed to workers at registration, it
+lets its holder download weight chunks and nothing else. The run token and the session
+credentials never leave for a relay, so a worker that registers a relay URL pointing at its own
+server collects nothing it could use against the coordinator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, NamedTuple
+
+from echo2.protocol import AUTH_HEADER
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_AUTH_HEADER = AUTH_HEADER.lower().encode("latin-1")
+
+
+class Refusal(NamedTuple):
+    status: int
+    detail: str
+    code: str
+
+
+#: ``authorize(path, credential)``: None lets the request in, a :class:`Refusal` answers it.
+Authorize = Callable[[str, "str | None"], "Refusal | None"]
+
+
+def broadcast_credential(run_token: str) -> str:
+    """The run's broadcast credential: ``HMAC-SHA256(run_token, "echo2-broadcast")`` in hex.
+    It opens the chunk routes (``/v1/broadcast``) and nothing else."""
+    return hmac.new(run_token.encode(), b"echo2-broadcast", hashlib.sha256).hexdigest()
+
+
+def same_secret(presented: str | None, expected: str | None) -> bool:
+    """``presented == expected`` in constant time (False when either is missing)."""
+    if not presented or not expected:
+        return False
+    return hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def unauthorized(what: str) -> Refusal:
+    return Refusal(401, f"wrong or missing {what} in the {AUTH_HEADER} header", "unauthorized")
+
+
+class _TooLarge(Exception):
+    """The body passed the limit while the app was reading it (the 413 is already sent)."""
+
+
+class Guard:
+    """``app`` behind credential checks and a streaming body cap (see the module's docstring)."""
+
+    def __init__(self, app: Callable, *, authorize: Authorize, max_body_bytes: int) -> None:
+        self.app, self.authorize, self.max_body_bytes = app, authorize, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        credential, length = None, None
+        for name, value in scope.get("headers", ()):
+            if name == _AUTH_HEADER and credential is None:
+                credential = value.decode("latin-1")
+            elif name == b"content-length":
+                length = value
+        refusal = self.authorize(scope.get("path", ""), credential)
+        if refusal is None and length is not None:
+            try:
+                too_long = int(length) > self.max_body_bytes
+            except ValueError:
+                refusal = Refusal(400, "invalid Content-Length", "invalid")
+            else:
+                refusal = self._too_large() if too_long else None
+        if refusal is not None:
+            await _respond(send, refusal)
+            return
+        await self._capped(scope, receive, send)
+
+    def _too_large(self) -> Refusal:
+        return Refusal(413, f"body larger than {self.max_body_bytes} bytes", "too_large")
+
+    async def _capped(self, scope: Scope, receive: Receive, send: Send) -> None:
+        received, started, refused = 0, False, False
+
+        async def counting_receive() -> Message:
+            nonlocal received, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    if not started and not refused:
+                        refused = True
+                        await _respond(send, self._too_large())
+                    raise _TooLarge()
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if refused:  # the 413 went out; whatever the app answers to the aborted read is dropped
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, guarded_send)
+        except Exception:
+            if not refused:
+                raise
+
+
+async def _respond(send: Send, refusal: Refusal) -> None:
+    body = json.dumps({"detail": refusal.detail, "code": refusal.code}).encode()
+    await send({"type": "http.response.start", "status": refusal.status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})

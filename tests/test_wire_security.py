@@ -1,0 +1,385 @@
+"""The wire, hardened (issue 18): credentials checked before a body is read, bodies capped while
+they stream, TLS with pinned or CA-checked certificates, relay URLs checked, a broadcast
+credential that is worth nothing but chunks, and no credential in files others can read."""
+
+import io
+import json
+import logging
+import select
+import shutil
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+import torch
+from conftest import make_state
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.testclient import TestClient
+
+from echo2.broadcast.chunk_store import ChunkStore
+from echo2.broadcast.downloader import BroadcastError, fetch_version
+from echo2.broadcast.node import random_payload
+from echo2.broadcast.publisher import Publisher
+from echo2.broadcast.relay import RelayServer
+from echo2.broadcast.topology import plan_tree
+from echo2.config import BroadcastConfig, dump_config, load_config
+from echo2.coordinator.app import MAX_BODY_BYTES, create_app
+from echo2.coordinator.server import CoordinatorServer
+from echo2.guard import broadcast_credential
+from echo2.protocol import AUTH_HEADER, RegisterRequest
+from echo2.redact import REDACTED, SESSION_CREDENTIAL, redact_logs, remove_redaction
+from echo2.report.data import redacted_config_text
+from echo2.rollout.client import CoordinatorClient, CoordinatorUntrusted
+from echo2.rollout.options import WorkerOptions
+from echo2.serving import BackgroundServer
+from echo2.tls import certificate_fingerprint
+
+MIB = 1024 * 1024
+RUN_TOKEN = "t"  # make_state's
+
+
+class CountingBody:
+    """An ASGI app wrapped so as to count the body bytes the server hands it (what it read)."""
+
+    def __init__(self, app) -> None:
+        self.app, self.body_bytes = app, 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        async def counted():
+            message = await receive()
+            self.body_bytes += len(message.get("body", b""))
+            return message
+
+        await self.app(scope, counted, send)
+
+
+@pytest.fixture()
+def served():
+    """The coordinator app with the learner's chunk routes, on a real uvicorn server (loopback);
+    ``server.counted.body_bytes``: body bytes the server read."""
+    state = make_state(staleness=1, planner=lambda nodes: plan_tree(nodes, fan_out=1))
+    publisher = Publisher(BroadcastConfig(chunk_mib=0.001), keep_versions=3, token=RUN_TOKEN)
+    app = create_app(state, lease_wait_s=0)
+    publisher.mount(app)
+    counted = CountingBody(app)
+    server = CoordinatorServer(counted, "127.0.0.1", 0)
+    server.counted = counted
+    server.start(10)
+    yield state, publisher, server
+    server.stop()
+    publisher.close()
+
+
+def send_chunked(port: int, path: str, headers: dict[str, str], total: int, timeout_s: float = 60.0
+                 ) -> tuple[int, int]:
+    """POST ``total`` bytes to ``path`` chunked (no Content-Length), reading while sending; stops
+    sending as soon as an answer arrives. Returns (HTTP status, body bytes sent)."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setblocking(False)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    pending = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               f"Transfer-Encoding: chunked\r\n{head}\r\n").encode()
+    piece = 64 * 1024
+    chunk = f"{piece:x}\r\n".encode() + b"x" * piece + b"\r\n"
+    sent, answer, writing = 0, b"", True
+    deadline = time.monotonic() + timeout_s
+    try:
+        while b"\r\n\r\n" not in answer and time.monotonic() < deadline:
+            readable, writable, _ = select.select([sock], [sock] if writing else [], [], 0.5)
+            if readable:
+                try:
+                    data = sock.recv(65536)
+                except ConnectionResetError:
+                    break
+                if not data:
+                    break
+                answer += data
+                continue
+            if writable:
+                if not pending:
+                    if sent >= total:
+                        pending, writing = b"0\r\n\r\n", False
+                    else:
+                        pending, sent = chunk, sent + piece
+                try:
+                    pending = pending[sock.send(pending):]
+                except (BrokenPipeError, ConnectionResetError):
+                    writing = False
+    finally:
+        sock.close()
+    assert answer.startswith(b"HTTP/1.1 "), f"no answer after sending {sent} bytes: {answer[:200]!r}"
+    return int(answer.split()[1]), sent
+
+
+def self_signed(folder, name: str = "server") -> tuple[str, str]:
+    """A fresh self-signed certificate for 127.0.0.1 and its key (openssl CLI)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    cert, key = folder / f"{name}.pem", folder / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"], check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+# ---------------------------------------------------------------------- authenticate before the body
+def test_no_credential_is_401_before_validation():
+    client = TestClient(create_app(make_state(staleness=1), lease_wait_s=0))
+    for path in ("/v1/lease", "/v1/submit", "/v1/heartbeat", "/v1/deregister"):
+        for body in ({}, {"version": -1}, None):
+            response = client.post(path, json=body)
+            assert response.status_code == 401, (path, body, response.text)
+            assert response.json()["code"] == "unauthorized"
+    assert client.post("/v1/register", json={"nonsense": 1}).status_code == 401
+    assert client.post("/v1/lease", json={}, headers={AUTH_HEADER: RUN_TOKEN}).status_code == 401  # not a session
+    assert client.get("/v1/version").status_code == 401
+    assert client.get("/v1/health").status_code == 200
+
+
+def test_session_credentials_are_looked_up_by_id_and_their_secret_compared():
+    state = make_state(staleness=1)
+    record = state.register("w")
+    worker_id, _, secret = record.session_token.partition(".")
+    assert worker_id == record.worker_id and len(secret) >= 32
+    assert SESSION_CREDENTIAL.fullmatch(record.session_token)  # what the log filter redacts
+    registry = state.registry
+    assert registry.knows(record.session_token) is record
+    for forged in (worker_id, f"{worker_id}.", f"{worker_id}.{secret[:-1]}x", f"other.{secret}", "", None):
+        assert registry.knows(forged) is None
+
+
+def test_anonymous_chunked_body_is_refused_unread(served):
+    _, _, server = served
+    status, sent = send_chunked(server.port, "/v1/submit", {}, total=60 * MIB)
+    assert status == 401
+    assert server.counted.body_bytes == 0  # refused before the app read a byte
+    assert sent < 60 * MIB  # and the answer came before the client could finish sending
+
+
+def test_oversize_chunked_body_is_cut_at_the_limit(served):
+    state, _, server = served
+    session = state.register("w").session_token
+    status, sent = send_chunked(server.port, "/v1/submit", {AUTH_HEADER: session}, total=100 * MIB)
+    assert status == 413
+    assert MAX_BODY_BYTES < server.counted.body_bytes < MAX_BODY_BYTES + MIB  # read up to the limit, no further
+    assert sent < 100 * MIB  # the client did not have to send it all (kernel buffers took some)
+    # an announced oversize body is refused on its Content-Length alone, before a byte of it is sent
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(f"POST /v1/submit HTTP/1.1\r\nHost: x\r\n{AUTH_HEADER}: {session}\r\n"
+                     f"Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode())
+        assert sock.recv(65536).startswith(b"HTTP/1.1 413 ")
+
+
+# ---------------------------------------------------------------------- relay URLs, broadcast credential
+@pytest.mark.parametrize("relay_url", ["http://u:p@10.0.0.1:7000", "http://10.0.0.1:7000/steal", "http://10.0.0.1",
+                                       "http://10.0.0.1:7000?x=1", "http://10.0.0.1:7000#f", "file:///etc/passwd",
+                                       "gopher://10.0.0.1:70", "http://10.0.0.1:0", "http://a b:1"])
+def test_bad_relay_urls_are_refused_at_registration(relay_url):
+    client = TestClient(create_app(make_state(staleness=1), lease_wait_s=0))
+    response = client.post("/v1/register", json={"name": "w", "relay_url": relay_url}, headers={AUTH_HEADER: RUN_TOKEN})
+    assert response.status_code == 422 and "relay_url must be http(s)://host:port" in response.json()["detail"]
+    good = client.post("/v1/register", json={"name": "w", "relay_url": "https://relay.example:7000"},
+                       headers={AUTH_HEADER: RUN_TOKEN})
+    assert good.status_code == 200
+
+
+def test_a_tls_run_takes_only_https_relays():
+    client = TestClient(create_app(make_state(staleness=1), lease_wait_s=0, https_relays_only=True))
+    plain = client.post("/v1/register", json={"name": "w", "relay_url": "http://10.0.0.1:7000"},
+                        headers={AUTH_HEADER: RUN_TOKEN})
+    assert plain.status_code == 422 and "https" in plain.json()["detail"]
+    for relay_url in ("https://10.0.0.1:7000", None):
+        assert client.post("/v1/register", json={"name": "w", "relay_url": relay_url},
+                           headers={AUTH_HEADER: RUN_TOKEN}).status_code == 200
+
+
+def test_chunk_routes_take_only_the_broadcast_credential(served):
+    state, publisher, server = served
+    with httpx.Client(base_url=server.url) as http:
+        reply = http.post("/v1/register", json={"name": "w"}, headers={AUTH_HEADER: RUN_TOKEN}).json()
+        assert reply["broadcast_token"] == broadcast_credential(RUN_TOKEN) != RUN_TOKEN
+        sha, size = publisher.publish(1, torch.nn.Linear(4, 4))
+        state.publish(1, sha, size)
+        for wrong in (RUN_TOKEN, reply["session_token"], None):
+            refused = http.get("/v1/broadcast/1/manifest", headers={AUTH_HEADER: wrong} if wrong else {})
+            assert refused.status_code == 401, wrong
+        assert http.get("/v1/broadcast/1/manifest", headers={AUTH_HEADER: reply["broadcast_token"]}).status_code == 200
+        # and the broadcast credential opens nothing else
+        assert http.get("/v1/version", headers={AUTH_HEADER: reply["broadcast_token"]}).status_code == 401
+        assert http.post("/v1/register", json={"name": "x"},
+                         headers={AUTH_HEADER: reply["broadcast_token"]}).status_code == 401
+
+
+def test_a_relay_refuses_the_run_token_and_takes_the_broadcast_credential():
+    store = ChunkStore()
+    with RelayServer(store, token=broadcast_credential("run-secret")) as relay, httpx.Client() as http:
+        status = f"{relay.url}/v1/broadcast/status"
+        assert http.get(status, headers={AUTH_HEADER: "run-secret"}).status_code == 401
+        assert http.get(status).status_code == 401
+        assert http.get(status, headers={AUTH_HEADER: broadcast_credential("run-secret")}).status_code == 200
+        # a body on a relay is refused before anything reads it
+        big = http.request("GET", status, content=b"x" * 4096,
+                           headers={AUTH_HEADER: broadcast_credential("run-secret")})
+        assert big.status_code == 413
+    store.close()
+
+
+def test_peers_send_a_relay_nothing_but_the_broadcast_credential(served):
+    """One registered worker names a relay URL pointing at its own server; a peer sent there
+    presents the broadcast credential only, never the run token or its session credential."""
+    from echo2.rollout.worker import RolloutWorker
+
+    state, publisher, server = served
+    seen: list[str | None] = []
+    spy = FastAPI()
+
+    @spy.get("/{path:path}")
+    def collect(request: Request, path: str) -> JSONResponse:  # noqa: ARG001
+        seen.append(request.headers.get(AUTH_HEADER))
+        return JSONResponse({"detail": "not here", "code": "gone"}, status_code=404)
+
+    spy_server = BackgroundServer(spy, "127.0.0.1", 0, what="spy")
+    spy_server.start(10)
+    victim = RolloutWorker(server.url, RUN_TOKEN, relay=None)
+    try:
+        with httpx.Client(base_url=server.url) as http:
+            attacker = http.post("/v1/register", json={"name": "attacker", "relay_url": spy_server.url,
+                                                       "upload_bytes_per_s": 1e9},
+                                 headers={AUTH_HEADER: RUN_TOKEN})
+            assert attacker.status_code == 200
+        victim.client.register(RegisterRequest(name="victim"))
+        victim.spec = state.spec
+        sha, size = publisher.publish(1, torch.nn.Linear(4, 4))
+        state.publish(1, sha, size)
+        fetched = victim._fetch_newest(-1)
+        assert fetched is not None and fetched[0] == 1 and fetched[2] == sha
+    finally:
+        victim.client.close()
+        victim.http.close()
+        victim.store.close()
+        spy_server.stop()
+    assert seen, "the victim never asked the attacker's relay (the plan did not chain them)"
+    assert set(seen) == {broadcast_credential(RUN_TOKEN)}
+
+
+# ---------------------------------------------------------------------- TLS
+def test_tls_coordinator_with_pinned_and_ca_checked_workers(tmp_path):
+    cert, key = self_signed(tmp_path)
+    state = make_state(staleness=1)
+    server = CoordinatorServer(create_app(state, lease_wait_s=0), "127.0.0.1", 0, certfile=cert, keyfile=key)
+    server.start(10)
+    try:
+        assert server.url.startswith("https://")
+        pin = certificate_fingerprint(cert)
+        for verify in ({"pin_sha256": [pin]}, {"pin_sha256": [":".join(pin[i:i + 2] for i in range(0, 64, 2))]},
+                       {"ca_file": cert}):
+            options = WorkerOptions(coordinator=server.url, token=RUN_TOKEN, **verify)
+            client = CoordinatorClient(server.url, RUN_TOKEN, verify=options.tls_verify(), give_up_after_s=5)
+            assert client.register(RegisterRequest(name="w")).broadcast_token == broadcast_credential(RUN_TOKEN)
+            client.close()
+        other, _ = self_signed(tmp_path, "other")
+        for verify in ({"pin_sha256": ["ab" * 32]}, {"ca_file": other}):
+            options = WorkerOptions(coordinator=server.url, token=RUN_TOKEN, **verify)
+            client = CoordinatorClient(server.url, RUN_TOKEN, verify=options.tls_verify(), give_up_after_s=30)
+            started = time.monotonic()
+            with pytest.raises(CoordinatorUntrusted, match="failed TLS verification") as refused:
+                client.register(RegisterRequest(name="w"))
+            assert time.monotonic() - started < 5  # not retried: no credential goes to an impostor
+            if "pin_sha256" in verify:
+                assert f"presented a certificate with SHA-256 {pin}" in str(refused.value)
+            client.close()
+        assert state.counters["workers_registered"] == 3
+        with pytest.raises(ValueError, match="not https"):
+            WorkerOptions(coordinator="http://127.0.0.1:1", token=RUN_TOKEN, pin_sha256=[pin])
+    finally:
+        server.stop()
+
+
+def test_tls_relay_serves_only_pinned_peers(tmp_path):
+    cert, key = self_signed(tmp_path)
+    credential = broadcast_credential("run-secret")
+    source, store = ChunkStore(), ChunkStore()
+    manifest = source.publish(3, random_payload(4096, 3), chunk_size=1024)
+    with RelayServer(source, token=credential, certfile=cert, keyfile=key) as relay:
+        assert relay.url.startswith("https://")
+        options = WorkerOptions(coordinator="https://127.0.0.1:1", token="run-secret",
+                                pin_sha256=[certificate_fingerprint(cert)])
+        result = fetch_version(3, [relay.url], store, token=credential, verify=options.tls_verify(), timeout_s=10)
+        assert result.manifest.sha256 == manifest.sha256
+        wrong = WorkerOptions(coordinator="https://127.0.0.1:1", token="run-secret", pin_sha256=["cd" * 32])
+        with pytest.raises(BroadcastError, match="pin mismatch"):
+            fetch_version(3, [relay.url], ChunkStore(), token=credential, verify=wrong.tls_verify(), timeout_s=2,
+                          stall_s=1, poll_s=0.2)
+    source.close()
+    store.close()
+
+
+# ---------------------------------------------------------------------- credentials out of shared files
+def test_config_yaml_and_report_never_show_the_token():
+    secret = "f00dfeedc0ffee0123456789abcdef42"
+    text = dump_config(load_config(overrides=[f"coordinator.token={secret}"]))
+    assert secret not in text and f"token: {REDACTED}" in text
+    # a config.yaml written before the token was redacted there: the report still hides it
+    old = text.replace(REDACTED, secret)
+    assert secret in old and secret not in redacted_config_text(old)
+
+
+def test_log_filter_redacts_credentials():
+    state = make_state(staleness=1)
+    session = state.register("w").session_token
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logging.getLogger().addHandler(handler)
+    redaction = redact_logs("s3cret-run-token", broadcast_credential("s3cret-run-token"))
+    try:
+        log = logging.getLogger("echo2.test")
+        log.warning("token %s session %s broadcast %s", "s3cret-run-token", session,
+                    broadcast_credential("s3cret-run-token"))
+        try:
+            raise RuntimeError(f"failed with s3cret-run-token and {session}")
+        except RuntimeError:
+            log.exception("boom")
+    finally:
+        remove_redaction(redaction)
+        logging.getLogger().removeHandler(handler)
+    written = stream.getvalue()
+    assert "s3cret-run-token" not in written and session not in written
+    assert broadcast_credential("s3cret-run-token") not in written
+    assert written.count(REDACTED) >= 5 and "RuntimeError" in written
+
+
+def test_a_tls_run_end_to_end_keeps_its_token_private(tmp_path):
+    """A real run (learner + two local worker processes) over TLS with an explicit token: local
+    workers pin the coordinator's certificate and relay to each other over https; no file
+    others can read holds the token, and ``--resume`` still finds it."""
+    from echo2.launch.train import _endpoint, run_training
+    from echo2.report.html import write_report
+
+    cert, key = self_signed(tmp_path)
+    secret = "c0ffee0123456789abcdef42f00dfeed"
+    config = load_config(overrides=[
+        "run.steps=4", "eval.size=10", "eval.every=2", "learner.groups_per_step=8", "rollout.groups_per_lease=4",
+        "telemetry.tensorboard=false", "telemetry.progress=false", "coordinator.data_timeout_s=120",
+        "checkpoint.every=0", f"run.dir={tmp_path}", "run.name=run", f"coordinator.token={secret}",
+        f"coordinator.tls_certfile={cert}", f"coordinator.tls_keyfile={key}", "broadcast.chunk_mib=0.05"])
+    summary = run_training(config)
+    run_dir = summary.run_dir
+    assert summary.workers_registered == 2
+    endpoint = json.loads((run_dir / "coordinator.json").read_text())
+    assert endpoint["url"].startswith("https://") and endpoint["token"] == secret
+    for private in ("coordinator.json", "token"):
+        assert (run_dir / private).stat().st_mode & 0o077 == 0
+    write_report(run_dir, None)
+    logs = "".join(p.read_text() for p in (run_dir / "workers").glob("*.log"))
+    relayed = [line for line in logs.splitlines() if " chunks in " in line and "from https://" in line]
+    assert any(endpoint["url"] not in line for line in relayed)  # a peer's relay, over TLS
+    for path in [run_dir / "config.yaml", run_dir / "train.log", run_dir / "report.html",
+                 *(run_dir / "workers").glob("*.log")]:
+        assert secret not in path.read_text(errors="replace"), path
+    assert "certificate pin mismatch" not in logs
+    resumed = load_config(str(run_dir / "config.yaml"))
+    assert resumed.coordinator.token == REDACTED
+    assert _endpoint(resumed, run_dir, resuming=True) == (endpoint["port"], secret)
