@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import re
 import subprocess

@@ -116,3 +116,29 @@ def test_real_model_bench_quick(tmp_path):
         assert row["worker_samples_per_s"] > 0 and row["worker_tokens_per_s"] > 0 and row["learner_fwd_bwd_s"] > 0
     assert rows[0]["worker_samples_per_s_x"] > 0 and rows[0]["learner_speedup_x"] > 0
     assert "learner_speedup_x" in result.stdout
+
+
+def test_attacks_bench_quick(tmp_path):
+    """Misbehaving worker processes against a real run: each is refused at the door or quarantined,
+    and nothing of theirs is trained past the defence."""
+    result = run_quick("attacks", tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text())
+    rows = {r["kind"]: r for r in data["rows"]}
+    assert set(rows) == {"fabricate", "fabricate_old", "duplicate", "oversize"}
+    for row in rows.values():
+        assert row["detected"] == "yes", row
+        assert row["attacker_groups_trained_after"] == 0, row
+        assert row["steps"] == data["meta"]["steps"] and row["honest_workers_quarantined"] == [], row
+        assert 0 <= row["final_accuracy"] <= 1 and 0 <= row["clean_accuracy"] <= 1
+    for kind in ("fabricate", "fabricate_old"):  # the audit rows: quarantined within the run, 403 from then on
+        row = rows[kind]
+        assert row["seconds_to_quarantine"] is not None and 0 <= row["seconds_to_quarantine"] < 120, row
+        assert row["groups_to_quarantine"] >= 1 and row["refused_403_after"] >= 1, row
+        assert row["attacker_groups_trained"] == 0, row  # still on probation: every group audited
+    assert rows["fabricate_old"]["claimed_lag_max"] >= 1  # its groups really claimed an older version
+    assert rows["duplicate"]["attacker_groups_trained"] >= 1  # the first copies were trained, once
+    probes = {p["what"]: p for p in rows["oversize"]["probes"]}
+    assert probes["coordinator, no credential, Content-Length 64 MiB"]["status"] == 401
+    chunked = probes["coordinator, session credential, chunked 64 MiB"]
+    assert chunked["status"] == 413 and chunked["body_bytes_sent"] < 40 * 1024 * 1024
+    assert "attacker_groups_trained_after" in result.stdout and (tmp_path / "attacks.png").stat().st_size > 10_000

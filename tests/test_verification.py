@@ -185,3 +185,34 @@ def test_deregistering_worker_hands_its_leases_back():
     assert not leaving.alive and state.reliability()["workers_left"] == 1
     taken = state.lease(staying, worker_version=0, max_groups=4, wait_s=0)
     assert {p.prompt for p in held.prompts} == {p.prompt for p in taken.prompts}
+
+
+class FlagsOne:
+    """A verifier stub that finds ``worker_id``'s groups fabricated."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+
+    def check(self, batch):
+        return {self.worker_id: "fabricated"} if any(g.worker_id == self.worker_id for g in batch) else {}
+
+
+def test_a_batch_cut_by_a_quarantine_is_topped_up_to_a_full_step():
+    """A step trains B groups even when a suspect's groups are cut from it; a short step would
+    leave the lease window (which counts B per step) wider for the rest of the run."""
+    from types import SimpleNamespace
+
+    from echo2.learner.loop import LearnerLoop
+
+    state = make_state(staleness=1, groups_per_step=4)
+    liar, honest = state.register("liar"), state.register("honest")
+    submit_all(state, liar, state.lease(liar, worker_version=0, max_groups=2, wait_s=0))
+    submit_all(state, honest, state.lease(honest, worker_version=0, max_groups=4, wait_s=0))
+    loop = SimpleNamespace(state=state, verifier=FlagsOne(liar.worker_id),
+                           config=SimpleNamespace(coordinator=SimpleNamespace(data_timeout_s=5)))
+    batch = LearnerLoop._verified_batch(loop, step=0, count=4)
+    assert len(batch) == 4 and {g.worker_id for g in batch} == {honest.worker_id}
+    assert state.registry.workers[liar.worker_id].quarantined
+    # the window counts what is outstanding: 4 trained + 2 re-queued prompts' slots freed -> (S+1)*B - 4 grantable
+    again = state.lease(honest, worker_version=0, max_groups=100, wait_s=0)
+    assert len(again.prompts) == 4

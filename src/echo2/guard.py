@@ -4,12 +4,16 @@ capped while they stream, and the per-run broadcast credential.
 :class:`Guard` is a pure ASGI middleware (no ``BaseHTTPMiddleware``, which reads nothing itself
 but lets the app read first). For each HTTP request it
 
-1. asks ``authorize(path, credential)`` (the credential is the ``X-Echo2-Token`` header) and, on a
-   refusal, answers at once (401 with a reason) without calling the app: an anonymous client
-   cannot make the server read, parse or validate a single byte of its body;
+1. asks ``authorize(path, credential, client_host)`` (the credential is the ``X-Echo2-Token``
+   header) and, on a refusal, answers at once (401 with a reason, or 429 with ``Retry-After``)
+   without calling the app: an anonymous client cannot make the server read, parse or validate
+   a single byte of its body;
 2. answers 413 at once when ``Content-Length`` announces more than ``max_body_bytes``;
 3. counts the body as the app reads it (chunked or not, announced or not) and, as soon as it
-   passes ``max_body_bytes``, answers 413 and stops reading.
+   passes ``max_body_bytes``, answers 413 and stops reading;
+4. gives the whole body ``body_timeout_s`` from the request's head: a client that dribbles its
+   body (slow loris) is answered 408 and cut off. The head's own deadline is
+   :mod:`echo2.deadlines`' job.
 
 Refusals carry ``Connection: close``: the server closes the connection instead of draining
 the rest of a body it will never use.
@@ -23,6 +27,7 @@ server collects nothing it could use against the coordinator.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -43,10 +48,11 @@ class Refusal(NamedTuple):
     status: int
     detail: str
     code: str
+    retry_after_s: float | None = None
 
 
-#: ``authorize(path, credential)``: None lets the request in, a :class:`Refusal` answers it.
-Authorize = Callable[[str, "str | None"], "Refusal | None"]
+#: ``authorize(path, credential, client_host)``: None lets the request in, a :class:`Refusal` answers it.
+Authorize = Callable[[str, "str | None", str], "Refusal | None"]
 
 
 def broadcast_credential(run_token: str) -> str:
@@ -66,15 +72,18 @@ def unauthorized(what: str) -> Refusal:
     return Refusal(401, f"wrong or missing {what} in the {AUTH_HEADER} header", "unauthorized")
 
 
-class _TooLarge(Exception):
-    """The body passed the limit while the app was reading it (the 413 is already sent)."""
+class _Cut(Exception):
+    """The body passed the size limit or its deadline while the app was reading it (the 413 or
+    408 is already sent)."""
 
 
 class Guard:
     """``app`` behind credential checks and a streaming body cap (see the module's docstring)."""
 
-    def __init__(self, app: Callable, *, authorize: Authorize, max_body_bytes: int) -> None:
+    def __init__(self, app: Callable, *, authorize: Authorize, max_body_bytes: int, body_timeout_s: float = 60.0
+                 ) -> None:
         self.app, self.authorize, self.max_body_bytes = app, authorize, max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -86,7 +95,8 @@ class Guard:
                 credential = value.decode("latin-1")
             elif name == b"content-length":
                 length = value
-        refusal = self.authorize(scope.get("path", ""), credential)
+        client = scope.get("client") or ("", 0)
+        refusal = self.authorize(scope.get("path", ""), credential, client[0])
         if refusal is None and length is not None:
             try:
                 too_long = int(length) > self.max_body_bytes
@@ -103,18 +113,29 @@ class Guard:
         return Refusal(413, f"body larger than {self.max_body_bytes} bytes", "too_large")
 
     async def _capped(self, scope: Scope, receive: Receive, send: Send) -> None:
-        received, started, refused = 0, False, False
+        received, started, refused, body_done = 0, False, False, False
+        deadline = asyncio.get_running_loop().time() + self.body_timeout_s
+
+        async def cut(refusal: Refusal) -> None:
+            nonlocal refused
+            if not started and not refused:
+                refused = True
+                await _respond(send, refusal)
+            raise _Cut()
 
         async def counting_receive() -> Message:
-            nonlocal received, refused
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:  # what the app may still wait for (a disconnect) has no deadline
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+            except TimeoutError:
+                await cut(Refusal(408, f"body not received within {self.body_timeout_s:g}s", "timeout"))
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > self.max_body_bytes:
-                    if not started and not refused:
-                        refused = True
-                        await _respond(send, self._too_large())
-                    raise _TooLarge()
+                    await cut(self._too_large())
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -134,7 +155,9 @@ class Guard:
 
 async def _respond(send: Send, refusal: Refusal) -> None:
     body = json.dumps({"detail": refusal.detail, "code": refusal.code}).encode()
-    await send({"type": "http.response.start", "status": refusal.status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]
+    if refusal.retry_after_s is not None:
+        headers.append((b"retry-after", str(max(1, round(refusal.retry_after_s))).encode()))
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -5,6 +5,8 @@ server starts, and ``SO_REUSEADDR`` lets a resumed learner take its old port bac
 Given a certificate and its key (PEM files, uvicorn's ``ssl_certfile``/``ssl_keyfile``), the
 server speaks TLS and its :attr:`~BackgroundServer.url` is ``https://``; both files are loaded
 in the constructor, so a wrong path or a key that does not match fails there, with the paths.
+Every request head must arrive within ``head_timeout_s`` (:mod:`echo2.deadlines`), so a
+slow-loris client is cut off instead of holding a connection for ever.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ import time
 import uvicorn
 from fastapi import FastAPI
 
+from echo2.deadlines import with_head_timeout
+
 
 class BackgroundServer:
     def __init__(self, app: FastAPI, host: str, port: int, *, what: str, advertise_host: str | None = None,
                  lifespan: str = "auto", graceful_s: float = 2.0, certfile: str | None = None,
-                 keyfile: str | None = None) -> None:
+                 keyfile: str | None = None, head_timeout_s: float = 10.0) -> None:
         """``what`` names the server in errors; ``advertise_host`` is the address others should
         dial when it differs from the bound one (e.g. bound to ``0.0.0.0``); ``certfile`` and
-        ``keyfile`` (both or neither): serve TLS."""
+        ``keyfile`` (both or neither): serve TLS; ``head_timeout_s``: the deadline of each request head."""
         self.what, self.advertise_host = what, advertise_host
         if (certfile is None) != (keyfile is None):
             raise ValueError(f"the {what} needs both a TLS certificate and its key, or neither")
@@ -41,7 +45,8 @@ class BackgroundServer:
         self._socket.bind((host, port))
         self.host, self.port = host, self._socket.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan=lifespan,
-                                timeout_graceful_shutdown=graceful_s, ssl_certfile=certfile, ssl_keyfile=keyfile)
+                                timeout_graceful_shutdown=graceful_s, ssl_certfile=certfile, ssl_keyfile=keyfile,
+                                http=with_head_timeout(head_timeout_s))
         self._server = uvicorn.Server(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True,

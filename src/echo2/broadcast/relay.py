@@ -148,7 +148,7 @@ class RelayServer(BackgroundServer):
         self.app = FastAPI(title="echo2 relay", version="1", docs_url=None, redoc_url=None, openapi_url=None)
         add_broadcast_routes(self.app, store, throttle=self.throttle, token=token, max_wait_s=max_wait_s)
 
-        def authorize(path: str, credential: str | None) -> Refusal | None:  # noqa: ARG001 - one rule for all
+        def authorize(path: str, credential: str | None, client_host: str) -> Refusal | None:  # noqa: ARG001
             expected = _expected(token)
             return None if expected is None or same_secret(credential, expected) else \
                 unauthorized("broadcast credential")

@@ -183,6 +183,17 @@ class CoordinatorConfig(Section):
     """How long to wait for the coordinator and the local workers to come up."""
     data_timeout_s: float = Field(300.0, gt=0)
     """How long the learner waits for one batch before failing with a clear error."""
+    head_timeout_s: float = Field(10.0, gt=0)
+    """Each request head (request line and headers) must arrive within this time, else 408 and
+    the connection is closed (what cuts off slow-loris clients)."""
+    body_timeout_s: float = Field(60.0, gt=0)
+    """Each request body must arrive within this time of its head, else 408 (a submission of a
+    few MiB over a slow uplink fits well within it)."""
+    registrations_burst: int = Field(32, ge=1)
+    """Registrations one client address may make at once (raised to ``workers.count`` when
+    that is larger, since local workers all come from one address); past it, 429 with Retry-After."""
+    registrations_per_minute: float = Field(60.0, gt=0)
+    """How fast an address's registration allowance refills after the burst."""
 
     @model_validator(mode="after")
     def _tls_pair(self) -> CoordinatorConfig:

@@ -4,8 +4,9 @@ Authentication: ``register`` needs the run token; it returns a per-worker sessio
 that every later call presents (same header), so a worker can only act on its own leases, and
 the run's broadcast credential, the only one the chunk routes (``/v1/broadcast``, mounted here
 by the publisher) accept. :class:`echo2.guard.Guard` checks the credential before a byte of the
-body is read (401 at once) and caps the body while it streams (413); only ``/v1/health`` and the
-API's schema are open. Bodies are then validated against :mod:`echo2.protocol` before they reach
+body is read (401 at once), caps the body while it streams (413) and gives it a deadline (408);
+registrations are rate-limited per client address (429, :mod:`echo2.ratelimit`); only
+``/v1/health`` and the API's schema are open. Bodies are then validated against :mod:`echo2.protocol` before they reach
 the state; a refusal is a 4xx whose JSON ``detail`` says why.
 """
 
@@ -18,6 +19,7 @@ from fastapi.responses import JSONResponse
 from echo2.coordinator.records import Rejected
 from echo2.coordinator.state import CoordinatorState
 from echo2.guard import Guard, Refusal, unauthorized
+from echo2.ratelimit import RateLimiter
 from echo2.protocol import (
     AUTH_HEADER,
     Heartbeat,
@@ -37,25 +39,31 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 OPEN_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
-def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_only: bool = False) -> FastAPI:
+def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_only: bool = False,
+               registrations: RateLimiter | None = None, body_timeout_s: float = 60.0) -> FastAPI:
     """The coordinator's routes on ``state``. ``https_relays_only`` (a run served over TLS): a
-    worker registering a plain-HTTP relay is refused, so no chunk request of the run goes in clear."""
+    worker registering a plain-HTTP relay is refused, so no chunk request of the run goes in clear.
+    ``registrations``: the per-address limit on registrations (none when not given)."""
     app = FastAPI(title="echo2 coordinator", version="1")
     registry = state.registry
 
-    def authorize(path: str, credential: str | None) -> Refusal | None:
+    def authorize(path: str, credential: str | None, client_host: str) -> Refusal | None:
         """Run before the body is read, without the state's lock (the handlers check the rest)."""
         if path in OPEN_PATHS:
             return None
         if path == "/v1/register":
-            return None if registry.admits(credential) else unauthorized("run token")
+            if not registry.admits(credential):
+                return unauthorized("run token")
+            wait_s = registrations.take(client_host) if registrations is not None else None
+            return None if wait_s is None else Refusal(
+                429, f"too many registrations from {client_host}; retry in {wait_s:.0f}s", "rate_limited", wait_s)
         if path.startswith("/v1/broadcast/"):
             return None if registry.admits_broadcast(credential) else unauthorized("broadcast credential")
         if registry.knows(credential) is None:
             return Refusal(401, "unknown or missing session credential; register first", "unauthorized")
         return None
 
-    app.add_middleware(Guard, authorize=authorize, max_body_bytes=MAX_BODY_BYTES)
+    app.add_middleware(Guard, authorize=authorize, max_body_bytes=MAX_BODY_BYTES, body_timeout_s=body_timeout_s)
 
     @app.exception_handler(Rejected)
     async def rejected(_: Request, error: Rejected) -> JSONResponse:

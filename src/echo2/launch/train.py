@@ -35,6 +35,7 @@ from echo2.learner.loop import LearnerLoop, LoopResult
 from echo2.modeling import load_tokenizer, pin_threads
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec
+from echo2.ratelimit import RateLimiter
 from echo2.redact import REDACTED, redact_logs, remove_redaction
 from echo2.rollout.options import WorkerOptions
 from echo2.tasks import Task, load_task
@@ -249,10 +250,13 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     if resume:
         state.restore_snapshot(resume["coordinator"], task.train_examples(config.run.seed))
     state.publish(version, *publisher.publish(version, model))
-    tls = config.coordinator
-    app = create_app(state, config.coordinator.lease_wait_s, https_relays_only=tls.tls_certfile is not None)
+    door = config.coordinator
+    registrations = RateLimiter(max(door.registrations_burst, config.workers.count), door.registrations_per_minute)
+    app = create_app(state, door.lease_wait_s, https_relays_only=door.tls_certfile is not None,
+                     registrations=registrations, body_timeout_s=door.body_timeout_s)
     publisher.mount(app)
-    server = CoordinatorServer(app, config.coordinator.host, port, certfile=tls.tls_certfile, keyfile=tls.tls_keyfile)
+    server = CoordinatorServer(app, door.host, port, certfile=door.tls_certfile, keyfile=door.tls_keyfile,
+                               head_timeout_s=door.head_timeout_s)
     server.start(config.coordinator.start_timeout_s)
     _write_private(run_dir / TOKEN_FILE, token + "\n")  # before coordinator.json, which callers wait for
     _write_private(run_dir / COORDINATOR_FILE, json.dumps({"url": server.url, "port": server.port, "token": token}))
@@ -260,8 +264,8 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
              server.url)
     log.info("more workers can join with: echo2 worker --coordinator %s --token-file %s (an owner-only copy of "
              "that file on other machines, or the token in $ECHO2_TOKEN)%s", server.url, run_dir / TOKEN_FILE,
-             f" --pin-sha256 {certificate_fingerprint(tls.tls_certfile)} (or --ca-file CA_BUNDLE)"
-             if tls.tls_certfile else "")
+             f" --pin-sha256 {certificate_fingerprint(door.tls_certfile)} (or --ca-file CA_BUNDLE)"
+             if door.tls_certfile else "")
     workers = launch_workers(config, server.url, token, run_dir / "workers")
     workers.start()
     learner = build_learner(config, model, tokenizer, checkpoint, shard)

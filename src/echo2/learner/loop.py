@@ -90,15 +90,19 @@ class LearnerLoop:
         return result
 
     def _verified_batch(self, step: int, count: int) -> list[Group]:
-        """The next ``count`` groups, minus those of workers that fail an audit (quarantined)."""
-        while True:
-            batch = self.state.take_batch(step, timeout_s=self.config.coordinator.data_timeout_s, count=count)
+        """The next ``count`` groups of workers that pass their audits. A suspect's groups are
+        discarded (the worker quarantined) and replaced by more from the buffer, so a step still
+        trains ``count`` groups: the lease window counts ``B`` groups consumed per step, and a short
+        step would leave it wider for the rest of the run (more slots granted, then dropped stale)."""
+        kept: list[Group] = []
+        while len(kept) < count:
+            batch = self.state.take_batch(step, timeout_s=self.config.coordinator.data_timeout_s,
+                                          count=count - len(kept))
             suspects = self.verifier.check(batch)
             for worker_id, why in suspects.items():
                 self.state.quarantine(worker_id, why, taken=[g for g in batch if g.worker_id == worker_id])
-            batch = [g for g in batch if g.worker_id not in suspects]
-            if batch:
-                return batch
+            kept += [g for g in batch if g.worker_id not in suspects]
+        return kept
 
     def _batch(self, step: int) -> tuple[list[Group], list[Group], dict[str, float]]:
         """The step's batch; under DAPO's dynamic sampling also the groups it filtered out (EchoClip

@@ -97,7 +97,9 @@ class CoordinatorClient:
                 detail = _detail(response)
                 if response.status_code in (401, 410) and token == self.session_token:
                     raise SessionLost(response.status_code, detail)
-                if response.status_code < 500:
+                if response.status_code == 429:  # rate-limited: wait as long as it says, within the budget
+                    delay = max(delay, _retry_after(response))
+                elif response.status_code < 500:
                     raise RequestRefused(response.status_code, detail)
                 problem = f"coordinator at {self.url} failed ({what}): {response.status_code} {detail}"
             elapsed = time.monotonic() - started
@@ -144,3 +146,11 @@ def _detail(response: httpx.Response) -> str:
         return str(response.json().get("detail", response.text))
     except ValueError:
         return response.text[:200]
+
+
+def _retry_after(response: httpx.Response) -> float:
+    """Seconds a 429 asks the client to wait (``Retry-After``; 1 s when missing or not a number)."""
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0

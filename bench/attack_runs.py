@@ -1,0 +1,264 @@
+"""The bench's side of the attack runs: which attacks exist, the observer wrapped around the
+learner and coordinator in this process, the attacker processes, and one finished run
+(:class:`Outcome`) as the rows read it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from attackers.session import TOKEN_ENV
+
+
+@dataclass(frozen=True)
+class Attack:
+    row: str
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"attacker-{self.kind.replace('_', '-')}"
+
+
+ROWS = {
+    "fabricate": "1 fabricated, claims current v",
+    "late_cheater": "1b fabricates after honest start",
+    "fabricate_old": "2 fabricated, claims v-1",
+    "reward": "3 reward field",
+    "replay": "4 replays honest groups",
+    "duplicate": "5 lease submitted 3x",
+    "late_lease": "6 result after expiry",
+    "relay": "7 corrupt/substitute relay",
+    "oversize": "8 oversize + chunked bodies",
+    "flood": "9 200 registrations",
+    "slowloris": "10 slow-loris",
+    "sybil_fabricate": "11 quarantine amplification",
+}
+AUDIT_KINDS = ("fabricate", "late_cheater", "fabricate_old", "replay")
+
+
+def attack(kind: str, **params: Any) -> Attack:
+    return Attack(ROWS[kind], kind, params)
+
+
+#: run name -> (its attacks, its extra overrides). Every plan also has a clean run of the same length.
+QUICK_PLAN = {"attacks": ([attack("fabricate"), attack("fabricate_old"), attack("duplicate"), attack("oversize")],
+                          [])}
+FULL_PLAN = {
+    "audit": ([attack("fabricate"), attack("fabricate_old"), attack("replay")], []),
+    # alone: the quarantines of the audit run leave its window too wide (row 11), and the stale drops
+    # that follow would keep a late cheater's honest groups from being audited (it would stay on probation)
+    "late": ([attack("late_cheater", honest_groups=64)], []),
+    "door": ([attack("reward"), attack("duplicate"), attack("late_lease"), attack("oversize"), attack("relay")],
+             ["coordinator.lease_timeout_s=8"]),
+    "flood": ([attack("flood")], []),
+    "slowloris": ([attack("slowloris")], []),
+    "amplify": ([attack("sybil_fabricate", count=8, spacing_s=3.0)], []),
+}
+
+
+class Observer:
+    """Wraps three methods in this process (see the module docstring); what they did is unchanged."""
+
+    def __init__(self) -> None:
+        self.reset(None)
+
+    def reset(self, score: Any) -> None:
+        self.trained: list[dict[str, Any]] = []
+        self.accepted: list[dict[str, Any]] = []
+        self.quarantines: list[dict[str, Any]] = []
+        self.state: Any = None
+        self.score = score
+
+    def install(self) -> None:
+        from echo2.coordinator.state import CoordinatorState
+        from echo2.learner.loop import LearnerLoop
+
+        observer = self
+        init, quarantine, batch = CoordinatorState.__init__, CoordinatorState.quarantine, LearnerLoop._batch
+        submit = CoordinatorState.submit
+
+        def observed_init(state, *args, **kwargs):
+            init(state, *args, **kwargs)
+            observer.state = state
+
+        def observed_quarantine(state, worker_id, reason, taken=()):
+            already = state.registry.workers[worker_id].quarantined
+            discarded = quarantine(state, worker_id, reason, taken)
+            if not already:
+                observer.quarantines.append({"t": time.time(), "worker_id": worker_id, "reason": reason,
+                                             "discarded": discarded})
+            return discarded
+
+        def observed_submit(state, record, request):
+            reply = submit(state, record, request)
+            if reply.accepted and not reply.duplicate:
+                observer.accepted.append({"t": time.time(), "worker_id": record.worker_id,
+                                          "slots": [g.slot for g in request.groups]})
+            return reply
+
+        def observed_batch(loop, step):
+            groups, filtered, counts = batch(loop, step)
+            now = time.time()
+            for g in groups:
+                truth = observer.score(g.example, g.token_ids)
+                observer.trained.append({
+                    "t": now, "step": step, "worker_id": g.worker_id, "slot": g.slot, "version": g.version,
+                    "reward_mean": sum(g.rewards) / len(g.rewards), "rewards_match": truth == list(g.rewards),
+                    "audit_rate": loop.verifier.rates.rate(g.worker_id)})
+            return groups, filtered, counts
+
+        CoordinatorState.__init__ = observed_init
+        CoordinatorState.quarantine = observed_quarantine
+        CoordinatorState.submit = observed_submit
+        LearnerLoop._batch = observed_batch
+
+
+OBSERVER = Observer()
+
+
+class Attackers:
+    """Starts one child process per attack once the run's coordinator is up (each child then
+    waits for training to begin); stops the stragglers when the run is over."""
+
+    def __init__(self, run_dir: Path, attacks: list[Attack]) -> None:
+        self.run_dir, self.attacks = run_dir, attacks
+        self.processes: list[subprocess.Popen] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._start, daemon=True, name="attackers")
+
+    def _start(self) -> None:
+        from echo2.launch.train import COORDINATOR_FILE
+
+        path = self.run_dir / COORDINATOR_FILE
+        while not path.exists() and not self.done.is_set():
+            time.sleep(0.1)
+        if self.done.is_set():
+            return
+        endpoint = json.loads(path.read_text())
+        folder = self.run_dir / "attackers"
+        folder.mkdir(exist_ok=True)
+        for spec in self.attacks:
+            with (folder / f"{spec.name}.out").open("w") as out:
+                self.processes.append(subprocess.Popen(
+                    [sys.executable, str(Path(__file__).with_name("attacks.py")), "--attacker", "--kind", spec.kind, "--name", spec.name,
+                     "--coordinator", endpoint["url"], "--run-dir", str(self.run_dir),
+                     "--log", str(folder / f"{spec.name}.jsonl"), "--params", json.dumps(spec.params)],
+                    stdout=out, stderr=subprocess.STDOUT,
+                    env={**os.environ, TOKEN_ENV: endpoint["token"], "OMP_NUM_THREADS": "1",
+                         "TOKENIZERS_PARALLELISM": "false"}))
+
+    def __enter__(self) -> Attackers:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
+        deadline = time.monotonic() + 30
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@dataclass
+class Outcome:
+    """One finished run, as the rows read it."""
+
+    name: str
+    run_dir: Path
+    steps: int
+    final_accuracy: float
+    step_s: float
+    last_step_t: float
+    reliability: dict[str, Any]
+    trained: list[dict[str, Any]]
+    accepted: list[dict[str, Any]]
+    quarantines: list[dict[str, Any]]
+    workers: dict[str, str]  # worker id -> name
+    train_log: str
+    attacks: list[Attack]
+
+    def events(self, attack: Attack, kind: str | None = None) -> list[dict[str, Any]]:
+        path = self.run_dir / "attackers" / f"{attack.name}.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return [r for r in records if kind is None or r["event"] == kind]
+
+    def worker_id(self, attack: Attack) -> str | None:
+        return next((wid for wid, name in self.workers.items() if name == attack.name), None)
+
+    def quarantine(self, worker_id: str | None) -> dict[str, Any] | None:
+        return next((q for q in self.quarantines if q["worker_id"] == worker_id), None)
+
+    def trained_by(self, worker_id: str | None) -> list[dict[str, Any]]:
+        return [g for g in self.trained if g["worker_id"] == worker_id]
+
+    def per_worker(self) -> dict[str, dict[str, int]]:
+        """Groups each worker had accepted and trained (the 200 Sybils of a flood as one line)."""
+        def who(worker_id: str) -> str:
+            name = self.workers.get(worker_id, worker_id)
+            return "sybil-*" if name.startswith("sybil-") else name
+
+        table: dict[str, dict[str, int]] = {}
+        for worker_id in self.workers:
+            table.setdefault(who(worker_id), {"accepted": 0, "trained": 0})
+        for a in self.accepted:
+            table[who(a["worker_id"])]["accepted"] += len(a["slots"])
+        for g in self.trained:
+            table[who(g["worker_id"])]["trained"] += 1
+        return table
+
+    def honest_quarantined(self) -> list[str]:
+        attackers = {a.name for a in self.attacks}
+        return [self.workers.get(q["worker_id"], q["worker_id"]) for q in self.quarantines
+                if self.workers.get(q["worker_id"]) not in attackers]
+
+
+def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: list[str]) -> Outcome:
+    from echo2.config import load_config
+    from echo2.launch.train import reward_scorer, run_training
+    from echo2.tasks import load_task
+    from echo2.telemetry.metrics import read_jsonl
+
+    print(f"== {name}: {', '.join(a.name for a in attacks) or 'no attackers'}", flush=True)
+    config = load_config(overrides=[
+        f"run.steps={steps}", "workers.count=2", "eval.every=1000", "eval.size=100", "eval.show=0",
+        "learner.groups_per_step=8", "rollout.groups_per_lease=4", f"run.dir={out / 'runs'}", f"run.name={name}",
+        "telemetry.progress=false", "telemetry.tensorboard=false", "checkpoint.every=0",
+        "coordinator.data_timeout_s=180", *extra,
+    ])
+    run_dir = Path(config.run.dir) / name
+    if run_dir.exists():  # an earlier invocation's run of the same name, under this bench's --out
+        shutil.rmtree(run_dir)
+    OBSERVER.reset(reward_scorer(load_task(config.task.name, config.task.options), config.model.name))
+    with Attackers(run_dir, attacks):
+        summary = run_training(config)
+    step_times = [r["time"] for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
+    gaps = [b - a for a, b in zip(step_times, step_times[1:])]
+    workers = {wid: record.name for wid, record in OBSERVER.state.registry.workers.items()}
+    return Outcome(name=name, run_dir=run_dir, steps=summary.result.steps,
+                   final_accuracy=summary.result.evals[-1][1].accuracy,
+                   step_s=statistics.median(gaps) if gaps else float("nan"), last_step_t=step_times[-1],
+                   reliability=summary.reliability,
+                   trained=list(OBSERVER.trained), accepted=list(OBSERVER.accepted),
+                   quarantines=list(OBSERVER.quarantines), workers=workers,
+                   train_log=(run_dir / "train.log").read_text(), attacks=attacks)

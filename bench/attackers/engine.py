@@ -1,0 +1,111 @@
+"""Engine attackers: a real RolloutWorker that samples honestly and misbehaves around its
+submissions (reward claims, the same lease three times, fabricating after an honest start)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from attackers.session import EventLog, fabricated_groups
+
+
+def engine_attacker(kind: str, url: str, token: str, name: str, log: EventLog, params: dict[str, Any]) -> None:
+    """A real RolloutWorker (honest sampling) that misbehaves around its submissions."""
+    import httpx
+
+    from echo2.protocol import AUTH_HEADER, SubmitRequest, SubmitResponse
+    from echo2.rollout.client import RequestRefused
+    from echo2.rollout.worker import RolloutWorker
+
+    class Attacker(RolloutWorker):
+        def __init__(self) -> None:
+            super().__init__(url, token, name=name, threads=1, relay=None)
+            self.honest_accepted, self.malicious, self.quarantined = 0, False, False
+            self._honest_submit, register = self.client.submit, self.client.register
+
+            def registered(request):
+                reply = register(request)
+                log.emit("registered", worker_id=reply.worker_id, name=name)
+                return reply
+
+            self.client.register, self.client.submit = registered, self._attack_submit
+
+        def _post(self, body: str) -> httpx.Response:
+            return self.client.http.post("/v1/submit", content=body, headers={
+                AUTH_HEADER: self.client.session_token, "content-type": "application/json"})
+
+        def _generate(self, lease):
+            if kind == "late_cheater" and self.honest_accepted >= params["honest_groups"]:
+                if not self.malicious:
+                    log.emit("cheating_from_now", honest_accepted=self.honest_accepted)
+                self.malicious = True
+                return SubmitRequest(lease_id=lease.lease_id, version=lease.version, generate_seconds=0.5,
+                                     groups=fabricated_groups(lease.prompts, self.spec, self.tokenizer),
+                                     events=self._drain_events())
+            return super()._generate(lease)
+
+        def _attack_submit(self, request):
+            slots = [g.slot for g in request.groups]
+            if kind == "reward":
+                claims = json.loads(request.model_dump_json())
+                for group in claims["groups"]:
+                    for completion in group["completions"]:
+                        completion["reward"] = 1.0
+                whole = json.loads(request.model_dump_json())
+                whole["rewards"] = [[1.0] * len(g["completions"]) for g in whole["groups"]]
+                answers = [self._post(json.dumps(claims)), self._post(json.dumps(whole))]
+                log.emit("reward_claims", statuses=[a.status_code for a in answers],
+                         details=[a.json().get("detail", "")[:160] for a in answers], slots=slots)
+            if kind == "duplicate":
+                body, answers = request.model_dump_json(), [None, None]
+
+                def send(i: int) -> None:
+                    answers[i] = self._post(body)
+
+                racing = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+                for thread in racing:
+                    thread.start()
+                for thread in racing:
+                    thread.join()
+                answers.append(self._post(body))  # and once more after the lease is done
+                replies = [a.json() for a in answers]
+                log.emit("copies", statuses=[a.status_code for a in answers],
+                         duplicate=[bool(r.get("duplicate")) for r in replies],
+                         accepted=[r.get("accepted") for r in replies], slots=slots)
+                kept = [r for a, r in zip(answers, replies) if a.status_code == 200 and not r.get("duplicate")]
+                if kept:
+                    log.emit("submitted", malicious=False, accepted=kept[0]["accepted"], duplicate=False, slots=slots,
+                             version=request.version)
+                    self.honest_accepted += kept[0]["accepted"]
+                    return SubmitResponse(**kept[0])
+                refused = answers[0]
+                raise RequestRefused(refused.status_code, refused.text[:200])
+            try:
+                reply = self._honest_submit(request)
+            except RequestRefused as error:
+                log.emit("submit_refused", status=error.status, detail=error.detail, slots=slots,
+                         version=request.version, malicious=self.malicious)
+                if error.status == 403:
+                    self.quarantined = True
+                raise
+            log.emit("submitted", malicious=self.malicious, accepted=reply.accepted, duplicate=reply.duplicate,
+                     slots=slots, version=request.version)
+            if not self.malicious:
+                self.honest_accepted += reply.accepted
+            return reply
+
+        def _work_once(self, spec):
+            if self.quarantined:  # keep heartbeating (and fetching) until the run is over
+                self.stop.wait(1.0)
+                return True
+            try:
+                return super()._work_once(spec)
+            except RequestRefused as error:
+                if error.status != 403:
+                    raise
+                log.emit("lease_refused", status=error.status, detail=error.detail)
+                self.quarantined = True
+                return True
+
+    Attacker().run()

@@ -1,0 +1,72 @@
+"""One attacker process: ``python bench/attacks.py --attacker --kind KIND ...`` lands here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+from attackers.engine import engine_attacker
+from attackers.protocol import attack_fabricate, attack_late_lease, attack_replay, attack_sybil_fabricate
+from attackers.relay import attack_relay
+from attackers.session import TOKEN_ENV, EventLog, Session, wait_for_training
+from attackers.wire import attack_flood, attack_oversize, attack_slowloris
+
+
+def attacker_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description="one attacker (started by bench/attacks.py)")
+    parser.add_argument("--kind", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--coordinator", required=True)
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--log", type=Path, required=True)
+    parser.add_argument("--params", default="{}")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("httpx", "uvicorn", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    token, url, name, params = os.environ[TOKEN_ENV], args.coordinator, args.name, json.loads(args.params)
+    log = EventLog(args.log)
+    # the slow imports (torch, transformers) now, while the learner starts: the attack begins with training
+    from echo2.rollout.client import CoordinatorUnreachable
+
+    if args.kind in ("reward", "duplicate", "late_cheater", "replay"):
+        import echo2.rollout.worker  # noqa: F401
+    if args.kind in ("fabricate", "fabricate_old", "late_lease", "sybil_fabricate"):
+        from echo2.modeling import load_tokenizer
+    wait_for_training(args.run_dir)
+    log.emit("start", kind=args.kind)
+    try:
+        if args.kind in ("reward", "duplicate", "late_cheater"):
+            engine_attacker(args.kind, url, token, name, log, params)
+        elif args.kind == "relay":
+            attack_relay(url, token, name, log)
+        elif args.kind == "flood":
+            attack_flood(url, token, log)
+        elif args.kind == "sybil_fabricate":
+            attack_sybil_fabricate(url, token, name, log, params["count"], params["spacing_s"])
+        else:
+            session = Session(url, token, name, log)
+            if args.kind in ("fabricate", "fabricate_old", "late_lease"):
+                tokenizer = load_tokenizer(session.spec.model)
+                if args.kind == "late_lease":
+                    attack_late_lease(session, tokenizer)
+                else:
+                    attack_fabricate(session, tokenizer, claim_older=args.kind == "fabricate_old")
+            elif args.kind == "replay":
+                attack_replay(session, url, token)
+            elif args.kind == "oversize":
+                attack_oversize(session, args.run_dir)
+            elif args.kind == "slowloris":
+                attack_slowloris(session, args.run_dir)
+            else:
+                raise ValueError(f"unknown attack kind {args.kind!r}")
+    except CoordinatorUnreachable as error:  # the run is over and its coordinator gone
+        log.emit("coordinator_gone", error=str(error)[:200])
+    except Exception as error:
+        log.emit("crashed", error=repr(error))
+        raise
+    finally:
+        log.emit("done")

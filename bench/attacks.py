@@ -1,0 +1,163 @@
+"""Attacks: misbehaving worker processes against a real run. Is each one stopped, how fast, and what gets trained?
+
+    python bench/attacks.py [--quick] [--out DIR]
+
+Real ``echo2 train`` runs of the shipped tiny model (default config, made small: 8 groups per
+step, 4 per lease, S = 1, two honest local workers from ``workers.count``). Every attacker is a
+separate process started here (``python bench/attacks.py --attacker ...``) that joins the run
+with the run token, as anyone invited to it could. It uses echo2's own code: a
+:class:`~echo2.rollout.client.CoordinatorClient` driven by hand (protocol attackers), or a
+:class:`~echo2.rollout.worker.RolloutWorker` subclass that samples with the real engine and then
+misbehaves (engine attackers). Each attacker has its own worker name (``attacker-<kind>``).
+Independent attacks share a run. Every run has the same length and seed as the **clean** run,
+which has no attackers. Rows:
+
+ 1. ``fabricate``: invented completions (half of them the right answer, computed from the prompt)
+    with invented log-probs (-0.05 a token), claiming the version it leased at;
+ 1b. ``late_cheater`` (full only, alone in its run): samples honestly for its first 64 accepted
+    groups, long enough that its audit rate has decayed below 1, then fabricates as in row 1.
+    One run is one draw; ``how`` also gives the expected number of fabricated groups that get in
+    at the measured rate;
+ 2. ``fabricate_old``: as in row 1, but it holds each lease until the learner has published the
+    next version, so each submission claims v - 1 (inside the S = 1 window);
+ 3. ``reward`` (engine): every submission is first sent with a ``reward`` field of 1.0 in each
+    completion and then with a top-level ``rewards`` list (both must be refused with 422), then
+    sent as it should be. Every trained group's rewards are checked against the task's verifier
+    applied again to its tokens;
+ 4. ``replay``: copies the submissions of an honest worker (``honest-tap``, a real
+    ``RolloutWorker`` in the attacker's process, standing for traffic the attacker can read or
+    a worker it colludes with). Each copy is sent verbatim (another worker's lease, 404), under
+    the attacker's own lease with the honest slots (422), and then moved onto its own lease's
+    slots (accepted, then audited);
+ 5. ``duplicate`` (engine): each lease is submitted twice at once and a third time after the
+    first two, so one copy arrives while another is still being scored and one after the
+    lease is done;
+ 6. ``late_lease``: holds a lease past its deadline (``coordinator.lease_timeout_s=8`` in that
+    run) and submits 2.5 s late, twice (409 expected). A third probe submits only 0.2 s past
+    the deadline and is reported but not scored here: a lease expires when the coordinator
+    reaps it, not at its deadline;
+ 7. ``relay``: registers a fake relay (its URL, declared and heartbeated upload 1e12 B/s, so the
+    planner puts it at the head of every chain). For even versions it serves a substituted
+    manifest and chunks: the real payload with the low byte of every float flipped, which makes
+    a self-consistent manifest of other weights. For odd versions it serves the real manifest
+    with one bit flipped in every chunk. Evidence comes from the peers' logs (workers' and
+    engine attackers'): failovers away from the fake relay, no chunk credited to it, and no
+    honest worker quarantined. A worker that loaded other weights would fail its probation
+    audits, and every load is sha256-checked;
+ 8. ``oversize``: raw sockets to the coordinator and to a peer's relay. A 64 MiB
+    ``Content-Length`` with no credential (401) and with one (413), both answered before a body
+    byte is sent. A chunked 64 MiB body with no credential (401) and with one (413 once the
+    limit is passed). On the relay: no credential (401), or the broadcast credential with a 4 KiB
+    body (413);
+ 9. ``flood``: 200 registrations with the run token, 8 at a time. Half of them name a relay
+    URL on a closed loopback port and declare 1e12 B/s, a Sybil attack on the relay plan. None
+    of them ever heartbeats. Expected: past the per-address allowance
+    (``coordinator.registrations_burst``, then ``registrations_per_minute``) each is answered 429;
+10. ``slowloris``: 50 connections to the coordinator that dribble their headers at one byte a
+    second, 50 with a session credential that dribble a body, and 50 that dribble headers to a
+    peer's relay. Expected: each is answered 408 and closed, heads after
+    ``coordinator.head_timeout_s`` (10 s; relays the same), bodies after
+    ``coordinator.body_timeout_s`` (30 s in that run, so that the deadline falls well inside
+    it). Only closes that happen before the learner's last step count: when the servers stop
+    at the end of the run they close everything anyway;
+11. ``sybil_fabricate`` (full only): 8 identities in one process, one every 3 s, each fabricating
+    as in row 1 until it is quarantined. Spaced so that each one's groups share a batch with
+    honest groups: the learner cuts them from the batch and tops it up from the buffer, so every
+    step still trains B groups. (A step that trained fewer would leave the lease window, which
+    counts B groups per step, that much wider for the rest of the run: more slots granted at
+    older versions, then dropped as stale.) The row counts groups dropped as stale against the
+    clean run.
+
+Rows 8 and 10 need a peer's relay URL. They take the first source in their own version info
+when the plan puts them below a relay; otherwise they read one from the run's train.log.
+Relay URLs are no secret (the plan hands each worker its parent's), but only the first worker
+without a relay of its own gets a relay parent.
+
+Columns. ``detected``: refused at the door or quarantined, in the way the row expects (rows 9
+and 10 say ``no`` when nothing was refused or closed, and then ``how`` says whether the run
+absorbed it). ``seconds_to_quarantine``: the attacker's first accepted malicious submission to
+its quarantine. ``groups_to_quarantine``: malicious groups the coordinator accepted from it
+(none can be accepted after). ``attacker_groups_trained``: the attacker's groups the learner
+trained on. For audit rows these are its malicious groups trained before the quarantine; for
+rows 3 and 5 they are its legitimate groups. ``attacker_groups_trained_after`` is what got past
+the defence and must be 0: for audit rows, the attacker's groups trained after its quarantine;
+for rows 3, 5 and 6, trained groups with a reward other than the verifier's, slots trained
+twice, or slots of refused late submissions. ``final_accuracy``: held-out greedy accuracy at
+the end of the row's run (a shared run shares it); ``clean_accuracy``: the same for the clean
+run; ``step_s_vs_clean``: the median step time over the clean run's.
+
+How trained groups are attributed. The run directory records quarantines (train.log's
+``quarantined worker NAME`` line, ``reliability.json``'s ``workers_quarantined`` and
+``groups_discarded_quarantined``) and per-worker throughput, but not which worker each trained
+group came from. So the bench, which runs ``run_training`` in its own process as
+``bench/chaos.py`` does, wraps three methods there without changing what they do:
+``LearnerLoop._batch`` logs the worker id, slot, version and rewards of every group handed to
+the optimizer (and recomputes the verifier's rewards for them); ``CoordinatorState.quarantine``
+logs when each worker was quarantined; ``CoordinatorState.__init__`` keeps the state so that
+worker names and refusal counts can be read at the end. Each attacker also writes its own log
+(``RUN/attackers/NAME.jsonl``) of what it sent and what was answered: slots, versions, statuses.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from attack_rows import make_row, plot
+from attack_runs import OBSERVER, ROWS, attack, run_once
+from attackers.run import attacker_main
+from common import format_table, parse_args, write_results
+
+#: run name -> (its attacks, its extra overrides). Every plan also has a clean run of the same length.
+QUICK_PLAN = {"attacks": ([attack("fabricate"), attack("fabricate_old"), attack("duplicate"), attack("oversize")],
+                          [])}
+FULL_PLAN = {
+    "audit": ([attack("fabricate"), attack("fabricate_old"), attack("replay")], []),
+    # alone: the quarantines of the audit run leave its window too wide (row 11), and the stale drops
+    # that follow would keep a late cheater's honest groups from being audited (it would stay on probation)
+    "late": ([attack("late_cheater", honest_groups=64)], []),
+    "door": ([attack("reward"), attack("duplicate"), attack("late_lease"), attack("oversize"), attack("relay")],
+             ["coordinator.lease_timeout_s=8"]),
+    "flood": ([attack("flood")], []),
+    "slowloris": ([attack("slowloris")], ["coordinator.body_timeout_s=30"]),
+    "amplify": ([attack("sybil_fabricate", count=8, spacing_s=3.0)], []),
+}
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--attacker"]:
+        attacker_main(sys.argv[2:])
+        return
+    args = parse_args(__doc__.splitlines()[0], "bench/out/attacks")
+    steps = 60 if args.quick else 300
+    plan = QUICK_PLAN if args.quick else FULL_PLAN
+    started = time.time()
+    OBSERVER.install()
+    clean = run_once("clean", [], steps, args.out, [])
+    rows, runs = [], {"clean": clean}
+    for name, (attacks, extra) in plan.items():
+        run = runs[name] = run_once(name, attacks, steps, args.out, extra)
+        rows += [make_row(spec, run, clean) for spec in attacks]
+    order = list(ROWS)
+    rows.sort(key=lambda r: order.index(r["kind"]))
+    columns = ["attack", "run", "detected", "seconds_to_quarantine", "groups_to_quarantine", "attacker_groups_trained",
+               "attacker_groups_trained_after", "final_accuracy", "clean_accuracy", "step_s_vs_clean", "how"]
+    print(f"\n{steps} steps per run, 8 groups/step, S=1, 2 honest local workers; clean run: "
+          f"{clean.step_s:.2f} s/step, accuracy {clean.final_accuracy:.2f}")
+    print(format_table(rows, columns))
+    meta = {"quick": args.quick, "steps": steps, "clean_step_s": clean.step_s, "clean_accuracy": clean.final_accuracy,
+            "clean_reliability": clean.reliability, "wall_s": time.time() - started,
+            "runs": {name: {"attackers": [a.name for a in run.attacks], "step_s": run.step_s, "steps": run.steps,
+                            "final_accuracy": run.final_accuracy, "reliability": run.reliability,
+                            "groups_by_worker": run.per_worker(), "quarantines": run.quarantines}
+                     for name, run in runs.items()}}
+    path = write_results(args.out, rows, meta)
+    plot(rows, meta["runs"], args.out)
+    print(f"\nwrote {path} and {args.out / 'attacks.png'} ({time.time() - started:.0f}s)")
+
+
+if __name__ == "__main__":
+    main()
