@@ -85,6 +85,7 @@ class Observer:
     def install(self) -> None:
         from echo2.coordinator.state import CoordinatorState
         from echo2.learner.loop import LearnerLoop
+        from echo2.protocol import Completion
 
         observer = self
         init, quarantine, batch = CoordinatorState.__init__, CoordinatorState.quarantine, LearnerLoop._batch
@@ -113,7 +114,8 @@ class Observer:
             groups, filtered, counts = batch(loop, step)
             now = time.time()
             for g in groups:
-                truth = observer.score(g.example, g.token_ids)
+                completions = [Completion(token_ids=t, logprobs=lp) for t, lp in zip(g.token_ids, g.logprobs)]
+                truth = observer.score(g.example, completions, lambda replies: None)
                 observer.trained.append({
                     "t": now, "step": step, "worker_id": g.worker_id, "slot": g.slot, "version": g.version,
                     "reward_mean": sum(g.rewards) / len(g.rewards), "rewards_match": truth == list(g.rewards),

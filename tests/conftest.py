@@ -16,9 +16,9 @@ VOCAB = {3 + digit: str(digit) for digit in range(10)} | {13: "+", 14: "-", 15: 
 EOS = 1
 
 
-def decode(completions: list[list[int]]) -> list[str]:
+def decode(ids: list[int]) -> str:
     """Token ids to text as the shipped tokenizer decodes them (special tokens skipped)."""
-    return ["".join(VOCAB.get(token, "") for token in ids) for ids in completions]
+    return "".join(VOCAB.get(token, "") for token in ids)
 
 
 def encode(text: str) -> list[int]:
@@ -26,7 +26,7 @@ def encode(text: str) -> list[int]:
 
 
 #: What :func:`make_state`'s coordinator scores with: the arithmetic task's verdict.
-SCORE = task_scorer(ArithmeticTask(), decode)
+SCORE = task_scorer(ArithmeticTask(), decode, encode)
 
 
 def prompt_stream():
@@ -35,13 +35,18 @@ def prompt_stream():
 
 
 def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, fleet=None,
-               heartbeat_timeout_s: float = 60, score=SCORE) -> CoordinatorState:
+               heartbeat_timeout_s: float = 60, score=SCORE, task=None) -> CoordinatorState:
+    """A coordinator over :func:`prompt_stream`; ``task``: an environment task (its scorer, its
+    answers and its turn limit) instead of single-turn arithmetic."""
+    turns = task.max_turns if task is not None else 1
     spec = RunSpec(model="m", dtype="float32", task="arithmetic", task_options={}, group_size=2, temperature=1.0,
                    max_new_tokens=4, groups_per_lease=8, protocol="async", staleness=staleness, fetch_delay_s=0.0,
-                   broadcast_stall_s=5.0, broadcast_timeout_s=30.0, heartbeat_interval_s=1.0, seed=0)
-    state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20),
+                   broadcast_stall_s=5.0, broadcast_timeout_s=30.0, heartbeat_interval_s=1.0, seed=0, max_turns=turns)
+    state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20, max_turns=turns),
                              prompt_stream(), groups_per_step=groups_per_step, run_token="t", lease_timeout_s=60,
-                             heartbeat_timeout_s=heartbeat_timeout_s, score=score, planner=planner, fleet=fleet)
+                             heartbeat_timeout_s=heartbeat_timeout_s,
+                             score=task_scorer(task, decode, encode) if task is not None else score,
+                             environment=task.respond if task is not None else None, planner=planner, fleet=fleet)
     publish(state, 0)
     return state
 

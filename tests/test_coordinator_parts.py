@@ -58,13 +58,13 @@ def test_a_submission_must_answer_its_own_lease_slot_for_slot(change, code):
     book = LeaseBook(timeout_s=60)
     lease = book.issue("w0", 1, {0: Example("p", "a"), 1: Example("q", "b")})
     request = valid_submission(_Reply(lease))
-    assert check_submission(lease, "w0", request, LIMITS) is lease
+    assert check_submission(lease, "w0", request, LIMITS, 1) is lease
     with pytest.raises(Rejected) as refused:
         bad = change(request, lease)
-        check_submission(book.get(bad.lease_id), "w0", bad, LIMITS)
+        check_submission(book.get(bad.lease_id), "w0", bad, LIMITS, 1)
     assert refused.value.code == code
     with pytest.raises(Rejected) as foreign:
-        check_submission(lease, "w1", request, LIMITS)
+        check_submission(lease, "w1", request, LIMITS, 1)
     assert foreign.value.code == "unknown_lease"
 
 
@@ -76,7 +76,7 @@ def test_overdue_leases_are_found_and_expired_ones_refused():
     assert book.overdue() == [lease]
     lease.state = "expired"
     with pytest.raises(Rejected) as refused:
-        check_submission(lease, "w0", valid_submission(_Reply(lease)), LIMITS)
+        check_submission(lease, "w0", valid_submission(_Reply(lease)), LIMITS, 1)
     assert refused.value.code == "expired_lease"
 
 
@@ -120,11 +120,11 @@ class GatedScore:
     def __init__(self) -> None:
         self.entered, self.release, self.calls = threading.Event(), threading.Event(), 0
 
-    def __call__(self, example, completions):
+    def __call__(self, example, completions, answered):
         self.calls += 1
         self.entered.set()
         assert self.release.wait(10)
-        return SCORE(example, completions)
+        return SCORE(example, completions, answered)
 
 
 def _submit_in_background(state, worker, request):
@@ -175,7 +175,7 @@ def test_a_worker_quarantined_while_its_submission_is_scored_is_refused():
 
 
 def test_a_verifier_that_fails_refuses_the_submission_and_leaves_the_lease_open():
-    def broken(example, completions):
+    def broken(example, completions, answered):
         raise ZeroDivisionError("verifier bug")
 
     state = make_state(staleness=1, score=broken)

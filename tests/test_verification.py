@@ -216,3 +216,37 @@ def test_a_batch_cut_by_a_quarantine_is_topped_up_to_a_full_step():
     # the window counts what is outstanding: 4 trained + 2 re-queued prompts' slots freed -> (S+1)*B - 4 grantable
     again = state.lease(honest, worker_version=0, max_groups=100, wait_s=0)
     assert len(again.prompts) == 4
+
+
+def test_an_episode_spanning_two_versions_is_audited_turn_by_turn(shipped):
+    """Turn 1 sampled at v4, turn 2 at v5 (weights swapped between turns): each turn is checked
+    against its own version, inserted tokens not at all; a turn whose log-probs are another
+    version's than it claims is caught."""
+    from echo2.episodes import observation_ids, run_episodes
+
+    old, new, tokenizer = shipped
+    verifier = learner_at_v5(shipped)
+    generator = torch.Generator().manual_seed(0)
+
+    def play(turn_models):
+        picks = iter(turn_models)
+        return run_episodes([tokenizer(EXAMPLE.prompt)["input_ids"]] * 4,
+                            sample=lambda contexts: sample(next(picks), contexts, max_new_tokens=6,
+                                                           eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                                                           generator=generator),
+                            respond=lambda rows, replies: ["+="] * len(rows),
+                            encode=lambda text: observation_ids(tokenizer, text),
+                            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+                            max_turns=2, version=lambda: 0)
+
+    def group(episodes, worker_id):
+        return Group(slot=0, example=EXAMPLE, version=4, worker_id=worker_id, rewards=[0.0] * 4,
+                     token_ids=[e.token_ids for e in episodes], logprobs=[e.logprobs for e in episodes],
+                     masks=[e.mask for e in episodes], turn_versions=[[4, 5]] * 4)
+
+    honest = group(play([old, new]), "honest")
+    assert all(0 in m for m in honest.masks)  # feedback was inserted
+    stale_second_turn = group(play([old, old]), "claims-v5-for-v4")  # turn 2 sampled at v4, claimed v5
+    suspects = verifier.check([honest, stale_second_turn])
+    assert set(suspects) == {"claims-v5-for-v4"} and "v5" in suspects["claims-v5-for-v4"]
+    assert verifier.pop_metrics()["audited_groups"] == 2

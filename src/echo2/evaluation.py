@@ -1,4 +1,11 @@
-"""Held-out evaluation: greedy exact-match accuracy and the mean reward of temperature samples."""
+"""Held-out evaluation: greedy exact-match accuracy and the mean reward of temperature samples.
+
+Each held-out prompt is played as an episode (:mod:`echo2.episodes`) with the task answering
+between turns itself: a single-turn task's episode is one greedy completion, exactly as before;
+an episode of several turns is right when :meth:`~echo2.tasks.Task.episode_correct` says so, and
+the accuracy of its first reply alone is reported beside it. Shown samples are whole episodes:
+every reply, and each inserted answer in ``⟦ ⟧``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from echo2.episodes import Episode, observation_ids, run_episodes
 from echo2.generation import sample
 from echo2.tasks import Example, Task
 
@@ -14,24 +22,38 @@ from echo2.tasks import Example, Task
 @dataclass
 class EvalResult:
     accuracy: float
-    """Fraction of held-out prompts whose greedy completion is exactly right."""
+    """Fraction of held-out prompts whose greedy episode is right (one turn: exact match)."""
     sampled_reward: float
-    """Mean training reward of one temperature-``T`` sample per held-out prompt."""
+    """Mean training reward of one temperature-``T`` episode per held-out prompt."""
     examples: list[tuple[str, str, float]] = field(default_factory=list)
-    """A few (prompt, greedy completion, reward) triples to show."""
+    """A few (prompt, greedy episode, reward) triples to show."""
     well_formed: float = 1.0
-    """Fraction of greedy completions in the format the prompt asks for (:meth:`Task.is_well_formed`)."""
+    """Fraction of greedy final replies in the format the prompt asks for (:meth:`Task.is_well_formed`)."""
     well_formed_accuracy: float | None = None
-    """Accuracy among the well-formed greedy completions (a gain only in format leaves it flat);
-    None when no completion is well-formed."""
+    """Accuracy among the well-formed greedy episodes (a gain only in format leaves it flat);
+    None when none is well-formed."""
     greedy_tokens: float = 0.0
-    """Mean length of the greedy completions in tokens (EOS included)."""
+    """Mean number of tokens the model generated per greedy episode (EOS included)."""
+    first_turn_accuracy: float | None = None
+    """Episodes of several turns: the fraction whose first greedy reply alone is right."""
+    turns: float | None = None
+    """Episodes of several turns: mean model turns per greedy episode."""
 
     def metrics(self) -> dict[str, float]:
         """The figures every evaluation logs."""
+        optional = {"eval_well_formed_accuracy": self.well_formed_accuracy,
+                    "eval_first_turn_accuracy": self.first_turn_accuracy, "eval_turns": self.turns}
         return {"eval_accuracy": self.accuracy, "eval_sampled_reward": self.sampled_reward,
                 "eval_well_formed": self.well_formed, "eval_greedy_tokens": self.greedy_tokens,
-                **({} if self.well_formed_accuracy is None else {"eval_well_formed_accuracy": self.well_formed_accuracy})}
+                **{name: value for name, value in optional.items() if value is not None}}
+
+
+def shown_episode(episode: Episode) -> str:
+    """An episode as a line of text: the replies, each inserted answer between ``⟦ ⟧``."""
+    parts = [episode.replies[0]]
+    for observation, reply in zip(episode.observations, episode.replies[1:]):
+        parts += [f" ⟦{observation}⟧ ", reply]
+    return "".join(parts)
 
 
 @torch.no_grad()
@@ -50,28 +72,43 @@ def evaluate(
     was_training = model.training
     model.eval()
     generator = torch.Generator().manual_seed(seed)
-    correct, reward_sum, shown_examples = 0, 0.0, []
-    well_formed, well_formed_correct, greedy_tokens = 0, 0, 0
+    correct, first_correct, reward_sum, shown_examples = 0, 0, 0.0, []
+    well_formed, well_formed_correct, greedy_tokens, turns = 0, 0, 0, 0
+    window = getattr(model.config, "max_position_embeddings", None)
+    common = dict(max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
-        prompt_ids = [tokenizer(e.prompt)["input_ids"] for e in chunk]
-        common = dict(max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
-        greedy = sample(model, prompt_ids, greedy=True, **common)
-        sampled = sample(model, prompt_ids, temperature=temperature, generator=generator, **common)
-        greedy_text = tokenizer.batch_decode(greedy.completion_ids, skip_special_tokens=True)
-        sampled_text = tokenizer.batch_decode(sampled.completion_ids, skip_special_tokens=True)
-        greedy_tokens += greedy.num_tokens
-        for example, text, sampled_completion in zip(chunk, greedy_text, sampled_text):
-            right, formed = task.is_correct(example, text), task.is_well_formed(text)
+
+        def play(sample_kwargs: dict) -> list[Episode]:
+            return run_episodes(
+                [tokenizer(e.prompt)["input_ids"] for e in chunk],
+                sample=lambda contexts: sample(model, contexts, **common, **sample_kwargs),
+                respond=lambda rows, replies: [task.respond(chunk[row], said) for row, said in zip(rows, replies)],
+                encode=lambda text: observation_ids(tokenizer, text),
+                decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+                max_turns=task.max_turns, version=lambda: 0,
+                max_context=window - max_new_tokens if window else None, eos_id=tokenizer.eos_token_id)
+
+        greedy = play({"greedy": True})
+        sampled = play({"temperature": temperature, "generator": generator})
+        for example, episode, sampled_episode in zip(chunk, greedy, sampled):
+            right, formed = task.episode_correct(example, episode.replies), task.is_well_formed(episode.replies[-1])
             correct += right
+            first_correct += task.is_correct(example, episode.replies[0])
             well_formed += formed
             well_formed_correct += right and formed
-            reward_sum += task.reward(example, sampled_completion)
-            if len(shown_examples) < shown:
-                shown_examples.append((task.display_prompt(example), text, task.reward(example, text)))
+            greedy_tokens += sum(episode.mask)
+            turns += episode.turns
+            reward_sum += task.episode_reward(example, sampled_episode.replies)
+            if len(shown_examples) < shown * task.max_turns:  # candidates; episodes of several turns first
+                shown_examples.append((task.display_prompt(example), shown_episode(episode),
+                                       task.episode_reward(example, episode.replies)))
     model.train(was_training)
+    shown_examples = sorted(shown_examples, key=lambda e: "⟦" not in e[1])[:shown]  # stable: in order otherwise
     n = max(1, len(examples))
+    episodes = task.max_turns > 1
     return EvalResult(accuracy=correct / n, sampled_reward=reward_sum / n, examples=shown_examples,
                       well_formed=well_formed / n,
                       well_formed_accuracy=well_formed_correct / well_formed if well_formed else None,
-                      greedy_tokens=greedy_tokens / n)
+                      greedy_tokens=greedy_tokens / n, first_turn_accuracy=first_correct / n if episodes else None,
+                      turns=turns / n if episodes else None)

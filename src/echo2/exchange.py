@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from echo2.episodes import segments
 from echo2.tasks import Example
 
 
@@ -26,6 +27,33 @@ class Group:
     token_ids: list[list[int]]
     logprobs: list[list[float]]
     rewards: list[float]
+    masks: list[list[int]] | None = None
+    """Episodes: per completion, 1 at the model's tokens and 0 at those the environment inserted
+    (None: every token is the model's)."""
+    turn_versions: list[list[int]] | None = None
+    """Episodes: per completion, the version that sampled each model turn (None: all at ``version``)."""
+
+    def model_mask(self, index: int) -> list[int]:
+        """Completion ``index``: 1 at the tokens the model sampled (the ones trained and audited)."""
+        return self.masks[index] if self.masks is not None else [1] * len(self.token_ids[index])
+
+    def versions(self) -> list[int]:
+        """Every version that sampled a turn of this group, oldest first (``[version]`` for one turn)."""
+        if self.turn_versions is None:
+            return [self.version]
+        return sorted({v for turns in self.turn_versions for v in turns})
+
+    def mask_at(self, index: int, version: int) -> list[int]:
+        """Completion ``index``: 1 at the model's tokens of the turns ``version`` sampled."""
+        mask = self.model_mask(index)
+        if self.turn_versions is None:
+            return mask if version == self.version else [0] * len(mask)
+        at = list(mask)
+        own = [(start, end) for start, end, value in segments(mask) if value]
+        for (start, end), turn_version in zip(own, self.turn_versions[index], strict=True):
+            if turn_version != version:
+                at[start:end] = [0] * (end - start)
+        return at
 
 
 @dataclass(frozen=True)

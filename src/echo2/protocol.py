@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Header carrying the run token (register), the worker's session credential (later calls) or,
 #: to relays and the learner's chunk server, the broadcast credential (:mod:`echo2.guard`).
@@ -86,6 +86,10 @@ class RunSpec(Message):
     """Rollout engine (:mod:`echo2.rollout.engines`): ``hf`` (portable default) or ``vllm`` (GPU)."""
     adapter: AdapterSpec | None = None
     """LoRA runs: versions carry only this adapter, applied to the worker's own copy of ``model``."""
+    max_turns: int = Field(1, ge=1)
+    """Model turns per episode (the task's); above 1 the worker asks ``/v1/respond`` between turns."""
+    swap_between_turns: bool = True
+    """Async runs: a worker may load newer weights between two turns of an episode."""
 
 
 class RegisterResponse(Message):
@@ -145,11 +149,16 @@ class LeaseResponse(Message):
 
 
 class Completion(Message):
-    """A sampled completion and the behaviour log-prob of each token. No reward: the coordinator
-    scores the tokens itself; a field the protocol does not name is refused."""
+    """A sampled completion (or a whole episode) and the behaviour log-prob of each token. No
+    reward: the coordinator scores the tokens itself; a field the protocol does not name is refused."""
 
     token_ids: list[int] = Field(min_length=1)
     logprobs: list[float] = Field(min_length=1)
+    mask: list[int] | None = None
+    """Episodes (:mod:`echo2.episodes`): 1 at each token the model sampled, 0 at the tokens the
+    environment inserted (log-prob 0, unused); None: every token is the model's."""
+    turn_versions: list[int] | None = Field(None, max_length=256)
+    """Episodes: the policy version that sampled each model turn, in order."""
 
     @field_validator("logprobs")
     @classmethod
@@ -157,6 +166,15 @@ class Completion(Message):
         if any(not math.isfinite(v) or v > 1e-4 for v in values):
             raise ValueError("log-probs must be finite and <= 0")
         return values
+
+    @model_validator(mode="after")
+    def _episode_shape(self) -> Completion:
+        if self.mask is not None:
+            if len(self.mask) != len(self.token_ids) or not set(self.mask) <= {0, 1} or self.mask[0] != 1:
+                raise ValueError("mask must give 0 or 1 for every token and start with a model token (1)")
+        if self.turn_versions is not None and any(b < a for a, b in zip(self.turn_versions, self.turn_versions[1:])):
+            raise ValueError("turn_versions must not decrease")
+        return self
 
 
 class GroupResult(Message):
@@ -170,6 +188,24 @@ class SubmitRequest(Message):
     groups: list[GroupResult] = Field(min_length=1)
     generate_seconds: float = Field(ge=0)
     events: list[TimelineEvent] = Field(default_factory=list, max_length=1000)
+
+
+class RespondItem(Message):
+    slot: int
+    replies: list[str] = Field(min_length=1, max_length=256)
+    """The model's replies in this episode so far, decoded (the last one is new)."""
+
+
+class RespondRequest(Message):
+    """Between two turns: the environment's answers for the episodes of a lease still playing."""
+
+    lease_id: str
+    items: list[RespondItem] = Field(min_length=1, max_length=65536)
+
+
+class RespondResponse(Message):
+    observations: list[str | None]
+    """Per item: the text to insert before the model's next turn, or None: the episode is over."""
 
 
 class SubmitResponse(Message):

@@ -28,6 +28,8 @@ from echo2.protocol import (
     LeaseResponse,
     RegisterRequest,
     RegisterResponse,
+    RespondRequest,
+    RespondResponse,
     SubmitRequest,
     SubmitResponse,
     VersionInfo,
@@ -84,7 +86,7 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
 
     @app.post("/v1/register")
     def register(body: RegisterRequest, x_echo2_token: str | None = Header(None)) -> RegisterResponse:
-        if not state.admits(x_echo2_token):
+        if not registry.admits(x_echo2_token):
             raise Rejected(401, f"wrong or missing run token in the {AUTH_HEADER} header", "unauthorized")
         if https_relays_only and body.relay_url is not None and not body.relay_url.startswith("https://"):
             raise Rejected(422, "this run is served over TLS: relay_url must be https:// (start the worker "
@@ -106,6 +108,10 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
     @app.post("/v1/lease")
     def lease(body: LeaseRequest, x_echo2_token: str | None = Header(None)) -> LeaseResponse:
         return state.lease(worker(x_echo2_token), body.version, body.max_groups, lease_wait_s)
+
+    @app.post("/v1/respond")
+    def respond(body: RespondRequest, x_echo2_token: str | None = Header(None)) -> RespondResponse:
+        return state.respond(worker(x_echo2_token), body)
 
     @app.post("/v1/submit")
     def submit(body: SubmitRequest, x_echo2_token: str | None = Header(None)) -> SubmitResponse:

@@ -14,10 +14,13 @@ from __future__ import annotations
 import secrets
 import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord
+from echo2.episodes import segments
 from echo2.exchange import Group
-from echo2.protocol import SubmitRequest
+from echo2.protocol import RespondRequest, SubmitRequest
 from echo2.tasks import Example
 
 
@@ -46,25 +49,47 @@ class LeaseBook:
         now = time.monotonic()
         return [lease for lease in self.active() if now > lease.deadline]
 
-    def claim(self, request: SubmitRequest, record: WorkerRecord, limits: Limits) -> Lease | None:
+    def playing(self, request: RespondRequest, record: WorkerRecord, max_turns: int) -> Lease:
+        """``record``'s active lease whose episodes ``request`` asks the environment's next answers
+        for (none past ``max_turns`` model turns); else the refusal (counted)."""
+        lease_id, slots = request.lease_id, [item.slot for item in request.items]
+        lease = self.get(lease_id)
+        try:
+            if any(len(item.replies) >= max_turns for item in request.items):
+                raise Rejected(422, f"an episode asks for an answer after {max_turns} model turns, the most it "
+                                    "may take", "too_many_turns")
+            if record.quarantined:
+                raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
+            if lease is None or lease.worker_id != record.worker_id:
+                raise Rejected(404, f"lease {lease_id!r} is not one of yours", "unknown_lease")
+            if lease.state != "active" or lease.scoring:
+                raise Rejected(409, f"lease {lease_id!r} is {lease.state if lease.state != 'active' else 'submitted'}",
+                               "expired_lease" if lease.state == "expired" else "lease_done")
+            if not set(slots) <= set(lease.examples):
+                raise Rejected(422, "slots that are not the lease's", "bad_slots")
+        except Rejected as refusal:
+            raise self._refused(record, refusal) from None
+        return lease
+
+    def claim(self, request: SubmitRequest, record: WorkerRecord, limits: Limits, latest: int) -> Lease | None:
         """The lease ``request`` validly answers, now marked as being scored; None when ``request`` is
         a copy of one of ``record``'s leases already submitted or still being scored (a duplicate);
-        else the refusal (counted)."""
+        else the refusal (counted). ``latest``: the newest published version."""
         lease = self.get(request.lease_id)
         try:
             if record.quarantined:
                 raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
             if lease is not None and lease.worker_id == record.worker_id and (lease.state == "done" or lease.scoring):
                 return None
-            lease = check_submission(lease, record.worker_id, request, limits)
+            lease = check_submission(lease, record.worker_id, request, limits, latest)
         except Rejected as refusal:
             raise self._refused(record, refusal) from None
         lease.scoring = True
         return lease
 
-    def settle(self, lease: Lease, record: WorkerRecord, rewards: list[list[float]] | None) -> None:
-        """Close a claimed ``lease`` once its submission was scored (``rewards`` None: the verifier
-        failed on it): done, unless it expired or its worker was quarantined meanwhile (the refusal,
+    def settle(self, lease: Lease, record: WorkerRecord, rewards: list[list[float]] | str) -> None:
+        """Close a claimed ``lease`` once its submission was scored (``rewards`` a string: why it
+        could not be): done, unless it expired or its worker was quarantined meanwhile (the refusal,
         counted; the lease stays expired and its prompts re-queued, or active until it expires)."""
         lease.scoring = False
         if record.quarantined:
@@ -73,8 +98,8 @@ class LeaseBook:
         if lease.state == "expired":
             raise self._refused(record, Rejected(409, "lease expired while it was scored; its prompts were "
                                                  "re-issued", "expired_lease"))
-        if rewards is None:
-            raise self._refused(record, Rejected(422, "the task's verifier failed on these completions",
+        if isinstance(rewards, str):
+            raise self._refused(record, Rejected(422, f"these completions could not be scored: {rewards}",
                                                  "unscorable"))
         lease.state = "done"
 
@@ -84,7 +109,8 @@ class LeaseBook:
         return refusal
 
 
-def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest, limits: Limits) -> Lease:
+def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest, limits: Limits, latest: int
+                     ) -> Lease:
     """``lease`` if ``request`` is a valid answer to it from ``worker_id``; else the refusal."""
     if lease is None or lease.worker_id != worker_id:
         raise Rejected(404, f"lease {request.lease_id!r} is not one of yours", "unknown_lease")
@@ -101,12 +127,31 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
         for c in group.completions:
             if len(c.token_ids) != len(c.logprobs):
                 raise Rejected(422, f"slot {group.slot}: token_ids and logprobs differ in length", "bad_shape")
-            if len(c.token_ids) > limits.max_new_tokens:
-                raise Rejected(422, f"slot {group.slot}: completion longer than "
+            turns = [end - start for start, end, own in segments(c.mask) if own] if c.mask else [len(c.token_ids)]
+            if max(turns) > limits.max_new_tokens:
+                raise Rejected(422, f"slot {group.slot}: a turn longer than "
                                f"max_new_tokens={limits.max_new_tokens}", "too_long")
+            if len(turns) > limits.max_turns:
+                raise Rejected(422, f"slot {group.slot}: {len(turns)} model turns, at most {limits.max_turns}",
+                               "too_many_turns")
+            if (problem := _turn_versions_problem(c.turn_versions, len(turns), lease.version, latest)) is not None:
+                raise Rejected(422, f"slot {group.slot}: {problem}", "bad_version")
             if min(c.token_ids) < 0 or max(c.token_ids) >= limits.vocab_size:
                 raise Rejected(422, f"slot {group.slot}: token id outside the vocabulary", "bad_token")
     return lease
+
+
+def _turn_versions_problem(turn_versions: list[int] | None, turns: int, leased: int, latest: int) -> str | None:
+    """Why an episode's per-turn versions cannot be right, or None. Its first turn is sampled at the
+    lease's version (staleness counts from the oldest turn); later turns at that or a newer one,
+    never one not yet published."""
+    if turn_versions is None:
+        return None if turns == 1 else "an episode of several turns must give turn_versions"
+    if len(turn_versions) != turns:
+        return f"{len(turn_versions)} turn_versions for {turns} model turns"
+    if turn_versions[0] != leased or turn_versions[-1] > latest:
+        return f"turn_versions {turn_versions} must start at the lease's v{leased} and not pass v{latest}"
+    return None
 
 
 def accepted_groups(lease: Lease, worker_id: str, request: SubmitRequest, rewards: list[list[float]]) -> list[Group]:
@@ -114,4 +159,15 @@ def accepted_groups(lease: Lease, worker_id: str, request: SubmitRequest, reward
     the request's order), as the learner will train on them."""
     return [Group(slot=g.slot, example=lease.examples[g.slot], version=lease.version, worker_id=worker_id,
                   token_ids=[c.token_ids for c in g.completions], logprobs=[c.logprobs for c in g.completions],
-                  rewards=group_rewards) for g, group_rewards in zip(request.groups, rewards, strict=True)]
+                  rewards=group_rewards, masks=_each(g.completions, "mask", lambda c: [1] * len(c.token_ids)),
+                  turn_versions=_each(g.completions, "turn_versions", lambda c: [lease.version]))
+            for g, group_rewards in zip(request.groups, rewards, strict=True)]
+
+
+def _each(completions: list, name: str, default: Callable[[Any], list[int]]) -> list[list[int]] | None:
+    """Each completion's ``name`` field, ``default(completion)`` where one leaves it out (a mask of
+    ones; one turn at the lease's version); None when every completion leaves it out."""
+    values = [getattr(c, name) for c in completions]
+    if all(v is None for v in values):
+        return None
+    return [v if v is not None else default(c) for v, c in zip(values, completions)]

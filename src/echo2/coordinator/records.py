@@ -72,6 +72,9 @@ class Lease:
     state: str = "active"  # active | done | expired
     scoring: bool = False
     """A submission of it is being scored (outside the coordinator's lock); another copy is a duplicate."""
+    answers: dict[tuple[int, tuple[str, ...]], str | None] = field(default_factory=dict)
+    """Episodes: what the environment answered, by (slot, the model's replies so far); a
+    submission's inserted tokens must be these answers (:mod:`echo2.coordinator.scoring`)."""
 
 
 @dataclass
@@ -80,4 +83,6 @@ class Limits:
 
     group_size: int
     max_new_tokens: int
+    """Per model turn."""
     vocab_size: int
+    max_turns: int = 1

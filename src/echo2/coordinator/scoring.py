@@ -10,6 +10,13 @@ coordinator imports nothing of the learner, of the workers or of torch.
 submission under its lock, scores it here *outside* the lock (a verifier may be slow: math-verify,
 a reasoning-gym scorer), then admits it under the lock. :class:`Scoring` keeps the time spent
 scoring, which the learner logs as ``reward_seconds``.
+
+Episodes (:mod:`echo2.episodes`): between turns a worker asks for the environment's answers
+(:meth:`Scoring.answers`, the task's :meth:`~echo2.tasks.Task.respond`, also outside the lock);
+the lease keeps each answer. At submission every inserted run of tokens must be, id for id, the
+encoding of the answer the environment gave after the replies before it (decoded here from the
+submitted model tokens): a worker cannot put words in the environment's mouth. The episode's
+reward is then the task's :meth:`~echo2.tasks.Task.episode_reward` of those replies.
 """
 
 from __future__ import annotations
@@ -21,51 +28,107 @@ import time
 from collections.abc import Callable
 
 from echo2.coordinator.records import Lease
-from echo2.protocol import SubmitRequest
+from echo2.episodes import segments
+from echo2.protocol import Completion, RespondRequest, SubmitRequest
 from echo2.tasks import Example, Task
 
-#: ``score(example, token_ids_per_completion)`` -> one reward per completion.
-Scorer = Callable[[Example, list[list[int]]], list[float]]
+#: What the environment answered after the given replies of this episode (KeyError: never asked).
+Answered = Callable[[list[str]], "str | None"]
+#: ``score(example, completions, answered)`` -> one reward per completion (or episode).
+Scorer = Callable[[Example, list[Completion], Answered], list[float]]
+#: ``environment(example, replies)`` -> the text inserted before the next turn, or None: the end.
+Environment = Callable[[Example, list[str]], "str | None"]
 
 log = logging.getLogger("echo2")
 
 
-def task_scorer(task: Task, decode: Callable[[list[list[int]]], list[str]]) -> Scorer:
-    """A :data:`Scorer` that decodes completions with ``decode`` and scores each with ``task.reward``.
+def replies_of(index: int, completion: Completion, decode: Callable[[list[int]], str],
+               encode: Callable[[str], list[int]], answered: Answered) -> list[str]:
+    """The model's replies in ``completion`` (decoded turn by turn), once every inserted run of
+    tokens has been checked against what the environment answered; ValueError when one was not."""
+    replies: list[str] = []
+    for start, end, own in segments(completion.mask or [1] * len(completion.token_ids)):
+        ids = completion.token_ids[start:end]
+        if own:
+            replies.append(decode(ids))
+            continue
+        try:
+            answer = answered(replies)
+        except KeyError:
+            answer = None
+        if answer is None or encode(answer) != ids:
+            raise ValueError(f"completion {index}: the tokens inserted after its turn {len(replies)} are not what "
+                             f"the environment answered")
+    return replies
 
-    ``decode`` turns each completion's token ids into its text as the learner's evaluation reads a
-    sample (and workers did when they scored): ``tokenizer.batch_decode(ids, skip_special_tokens=True)``.
+
+def task_scorer(task: Task, decode: Callable[[list[int]], str], encode: Callable[[str], list[int]]) -> Scorer:
+    """A :data:`Scorer` that reads each completion's replies (:func:`replies_of`) and scores them
+    with ``task.episode_reward`` (a single-turn task: ``task.reward`` of its one reply).
+
+    ``decode`` turns a turn's token ids into its text as the learner's evaluation reads a sample
+    (``tokenizer.decode(ids, skip_special_tokens=True)``); ``encode`` is how workers insert an
+    environment's text (:func:`echo2.episodes.observation_ids`).
     """
 
-    def score(example: Example, completions: list[list[int]]) -> list[float]:
-        return [float(task.reward(example, text)) for text in decode(completions)]
+    def score(example: Example, completions: list[Completion], answered: Answered) -> list[float]:
+        return [float(task.episode_reward(example, replies_of(i, c, decode, encode, answered)))
+                for i, c in enumerate(completions)]
 
     return score
 
 
 class Scoring:
-    """The run's scorer, and the seconds spent in it (from any number of HTTP handler threads)."""
+    """The run's scorer and environment, and the seconds spent in them (from any number of HTTP
+    handler threads)."""
 
-    def __init__(self, score: Scorer) -> None:
-        self.score = score
+    def __init__(self, score: Scorer, environment: Environment | None = None) -> None:
+        self.score, self.environment = score, environment
         self.seconds = 0.0
         self._lock = threading.Lock()
 
-    def rewards(self, lease: Lease, request: SubmitRequest) -> list[list[float]] | None:
+    def _spent(self, started: float) -> None:
+        with self._lock:
+            self.seconds += time.perf_counter() - started
+
+    def rewards(self, lease: Lease, request: SubmitRequest) -> list[list[float]] | str:
         """One reward per completion of every group of ``request`` (checked against ``lease``), in
-        the request's order; None when the verifier fails on them (an exception, or not one finite
-        reward per completion): a worker must not be able to crash the coordinator with odd tokens."""
+        the request's order; else why not (the verifier raised, gave not one finite reward per
+        completion, or an episode's inserted tokens are not the environment's): a worker must not
+        be able to crash the coordinator with odd tokens."""
         started = time.perf_counter()
         try:
-            rewards = [[float(r) for r in self.score(lease.examples[g.slot], [c.token_ids for c in g.completions])]
-                       for g in request.groups]
+            rewards = []
+            for g in request.groups:
+                def answered(replies: list[str], slot: int = g.slot) -> str | None:
+                    return lease.answers[(slot, tuple(replies))]
+
+                rewards.append([float(r) for r in self.score(lease.examples[g.slot], g.completions, answered)])
             if any(len(values) != len(g.completions) or not all(map(math.isfinite, values))
                    for g, values in zip(request.groups, rewards)):
                 raise ValueError("not one finite reward per completion")
         except Exception as error:  # noqa: BLE001 (any failure of the verifier refuses this submission)
-            log.warning("the task's verifier failed on lease %s: %s: %s", lease.lease_id, type(error).__name__, error)
-            return None
+            log.warning("lease %s could not be scored: %s: %s", lease.lease_id, type(error).__name__, error)
+            return f"{type(error).__name__}: {error}"[:300]
         finally:
-            with self._lock:
-                self.seconds += time.perf_counter() - started
+            self._spent(started)
         return rewards
+
+    def answers(self, lease: Lease, request: RespondRequest) -> list[str | None]:
+        """The environment's answer for each item of ``request`` (None: the episode is over). An
+        environment that raises ends that episode (logged): the same replies end it at scoring too."""
+        if self.environment is None:
+            return [None] * len(request.items)
+        started = time.perf_counter()
+        answers: list[str | None] = []
+        try:
+            for item in request.items:
+                try:
+                    answers.append(self.environment(lease.examples[item.slot], item.replies))
+                except Exception as error:  # noqa: BLE001 (a worker's odd reply must not crash the coordinator)
+                    log.warning("the environment failed on lease %s slot %d: %s: %s", lease.lease_id, item.slot,
+                                type(error).__name__, error)
+                    answers.append(None)
+        finally:
+            self._spent(started)
+        return answers

@@ -26,15 +26,17 @@ from echo2.coordinator.leases import LeaseBook, accepted_groups
 from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord
 from echo2.coordinator.registry import WorkerRegistry
 from echo2.coordinator.reliability import reliability_report
-from echo2.coordinator.scoring import Scorer, Scoring
+from echo2.coordinator.scoring import Environment, Scorer, Scoring
 from echo2.coordinator.versions import VersionBook
 from echo2.exchange import Group, RunStats
 from echo2.pacing import PacingLedger
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import (
     HeartbeatResponse,
-    LeasedPrompt,
     LeaseResponse,
+    LeasedPrompt,
+    RespondRequest,
+    RespondResponse,
     RunSpec,
     SubmitRequest,
     SubmitResponse,
@@ -60,11 +62,13 @@ class CoordinatorState:
         lease_timeout_s: float,
         heartbeat_timeout_s: float,
         score: Scorer,
+        environment: Environment | None = None,
         on_event: Callable[[str, TimelineEvent], None] = lambda worker, event: None,
         planner: Callable[[list[Node]], Plan] = star_plan,
         fleet: Fleet | None = None,
     ) -> None:
-        self.spec, self.limits, self.scoring = spec, limits, Scoring(score)  # rewards: the coordinator's own
+        self.spec, self.limits = spec, limits
+        self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.on_event = on_event
@@ -98,10 +102,6 @@ class CoordinatorState:
     def authenticate(self, session_token: str | None) -> WorkerRecord:
         with self.cond:
             return self.registry.authenticate(session_token)
-
-    def admits(self, run_token: str | None) -> bool:
-        """Is ``run_token`` the run's token (the credential to register with)?"""
-        return self.registry.admits(run_token)
 
     def _replan(self, reason: str) -> None:
         self.fleet.replan(self.registry.records(), *self.step_times, reason=reason)
@@ -211,22 +211,20 @@ class CoordinatorState:
             examples = self.ledger.grant(worker_version, max_groups, lambda: next(self.examples))
             lease = self.leases.issue(record.worker_id, worker_version, examples)
             self.counters["leases_issued"] += 1
-            return LeaseResponse(
-                status="granted", latest_version=self.version, lease_id=lease.lease_id, version=worker_version,
-                deadline_s=self.leases.timeout_s,
-                prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()],  # never the answer
-            )
+            return LeaseResponse(status="granted", latest_version=self.version, lease_id=lease.lease_id,
+                                 version=worker_version, deadline_s=self.leases.timeout_s,
+                                 prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()])
 
     # ---------------------------------------------------------------- submissions
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
         """Checked under the lock, scored outside it (:mod:`~echo2.coordinator.scoring`), admitted under it."""
         with self.cond:
             record.last_seen = time.monotonic()
-            lease = self.leases.claim(request, record, self.limits)
+            lease = self.leases.claim(request, record, self.limits, self.version)
             if lease is None:  # a copy of a lease already submitted or still being scored
                 self.counters["duplicate_submissions"] += 1
                 return SubmitResponse(accepted=0, duplicate=True)
-        rewards = self.scoring.rewards(lease, request)  # outside the lock (None: the verifier failed)
+        rewards = self.scoring.rewards(lease, request)  # outside the lock (a string: why it could not be scored)
         with self.cond:
             self.leases.settle(lease, record, rewards)
             self.counters["leases_completed"] += 1
@@ -239,6 +237,16 @@ class CoordinatorState:
             self._record_events(record, request.events)
             self.cond.notify_all()
             return SubmitResponse(accepted=len(request.groups))
+
+    def respond(self, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
+        """The environment's next answers, computed outside the lock and kept on the lease (checked at submission)."""
+        with self.cond:
+            record.last_seen = time.monotonic()
+            lease = self.leases.playing(request, record, self.limits.max_turns)
+        answers = self.scoring.answers(lease, request)
+        with self.cond:
+            lease.answers.update(((i.slot, tuple(i.replies)), a) for i, a in zip(request.items, answers, strict=True))
+        return RespondResponse(observations=answers)
 
     # ---------------------------------------------------------------- learner side
     def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
@@ -302,14 +310,12 @@ class CoordinatorState:
 
     def wait_for_workers(self, count: int, timeout_s: float, still_starting: Callable[[], None]) -> None:
         """Block until ``count`` workers have registered; ``still_starting`` raises if they cannot."""
-        deadline = time.monotonic() + timeout_s
         with self.cond:
-            while self.counters["workers_registered"] < count:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"waited {timeout_s:.0f}s for {count} local workers to register "
-                                       f"({self.counters['workers_registered']} did)")
-                still_starting()
-                self.cond.wait(0.2)
+            self._wait(time.monotonic() + timeout_s,
+                       lambda: self.counters["workers_registered"] >= count or still_starting())
+            if self.counters["workers_registered"] < count:
+                raise TimeoutError(f"waited {timeout_s:.0f}s for {count} local workers to register "
+                                   f"({self.counters['workers_registered']} did)")
 
     # ---------------------------------------------------------------- reports and resume
     def stats(self, learner_price_per_hour: float, wall_s: float) -> RunStats:

@@ -27,6 +27,7 @@ from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.records import Limits
 from echo2.coordinator.scoring import Scorer, task_scorer
 from echo2.coordinator.state import CoordinatorState
+from echo2.episodes import observation_ids
 from echo2.launch.local import LocalWorkers
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.learner.checkpoint import latest_resumable, load_resume_state
@@ -137,7 +138,8 @@ def attach_log_file(run_dir: Path) -> logging.Handler:
     return handler
 
 
-def run_spec(config: Config) -> RunSpec:
+def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
+    """What workers are told about the run; ``max_turns``: the task's (its episodes' model turns)."""
     return RunSpec(
         model=config.model.name, dtype=config.model.dtype, task=config.task.name, task_options=config.task.options,
         group_size=config.rollout.group_size, temperature=config.rollout.temperature,
@@ -145,7 +147,7 @@ def run_spec(config: Config) -> RunSpec:
         protocol=config.protocol, staleness=config.staleness, fetch_delay_s=config.workers.fetch_delay_s,
         broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
         heartbeat_interval_s=min(2.0, config.coordinator.heartbeat_timeout_s / 4), seed=config.run.seed,
-        engine=config.rollout.engine, adapter=adapter_spec(config),
+        engine=config.rollout.engine, adapter=adapter_spec(config), max_turns=max_turns,
     )
 
 
@@ -170,11 +172,13 @@ def local_worker_options(config: Config, url: str, token: str, name_prefix: str 
 
 
 def reward_scorer(task: Task, weights: str) -> Scorer:
-    """How the coordinator scores submitted completions: decoded as sampling and evaluation read
-    them (special tokens such as EOS dropped), then ``task.reward``. Its own tokenizer, as it runs in
-    the coordinator's HTTP threads."""
+    """How the coordinator scores submitted completions: each model turn decoded as sampling and
+    evaluation read it (special tokens such as EOS dropped), inserted tokens checked against the
+    environment's answers, then ``task.episode_reward``. Its own tokenizer, as it runs in the
+    coordinator's HTTP threads."""
     tokenizer = load_tokenizer(weights)
-    return task_scorer(task, lambda ids: tokenizer.batch_decode(ids, skip_special_tokens=True))
+    return task_scorer(task, lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+                       lambda text: observation_ids(tokenizer, text))
 
 
 def launch_workers(config: Config, url: str, token: str, log_dir: Path) -> LocalWorkers | RayWorkers:
@@ -232,15 +236,16 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
                           kind="lora" if config.learner.lora.enabled else "full")
     redaction = redact_logs(token, publisher.token)  # the console and train.log never show a credential
     state = CoordinatorState(
-        run_spec(config),
+        run_spec(config, task.max_turns),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,
-               vocab_size=model.get_input_embeddings().num_embeddings),
+               vocab_size=model.get_input_embeddings().num_embeddings, max_turns=task.max_turns),
         task.train_examples(config.run.seed),
         groups_per_step=config.learner.groups_per_step,
         run_token=token,
         lease_timeout_s=config.coordinator.lease_timeout_s,
         heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
         score=reward_scorer(task, weights),
+        environment=task.respond if task.max_turns > 1 else None,
         on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),
         planner=publisher.planner,
         fleet=Fleet(ActivationPolicy.from_rule(config.activation,

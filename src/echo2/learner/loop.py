@@ -85,6 +85,9 @@ class LearnerLoop:
                  "among them %s) | %.1f tokens (%d prompts)", version, 100 * result.accuracy,
                  100 * result.sampled_reward, 100 * result.well_formed, among, result.greedy_tokens,
                  len(self.eval_examples))
+        if result.first_turn_accuracy is not None:
+            log.info("eval v%d: episodes: first reply right %.1f%%, right within the episode %.1f%%, %.2f turns",
+                     version, 100 * result.first_turn_accuracy, 100 * result.accuracy, result.turns)
         for prompt, completion, reward in result.examples:
             log.info("  sample v%d: %s%s  (reward %.2f)", version, prompt, completion.replace("\n", "\\n"), reward)
         return result

@@ -85,6 +85,9 @@ class Rollouts:
     """[groups, G] verified rewards."""
     trained: int
     """Rows of the batch proper; the rows after them are echo-only."""
+    model_masks: list[list[int]]
+    """Per row: 1 at the tokens the model sampled, 0 at those an environment inserted (episodes:
+    context the model saw, never trained on or counted)."""
 
     @classmethod
     def from_groups(cls, groups: Sequence[Group], tokenizer: PreTrainedTokenizerBase,
@@ -95,11 +98,16 @@ class Rollouts:
                    completions=[tokens for g in every for tokens in g.token_ids],
                    behaviour=[logprobs for g in every for logprobs in g.logprobs],
                    rewards=torch.tensor([g.rewards for g in every], dtype=torch.float32),
-                   trained=sum(len(g.token_ids) for g in groups))
+                   trained=sum(len(g.token_ids) for g in groups),
+                   model_masks=[g.model_mask(i) for g in every for i in range(len(g.token_ids))])
+
+    def model_tokens(self, row: int) -> int:
+        return sum(self.model_masks[row])
 
     @property
     def lengths(self) -> torch.Tensor:
-        return torch.tensor([len(c) for c in self.completions]).reshape(self.rewards.shape)
+        """[groups, G] the model's tokens in each completion (an episode's inserted tokens not counted)."""
+        return torch.tensor([sum(m) for m in self.model_masks]).reshape(self.rewards.shape)
 
 
 @dataclass
@@ -208,7 +216,7 @@ class Learner:
             "degenerate_all_wrong_fraction": float(degenerate.all_wrong.float().mean()),
             **({"overlong_penalty_mean": float(penalty[: len(groups)].mean())} if buffer else {}),
             **({"echoclip_clips": len(anchors.clips), "echoclip_tokens": sum(anchors.clips.values())} if echo else {}),
-            "response_length": sum(len(c) for c in rollouts.completions[:trained]) / trained,
+            "response_length": sum(rollouts.model_tokens(i) for i in range(trained)) / trained,
             "lr": self.scheduler.get_last_lr()[0],
             "trained_sequences": len(active),
             "samples": trained,
@@ -242,7 +250,9 @@ class Learner:
                     anchors.proximal[row] = scores.logprobs[k, :n]
                 if row in clip_set:
                     assert scores.entropies is not None and self.settings.echoclip is not None
-                    anchors.clips[row] = clip_length(scores.entropies[k, :n], rollouts.completions[row],
+                    own = torch.tensor(rollouts.model_masks[row], dtype=scores.entropies.dtype,
+                                       device=scores.entropies.device)  # cut only at the model's own tokens
+                    anchors.clips[row] = clip_length(scores.entropies[k, :n] * own, rollouts.completions[row],
                                                      self.settings.echoclip)
         if self.reference is not None:
             for rows in _chunks(active, self.config.micro_batch):
@@ -258,7 +268,7 @@ class Learner:
         """One optimizer update on the batch's sequences ``chunk`` and the echo-only ``echo_chunk``
         (those in ``active``, this rank's share, run through the model; the normalisers count all)."""
         self.optimizer.zero_grad(set_to_none=True)
-        totals = Totals(sequences=len(chunk), tokens=sum(len(rollouts.completions[i]) for i in chunk),
+        totals = Totals(sequences=len(chunk), tokens=sum(rollouts.model_tokens(i) for i in chunk),
                         budget=self.rollout.max_new_tokens, clips=sum(i in anchors.clips for i in chunk + echo_chunk))
         for rows in self.shard.padded(_chunks([i for i in chunk + echo_chunk if i in active], self.config.micro_batch)):
             if not rows:
@@ -275,7 +285,9 @@ class Learner:
     def _token_batch(self, rollouts: Rollouts, advantages: torch.Tensor, rows: list[int],
                      anchors: Anchors) -> TokenBatch:
         scores = self._scores(self.model, rollouts, rows, entropies=self.config.entropy_coef > 0)
-        width, mask, device = scores.mask.shape[1], scores.mask, scores.mask.device
+        width, device = scores.mask.shape[1], scores.mask.device
+        own = _pad_right([rollouts.model_masks[i] for i in rows], width, device)  # the model's tokens, not inserted
+        mask = scores.mask * own
         if rows[-1] >= rollouts.trained:  # echo-only rows (they come last) take no part in the objective
             mask = mask * (torch.tensor(rows, device=device) < rollouts.trained)[:, None]
 
@@ -283,7 +295,7 @@ class Learner:
             return _pad_right([per_row[i] for i in rows], width, device) if per_row else None
 
         clips = [[1.0] * anchors.clips.get(i, 0) for i in rows]
-        clip_mask = _pad_right(clips, width, device) if anchors.clips else None
+        clip_mask = _pad_right(clips, width, device) * own if anchors.clips else None
         behaviour = _pad_right([rollouts.behaviour[i] for i in rows], width, device)
         return TokenBatch(logprobs=scores.logprobs, behaviour=behaviour,
                           advantages=advantages[rows].to(device), mask=mask, proximal=stacked(anchors.proximal),

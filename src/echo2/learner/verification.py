@@ -105,10 +105,12 @@ class Verifier:
             self._tally["groups"] += 1
             if self.rng.random() >= rate:
                 continue
-            if group.version not in self.versions:  # stale, or published before a resume: not checkable
+            versions = group.versions()  # an episode's turns may span versions: each is audited at its own
+            if any(version not in self.versions for version in versions):  # stale, or from before a resume
                 self.totals["audits_unavailable"] += 1
                 continue
-            drawn[group.version].append(group)
+            for version in versions:
+                drawn[version].append(group)
             self.rates.passed(group.worker_id)
         suspects: dict[str, str] = {}
         for version in sorted(drawn):
@@ -116,9 +118,10 @@ class Verifier:
             assert parameters is not None
             model = self._audit_model(version, parameters)
             groups = [g for g in drawn[version] if g.worker_id not in suspects]
-            for group, gap in zip(groups, self._gaps(model, groups)):
-                self._tally["audited_groups"] += 1
-                self.totals["audited_groups"] += 1
+            for group, gap in zip(groups, self._gaps(model, groups, version)):
+                if version == group.versions()[0]:  # counted once, however many versions its turns span
+                    self._tally["audited_groups"] += 1
+                    self.totals["audited_groups"] += 1
                 if group.worker_id in suspects:
                     continue
                 if gap > self.policy.logprob_tolerance:
@@ -159,8 +162,9 @@ class Verifier:
         return self._merged.model if self._merged is not None else self._scratch
 
     @torch.no_grad()
-    def _gaps(self, model: torch.nn.Module, groups: list[Group]) -> list[float]:
-        """Per group: mean |recomputed - reported| log-prob over its completions' tokens."""
+    def _gaps(self, model: torch.nn.Module, groups: list[Group], version: int) -> list[float]:
+        """Per group: mean |recomputed - reported| log-prob over the tokens of its completions that
+        ``version`` sampled (the model's own, not those an environment inserted)."""
         rows = [(g, i) for g in groups for i in range(len(g.token_ids))]
         prompts = {id(g): self.tokenizer(g.example.prompt)["input_ids"] for g in groups}
         gap, tokens = torch.zeros(len(groups)), torch.zeros(len(groups))
@@ -173,6 +177,8 @@ class Verifier:
             reported = torch.zeros_like(logprobs)
             for row, (g, i) in enumerate(chunk):
                 reported[row, : len(g.logprobs[i])] = torch.tensor(g.logprobs[i], dtype=reported.dtype)
+                mask[row, : len(g.logprobs[i])] *= torch.tensor(g.mask_at(i, version), dtype=mask.dtype,
+                                                                device=mask.device)
             per_row, counted = ((logprobs - reported).abs() * mask).sum(dim=1).cpu(), mask.sum(dim=1).cpu()
             for row, (g, _) in enumerate(chunk):
                 gap[index[id(g)]] += per_row[row]

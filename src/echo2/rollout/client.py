@@ -25,6 +25,8 @@ from echo2.protocol import (
     LeaseResponse,
     RegisterRequest,
     RegisterResponse,
+    RespondRequest,
+    RespondResponse,
     SubmitRequest,
     SubmitResponse,
     VersionInfo,
@@ -124,6 +126,9 @@ class CoordinatorClient:
 
     def lease(self, request: LeaseRequest, wait_s: float) -> LeaseResponse:
         return self._call("/v1/lease", "asking for a lease", request, LeaseResponse, read_timeout_s=wait_s + 30.0)
+
+    def respond(self, request: RespondRequest) -> RespondResponse:
+        return self._call("/v1/respond", f"asking the environment (lease {request.lease_id})", request, RespondResponse)
 
     def submit(self, request: SubmitRequest) -> SubmitResponse:
         return self._call("/v1/submit", f"submitting lease {request.lease_id}", request, SubmitResponse)

@@ -36,6 +36,7 @@ from echo2.broadcast.downloader import BroadcastError, fetch_version
 from echo2.broadcast.payload import CorruptPayload
 from echo2.broadcast.relay import RelayServer
 from echo2.broadcast.throttle import Throttle
+from echo2.episodes import Episode, observation_ids, run_episodes
 from echo2.modeling import load_tokenizer, pin_threads
 from echo2.protocol import (
     LEARNER_SOURCE,
@@ -45,6 +46,8 @@ from echo2.protocol import (
     LeaseRequest,
     LeaseResponse,
     RegisterRequest,
+    RespondItem,
+    RespondRequest,
     RunSpec,
     SubmitRequest,
     TimelineEvent,
@@ -246,16 +249,36 @@ class RolloutWorker:
                 self.stop.set()
 
     # ------------------------------------------------------------------ work
+    def _episodes(self, lease: LeaseResponse) -> list[Episode]:
+        """One episode per row (G per prompt): a single sample for a single-turn task; else turns,
+        the coordinator answering between them, newer weights swapped in between turns (async)."""
+        group_size, spec = self.spec.group_size, self.spec
+        slots = [p.slot for p in lease.prompts for _ in range(group_size)]
+        prompt_ids = [self.tokenizer(p.prompt)["input_ids"] for p in lease.prompts for _ in range(group_size)]
+
+        def respond(rows: list[int], replies: list[list[str]]) -> list[str | None]:
+            items = [RespondItem(slot=slots[row], replies=said) for row, said in zip(rows, replies)]
+            return self.client.respond(RespondRequest(lease_id=lease.lease_id, items=items)).observations
+
+        swap = self._swap_in_staged if spec.protocol == "async" and spec.swap_between_turns else None
+        window = getattr(self.engine, "max_context", None)  # a next turn must fit whole in the model's window
+        return run_episodes(prompt_ids, sample=lambda contexts: self.engine.generate(contexts, self.generator),
+                            respond=respond, encode=lambda text: observation_ids(self.tokenizer, text),
+                            decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True),
+                            max_turns=spec.max_turns, version=lambda: self.version, between_turns=swap,
+                            max_context=window - spec.max_new_tokens if window else None,
+                            eos_id=self.tokenizer.eos_token_id)
+
     def _generate(self, lease: LeaseResponse) -> SubmitRequest:
-        group_size = self.spec.group_size
-        prompt_ids = [self.tokenizer(p.prompt)["input_ids"] for p in lease.prompts]
+        group_size, multi_turn = self.spec.group_size, self.spec.max_turns > 1
         started, clock = time.time(), time.perf_counter()
-        samples = self.engine.generate([ids for ids in prompt_ids for _ in range(group_size)], self.generator)
+        episodes = self._episodes(lease)
         groups = []
         for index, prompt in enumerate(lease.prompts):
-            rows = range(index * group_size, (index + 1) * group_size)
             groups.append(GroupResult(slot=prompt.slot, completions=[
-                Completion(token_ids=samples.completion_ids[r], logprobs=samples.logprobs[r]) for r in rows
+                Completion(token_ids=e.token_ids, logprobs=e.logprobs, mask=e.mask if 0 in e.mask else None,
+                           turn_versions=e.turn_versions if multi_turn else None)
+                for e in episodes[index * group_size : (index + 1) * group_size]
             ]))
         seconds = time.perf_counter() - clock
         if self.throughput_factor < 1:  # emulate a slower device: idle for the time it would take longer

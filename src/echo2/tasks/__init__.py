@@ -7,15 +7,18 @@ from typing import Any
 
 from echo2.tasks.arithmetic import ArithmeticTask
 from echo2.tasks.base import Example, Task
+from echo2.tasks.calculator import CalculatorTask
 from echo2.tasks.gsm8k import Gsm8kTask
 from echo2.tasks.jsonl import JsonlTask
 from echo2.tasks.reasoning_gym import ReasoningGymTask
+from echo2.tasks.retry import RetryArithmeticTask
 
 BUILTIN_TASKS: dict[str, type[Task]] = {"arithmetic": ArithmeticTask, "gsm8k": Gsm8kTask, "jsonl": JsonlTask,
-                                         "reasoning_gym": ReasoningGymTask}
+                                         "reasoning_gym": ReasoningGymTask, "retry_arithmetic": RetryArithmeticTask,
+                                         "calculator": CalculatorTask}
 
-__all__ = ["ArithmeticTask", "BUILTIN_TASKS", "Example", "Gsm8kTask", "JsonlTask", "ReasoningGymTask", "Task",
-           "load_task"]
+__all__ = ["ArithmeticTask", "BUILTIN_TASKS", "CalculatorTask", "Example", "Gsm8kTask", "JsonlTask", "ReasoningGymTask",
+           "RetryArithmeticTask", "Task", "load_task"]
 
 
 def load_task(name: str, options: dict[str, Any] | None = None) -> Task:

@@ -1,10 +1,16 @@
-"""The task interface: a prompt source plus a verifier.
+"""The task interface: a prompt source, a verifier, and (for episodes) an environment.
 
-A task is everything echo2 knows about a problem domain. The coordinator calls
-:meth:`Task.reward` to score every submitted completion (verifiable rewards, computed on the
-learner's side: workers never see a reference answer); the learner calls
-:meth:`Task.is_correct` for the held-out exact-match metric. Prompts are split once and for all
-into a training stream and a fixed held-out set that is never trained on.
+A task is everything echo2 knows about a problem domain. The coordinator scores every submitted
+rollout with :meth:`Task.episode_reward` (verifiable rewards, computed on the learner's side:
+workers never see a reference answer); the learner calls :meth:`Task.episode_correct` for the
+held-out metric. Prompts are split once and for all into a training stream and a fixed held-out
+set that is never trained on.
+
+A task whose ``max_turns`` is above 1 is an environment: after each model reply,
+:meth:`Task.respond` gives the text inserted before the model's next turn (feedback, an
+observation, a tool's result) or ends the episode. It runs on the coordinator, which holds the
+reference answers, when a worker asks (:mod:`echo2.episodes`). A single-turn task is the
+one-turn case: it never responds, and its episode reward is the reward of its one reply.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class Task(ABC):
     reward_range: tuple[float, float] = (0.0, 1.0)
     #: Reward that means "verified success" (used by the sampled-reward metric).
     success_reward: float = 1.0
+    #: Most model turns in an episode (1: one reply, the environment never speaks).
+    max_turns: int = 1
 
     @abstractmethod
     def train_examples(self, seed: int) -> Iterator[Example]:
@@ -51,6 +59,21 @@ class Task(ABC):
     @abstractmethod
     def is_correct(self, example: Example, completion: str) -> bool:
         """Exact-match verdict used for held-out accuracy (never partial)."""
+
+    def respond(self, example: Example, replies: list[str]) -> str | None:
+        """The environment's answer to the model's ``replies`` so far (the last one is new): the
+        text to insert before the model's next turn, already in the model's format (a chat task
+        renders its message with the chat template), or None when the episode is over. Called
+        only while ``len(replies) < max_turns``. Single-turn tasks: None."""
+        return None
+
+    def episode_reward(self, example: Example, replies: list[str]) -> float:
+        """Training reward of a whole episode (default: the reward of its last reply)."""
+        return self.reward(example, replies[-1])
+
+    def episode_correct(self, example: Example, replies: list[str]) -> bool:
+        """Held-out verdict of a whole episode (default: whether its last reply is correct)."""
+        return self.is_correct(example, replies[-1])
 
     def display_prompt(self, example: Example) -> str:
         """The prompt as shown beside sample completions (a chat-templated prompt shows its question)."""

@@ -1,9 +1,11 @@
-"""Prompts rendered with an instruct model's own chat template.
+"""Prompts and episode turns rendered with an instruct model's own chat template.
 
 An instruct model answers best when asked the way it was tuned: its chat template wraps a system
 message and the user's question and ends where the assistant's turn begins. Tasks render their
 prompts as text this way on the learner (the coordinator hands the text out); workers tokenize
-that text like any prompt and never render it themselves.
+that text like any prompt and never render it themselves. In an episode, an environment's
+message (a tool's result, feedback) is rendered the same way, as the text between the model's
+end of turn and the start of its next one (:meth:`ChatPrompt.continuation`).
 """
 
 from __future__ import annotations
@@ -34,8 +36,28 @@ class ChatPrompt:
             raise ValueError(f"chat_template={self.template_source!r}: its tokenizer has no chat template")
         return tokenizer
 
+    def opening(self, user: str) -> list[dict[str, str]]:
+        """The conversation's first messages: system (when set) and user."""
+        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
+        return [*messages, {"role": "user", "content": user}]
+
     def render(self, user: str) -> str:
         """The prompt text: system (when set) and user messages, then the assistant's turn opened."""
-        messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
-        messages.append({"role": "user", "content": user})
-        return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self._tokenizer.apply_chat_template(self.opening(user), tokenize=False, add_generation_prompt=True)
+
+    def continuation(self, conversation: list[dict[str, str]], message: dict[str, str]) -> str:
+        """The text inserted after the model's last turn of ``conversation`` (an assistant message
+        the model ended with its end-of-turn token) to add ``message`` (a tool result, feedback)
+        and open the assistant's next turn: the template applied to the whole conversation, less
+        what the model already holds (the conversation up to its last reply and that token).
+        Workers insert these characters encoded on their own (:func:`echo2.episodes.observation_ids`):
+        the model's own tokens are never re-encoded."""
+        template = self._tokenizer.apply_chat_template
+        held = template(conversation[:-1], tokenize=False, add_generation_prompt=True) + \
+            conversation[-1]["content"] + self._tokenizer.eos_token
+        whole = template([*conversation, message], tokenize=False, add_generation_prompt=True)
+        if not whole.startswith(held):
+            raise ValueError(f"the chat template of {self.template_source!r} does not render a conversation as the "
+                             "start of its continuation (it rewrites earlier turns), so no episode can continue "
+                             "it token for token")
+        return whole[len(held):]

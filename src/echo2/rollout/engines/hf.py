@@ -26,6 +26,8 @@ class HfEngine:
         self.kind = "lora" if spec.adapter else "full"
         self.merged = MergedCopy(self.model) if spec.adapter else None
         self.sampling_model = self.merged.refresh() if self.merged else self.model
+        self.max_context: int | None = getattr(model.config, "max_position_embeddings", None)
+        """The model's window: an episode whose next turn would not fit ends (:mod:`echo2.episodes`)."""
 
     def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
         return sample(self.sampling_model, prompt_ids, max_new_tokens=self.spec.max_new_tokens, eos_id=self.eos_id,
