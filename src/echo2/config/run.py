@@ -58,12 +58,15 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, gt=0)
     """Sampling temperature; the learner scores log-probs at the same temperature."""
     max_new_tokens: int = Field(14, ge=1)
-    """Longest completion, EOS included."""
+    """Longest completion (an episode: longest reply), EOS included."""
     groups_per_lease: int = Field(16, ge=1)
     """Prompts handed to a worker per lease (one request, one generation batch)."""
     engine: Literal["hf", "vllm"] = "hf"
     """Workers' generation engine: ``hf`` (the model in the worker process, any device; the
     default) or ``vllm`` (vLLM on a CUDA GPU, ``pip install 'echo2[vllm]'``)."""
+    swap_between_turns: bool = True
+    """Episodes (``docs/environments.md``), async protocol: a worker loads a newer version between
+    two turns of an episode (each turn records its version; staleness counts from the first)."""
 
 
 class WorkersConfig(Section):

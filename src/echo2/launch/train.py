@@ -148,6 +148,7 @@ def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
         broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
         heartbeat_interval_s=min(2.0, config.coordinator.heartbeat_timeout_s / 4), seed=config.run.seed,
         engine=config.rollout.engine, adapter=adapter_spec(config), max_turns=max_turns,
+        swap_between_turns=config.rollout.swap_between_turns,
     )
 
 
