@@ -107,3 +107,15 @@ def test_retry_feedback():
     assert task.respond(example, ["5", "6"]) is None  # the last answer the episode allows
     with pytest.raises(ValueError, match="max_turns"):
         RetryArithmeticTask(max_turns=0)
+
+
+def test_a_hidden_shift_is_fixed_per_prompt_spread_over_its_range_and_independent_of_the_split():
+    from collections import Counter
+
+    task = RetryArithmeticTask(max_turns=3, hidden_shift=1)
+    plain = RetryArithmeticTask(max_turns=3)
+    held_out = task.eval_examples(300)
+    assert [e.prompt for e in held_out] == [e.prompt for e in plain.eval_examples(300)]
+    shifts = Counter(int(e.answer) - int(p.answer) for e, p in zip(held_out, plain.eval_examples(300)))
+    assert set(shifts) == {-1, 0, 1} and min(shifts.values()) > 60  # not tied to the held-out hash
+    assert task.eval_examples(5) == held_out[:5]  # the same shift every time

@@ -86,8 +86,9 @@ def run_episodes(prompt_ids: list[list[int]], *, sample: Callable[[list[list[int
     Every turn samples all rows still playing in one batch; ``respond`` then answers them; a row
     whose answer is None, or whose context with the answer would reach ``max_context`` tokens
     (the model's window less a turn's length), ends; so does one whose turn was cut off before
-    ``eos_id`` (it ran out of tokens: an environment's answer is rendered after a finished turn). ``version()`` is read at each turn; ``between_turns()`` runs before every
-    turn but the first (where a worker swaps in newer weights).
+    ``eos_id`` (it ran out of tokens: an environment's answer is rendered after a finished
+    turn). ``version()`` is read at each turn; ``between_turns()`` runs before every turn but
+    the first (where a worker swaps in newer weights).
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")

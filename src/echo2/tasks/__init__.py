@@ -12,13 +12,14 @@ from echo2.tasks.gsm8k import Gsm8kTask
 from echo2.tasks.jsonl import JsonlTask
 from echo2.tasks.reasoning_gym import ReasoningGymTask
 from echo2.tasks.retry import RetryArithmeticTask
+from echo2.tasks.verifiers_env import VerifiersTask
 
 BUILTIN_TASKS: dict[str, type[Task]] = {"arithmetic": ArithmeticTask, "gsm8k": Gsm8kTask, "jsonl": JsonlTask,
                                          "reasoning_gym": ReasoningGymTask, "retry_arithmetic": RetryArithmeticTask,
-                                         "calculator": CalculatorTask}
+                                         "calculator": CalculatorTask, "verifiers": VerifiersTask}
 
 __all__ = ["ArithmeticTask", "BUILTIN_TASKS", "CalculatorTask", "Example", "Gsm8kTask", "JsonlTask", "ReasoningGymTask",
-           "RetryArithmeticTask", "Task", "load_task"]
+           "RetryArithmeticTask", "Task", "VerifiersTask", "load_task"]
 
 
 def load_task(name: str, options: dict[str, Any] | None = None) -> Task:

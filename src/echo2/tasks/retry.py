@@ -10,12 +10,20 @@ tokenizer knows, and reaches the model as inserted tokens it never trains on
 nothing. Held-out success is "solved within the episode", greedily; evaluation also reports the
 first answer's accuracy on its own, so that what the feedback adds is visible.
 
+With ``hidden_shift`` > 0 the value the environment wants is the expression's plus a shift in
+``[-hidden_shift, hidden_shift]``, fixed per prompt by a hash and never shown: a first answer is
+right only when the shift is 0, and solving the rest needs the feedback — what is learned is then
+using it (move the last answer the way the feedback says), not only computing better.
+
 The environment is a pure function of the prompt and the replies: the coordinator, which holds
 the reference answer, computes every feedback a worker asks for and checks each inserted token
 of a submitted episode against it.
 """
 
 from __future__ import annotations
+
+import hashlib
+import random
 
 from echo2.tasks.arithmetic import ArithmeticTask, parse_int
 from echo2.tasks.base import Example
@@ -26,13 +34,26 @@ class RetryArithmeticTask(ArithmeticTask):
 
     HIGHER, LOWER, UNREADABLE = "+=", "-=", "="
 
-    def __init__(self, max_turns: int = 3, retry_discount: float = 0.7, **arithmetic: object) -> None:
+    def __init__(self, max_turns: int = 3, retry_discount: float = 0.7, hidden_shift: int = 0,
+                 **arithmetic: object) -> None:
         super().__init__(**arithmetic)  # type: ignore[arg-type]
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if not 0.0 < retry_discount <= 1.0:
             raise ValueError(f"retry_discount must be in (0, 1], got {retry_discount}")
-        self.max_turns, self.retry_discount = max_turns, retry_discount
+        if hidden_shift < 0:
+            raise ValueError(f"hidden_shift must be >= 0, got {hidden_shift}")
+        self.max_turns, self.retry_discount, self.hidden_shift = max_turns, retry_discount, hidden_shift
+
+    def _random_example(self, rng: random.Random) -> Example:
+        example = super()._random_example(rng)
+        if not self.hidden_shift:
+            return example
+        # sha256, not the crc32 that splits off the held-out set: a crc of the prompt would tie the
+        # shift to the split (crc is linear), and every held-out prompt would get nearly the same one
+        digest = int.from_bytes(hashlib.sha256(example.prompt.encode()).digest()[:8], "little")
+        shift = digest % (2 * self.hidden_shift + 1) - self.hidden_shift
+        return Example(example.prompt, str(int(example.answer) + shift))
 
     def respond(self, example: Example, replies: list[str]) -> str | None:
         value, truth = parse_int(replies[-1]), int(example.answer)
