@@ -151,3 +151,15 @@ def test_a_multi_turn_run_end_to_end(tmp_path):
     assert len(evals) >= 2 and all(1.0 <= r["eval_turns"] <= 3.0 for r in evals)
     assert all(r["eval_accuracy"] >= r["eval_first_turn_accuracy"] for r in evals)
     assert "⟦" in (summary.run_dir / "train.log").read_text()  # whole episodes are shown at each eval
+
+
+def test_a_worker_cannot_make_the_coordinator_answer_more_than_its_episodes_need(playing):
+    state, worker, lease, truth = playing
+    budget = 1 * 2 * (3 - 1)  # one prompt, G = 2 episodes, two answers each at most
+    for i in range(budget):
+        ask(state, worker, lease, [str(truth + 10 + i)])
+    with pytest.raises(Rejected) as refused:
+        ask(state, worker, lease, ["0"])
+    assert refused.value.code == "too_many_answers"
+    with pytest.raises(ValueError, match="65536"):
+        RespondItem(slot=0, replies=["1" * 70_000])

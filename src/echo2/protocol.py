@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -192,7 +192,7 @@ class SubmitRequest(Message):
 
 class RespondItem(Message):
     slot: int
-    replies: list[str] = Field(min_length=1, max_length=256)
+    replies: list[Annotated[str, Field(max_length=65536)]] = Field(min_length=1, max_length=256)
     """The model's replies in this episode so far, decoded (the last one is new)."""
 
 

@@ -49,10 +49,12 @@ class LeaseBook:
         now = time.monotonic()
         return [lease for lease in self.active() if now > lease.deadline]
 
-    def playing(self, request: RespondRequest, record: WorkerRecord, max_turns: int) -> Lease:
+    def playing(self, request: RespondRequest, record: WorkerRecord, limits: Limits) -> Lease:
         """``record``'s active lease whose episodes ``request`` asks the environment's next answers
-        for (none past ``max_turns`` model turns); else the refusal (counted)."""
-        lease_id, slots = request.lease_id, [item.slot for item in request.items]
+        for (none past ``limits.max_turns`` model turns, and no more answers in all than the
+        lease's episodes can use: each costs the coordinator an environment call and memory);
+        else the refusal (counted)."""
+        lease_id, slots, max_turns = request.lease_id, [item.slot for item in request.items], limits.max_turns
         lease = self.get(lease_id)
         try:
             if any(len(item.replies) >= max_turns for item in request.items):
@@ -67,6 +69,10 @@ class LeaseBook:
                                "expired_lease" if lease.state == "expired" else "lease_done")
             if not set(slots) <= set(lease.examples):
                 raise Rejected(422, "slots that are not the lease's", "bad_slots")
+            budget = len(lease.examples) * limits.group_size * (max_turns - 1)
+            if len(lease.answers) + len(request.items) > budget:
+                raise Rejected(422, f"more environment answers than this lease's episodes can use ({budget})",
+                               "too_many_answers")
         except Rejected as refusal:
             raise self._refused(record, refusal) from None
         return lease

@@ -242,7 +242,7 @@ class CoordinatorState:
         """The environment's next answers, computed outside the lock and kept on the lease (checked at submission)."""
         with self.cond:
             record.last_seen = time.monotonic()
-            lease = self.leases.playing(request, record, self.limits.max_turns)
+            lease = self.leases.playing(request, record, self.limits)
         answers = self.scoring.answers(lease, request)
         with self.cond:
             lease.answers.update(((i.slot, tuple(i.replies)), a) for i, a in zip(request.items, answers, strict=True))
