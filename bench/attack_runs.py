@@ -19,6 +19,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 from attackers.session import TOKEN_ENV
+from common import coordinator_endpoint
 
 
 @dataclass(frozen=True)
@@ -51,22 +52,6 @@ AUDIT_KINDS = ("fabricate", "late_cheater", "fabricate_old", "replay")
 
 def attack(kind: str, **params: Any) -> Attack:
     return Attack(ROWS[kind], kind, params)
-
-
-#: run name -> (its attacks, its extra overrides). Every plan also has a clean run of the same length.
-QUICK_PLAN = {"attacks": ([attack("fabricate"), attack("fabricate_old"), attack("duplicate"), attack("oversize")],
-                          [])}
-FULL_PLAN = {
-    "audit": ([attack("fabricate"), attack("fabricate_old"), attack("replay")], []),
-    # alone: the quarantines of the audit run leave its window too wide (row 11), and the stale drops
-    # that follow would keep a late cheater's honest groups from being audited (it would stay on probation)
-    "late": ([attack("late_cheater", honest_groups=64)], []),
-    "door": ([attack("reward"), attack("duplicate"), attack("late_lease"), attack("oversize"), attack("relay")],
-             ["coordinator.lease_timeout_s=8"]),
-    "flood": ([attack("flood")], []),
-    "slowloris": ([attack("slowloris")], []),
-    "amplify": ([attack("sybil_fabricate", count=8, spacing_s=3.0)], []),
-}
 
 
 class Observer:
@@ -142,14 +127,9 @@ class Attackers:
         self.thread = threading.Thread(target=self._start, daemon=True, name="attackers")
 
     def _start(self) -> None:
-        from echo2.launch.train import COORDINATOR_FILE
-
-        path = self.run_dir / COORDINATOR_FILE
-        while not path.exists() and not self.done.is_set():
-            time.sleep(0.1)
-        if self.done.is_set():
+        endpoint = coordinator_endpoint(self.run_dir, self.done)
+        if endpoint is None:
             return
-        endpoint = json.loads(path.read_text())
         folder = self.run_dir / "attackers"
         folder.mkdir(exist_ok=True)
         for spec in self.attacks:

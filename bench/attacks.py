@@ -116,8 +116,8 @@ QUICK_PLAN = {"attacks": ([attack("fabricate"), attack("fabricate_old"), attack(
                           [])}
 FULL_PLAN = {
     "audit": ([attack("fabricate"), attack("fabricate_old"), attack("replay")], []),
-    # alone: the quarantines of the audit run leave its window too wide (row 11), and the stale drops
-    # that follow would keep a late cheater's honest groups from being audited (it would stay on probation)
+    # alone: its audit rate then follows its own groups only, and no other attacker's quarantine
+    # shares its batches
     "late": ([attack("late_cheater", honest_groups=64)], []),
     "door": ([attack("reward"), attack("duplicate"), attack("late_lease"), attack("oversize"), attack("relay")],
              ["coordinator.lease_timeout_s=8"]),

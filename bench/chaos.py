@@ -13,22 +13,20 @@ buffered, queued nor out on a lease), groups trained twice, and the lease ledger
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import format_table, parse_args, write_results  # noqa: E402
+from common import coordinator_endpoint, format_table, parse_args, write_results  # noqa: E402
 
 from echo2.config import load_config  # noqa: E402
-from echo2.launch.train import COORDINATOR_FILE, run_training  # noqa: E402
+from echo2.launch.train import run_training  # noqa: E402
 
 
 class ChaosMonkey:
@@ -55,12 +53,9 @@ class ChaosMonkey:
                                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ECHO2_TOKEN": endpoint["token"]})
 
     def _run(self) -> None:
-        path = self.run_dir / COORDINATOR_FILE
-        while not path.exists() and not self.done.is_set():
-            time.sleep(0.1)
-        if self.done.is_set():
+        endpoint = coordinator_endpoint(self.run_dir, self.done)
+        if endpoint is None:
             return
-        endpoint = json.loads(path.read_text())
         self.processes = [self._start_worker(i, endpoint) for i in range(self.count)]
         while self.interval_s and not self.done.wait(self.interval_s * self.rng.uniform(0.75, 1.25)):
             # only workers that have joined: killing one still loading its model tests nothing

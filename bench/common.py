@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,3 +85,15 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     mean = sum(values) / len(values)
     var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
     return mean, var ** 0.5
+
+
+def coordinator_endpoint(run_dir: Path, done: threading.Event) -> dict[str, Any] | None:
+    """The run's coordinator URL and token (``RUN_DIR/coordinator.json``) once the learner has
+    written them; None if ``done`` is set first (a bench that starts processes beside a run)."""
+    from echo2.launch.train import COORDINATOR_FILE
+
+    path = run_dir / COORDINATOR_FILE
+    while not path.exists():
+        if done.wait(0.1):
+            return None
+    return json.loads(path.read_text())

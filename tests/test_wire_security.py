@@ -5,11 +5,12 @@ credential that is worth nothing but chunks, and no credential in files others c
 import io
 import json
 import logging
-import select
 import shutil
 import socket
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -36,6 +37,9 @@ from echo2.rollout.client import CoordinatorClient, CoordinatorUntrusted
 from echo2.rollout.options import WorkerOptions
 from echo2.serving import BackgroundServer
 from echo2.tls import certificate_fingerprint
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+from attackers.wire import chunked_body  # noqa: E402
 
 MIB = 1024 * 1024
 RUN_TOKEN = "t"  # make_state's
@@ -73,45 +77,12 @@ def served():
     publisher.close()
 
 
-def send_chunked(port: int, path: str, headers: dict[str, str], total: int, timeout_s: float = 60.0
-                 ) -> tuple[int, int]:
-    """POST ``total`` bytes to ``path`` chunked (no Content-Length), reading while sending; stops
-    sending as soon as an answer arrives. Returns (HTTP status, body bytes sent)."""
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.setblocking(False)
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    pending = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               f"Transfer-Encoding: chunked\r\n{head}\r\n").encode()
-    piece = 64 * 1024
-    chunk = f"{piece:x}\r\n".encode() + b"x" * piece + b"\r\n"
-    sent, answer, writing = 0, b"", True
-    deadline = time.monotonic() + timeout_s
-    try:
-        while b"\r\n\r\n" not in answer and time.monotonic() < deadline:
-            readable, writable, _ = select.select([sock], [sock] if writing else [], [], 0.5)
-            if readable:
-                try:
-                    data = sock.recv(65536)
-                except ConnectionResetError:
-                    break
-                if not data:
-                    break
-                answer += data
-                continue
-            if writable:
-                if not pending:
-                    if sent >= total:
-                        pending, writing = b"0\r\n\r\n", False
-                    else:
-                        pending, sent = chunk, sent + piece
-                try:
-                    pending = pending[sock.send(pending):]
-                except (BrokenPipeError, ConnectionResetError):
-                    writing = False
-    finally:
-        sock.close()
-    assert answer.startswith(b"HTTP/1.1 "), f"no answer after sending {sent} bytes: {answer[:200]!r}"
-    return int(answer.split()[1]), sent
+def send_chunked(port: int, path: str, headers: dict[str, str], total: int) -> tuple[int, int]:
+    """POST ``total`` bytes chunked, stopping once answered (the attack bench's sender):
+    (HTTP status, body bytes sent)."""
+    sent = chunked_body(f"http://127.0.0.1:{port}", path, headers, total)
+    assert sent["status"] is not None, f"no answer after sending {sent['body_bytes_sent']} bytes"
+    return sent["status"], sent["body_bytes_sent"]
 
 
 def self_signed(folder, name: str = "server") -> tuple[str, str]:

@@ -60,10 +60,9 @@ class VerifiersTask(Task):
         tasks = {task.key: task for task in taskset}
         if not tasks:
             raise ValueError(f"taskset {self.taskset_name!r} has no tasks")
-        for task in tasks.values():
-            if type(task).toolsets(task.config):
-                raise ValueError(f"taskset {self.taskset_name!r}: tasks with toolsets (tool servers) are not supported")
-            break
+        first = next(iter(tasks.values()))  # a taskset yields one task type
+        if type(first).toolsets(first.config):
+            raise ValueError(f"taskset {self.taskset_name!r}: tasks with toolsets (tool servers) are not supported")
         return tasks
 
     def _load_taskset(self) -> Any:
