@@ -65,4 +65,4 @@ def test_a_template_that_rewrites_earlier_turns_cannot_continue_an_episode(tmp_p
     chat = ChatPrompt(chat_tokenizer(tmp_path, last_only))
     conversation = [*chat.opening("What is 1+1?"), {"role": "assistant", "content": CALL % "1+1"}]
     with pytest.raises(ValueError, match="rewrites earlier turns"):
-        chat.continuation(conversation, {"role": "tool", "content": "2"})
+        chat.continuation(conversation, [{"role": "tool", "content": "2"}])

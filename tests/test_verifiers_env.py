@@ -49,3 +49,61 @@ def test_a_verifiers_environment_trains_through_echo2_workers(tmp_path):
     trained = [r for r in records if "reward_mean" in r]
     assert len(trained) == 3 and 0.0 < trained[-1]["reward_mean"] <= 1.0  # the taskset's reward, from the coordinator
     assert summary.result.evals[-1][1].accuracy > 0.2  # the shipped model answers these sums
+
+
+def test_a_multi_turn_verifiers_env_answers_each_turn_with_its_own_run():
+    task = load_task("verifiers", {"taskset": "verifiers_retry"})  # by id: the package's own Taskset and Env
+    assert task.max_turns == 3  # the seat's max_turns
+    example = task.eval_examples(1)[0]
+    a, rest = example.prompt.rstrip("=").split("+")
+    b, c = rest.split("-")
+    right = int(a) + int(b) - int(c)
+    assert task.respond(example, [str(right - 5)]) == "+=" and task.respond(example, [str(right + 5)]) == "-="
+    assert task.respond(example, [str(right - 5), "x"]) == "="
+    assert task.respond(example, [str(right)]) is None  # solved: the env's run ends the episode
+    assert task.respond(example, ["1", "2", "3"]) is None  # echo2 ends it at max_turns
+    assert task.episode_reward(example, ["0", str(right)]) == 1.0 and task.episode_correct(example, ["0", str(right)])
+    assert task.episode_reward(example, [str(right - 1)] * 3) == 0.0
+
+
+def test_an_env_that_answers_differently_when_replayed_is_refused():
+    task = load_task("verifiers", {"taskset": "verifiers_retry", "env": "verifiers_retry:CoinFlipEnv"})
+    example = task.eval_examples(1)[0]
+    with pytest.raises(ValueError, match="differently when played again"):
+        for _ in range(20):  # 2 ** -19 that twenty plays agree
+            task.respond(example, ["0"])
+
+
+def test_multi_agent_envs_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="2 agents"):
+        assert load_task("verifiers", {"taskset": "verifiers_retry", "env": "user-sim"}).max_turns
+
+
+def test_a_multi_turn_verifiers_env_trains_through_echo2_workers(tmp_path):
+    from echo2.config import load_config
+    from echo2.launch.train import run_training
+
+    config = load_config(overrides=[
+        "task.name=verifiers", "task.options={taskset: verifiers_retry}", f"run.dir={tmp_path}", "run.steps=3",
+        "learner.groups_per_step=8", "eval.every=3", "eval.size=30", "telemetry.progress=false",
+        "telemetry.tensorboard=false", "checkpoint.every=0"])
+    summary = run_training(config)
+    assert summary.reliability["groups_rejected"] == {} and summary.reliability["groups_accepted"] >= 24
+    records = [json.loads(line) for line in (summary.run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "eval_first_turn_accuracy" in r]
+    assert evals and evals[-1]["eval_turns"] > 1.0  # the env answered: episodes went past one turn
+    assert evals[-1]["eval_accuracy"] >= evals[-1]["eval_first_turn_accuracy"]  # success counts any turn
+    log = (summary.run_dir / "train.log").read_text()
+    assert "⟦+=⟧" in log or "⟦-=⟧" in log  # whole episodes, with the env's feedback, shown at the eval
+
+
+def test_a_chat_models_turns_are_the_continuation_of_its_conversation(tmp_path):
+    from test_calculator_task import chat_tokenizer
+
+    task = load_task("verifiers", {"taskset": "verifiers_retry", "chat_template": chat_tokenizer(tmp_path)})
+    example = task.eval_examples(1)[0]
+    assert example.prompt.startswith("<|im_start|>user\n") and example.prompt.endswith("<|im_start|>assistant\n")
+    inserted = task.respond(example, ["0", "1"])
+    # what follows the model's "1<|im_end|>": the env's feedback as a user turn, then the next assistant turn
+    assert inserted in ("\n<|im_start|>user\n+=<|im_end|>\n<|im_start|>assistant\n",
+                        "\n<|im_start|>user\n-=<|im_end|>\n<|im_start|>assistant\n")

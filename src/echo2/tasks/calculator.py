@@ -85,7 +85,7 @@ class CalculatorTask(ArithmeticTask):
         conversation = self.chat.opening(self._question_of(example))
         for reply in replies[:-1]:
             conversation += [{"role": "assistant", "content": reply}, self._tool_message(reply)]
-        return self.chat.continuation([*conversation, {"role": "assistant", "content": replies[-1]}], message)
+        return self.chat.continuation([*conversation, {"role": "assistant", "content": replies[-1]}], [message])
 
     def _question_of(self, example: Example) -> str:
         """The user's question inside a rendered prompt."""

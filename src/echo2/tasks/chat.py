@@ -45,9 +45,9 @@ class ChatPrompt:
         """The prompt text: system (when set) and user messages, then the assistant's turn opened."""
         return self._tokenizer.apply_chat_template(self.opening(user), tokenize=False, add_generation_prompt=True)
 
-    def continuation(self, conversation: list[dict[str, str]], message: dict[str, str]) -> str:
+    def continuation(self, conversation: list[dict[str, str]], messages: list[dict[str, str]]) -> str:
         """The text inserted after the model's last turn of ``conversation`` (an assistant message
-        the model ended with its end-of-turn token) to add ``message`` (a tool result, feedback)
+        the model ended with its end-of-turn token) to add ``messages`` (a tool result, feedback)
         and open the assistant's next turn: the template applied to the whole conversation, less
         what the model already holds (the conversation up to its last reply and that token).
         Workers insert these characters encoded on their own (:func:`echo2.episodes.observation_ids`):
@@ -55,7 +55,7 @@ class ChatPrompt:
         template = self._tokenizer.apply_chat_template
         held = template(conversation[:-1], tokenize=False, add_generation_prompt=True) + \
             conversation[-1]["content"] + self._tokenizer.eos_token
-        whole = template([*conversation, message], tokenize=False, add_generation_prompt=True)
+        whole = template([*conversation, *messages], tokenize=False, add_generation_prompt=True)
         if not whole.startswith(held):
             raise ValueError(f"the chat template of {self.template_source!r} does not render a conversation as the "
                              "start of its continuation (it rewrites earlier turns), so no episode can continue "

@@ -1,28 +1,32 @@
-"""Environments from the ecosystem: a ``verifiers`` (v1) taskset as an echo2 task.
+"""Environments from the ecosystem: a ``verifiers`` (v1) taskset and its environment as an echo2 task.
 
 `verifiers <https://pypi.org/project/verifiers/>`_ splits an environment into a *taskset* (the
-data: one typed task per row, with its prompt) and each task's *reward functions* (``@vf.reward``
-methods, config-plugged rewards and metrics) that score a finished rollout's trace. echo2 uses
-exactly those two halves: the taskset's tasks are the prompts, and the coordinator scores every
-submitted reply by building the trace of the conversation (the task's prompt messages, then the
-model's replies) and awaiting the task's own ``score``. So rewards are computed where the learner
-trusts them, by the environment's code, and workers only ever see the prompt text.
+data: one typed task per row, with its prompt and its ``@vf.reward`` functions) and an *env*
+(``vf.Env``: how one task becomes an episode; a plain taskset's is one reply to the prompt). echo2
+uses both as written: the taskset's tasks are the prompts, the env's ``run`` — its own control
+flow, a game engine stepping or feedback — answers each model turn, and the rewards are what
+``run`` records plus the task's own ``score``. All of it runs on the coordinator, where the learner
+trusts it; workers only sample the model's turns (:mod:`echo2.tasks.verifiers_replay` plays the
+env's episode from the replies so far).
 
-``taskset`` is a registered taskset id (``verifiers`` loads it by id, as its CLI does) or
-``module:Class`` naming a ``vf.Taskset`` subclass; ``options`` go to its config. The held-out set
-is a hash slice of the task keys (``heldout_fraction``), the same on every machine. Prompts are
-rendered with ``chat_template`` (a model whose chat template renders the task's messages; the
-trained model, normally) or, without one, given as the task's plain prompt text.
+``taskset`` is a verifiers taskset id (a package exporting its ``Taskset`` and, for a multi-turn
+environment, its ``Env`` via ``__all__``, loaded as verifiers' CLI loads it) or ``module:Class``
+naming a ``vf.Taskset`` subclass; ``options`` go to its config. ``env`` names an environment
+explicitly (an id or ``module:Class``; default: the taskset's own, else the single-reply one),
+``env_options`` go to its config. ``max_turns`` caps an episode's model turns (default: the
+seat's own ``max_turns``, else 4). The held-out set is a hash slice of the task keys
+(``heldout_fraction``). Messages are rendered with ``chat_template`` (normally the trained
+model) or, without one, inserted as their plain text.
 
-Supported: finite tasksets whose tasks are answered in one reply and scored offline (reward
-functions and metrics that need no runtime). Not supported (refused when loading, or skipped by
-``verifiers`` itself when they need a runtime): toolsets (MCP tool servers), harnesses and
-multi-agent environments, sandboxed runtimes, LLM judges, infinite tasksets.
+Supported: finite, text-only tasksets; environments with one seat and one interaction per
+episode whose ``run`` is a function of the task and the replies (checked on every replay);
+reward functions and metrics that need no runtime. Refused when loading: toolsets (MCP tool
+servers), multi-agent environments, an env's cross-agent ``finalize``, infinite tasksets.
+Never run: harnesses, sandboxed runtimes, LLM judges (skipped by verifiers' offline scoring).
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from collections.abc import Iterator
 from functools import cached_property
@@ -30,6 +34,7 @@ from typing import Any
 
 from echo2.tasks.base import Example, Task, stable_fraction
 from echo2.tasks.chat import ChatPrompt
+from echo2.tasks.verifiers_replay import Message, Played, play
 
 
 def _verifiers() -> Any:
@@ -40,21 +45,41 @@ def _verifiers() -> Any:
     return vf
 
 
-class VerifiersTask(Task):
-    """A ``verifiers`` taskset's tasks as prompts, its reward functions as the verifier."""
+def _import_class(name: str, base: type, what: str) -> type:
+    module_name, _, class_name = name.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"{what} {name!r}: cannot import it ({error})") from None
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise ValueError(f"{what} {name!r} is not a verifiers.v1 {base.__name__}")
+    return found
 
-    def __init__(self, taskset: str, options: dict[str, Any] | None = None, chat_template: str | None = None,
-                 heldout_fraction: float = 0.1, success_reward: float = 1.0) -> None:
+
+class VerifiersTask(Task):
+    """A ``verifiers`` taskset's tasks as prompts, its env as the environment, its rewards as the verifier."""
+
+    def __init__(self, taskset: str, options: dict[str, Any] | None = None, env: str | None = None,
+                 env_options: dict[str, Any] | None = None, max_turns: int | None = None,
+                 chat_template: str | None = None, heldout_fraction: float = 0.1,
+                 success_reward: float = 1.0) -> None:
         if not 0.0 < heldout_fraction < 1.0:
             raise ValueError(f"heldout_fraction must be in (0, 1), got {heldout_fraction}")
+        if max_turns is not None and max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         self.taskset_name, self.options = taskset, dict(options or {})
+        self.env_name, self.env_options, self._max_turns = env, dict(env_options or {}), max_turns
         self.chat = ChatPrompt(chat_template) if chat_template else None
         self.heldout_fraction, self.success_reward = heldout_fraction, success_reward
+        self._said: dict[tuple[str, tuple[str, ...]], list[Message]] = {}
+        """What the environment sent before each turn, by (task key, replies before it): every
+        replay must send the same, or the rewards would score another conversation."""
 
+    # ------------------------------------------------------------------ loading
     @cached_property
     def _tasks(self) -> dict[str, Any]:
         """Every task of the taskset by key (loaded once, on first use)."""
-        taskset = self._load_taskset()
+        taskset = self._taskset
         if getattr(taskset, "INFINITE", False):
             raise ValueError(f"taskset {self.taskset_name!r} is infinite; echo2 needs a finite one")
         tasks = {task.key: task for task in taskset}
@@ -65,38 +90,89 @@ class VerifiersTask(Task):
             raise ValueError(f"taskset {self.taskset_name!r}: tasks with toolsets (tool servers) are not supported")
         return tasks
 
-    def _load_taskset(self) -> Any:
+    @cached_property
+    def _taskset(self) -> Any:
         vf = _verifiers()
         if ":" not in self.taskset_name:
-            from verifiers.v1.utils.loaders import load_taskset
+            from verifiers.v1.utils.loaders import load_taskset, taskset_config_type
 
-            return load_taskset(vf.TasksetConfig(id=self.taskset_name, **self.options))
-        module_name, _, class_name = self.taskset_name.partition(":")
-        try:
-            taskset_class = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as error:
-            raise ValueError(f"taskset {self.taskset_name!r}: cannot import it ({error})") from None
-        if not (isinstance(taskset_class, type) and issubclass(taskset_class, vf.Taskset)):
-            raise ValueError(f"taskset {self.taskset_name!r} is not a verifiers.v1 Taskset")
+            return load_taskset(taskset_config_type(self.taskset_name)(id=self.taskset_name, **self.options))
         from verifiers.v1.utils.generic import concrete_type
 
-        config_class = concrete_type(taskset_class, vf.TasksetConfig) or vf.TasksetConfig
-        return taskset_class(config_class(**self.options))
+        taskset_class = _import_class(self.taskset_name, vf.Taskset, "taskset")
+        return taskset_class((concrete_type(taskset_class, vf.TasksetConfig) or vf.TasksetConfig)(**self.options))
+
+    @cached_property
+    def _env(self) -> tuple[Any, str]:
+        """The environment and its one seat's name. echo2 plays the env's ``setup`` and ``run``
+        itself, so the env is built without what ``Env.__init__`` adds for reaching a model
+        (harnesses, runtimes, interception): echo2's workers are that."""
+        vf = _verifiers()
+        from verifiers.v1.configs.agent import agent_config_fields
+        from verifiers.v1.utils.generic import concrete_type
+        from verifiers.v1.utils.loaders import environment_class
+
+        if self.env_name and ":" in self.env_name:
+            env_class = _import_class(self.env_name, vf.Env, "env")
+        else:
+            env_class = environment_class("" if ":" in self.taskset_name else self.taskset_name, self.env_name or "")
+        config = (concrete_type(env_class, vf.EnvConfig, origin=vf.Env) or vf.EnvConfig)(**self.env_options)
+        seats = list(agent_config_fields(config))
+        if len(seats) != 1:
+            raise ValueError(f"env {env_class.__name__} has {len(seats)} agents ({seats}); echo2 trains one policy "
+                             "in one seat and supports single-agent environments only")
+        if env_class.finalize is not vf.Env.finalize:
+            raise ValueError(f"env {env_class.__name__} judges across agents in finalize(), which echo2 does not run")
+        env = env_class.__new__(env_class)
+        env.config, env.taskset = config, self._taskset
+        return env, seats[0]
+
+    @cached_property
+    def max_turns(self) -> int:  # type: ignore[override]
+        env, seat = self._env
+        if type(env).__name__ == "SingleAgentEnv":
+            return 1
+        return self._max_turns or getattr(env.config, seat).max_turns or 4
+
+    # ------------------------------------------------------------------ episodes
+    def _play(self, example: Example, replies: list[str], until_out_of_replies: bool) -> Played:
+        env, seat = self._env
+        played = play(env, seat, self._tasks[example.answer], replies, until_out_of_replies)
+        for turn, said in enumerate(played.observations):
+            known = self._said.setdefault((example.answer, tuple(replies[:turn])), said)
+            if known != said:
+                raise ValueError(f"env {type(env).__name__} answered turn {turn} of task {example.answer!r} "
+                                 f"differently when played again ({known!r}, then {said!r}); echo2 needs an env whose "
+                                 "run is a function of the task and the replies (seed it per task)")
+        if len(self._said) > 65536:
+            self._said.clear()
+        return played
+
+    def _example(self, key: str) -> Example:
+        example = Example("", key)
+        played = self._play(example, [], until_out_of_replies=True)
+        opening = [{"role": role, "content": text} for role, text in played.observations[0]]
+        if self.chat is None:
+            return Example("\n\n".join(m["content"] for m in opening), key)
+        return Example(self.chat._tokenizer.apply_chat_template(opening, tokenize=False, add_generation_prompt=True),
+                       key)
+
+    def respond(self, example: Example, replies: list[str]) -> str | None:
+        if len(replies) >= self.max_turns:
+            return None
+        played = self._play(example, replies, until_out_of_replies=True)
+        if played.over:
+            return None
+        said = [{"role": role, "content": text} for role, text in played.observations[-1]]
+        if self.chat is None:
+            return "".join(m["content"] for m in said)
+        conversation: list[dict[str, str]] = []
+        for observation, reply in zip(played.observations, replies):
+            conversation += [*({"role": role, "content": text} for role, text in observation),
+                             {"role": "assistant", "content": reply}]
+        return self.chat.continuation(conversation, said)
 
     # ------------------------------------------------------------------ prompts
-    def _messages(self, task: Any) -> list[dict[str, str]]:
-        data = task.data
-        messages = [{"role": "system", "content": data.system_prompt}] if data.system_prompt else []
-        if isinstance(data.prompt, str):
-            return [*messages, {"role": "user", "content": data.prompt}]
-        return [*messages, *({"role": m.role, "content": m.content} for m in data.prompt or [])]
-
-    def _example(self, key: str, task: Any) -> Example:
-        if self.chat is None:
-            return Example(task.data.prompt_text, key)
-        return Example(self.chat._tokenizer.apply_chat_template(self._messages(task), tokenize=False,
-                                                                 add_generation_prompt=True), key)
-
     def _heldout(self, key: str) -> bool:
         return stable_fraction(key) < self.heldout_fraction
 
@@ -109,35 +185,25 @@ class VerifiersTask(Task):
         rng = random.Random(seed)
         while True:
             rng.shuffle(keys)
-            yield from (self._example(key, self._tasks[key]) for key in keys)
+            yield from (self._example(key) for key in keys)
 
     def eval_examples(self, n: int) -> list[Example]:
         keys = sorted(key for key in self._tasks if self._heldout(key))
         if len(keys) < n:
             raise ValueError(f"taskset {self.taskset_name!r} has {len(keys)} held-out tasks, fewer than {n}")
-        return [self._example(key, self._tasks[key]) for key in keys[:n]]
+        return [self._example(key) for key in keys[:n]]
 
     def display_prompt(self, example: Example) -> str:
-        return self._tasks[example.answer].data.prompt_text + " "
+        opening = self._play(example, [], until_out_of_replies=True).observations[0]
+        return "\n\n".join(text for _, text in opening) + " "
 
     # ------------------------------------------------------------------ scoring
     def episode_reward(self, example: Example, replies: list[str]) -> float:
-        """The task's own ``score`` on the trace of its prompt and ``replies`` (weighted reward sum)."""
-        vf = _verifiers()
-        from verifiers.v1.configs.agent import AgentConfig
-        from verifiers.v1.graph import MessageNode
-        from verifiers.v1.trace import AgentInfo, TraceTask
+        """What the env's ``run`` recorded plus the task's own ``score`` (a weighted reward sum)."""
+        return float(self._play(example, replies, until_out_of_replies=False).trace.reward)
 
-        task = self._tasks[example.answer]
-        kinds = {"system": vf.SystemMessage, "user": vf.UserMessage, "assistant": vf.AssistantMessage}
-        nodes = [MessageNode(parent=i - 1 if i else None, message=kinds[m["role"]](content=m["content"]))
-                 for i, m in enumerate(self._messages(task))]
-        for reply in replies:
-            nodes.append(MessageNode(parent=len(nodes) - 1, message=vf.AssistantMessage(content=reply), sampled=True))
-        trace = vf.Trace(task=TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
-                         agent=AgentInfo(config=AgentConfig()), nodes=nodes)
-        asyncio.run(task.score(trace))
-        return float(trace.reward)
+    def episode_correct(self, example: Example, replies: list[str]) -> bool:
+        return self.episode_reward(example, replies) >= self.success_reward
 
     def reward(self, example: Example, completion: str) -> float:
         return self.episode_reward(example, [completion])
