@@ -82,7 +82,8 @@ def payload_rows(name: str, build: Any, dtypes: list[str], rank: int, work: Path
         for dtype in dtypes:
             publisher = Publisher(BroadcastConfig(dtype=dtype), keep_versions=1, token=None, kind=kind)
             started = time.perf_counter()
-            sha256, size = publisher.publish(1, model)
+            published = publisher.publish(1, model)
+            sha256, size = published.sha256, published.size_bytes
             publish_s = time.perf_counter() - started
             payload = publisher.store.payload(1)
             publisher.close()

@@ -8,7 +8,7 @@ from echo2.broadcast.topology import star_plan
 from echo2.coordinator.records import Limits
 from echo2.coordinator.scoring import task_scorer
 from echo2.coordinator.state import CoordinatorState
-from echo2.protocol import Completion, GroupResult, RunSpec, SubmitRequest
+from echo2.protocol import Completion, GroupResult, RunSpec, SubmitRequest, VersionInfo
 from echo2.tasks import ArithmeticTask, Example
 
 #: The shipped tokenizer's ids (0-2 special: pad, eos, unk), without loading it.
@@ -53,7 +53,7 @@ def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, flee
 
 def publish(state: CoordinatorState, version: int) -> None:
     """Announce ``version`` as if the learner had published weights (the chunks are not needed here)."""
-    state.publish(version, f"{version:064x}", 100 + version)
+    state.publish(VersionInfo(version=version, sha256=f"{version:064x}", size_bytes=100 + version))
 
 
 def answering(prompt: str, correct: list[bool]) -> list[Completion]:

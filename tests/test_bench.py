@@ -50,6 +50,17 @@ def test_broadcast_bench_quick(tmp_path):
     assert "ratio_to_bound" in result.stdout and (tmp_path / "broadcast.png").stat().st_size > 10_000
 
 
+def test_delta_bench_quick(tmp_path):
+    result = run_quick("delta", tmp_path, timeout_s=300)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    by_dtype = {r["dtype"]: r for r in rows}
+    assert set(by_dtype) == {"float32", "bfloat16"} and (tmp_path / "delta.png").stat().st_size > 0
+    # after real steps a version's delta is smaller than the version, and more so in bf16 (fewer bits move)
+    assert 1.2 < by_dtype["float32"]["ratio"] < by_dtype["bfloat16"]["ratio"]
+    assert by_dtype["bfloat16"]["delta_chain_s"] < by_dtype["bfloat16"]["full_chain_s"]
+    assert "speedup" in result.stdout
+
+
 def test_chaos_bench_quick(tmp_path):
     """Workers killed (SIGKILL) and preempted (SIGTERM) mid-run: the run completes and the books balance."""
     result = run_quick("chaos", tmp_path)

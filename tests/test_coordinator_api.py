@@ -152,8 +152,9 @@ def test_version_names_the_sources_of_the_plan_and_chunks_are_served():
         reply = client.post("/v1/register", json={"name": name, "relay_url": relay, "upload_bytes_per_s": 1e6},
                             headers={AUTH_HEADER: "t"}).json()
         sessions.append({AUTH_HEADER: reply["session_token"]})
-    sha, size = publisher.publish(1, torch.nn.Linear(8, 8))
-    state.publish(1, sha, size)
+    published = publisher.publish(1, torch.nn.Linear(8, 8))
+    sha, size = published.sha256, published.size_bytes
+    state.publish(published)
     sources = [client.get("/v1/version", headers=h).json()["sources"] for h in sessions]
     # a chain learner -> a -> b, and the unreachable worker hangs below b as a leaf
     assert sources == [["learner"], ["http://10.0.0.1:7000", "learner"],
@@ -168,7 +169,7 @@ def test_version_names_the_sources_of_the_plan_and_chunks_are_served():
     # b reports a measured uplink faster than a's: the next version's chain starts with b
     beat = client.post("/v1/heartbeat", json={"version": 1, "upload_bytes_per_s": 5e6}, headers=sessions[1])
     assert beat.status_code == 200
-    state.publish(2, sha, size)
+    state.publish(published.model_copy(update={"version": 2}))
     sources = [client.get("/v1/version", headers=h).json()["sources"] for h in sessions]
     assert sources[:2] == [["http://10.0.0.2:7000", "learner"], ["learner"]]
     assert client.get("/v1/broadcast/9/manifest", headers=chunks).status_code in (404, 503)

@@ -2,6 +2,7 @@
 
 from echo2.broadcast.topology import Node, star_plan
 from echo2.coordinator.versions import VersionBook
+from echo2.protocol import VersionInfo
 
 WORKERS = [Node("a", 1e6), Node("b", 1e6)]
 
@@ -12,7 +13,7 @@ def _book() -> VersionBook:
 
 def test_version_is_disseminated_only_once_every_live_worker_holds_it():
     book = _book()
-    book.publish(1, "hash1", 10, WORKERS)
+    book.publish(VersionInfo(version=1, sha256="hash1", size_bytes=10), WORKERS)
     book.loaded(1, "a", at=book.published_at[1] + 2.0)
     assert book.pop_disseminated([1, 0]) == []  # b still on version 0
     assert book.spreading()
@@ -25,8 +26,8 @@ def test_version_is_disseminated_only_once_every_live_worker_holds_it():
 
 def test_version_every_worker_skipped_is_dropped_without_a_latency():
     book = _book()
-    book.publish(1, "hash1", 10, WORKERS)
-    book.publish(2, "hash2", 10, WORKERS)
+    book.publish(VersionInfo(version=1, sha256="hash1", size_bytes=10), WORKERS)
+    book.publish(VersionInfo(version=2, sha256="hash2", size_bytes=10), WORKERS)
     book.loaded(2, "a", at=book.published_at[2] + 1.0)
     book.loaded(2, "b", at=book.published_at[2] + 1.5)
     assert [v for v, _, _ in book.pop_disseminated([2, 2])] == [2]  # version 1: nobody loaded it
@@ -36,5 +37,5 @@ def test_version_every_worker_skipped_is_dropped_without_a_latency():
 def test_old_versions_are_pruned_beyond_the_staleness_window():
     book = _book()
     for version in range(1, 6):
-        book.publish(version, f"hash{version}", 10, WORKERS)
+        book.publish(VersionInfo(version=version, sha256=f"hash{version}", size_bytes=10), WORKERS)
     assert sorted(book.published) == [3, 4, 5]  # newest S + 2

@@ -172,8 +172,9 @@ def test_chunk_routes_take_only_the_broadcast_credential(served):
     with httpx.Client(base_url=server.url) as http:
         reply = http.post("/v1/register", json={"name": "w"}, headers={AUTH_HEADER: RUN_TOKEN}).json()
         assert reply["broadcast_token"] == broadcast_credential(RUN_TOKEN) != RUN_TOKEN
-        sha, size = publisher.publish(1, torch.nn.Linear(4, 4))
-        state.publish(1, sha, size)
+        published = publisher.publish(1, torch.nn.Linear(4, 4))
+        sha, size = published.sha256, published.size_bytes
+        state.publish(published)
         for wrong in (RUN_TOKEN, reply["session_token"], None):
             refused = http.get("/v1/broadcast/1/manifest", headers={AUTH_HEADER: wrong} if wrong else {})
             assert refused.status_code == 401, wrong
@@ -226,8 +227,9 @@ def test_peers_send_a_relay_nothing_but_the_broadcast_credential(served):
             assert attacker.status_code == 200
         victim.client.register(RegisterRequest(name="victim"))
         victim.spec = state.spec
-        sha, size = publisher.publish(1, torch.nn.Linear(4, 4))
-        state.publish(1, sha, size)
+        published = publisher.publish(1, torch.nn.Linear(4, 4))
+        sha, size = published.sha256, published.size_bytes
+        state.publish(published)
         fetched = victim._fetch_newest(-1)
         assert fetched is not None and fetched[0] == 1 and fetched[2] == sha
     finally:

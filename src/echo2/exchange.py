@@ -70,6 +70,8 @@ class WorkerStats:
     generate_seconds: float
     fetches: int
     last_fetch_seconds: float
+    delta_fetches: int = 0
+    """Of ``fetches``, those that rebuilt the version from its delta."""
 
 
 @dataclass(frozen=True)

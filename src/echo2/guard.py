@@ -23,6 +23,8 @@ the learner's chunk server: derived from the run token, handed to workers at reg
 lets its holder download weight chunks and nothing else. The run token and the session
 credentials never leave for a relay, so a worker that registers a relay URL pointing at its own
 server collects nothing it could use against the coordinator.
+The viewer credential (:func:`viewer_credential`), derived the same way, is what the live
+dashboard's page presents: it reads the run's dashboard data and nothing else.
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ def broadcast_credential(run_token: str) -> str:
     """The run's broadcast credential: ``HMAC-SHA256(run_token, "echo2-broadcast")`` in hex.
     It opens the chunk routes (``/v1/broadcast``) and nothing else."""
     return hmac.new(run_token.encode(), b"echo2-broadcast", hashlib.sha256).hexdigest()
+
+
+def viewer_credential(run_token: str) -> str:
+    """The run's read-only viewer credential: ``HMAC-SHA256(run_token, "echo2 dashboard")`` in hex.
+    It opens the dashboard's data (``/v1/dashboard``) and nothing else: whoever watches a run
+    cannot register, lease, submit or download weights with it, nor recover the run token."""
+    return hmac.new(run_token.encode(), b"echo2 dashboard", hashlib.sha256).hexdigest()
 
 
 def same_secret(presented: str | None, expected: str | None) -> bool:

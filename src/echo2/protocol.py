@@ -108,6 +108,8 @@ class TimelineEvent(Message):
     start: float
     end: float
     version: int
+    delta: bool = False
+    """A fetch that rebuilt the version from its delta (``broadcast.encoding: delta``)."""
 
 
 class Heartbeat(Message):
@@ -222,6 +224,11 @@ class VersionInfo(Message):
     sha256: str
     """Hash of the whole payload; a worker loads only bytes that match it."""
     size_bytes: int
+    delta_sha256: str | None = None
+    """Hash of this version's delta from the previous one (``broadcast.encoding: delta``; None: no
+    delta). A worker holding the previous version may fetch and apply it instead; the result must
+    still hash to ``sha256``."""
+    delta_bytes: int | None = None
     sources: list[str] = Field(default_factory=list)
     """Where the asking worker should fetch this version's chunks: parent relay URL first, then
     the fallback chain, ending with ``"learner"`` (the coordinator itself)."""

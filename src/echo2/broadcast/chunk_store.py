@@ -60,9 +60,10 @@ class ChunkStore:
 
     # ------------------------------------------------------------------ writing
     def publish(self, version: int, payload: bytes, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                kind: Literal["full", "lora"] = "full", dtype: str | None = None) -> Manifest:
+                kind: Literal["full", "lora"] = "full", dtype: str | None = None,
+                base_sha256: str | None = None) -> Manifest:
         """Root source: cut ``payload`` into chunks and hold all of them (see :func:`build_manifest`)."""
-        manifest, chunks = build_manifest(payload, version, chunk_size, kind, dtype)
+        manifest, chunks = build_manifest(payload, version, chunk_size, kind, dtype, base_sha256)
         with self._cond:
             entry = self._insert(manifest)
             entry.chunks, entry.held = list(chunks), len(chunks)

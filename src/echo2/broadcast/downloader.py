@@ -90,8 +90,10 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
                   timeout_s: float = 300.0, stall_s: float = 10.0, poll_s: float = 2.0,
                   patience_s: float | None = None, in_flight: int = 2, expected_sha256: str | None = None,
                   assemble: bool = True, cancel: threading.Event | None = None,
-                  client: httpx.Client | None = None, verify: ssl.SSLContext | bool = True) -> FetchResult:
-    """Fetch ``version`` into ``store`` from ``sources`` (base URLs, parent first, learner last).
+                  client: httpx.Client | None = None, verify: ssl.SSLContext | bool = True,
+                  prefix: str = PREFIX) -> FetchResult:
+    """Fetch ``version`` into ``store`` from ``sources`` (base URLs, parent first, learner last);
+    ``prefix``: the routes asked (``/v1/broadcast``; a delta version's: ``DELTA_PREFIX``).
 
     Returns the manifest, the verified payload (None with ``assemble=False``: the store then
     holds the complete, whole-hash-verified version) and :class:`FetchStats`. ``in_flight``
@@ -107,7 +109,7 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
         raise ValueError("timeout_s, stall_s and poll_s must be > 0 and in_flight >= 1")
     fetch = _Fetch(version, [s.rstrip("/") for s in sources], store, token, timeout_s, stall_s, poll_s,
                    patience_s if patience_s is not None else 2 * (stall_s + poll_s), in_flight, expected_sha256,
-                   cancel)
+                   cancel, prefix)
     http = client or httpx.Client(limits=httpx.Limits(max_connections=2 * in_flight + 4), verify=verify)
     try:
         return fetch.run(http, assemble)
@@ -119,8 +121,8 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
 class _Fetch:
     def __init__(self, version: int, sources: list[str], store: ChunkStore, token: str | None, timeout_s: float,
                  stall_s: float, poll_s: float, patience_s: float, in_flight: int, expected_sha256: str | None,
-                 cancel: threading.Event | None) -> None:
-        self.version, self.sources, self.store = version, sources, store
+                 cancel: threading.Event | None, prefix: str) -> None:
+        self.version, self.sources, self.store, self.prefix = version, sources, store, prefix
         self.headers = {AUTH_HEADER: token} if token else {}
         self.timeout_s, self.stall_s, self.poll_s, self.patience_s = timeout_s, stall_s, poll_s, patience_s
         self.in_flight, self.expected_sha256, self.cancel = in_flight, expected_sha256, cancel
@@ -212,7 +214,7 @@ class _Fetch:
     def _manifest_from(self, url: str) -> Manifest:
         poll, timeout = self._timeout()
         try:
-            response = self.http.get(f"{url}{PREFIX}/{self.version}/manifest", params={"wait_s": poll},
+            response = self.http.get(f"{url}{self.prefix}/{self.version}/manifest", params={"wait_s": poll},
                                      headers=self.headers, timeout=timeout)
         except httpx.TimeoutException as error:
             raise _SourceFailed(f"no answer within {timeout.read:g}s ({type(error).__name__})") from None
@@ -267,7 +269,7 @@ class _Fetch:
         poll, timeout = self._timeout()
         asked = time.monotonic()
         try:
-            with self.http.stream("GET", f"{url}{PREFIX}/{self.version}/chunks/{index}", params={"wait_s": poll},
+            with self.http.stream("GET", f"{url}{self.prefix}/{self.version}/chunks/{index}", params={"wait_s": poll},
                                   headers=self.headers, timeout=timeout) as response:
                 if response.status_code != 200:
                     response.read()

@@ -4,7 +4,10 @@ Chunks are what peers relay: each is verified on arrival against the manifest, s
 pass chunk *i* on while chunk *i+1* is still coming in, and a bad chunk is re-fetched alone
 instead of restarting the whole download. The manifest also lists the tensors (read from the
 safetensors header) so a receiver can tell what it is getting before the bytes arrive; a LoRA
-adapter travels the same way with ``kind="lora"`` (just another tensor set).
+adapter travels the same way with ``kind="lora"`` (just another tensor set). A *delta* version
+(``encoding="delta"``, :mod:`echo2.broadcast.delta`) is chunked the same way; its payload is the
+compressed difference from the version whose sha256 is ``base_sha256``, not safetensors, so it
+lists no tensors.
 
 Torch-free on purpose: relays and downloaders only need this module, not a model.
 """
@@ -62,9 +65,14 @@ class Manifest(_Model):
     """Hash of the whole payload: checked once every chunk is in (catches a forged manifest)."""
     chunks: list[ChunkInfo]
     tensors: list[TensorInfo] = Field(default_factory=list)
+    encoding: Literal["full", "delta"] = "full"
+    """``delta``: the payload turns the version whose hash is ``base_sha256`` into this one."""
+    base_sha256: Sha256Hex | None = None
 
     @model_validator(mode="after")
     def _chunks_tile_the_payload(self) -> Manifest:
+        if (self.encoding == "delta") != (self.base_sha256 is not None):
+            raise ValueError("a delta manifest names its base's sha256, and only a delta manifest does")
         if [c.index for c in self.chunks] != list(range(len(self.chunks))):
             raise ValueError("chunk indices must be 0, 1, 2, ... in order")
         if sum(c.size for c in self.chunks) != self.total_bytes:
@@ -108,22 +116,27 @@ def _payload_dtype(tensors: list[TensorInfo], declared: str | None) -> str:
 
 
 def build_manifest(payload: bytes, version: int, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                   kind: Literal["full", "lora"] = "full", dtype: str | None = None) -> tuple[Manifest, list[bytes]]:
-    """Cut ``payload`` (safetensors bytes) into chunks and describe them.
+                   kind: Literal["full", "lora"] = "full", dtype: str | None = None,
+                   base_sha256: str | None = None) -> tuple[Manifest, list[bytes]]:
+    """Cut ``payload`` (safetensors bytes; a delta with ``base_sha256``) into chunks and describe them.
 
-    ``dtype`` defaults to the one the payload's floating tensors share (``float32`` if none).
+    ``dtype`` defaults to the one the payload's floating tensors share (``float32`` if none); a
+    delta's must be given (it describes the version the delta rebuilds).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, not {chunk_size}")
     if not payload:
         raise CorruptPayload("cannot broadcast an empty payload")
-    tensors = read_tensor_infos(payload)
+    if base_sha256 is not None and dtype is None:
+        raise ValueError("a delta's manifest needs the dtype of the version it rebuilds")
+    tensors = read_tensor_infos(payload) if base_sha256 is None else []
     view = memoryview(payload)
     chunks = [bytes(view[start:start + chunk_size]) for start in range(0, len(payload), chunk_size)]
     manifest = Manifest(
         version=version, kind=kind, dtype=_payload_dtype(tensors, dtype), chunk_size=chunk_size,
         total_bytes=len(payload), sha256=sha256(payload), tensors=tensors,
         chunks=[ChunkInfo(index=i, size=len(c), sha256=sha256(c)) for i, c in enumerate(chunks)],
+        encoding="full" if base_sha256 is None else "delta", base_sha256=base_sha256,
     )
     return manifest, chunks
 

@@ -9,7 +9,8 @@ on stdout, then reads one command per line on stdin and answers each with one JS
 * ``{"cmd": "publish", "version": v, "payload_bytes": M, "chunk_size": c, "seed": s}`` — become
   a root source: hold a random float32 safetensors payload of ``M`` bytes (answer: its sha256,
   total bytes and chunk count); with ``"payload_path": file`` (and optionally ``"kind": "lora"``)
-  instead of ``payload_bytes``, hold that file's safetensors payload (e.g. a real model's);
+  instead of ``payload_bytes``, hold that file's safetensors payload (e.g. a real model's), or with
+  ``"base_sha256"`` and ``"dtype"`` a delta version's payload (:mod:`echo2.broadcast.delta`);
 * ``{"cmd": "fetch", "version": v, "sources": [urls], ...fetch_version options}`` — fetch it,
   relaying meanwhile; the answer carries ``done_at`` (wall clock, for timing across processes),
   the whole-payload sha256 (verified), bytes per source and failovers;
@@ -58,7 +59,8 @@ def handle(command: dict[str, Any], store: ChunkStore, token: str | None, http: 
         else:
             payload = random_payload(int(command["payload_bytes"]), int(command.get("seed", 0)))
         manifest = store.publish(version, payload, int(command.get("chunk_size", DEFAULT_CHUNK_SIZE)),
-                                 kind=command.get("kind", "full"))
+                                 kind=command.get("kind", "full"), dtype=command.get("dtype"),
+                                 base_sha256=command.get("base_sha256"))
         return {"event": "published", "version": version, "sha256": manifest.sha256,
                 "total_bytes": manifest.total_bytes, "chunks": manifest.num_chunks}
     if kind == "fetch":

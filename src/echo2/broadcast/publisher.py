@@ -4,22 +4,28 @@ The learner is the root source of every version. :class:`Publisher` serialises t
 (optionally in bf16; only its LoRA adapter in a ``kind="lora"`` run), cuts it into hashed chunks in a :class:`ChunkStore` that the coordinator's
 HTTP app serves under ``/v1/broadcast`` (through the learner's upload cap, if one is set), and
 hands the coordinator the planner that decides, per version, which worker relays to which
-(:mod:`echo2.broadcast.topology`). The chunk routes accept only the run's broadcast credential
+(:mod:`echo2.broadcast.topology`). With ``encoding: delta`` each version after the first is also
+published as a delta against the one before (:mod:`echo2.broadcast.delta`) in a second store,
+served under ``/v1/broadcast/delta``. The chunk routes accept only the run's broadcast credential
 (:func:`echo2.guard.broadcast_credential`), never the run token itself.
 """
 
 from __future__ import annotations
 
+import time
+
 import torch
 from fastapi import FastAPI
 
 from echo2.broadcast.chunk_store import ChunkStore
-from echo2.broadcast.payload import PayloadKind, serialize_parameters
-from echo2.broadcast.relay import add_broadcast_routes
+from echo2.broadcast.delta import delta_base, encode_delta
+from echo2.broadcast.payload import PAYLOAD_DTYPES, PayloadKind, serialize_parameters
+from echo2.broadcast.relay import DELTA_PREFIX, add_broadcast_routes
 from echo2.broadcast.throttle import Throttle
 from echo2.broadcast.topology import Node, Plan, plan_tree, star_plan
 from echo2.config import BroadcastConfig
 from echo2.guard import broadcast_credential
+from echo2.protocol import VersionInfo
 from echo2.units import MIB, mbps_to_bytes_per_s
 
 
@@ -31,23 +37,45 @@ class Publisher:
         self.config, self.kind = config, kind
         self.token = broadcast_credential(token) if token is not None else None
         self.store = ChunkStore(keep=keep_versions)
+        self.deltas = ChunkStore(keep=keep_versions) if config.encoding == "delta" else None
         self.throttle = Throttle(mbps_to_bytes_per_s(config.learner_upload_mbps))
+        self._previous: tuple[int, bytes] | None = None  # the last version's payload, the next delta's base
+        self.encode_s = 0.0
+        """Seconds the last delta took to make."""
 
     def mount(self, app: FastAPI) -> None:
-        """Serve this learner's chunks on the coordinator's app."""
+        """Serve this learner's chunks (and deltas) on the coordinator's app."""
         add_broadcast_routes(app, self.store, throttle=self.throttle, token=self.token)
+        if self.deltas is not None:
+            add_broadcast_routes(app, self.deltas, throttle=self.throttle, token=self.token, prefix=DELTA_PREFIX)
 
     def planner(self, nodes: list[Node]) -> Plan:
         if self.config.mode == "star":
             return star_plan(nodes)
         return plan_tree(nodes, fan_out=self.config.fan_out, learner_fan_out=self.config.learner_fan_out)
 
-    def publish(self, version: int, model: torch.nn.Module) -> tuple[str, int]:
-        """Serialise ``model`` as ``version`` and start serving it; returns (sha256, size in bytes)."""
+    def publish(self, version: int, model: torch.nn.Module) -> VersionInfo:
+        """Serialise ``model`` as ``version`` and start serving it (and its delta from the version
+        published just before, when deltas are on and the layout is the same); returns what the
+        coordinator announces of it."""
         payload = serialize_parameters(model, self.config.dtype, self.kind)
-        manifest = self.store.publish(version, payload, chunk_size=max(1, int(self.config.chunk_mib * MIB)),
-                                      kind=self.kind, dtype=self.config.dtype)
-        return manifest.sha256, manifest.total_bytes
+        chunk_size = max(1, int(self.config.chunk_mib * MIB))
+        manifest = self.store.publish(version, payload, chunk_size=chunk_size, kind=self.kind, dtype=self.config.dtype)
+        info = VersionInfo(version=version, sha256=manifest.sha256, size_bytes=manifest.total_bytes)
+        if self.deltas is not None:
+            previous, self._previous = self._previous, (version, payload)
+            if previous is not None and previous[0] == version - 1 and len(previous[1]) == len(payload):
+                started = time.perf_counter()
+                word = PAYLOAD_DTYPES[self.config.dtype].itemsize
+                delta = encode_delta(previous[1], payload, word)
+                delta_manifest = self.deltas.publish(version, delta, chunk_size=chunk_size, kind=self.kind,
+                                                     dtype=self.config.dtype, base_sha256=delta_base(delta))
+                self.encode_s = time.perf_counter() - started
+                info = info.model_copy(update={"delta_sha256": delta_manifest.sha256,
+                                               "delta_bytes": delta_manifest.total_bytes})
+        return info
 
     def close(self) -> None:
         self.store.close()
+        if self.deltas is not None:
+            self.deltas.close()

@@ -42,6 +42,8 @@ from echo2.protocol import AUTH_HEADER
 from echo2.serving import BackgroundServer
 
 PREFIX = "/v1/broadcast"
+#: Where a node serves delta versions (:mod:`echo2.broadcast.delta`): the same routes, its delta store.
+DELTA_PREFIX = PREFIX + "/delta"
 HELD_HEADER = "X-Echo2-Held"
 #: Largest request body a relay accepts (its routes are GETs: none is needed).
 MAX_BODY_BYTES = 1024
@@ -55,8 +57,8 @@ def _expected(token: Token) -> str | None:
 
 
 def add_broadcast_routes(app: FastAPI, store: ChunkStore, *, throttle: Throttle | None = None,
-                         token: Token = None, max_wait_s: float = 30.0) -> None:
-    """Serve ``store`` under ``/v1/broadcast`` on ``app``; ``token``: the credential every request
+                         token: Token = None, max_wait_s: float = 30.0, prefix: str = PREFIX) -> None:
+    """Serve ``store`` under ``prefix`` (``/v1/broadcast``; deltas: :data:`DELTA_PREFIX`) on ``app``; ``token``: the credential every request
     must carry in the ``X-Echo2-Token`` header (the run's broadcast credential; a callable is
     asked at each request; None: no check)."""
     throttle = throttle or Throttle()
@@ -87,7 +89,7 @@ def add_broadcast_routes(app: FastAPI, store: ChunkStore, *, throttle: Throttle 
 
         return StreamingResponse(body(), media_type=media_type, headers={"content-length": str(len(data))})
 
-    @app.get(f"{PREFIX}/status")
+    @app.get(f"{prefix}/status")
     async def broadcast_status(x_echo2_token: str | None = Header(None, alias=AUTH_HEADER)) -> Response:
         if (refusal := denied(x_echo2_token)) is not None:
             return refusal
@@ -98,7 +100,7 @@ def add_broadcast_routes(app: FastAPI, store: ChunkStore, *, throttle: Throttle 
                 versions[str(version)] = {"held": store.held(version), "chunks": manifest.num_chunks}
         return JSONResponse({"versions": versions})
 
-    @app.get(PREFIX + "/{version}/manifest")
+    @app.get(prefix + "/{version}/manifest")
     async def broadcast_manifest(request: Request, version: int, wait_s: float = Query(0.0, ge=0),
                                  x_echo2_token: str | None = Header(None, alias=AUTH_HEADER)) -> Response:
         if (refusal := denied(x_echo2_token)) is not None:
@@ -114,7 +116,7 @@ def add_broadcast_routes(app: FastAPI, store: ChunkStore, *, throttle: Throttle 
             return refuse(404, f"v{version} is not held here (waited {wait_s:g}s)", "unknown", version)
         return await send(request, manifest.model_dump_json().encode(), "application/json")
 
-    @app.get(PREFIX + "/{version}/chunks/{index}")
+    @app.get(prefix + "/{version}/chunks/{index}")
     async def broadcast_chunk(request: Request, version: int, index: int, wait_s: float = Query(0.0, ge=0),
                               x_echo2_token: str | None = Header(None, alias=AUTH_HEADER)) -> Response:
         if (refusal := denied(x_echo2_token)) is not None:
@@ -142,11 +144,16 @@ class RelayServer(BackgroundServer):
     def __init__(self, store: ChunkStore, host: str = "127.0.0.1", port: int = 0, *,
                  throttle: Throttle | None = None, token: Token = None, max_wait_s: float = 30.0,
                  advertise_host: str | None = None, certfile: str | None = None,
-                 keyfile: str | None = None) -> None:
+                 keyfile: str | None = None, deltas: ChunkStore | None = None) -> None:
+        """``deltas``: the node's store of delta versions, served under :data:`DELTA_PREFIX`
+        through the same upload cap (a run with ``broadcast.encoding: delta``)."""
         self.store = store
         self.throttle = throttle or Throttle()
         self.app = FastAPI(title="echo2 relay", version="1", docs_url=None, redoc_url=None, openapi_url=None)
         add_broadcast_routes(self.app, store, throttle=self.throttle, token=token, max_wait_s=max_wait_s)
+        if deltas is not None:
+            add_broadcast_routes(self.app, deltas, throttle=self.throttle, token=token, max_wait_s=max_wait_s,
+                                 prefix=DELTA_PREFIX)
 
         def authorize(path: str, credential: str | None, client_host: str) -> Refusal | None:  # noqa: ARG001
             expected = _expected(token)

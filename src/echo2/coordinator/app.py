@@ -5,17 +5,22 @@ that every later call presents (same header), so a worker can only act on its ow
 the run's broadcast credential, the only one the chunk routes (``/v1/broadcast``, mounted here
 by the publisher) accept. :class:`echo2.guard.Guard` checks the credential before a byte of the
 body is read (401 at once), caps the body while it streams (413) and gives it a deadline (408);
-registrations are rate-limited per client address (429, :mod:`echo2.ratelimit`); only
-``/v1/health`` and the API's schema are open. Bodies are then validated against :mod:`echo2.protocol` before they reach
+registrations are rate-limited per client address (429, :mod:`echo2.ratelimit`); the live
+dashboard's data (``/v1/dashboard``) takes the run's read-only viewer credential or the run token
+(:mod:`echo2.coordinator.dashboard`); only ``/v1/health``, the API's schema and the dashboard's
+page (which holds no data) are open. Bodies are then validated against :mod:`echo2.protocol` before they reach
 the state; a refusal is a 4xx whose JSON ``detail`` says why.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from echo2.coordinator import dashboard
 from echo2.coordinator.records import Rejected
 from echo2.coordinator.state import CoordinatorState
 from echo2.guard import Guard, Refusal, unauthorized
@@ -37,15 +42,18 @@ from echo2.protocol import (
 
 #: Largest request body accepted (a submit of a few hundred groups is well under this).
 MAX_BODY_BYTES = 16 * 1024 * 1024
-#: Routes anyone may call: liveness, and the API's schema (what the fuzz tests read).
-OPEN_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+#: Routes anyone may call: liveness, the API's schema (what the fuzz tests read), the dashboard's page.
+OPEN_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
+                        dashboard.PAGE_PATH})
 
 
 def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_only: bool = False,
-               registrations: RateLimiter | None = None, body_timeout_s: float = 60.0) -> FastAPI:
+               registrations: RateLimiter | None = None, body_timeout_s: float = 60.0,
+               run_dir: Path | None = None) -> FastAPI:
     """The coordinator's routes on ``state``. ``https_relays_only`` (a run served over TLS): a
     worker registering a plain-HTTP relay is refused, so no chunk request of the run goes in clear.
-    ``registrations``: the per-address limit on registrations (none when not given)."""
+    ``registrations``: the per-address limit on registrations (none when not given). ``run_dir``:
+    where the learner writes its metrics, which the dashboard shows beside the coordinator's books."""
     app = FastAPI(title="echo2 coordinator", version="1")
     registry = state.registry
 
@@ -59,12 +67,16 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
             wait_s = registrations.take(client_host) if registrations is not None else None
             return None if wait_s is None else Refusal(
                 429, f"too many registrations from {client_host}; retry in {wait_s:.0f}s", "rate_limited", wait_s)
+        if path == dashboard.DATA_PATH:
+            admitted = registry.admits_viewer(credential) or registry.admits(credential)
+            return None if admitted else unauthorized("viewer credential (the dashboard link's #token) or run token")
         if path.startswith("/v1/broadcast/"):
             return None if registry.admits_broadcast(credential) else unauthorized("broadcast credential")
         if registry.knows(credential) is None:
             return Refusal(401, "unknown or missing session credential; register first", "unauthorized")
         return None
 
+    dashboard.mount(app, state, run_dir)
     app.add_middleware(Guard, authorize=authorize, max_body_bytes=MAX_BODY_BYTES, body_timeout_s=body_timeout_s)
 
     @app.exception_handler(Rejected)

@@ -67,10 +67,14 @@ class Fleet:
             log.info("activation (%s): %s; need %s rollouts/s, active fleet %.0f", reason, "; ".join(changes),
                      "all" if math.isinf(need) else f"{need:.0f}", have)
 
+    def spent(self) -> tuple[float, dict[str, float]]:
+        """Active worker-hours and dollars per worker class so far."""
+        by_class = self.billing.by_class(self._now())
+        return sum(self.billing.seconds.values()) / 3600, by_class
+
     def costs(self, learner_price_per_hour: float, wall_s: float) -> dict[str, float]:
         """Dollars so far; the centralized counterfactual is the learner's premium hardware doing the
         rollout hours too, at its own price."""
-        by_class = self.billing.by_class(self._now())
-        worker_hours = sum(self.billing.seconds.values()) / 3600
+        worker_hours, by_class = self.spent()
         learner = learner_price_per_hour * wall_s / 3600
         return cost_summary(by_class, learner, learner + learner_price_per_hour * worker_hours)

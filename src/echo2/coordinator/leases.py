@@ -111,6 +111,7 @@ class LeaseBook:
 
     def _refused(self, record: WorkerRecord, refusal: Rejected) -> Rejected:
         record.rejected += 1
+        record.last_error = f"{refusal.code}: {refusal.reason}"
         self.rejected[refusal.code] += 1
         return refusal
 

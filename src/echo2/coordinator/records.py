@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from echo2.tasks import Example
 
 if TYPE_CHECKING:
-    from echo2.protocol import SubmitRequest
+    from echo2.protocol import SubmitRequest, TimelineEvent
 
 
 class Rejected(Exception):
@@ -37,6 +37,8 @@ class WorkerRecord:
     generate_seconds: float = 0.0
     rejected: int = 0
     fetches: int = 0
+    delta_fetches: int = 0
+    """Fetches that rebuilt the version from its delta (``broadcast.encoding: delta``)."""
     last_fetch_seconds: float = 0.0
     relay_url: str | None = None
     upload_bytes_per_s: float | None = None
@@ -51,6 +53,15 @@ class WorkerRecord:
     """Deregistered itself (preemption, SIGTERM)."""
     throughput: float | None = None
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
+    last_error: str = ""
+    """Why its latest refused request was refused (code: reason), for the dashboard."""
+
+    def fetched(self, event: TimelineEvent) -> None:
+        """A weight fetch it finished: counts, latency, and the version it now holds."""
+        self.fetches += 1
+        self.delta_fetches += event.delta
+        self.last_fetch_seconds = event.end - event.start
+        self.loaded_version = max(self.loaded_version, event.version)
 
     def count(self, request: SubmitRequest) -> None:
         """Add an accepted submission to this worker's totals."""

@@ -16,7 +16,7 @@ import time
 
 from echo2.coordinator.records import Rejected, WorkerRecord
 from echo2.exchange import WorkerStats
-from echo2.guard import broadcast_credential, same_secret
+from echo2.guard import broadcast_credential, same_secret, viewer_credential
 
 log = logging.getLogger("echo2")
 
@@ -26,6 +26,8 @@ class WorkerRegistry:
         self._run_token = run_token
         self.broadcast_token = broadcast_credential(run_token)
         """What peers present to relays and to the learner's chunk server (chunks only)."""
+        self.viewer_token = viewer_credential(run_token)
+        """What the live dashboard presents (its data only)."""
         self.workers: dict[str, WorkerRecord] = {}
 
     def add(self, name: str, relay_url: str | None, upload_bytes_per_s: float | None, price_per_hour: float,
@@ -47,6 +49,10 @@ class WorkerRegistry:
     def admits_broadcast(self, credential: str | None) -> bool:
         """Is ``credential`` the run's broadcast credential? (Constant time.)"""
         return same_secret(credential, self.broadcast_token)
+
+    def admits_viewer(self, credential: str | None) -> bool:
+        """Is ``credential`` the run's viewer credential? (Constant time.)"""
+        return same_secret(credential, self.viewer_token)
 
     def knows(self, session_token: str | None) -> WorkerRecord | None:
         """The worker ``session_token`` belongs to, dead or alive, or None (constant-time check)."""
@@ -80,4 +86,4 @@ class WorkerRegistry:
 
     def stats(self) -> list[WorkerStats]:
         return [WorkerStats(r.name, r.alive, r.active, r.throughput, r.samples, r.tokens, r.generate_seconds,
-                            r.fetches, r.last_fetch_seconds) for r in self.workers.values()]
+                            r.fetches, r.last_fetch_seconds, r.delta_fetches) for r in self.workers.values()]

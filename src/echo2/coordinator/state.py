@@ -126,9 +126,7 @@ class CoordinatorState:
     def _record_events(self, record: WorkerRecord, events: list[TimelineEvent]) -> None:
         for event in events:
             if event.kind == "fetch":
-                record.fetches += 1
-                record.last_fetch_seconds = event.end - event.start
-                record.loaded_version = max(record.loaded_version, event.version)
+                record.fetched(event)
                 self.versions.loaded(event.version, record.worker_id, event.end)
             self.on_event(record.name, event)
 
@@ -284,13 +282,14 @@ class CoordinatorState:
             self.trained.discard(group.example)
         self.counters["groups_trained"] -= len(groups)
 
-    def publish(self, version: int, sha256: str, size_bytes: int) -> None:
-        """Announce ``version`` (its chunks are already served) and plan who relays it to whom."""
+    def publish(self, info: VersionInfo) -> None:
+        """Announce ``info.version`` (its chunks, and its delta's if any, are already served) and
+        plan who relays it to whom."""
         with self.cond:
             live = [Node(r.worker_id, r.upload_bytes_per_s or 0.0, reachable=r.relay_url is not None)
                     for r in self.registry.live()]
-            self.versions.publish(version, sha256, size_bytes, live)
-            self.ledger.version = version
+            self.versions.publish(info, live)
+            self.ledger.version = info.version
             self.cond.notify_all()
 
     def version_info(self, record: WorkerRecord) -> VersionInfo:

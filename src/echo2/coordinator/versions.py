@@ -21,11 +21,12 @@ class VersionBook:
         self.plans: dict[int, Plan] = {}
         self._load_times: dict[int, dict[str, float]] = {}  # version -> worker id -> when it loaded
 
-    def publish(self, version: int, sha256: str, size_bytes: int, live: list[Node]) -> None:
-        """Record ``version`` and plan who relays it to whom among the ``live`` workers (one that
-        joins later fetches from the learner)."""
+    def publish(self, info: VersionInfo, live: list[Node]) -> None:
+        """Record ``info.version`` and plan who relays it to whom among the ``live`` workers (one
+        that joins later fetches from the learner). A version's delta travels the same plan."""
+        version = info.version
         self.plans[version] = self.planner(live)
-        self.published[version] = VersionInfo(version=version, sha256=sha256, size_bytes=size_bytes)
+        self.published[version] = info
         self.published_at[version] = time.time()
         if live:  # dissemination is measured from publish to the workers live at that moment
             self._load_times[version] = {}

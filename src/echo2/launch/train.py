@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import secrets
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from echo2.coordinator.records import Limits
 from echo2.coordinator.scoring import Scorer, task_scorer
 from echo2.coordinator.state import CoordinatorState
 from echo2.episodes import observation_ids
+from echo2.guard import viewer_credential
 from echo2.launch.local import LocalWorkers
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.learner.checkpoint import latest_resumable, load_resume_state
@@ -42,6 +44,7 @@ from echo2.rollout.options import WorkerOptions
 from echo2.tasks import Task, load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
+from echo2.telemetry.trackers import open_trackers
 from echo2.tls import certificate_fingerprint
 
 if TYPE_CHECKING:
@@ -53,6 +56,8 @@ log = logging.getLogger("echo2")
 COORDINATOR_FILE = "coordinator.json"
 #: The run token alone (owner-readable only), for ``echo2 worker --token-file``.
 TOKEN_FILE = "token"
+#: The live dashboard's link with its viewer credential (owner-readable only).
+DASHBOARD_FILE = "dashboard.url"
 
 
 @dataclass
@@ -120,6 +125,18 @@ def _write_private(path: Path, text: str) -> None:
     path.unlink(missing_ok=True)
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
         file.write(text)
+
+
+def announce_dashboard(run_dir: Path, url: str, run_token: str) -> None:
+    """Say where the live dashboard is. Its link carries the viewer credential, so it goes to an
+    owner-only file and to the terminal only: never to ``train.log``, nor to a console redirected
+    to a file others may read."""
+    link = f"{url}/dashboard#token={viewer_credential(run_token)}"
+    _write_private(run_dir / DASHBOARD_FILE, link + "\n")
+    log.info("live dashboard at %s/dashboard: open the link in %s (owner-only; it holds the viewer token)", url,
+             run_dir / DASHBOARD_FILE)
+    if sys.stderr.isatty():
+        print(f"live dashboard: {link}", file=sys.stderr, flush=True)
 
 
 def make_run_dir(config: Config) -> Path:
@@ -230,12 +247,13 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     resume = load_resume_state(checkpoint) if checkpoint else None
     version = resume["version"] if resume else 0
     metrics = MetricsWriter(run_dir, tensorboard=config.telemetry.tensorboard,
-                            resume_after=version if resume else None)
+                            resume_after=version if resume else None, trackers=open_trackers(config, run_dir))
     timeline = TimelineWriter(run_dir)
     port, token = _endpoint(config, run_dir, resuming=resume is not None)
     publisher = Publisher(config.broadcast, keep_versions=config.staleness + 2, token=token,
                           kind="lora" if config.learner.lora.enabled else "full")
-    redaction = redact_logs(token, publisher.token)  # the console and train.log never show a credential
+    # the console and train.log never show a credential
+    redaction = redact_logs(token, publisher.token, viewer_credential(token))
     state = CoordinatorState(
         run_spec(config, task.max_turns),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,
@@ -255,11 +273,11 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     )
     if resume:
         state.restore_snapshot(resume["coordinator"], task.train_examples(config.run.seed))
-    state.publish(version, *publisher.publish(version, model))
+    state.publish(publisher.publish(version, model))
     door = config.coordinator
     registrations = RateLimiter(max(door.registrations_burst, config.workers.count), door.registrations_per_minute)
     app = create_app(state, door.lease_wait_s, https_relays_only=door.tls_certfile is not None,
-                     registrations=registrations, body_timeout_s=door.body_timeout_s)
+                     registrations=registrations, body_timeout_s=door.body_timeout_s, run_dir=run_dir)
     publisher.mount(app)
     server = CoordinatorServer(app, door.host, port, certfile=door.tls_certfile, keyfile=door.tls_keyfile,
                                head_timeout_s=door.head_timeout_s)
@@ -272,6 +290,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
              "that file on other machines, or the token in $ECHO2_TOKEN)%s", server.url, run_dir / TOKEN_FILE,
              f" --pin-sha256 {certificate_fingerprint(door.tls_certfile)} (or --ca-file CA_BUNDLE)"
              if door.tls_certfile else "")
+    announce_dashboard(run_dir, server.url, token)
     workers = launch_workers(config, server.url, token, run_dir / "workers")
     workers.start()
     learner = build_learner(config, model, tokenizer, checkpoint, shard)

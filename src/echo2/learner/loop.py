@@ -163,6 +163,8 @@ class LearnerLoop:
                 values[f"worker/{record.name}/tokens_per_s"] = record.tokens / record.generate_seconds
             if record.fetches:
                 values[f"worker/{record.name}/fetch_latency_s"] = record.last_fetch_seconds
+            if record.delta_fetches:
+                values[f"worker/{record.name}/delta_fetches"] = record.delta_fetches
         return values
 
     def _resume_state(self, version: int, result: LoopResult) -> dict[str, Any]:
@@ -220,8 +222,8 @@ class LearnerLoop:
             train_start = time.time()
             record = self.learner.step(batch, version=step, echo_groups=filtered)
             version = step + 1
-            payload_sha256, payload_bytes = self.publisher.publish(version, self.learner.policy)
-            state.publish(version, payload_sha256, payload_bytes)
+            published = self.publisher.publish(version, self.learner.policy)
+            state.publish(published)
             self.verifier.published(version, self.learner.policy)
             train_end = time.time()
             self.timeline.interval("learner", "train", train_start, train_end, version)
@@ -241,7 +243,9 @@ class LearnerLoop:
                 startup_s=result.startup_seconds,
                 utilization=result.utilization,
                 samples_per_s=result.samples / max(elapsed, 1e-9),
-                broadcast_bytes=payload_bytes,
+                broadcast_bytes=published.size_bytes,
+                **({"delta_bytes": published.delta_bytes, "delta_encode_s": self.publisher.encode_s}
+                   if published.delta_bytes is not None else {}),
                 **sampling,
                 **self.verifier.pop_metrics(),
                 **self._dissemination(),

@@ -53,6 +53,37 @@ class RunData:
     def priced(self) -> bool:
         return any(r.get("cost_usd", 0) > 0 for r in self.steps)
 
+    def staleness_counts(self) -> dict[int, int]:
+        """Trained groups by staleness (versions behind the learner), summed over the steps."""
+        counts: dict[int, int] = {}
+        for record in self.steps:
+            for key, value in record.items():
+                if key.startswith("staleness_count_"):
+                    lag = int(key.rsplit("_", 1)[1])
+                    counts[lag] = counts.get(lag, 0) + value
+        return dict(sorted(counts.items()))
+
+    def busy_shares(self, bins: int) -> tuple[float, list[float]]:
+        """The learner's busy share of each of ``bins`` equal time bins from :attr:`origin` to its
+        last step or busy interval, and the bins' width in seconds (no bins: it was never busy)."""
+        busy = [(i["start"], i["end"]) for i in self.timeline if i["who"] == "learner"]
+        if not busy:
+            return 0.0, []
+        end = max([e for _, e in busy] + [r["time"] for r in self.steps])
+        width = max(end - self.origin, 1e-9) / bins
+        shares = [0.0] * bins
+        for start, stop in busy:
+            for index in range(int((start - self.origin) / width), min(bins, int((stop - self.origin) / width) + 1)):
+                low, high = self.origin + index * width, self.origin + (index + 1) * width
+                shares[index] += max(0.0, min(stop, high) - max(start, low)) / width
+        return width, shares
+
+    @property
+    def disseminated(self) -> list[dict]:
+        """The timeline's ``disseminate`` intervals: a version's publish (start) until the last
+        live worker held it (end)."""
+        return [i for i in self.timeline if i["kind"] == "disseminate"]
+
     def cost_at(self, time: float) -> float:
         """Dollars spent by ``time`` (the last step record at or before it)."""
         cost = 0.0

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -92,21 +90,15 @@ def progress(run: RunData) -> Figure | None:
 def utilization(run: RunData) -> Figure | None:
     """Share of each time bin the learner computed (from its busy intervals), and the run's
     cumulative utilization (busy / (busy + idle), as the learner reports it)."""
-    busy = [(i["start"], i["end"]) for i in run.timeline if i["who"] == "learner"]
+    width, shares = run.busy_shares(UTILIZATION_BINS)
     steps = run.steps
-    if not busy and not steps:
+    if not shares and not steps:
         return None
     fig, (ax,) = _axes(1, 1, height=3.2)
     fig.set_size_inches(10.4, 3.2)
-    end = max([e for _, e in busy] + [r["time"] for r in steps])
+    end = max([run.origin + width * len(shares)] + [r["time"] for r in steps])
     unit, label = _time_unit(end - run.origin)
-    if busy:
-        width = (end - run.origin) / UTILIZATION_BINS
-        shares = [0.0] * UTILIZATION_BINS
-        for start, stop in busy:
-            for index in range(int((start - run.origin) / width), min(UTILIZATION_BINS, int((stop - run.origin) / width) + 1)):
-                low, high = run.origin + index * width, run.origin + (index + 1) * width
-                shares[index] += max(0.0, min(stop, high) - max(start, low)) / width
+    if shares:
         ax.bar([(index + 0.5) * width / unit for index in range(UTILIZATION_BINS)], shares, width=width / unit * 0.95,
                color="tab:blue", alpha=0.45, label="learner busy share per bin")
     if steps:
@@ -123,11 +115,7 @@ def utilization(run: RunData) -> Figure | None:
 
 def staleness(run: RunData) -> Figure | None:
     """Groups trained by version lag (step - version of the policy that generated them)."""
-    counts: Counter[int] = Counter()
-    for record in run.steps:
-        for key, value in record.items():
-            if key.startswith("staleness_count_"):
-                counts[int(key.rsplit("_", 1)[1])] += value
+    counts = run.staleness_counts()
     if not counts:
         return None
     fig, (ax,) = _axes(1, 1)
@@ -144,7 +132,7 @@ def staleness(run: RunData) -> Figure | None:
 
 def dissemination(run: RunData) -> Figure | None:
     """Publish -> last worker holding the version, per version, and its distribution."""
-    spans = [(i["version"], i["end"] - i["start"]) for i in run.timeline if i["kind"] == "disseminate"]
+    spans = [(i["version"], i["end"] - i["start"]) for i in run.disseminated]
     if not spans:
         spans = [(r["version"], r["dissemination_max_s"]) for r in run.steps if "dissemination_max_s" in r]
     if not spans:

@@ -74,10 +74,8 @@ def headline(run: RunData) -> list[tuple[str, object]]:
         ("wall time after the first batch (s)", last["learner_busy_s"] + last["learner_idle_s"]),
         ("learner utilization", last["utilization"]),
     ]
-    lags = [int(k.rsplit("_", 1)[1]) * v for r in steps for k, v in r.items() if k.startswith("staleness_count_")]
-    trained = sum(v for r in steps for k, v in r.items() if k.startswith("staleness_count_"))
-    if trained:
-        rows.append(("mean staleness (versions)", sum(lags) / trained))
+    if staleness := run.staleness_counts():
+        rows.append(("mean staleness (versions)", sum(lag * n for lag, n in staleness.items()) / sum(staleness.values())))
     spans = [r["dissemination_max_s"] for r in steps if "dissemination_max_s" in r]
     if spans:
         rows.append(("mean dissemination latency (s)", sum(spans) / len(spans)))

@@ -32,6 +32,7 @@ import httpx
 import torch
 
 from echo2.broadcast.chunk_store import ChunkStore
+from echo2.broadcast.delta_fetch import fetch_by_delta
 from echo2.broadcast.downloader import BroadcastError, fetch_version
 from echo2.broadcast.payload import CorruptPayload
 from echo2.broadcast.relay import RelayServer
@@ -91,6 +92,7 @@ class RolloutWorker:
         self.price_per_hour, self.worker_class, self.throughput_factor = price_per_hour, worker_class, throughput_factor
         self.device = device
         self.store = ChunkStore(keep=2)
+        self.deltas = ChunkStore(keep=2)  # delta versions (broadcast.encoding: delta), relayed like the rest
         self.relay: RelayServer | None = None
         self.http = httpx.Client(limits=httpx.Limits(max_connections=8), verify=verify)  # every chunk fetch
         self.name = name or f"{socket.gethostname()}-{id(self) % 10000}"
@@ -117,7 +119,7 @@ class RolloutWorker:
                                      token=lambda: self.client.broadcast_token,
                                      throttle=Throttle(options.upload_bytes_per_s, latency_s=options.latency_s),
                                      advertise_host=options.advertise_host, certfile=options.certfile,
-                                     keyfile=options.keyfile).start()
+                                     keyfile=options.keyfile, deltas=self.deltas).start()
         registration = self.client.register(self._registration())
         spec = registration.spec
         log.info("registered with %s as %s (protocol %s, S=%d)", self.client.url, registration.worker_id,
@@ -148,15 +150,16 @@ class RolloutWorker:
         self._epoch += 1
         with self._staged_ready:
             self._staged = None
-        for version in self.store.versions():
-            self.store.drop(version)
+        for store in (self.store, self.deltas):
+            for version in store.versions():
+                store.drop(version)
         self.version, self.latest_version = -1, 0
         log.info("registered again with %s as %s", self.client.url, registration.worker_id)
         self._fetch_newest_blocking()
 
-    def _record(self, kind: str, start: float, end: float, version: int) -> None:
+    def _record(self, kind: str, start: float, end: float, version: int, delta: bool = False) -> None:
         with self._events_lock:
-            self._events.append(TimelineEvent(kind=kind, start=start, end=end, version=version))
+            self._events.append(TimelineEvent(kind=kind, start=start, end=end, version=version, delta=delta))
 
     def _drain_events(self) -> list[TimelineEvent]:
         with self._events_lock:
@@ -175,17 +178,20 @@ class RolloutWorker:
             return None
         started = time.time()
         sources = [self.client.url if source == LEARNER_SOURCE else source for source in info.sources]
-        result = fetch_version(info.version, sources, self.store, token=self.client.broadcast_token,
-                               timeout_s=self.spec.broadcast_timeout_s, stall_s=self.spec.broadcast_stall_s,
-                               expected_sha256=info.sha256, client=self.http)
+        options = {"token": self.client.broadcast_token, "timeout_s": self.spec.broadcast_timeout_s,
+                   "stall_s": self.spec.broadcast_stall_s, "client": self.http}
+        payload = fetch_by_delta(info, sources, self.store, self.deltas, **options)
+        by_delta = payload is not None
+        if payload is None:
+            payload = fetch_version(info.version, sources, self.store, expected_sha256=info.sha256, **options).payload
         if self.spec.fetch_delay_s:
             time.sleep(self.spec.fetch_delay_s)
-        self._record("fetch", started, time.time(), info.version)
-        assert result.payload is not None
-        expected = "lora" if self.spec.adapter else "full"
-        if result.manifest.kind != expected:
-            raise CorruptPayload(f"v{info.version} is a {result.manifest.kind!r} payload; this run sends {expected!r}")
-        return info.version, result.payload, info.sha256
+        self._record("fetch", started, time.time(), info.version, delta=by_delta)
+        assert payload is not None
+        manifest, expected = self.store.manifest(info.version), "lora" if self.spec.adapter else "full"
+        if manifest is None or manifest.kind != expected:
+            raise CorruptPayload(f"v{info.version} is not a {expected!r} payload, which this run sends")
+        return info.version, payload, info.sha256
 
     def _fetch_newest_blocking(self) -> None:
         fetched = self._fetch_newest(self.version)
@@ -345,6 +351,7 @@ class RolloutWorker:
             if self.relay is not None:
                 self.relay.stop()
             self.store.close()
+            self.deltas.close()
             self.http.close()
         log.info("worker %s done at version %d", self.name, self.version)
 

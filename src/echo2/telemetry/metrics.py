@@ -1,20 +1,27 @@
-"""Metric sinks: JSONL always (the run's source of truth), TensorBoard optionally."""
+"""Metric sinks: JSONL always (the run's source of truth); TensorBoard and experiment trackers
+(:mod:`echo2.telemetry.trackers`) optionally."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from echo2.telemetry.trackers import Tracker
+
 
 class MetricsWriter:
-    """Append one JSON object per record to ``metrics.jsonl``; mirror numbers to TensorBoard."""
+    """Append one JSON object per record to ``metrics.jsonl``; mirror its numbers to TensorBoard
+    and to the ``trackers``, which :meth:`close` finishes."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_after: int | None = None) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_after: int | None = None,
+                 trackers: Sequence[Tracker] = ()) -> None:
         """``resume_after``: a resumed run keeps only the records up to that step (the ones after
         it belong to the steps the crash lost, which the resumed run redoes)."""
         self.path = run_dir / "metrics.jsonl"
@@ -29,18 +36,23 @@ class MetricsWriter:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+        self._trackers = list(trackers)
 
     def log(self, step: int, values: dict[str, Any]) -> None:
         record = {"step": step, "time": time.time(), **values}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+        numbers = scalars(values)
         if self._tb is not None:
-            for key, value in values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self._tb.add_scalar(key, value, step)
+            for key, value in numbers.items():
+                self._tb.add_scalar(key, value, step)
+        if numbers:
+            for tracker in self._trackers:
+                tracker.log(numbers, step=step)
 
     def histogram(self, name: str, values: list[float], step: int) -> None:
-        """A distribution (e.g. the staleness of a batch) for TensorBoard's histogram view."""
+        """A distribution (e.g. the staleness of a batch) for TensorBoard's histogram view (only
+        TensorBoard's: the trackers get scalars)."""
         if self._tb is not None and values:
             self._tb.add_histogram(name, np.asarray(values, dtype=np.float32), step)
 
@@ -48,6 +60,13 @@ class MetricsWriter:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        for tracker in self._trackers:
+            tracker.finish()
+
+
+def scalars(values: dict[str, Any]) -> dict[str, int | float]:
+    """The plain numbers of ``values`` (flags are not: ``True`` is an ``int`` to Python)."""
+    return {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 class TimelineWriter:

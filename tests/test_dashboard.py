@@ -1,0 +1,212 @@
+"""The live dashboard: its data route opens to the viewer credential and the run token only, shows
+the coordinator's books and the learner's files without a credential in them, and its page,
+served open and self-contained, follows a real run in headless Chromium (over TLS too)."""
+
+import json
+import logging
+import re
+import ssl
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import make_state, publish
+from fastapi.testclient import TestClient
+from test_report import real_run_dir
+from test_wire_security import self_signed
+
+from echo2.config import load_config
+from echo2.coordinator.app import create_app
+from echo2.coordinator.records import Rejected
+from echo2.coordinator.server import CoordinatorServer
+from echo2.guard import broadcast_credential, viewer_credential
+from echo2.launch.train import DASHBOARD_FILE, announce_dashboard, attach_log_file
+from echo2.protocol import AUTH_HEADER, Completion, GroupResult, SubmitRequest
+from echo2.redact import redact_logs, remove_redaction
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+from dashboard_screenshot import browse, dashboard_data, dashboard_link, start_run, wait_until  # noqa: E402
+
+RUN_TOKEN = "t"  # make_state's
+VIEWER = viewer_credential(RUN_TOKEN)
+CHROMIUM = Path("/usr/bin/chromium")
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="headless Chromium is not installed")
+
+
+def as_viewer(credential: str | None = VIEWER) -> dict[str, str]:
+    return {AUTH_HEADER: credential} if credential is not None else {}
+
+
+# ---------------------------------------------------------------------- credentials
+def test_the_viewer_token_and_the_run_token_read_the_dashboard_and_nothing_else():
+    state = make_state(staleness=1)
+    worker = state.register("w", price_per_hour=0.5)
+    client = TestClient(create_app(state, lease_wait_s=0))
+    assert VIEWER not in (RUN_TOKEN, broadcast_credential(RUN_TOKEN))
+    for credential in (VIEWER, RUN_TOKEN):
+        assert client.get("/v1/dashboard", headers=as_viewer(credential)).status_code == 200
+    for credential in (None, "wrong", VIEWER[:-1], worker.session_token, broadcast_credential(RUN_TOKEN)):
+        refused = client.get("/v1/dashboard", headers=as_viewer(credential))
+        assert refused.status_code == 401 and refused.json()["code"] == "unauthorized", credential
+    # the viewer credential is worth nothing anywhere else
+    for method, path in (("post", "/v1/register"), ("post", "/v1/heartbeat"), ("post", "/v1/lease"),
+                         ("post", "/v1/submit"), ("post", "/v1/deregister"), ("get", "/v1/version"),
+                         ("get", "/v1/broadcast/0/manifest")):
+        assert getattr(client, method)(path, headers=as_viewer()).status_code == 401, path
+    text = client.get("/v1/dashboard", headers=as_viewer()).text
+    for secret in (RUN_TOKEN * 2, worker.session_token, worker.session_token.partition(".")[2],
+                   broadcast_credential(RUN_TOKEN), VIEWER):
+        assert secret not in text
+
+
+def test_workers_are_shown_with_their_state_version_price_and_last_error():
+    state = make_state(staleness=1)
+    names = ["fresh", "behind", "parked", "quarantined", "gone", "refused"]
+    workers = {name: state.register(name, price_per_hour=0.25 * i) for i, name in enumerate(names)}
+    for version in (1, 2, 3):
+        publish(state, version)
+    for name, record in workers.items():
+        state.heartbeat(record, 1 if name == "behind" else 3, [])
+    state.quarantine(workers["quarantined"].worker_id, "audit failed")
+    state.deregister(workers["gone"])
+    with pytest.raises(Rejected):
+        completions = [Completion(token_ids=[3, 1], logprobs=[-0.1, -0.1])] * 2
+        state.submit(workers["refused"], SubmitRequest(lease_id="no-such-lease", version=3, generate_seconds=0.1,
+                                                       groups=[GroupResult(slot=0, completions=completions)]))
+    with state.cond:  # as cost-aware activation parks a worker
+        workers["parked"].active = False
+    data = TestClient(create_app(state, lease_wait_s=0)).get("/v1/dashboard", headers=as_viewer()).json()
+    rows = {row["name"]: row for row in data["workers"]}
+    assert {name: rows[name]["state"] for name in names} == {
+        "fresh": "active", "behind": "stale", "parked": "parked", "quarantined": "quarantined", "gone": "left",
+        "refused": "active"}
+    assert rows["behind"]["version"] == 1 and rows["fresh"]["version"] == 3 and data["version"] == 3
+    assert rows["parked"]["price_per_hour"] == 0.5
+    assert rows["refused"]["last_error"].startswith("unknown_lease: ") and rows["refused"]["rejected"] == 1
+    assert [v["version"] for v in data["versions"]] == [1, 2, 3]  # the newest S + 2 the coordinator tracks
+    assert all(v["live"] == 5 and v["spread_s"] is None for v in data["versions"])  # quarantined is still live
+    assert data["costs"]["workers_usd"] > 0 and data["costs"]["worker_hours"] > 0
+
+
+def test_the_learner_side_comes_from_the_run_directory_as_it_grows(tmp_path):
+    run_dir = real_run_dir(tmp_path / "run", steps=12)
+    client = TestClient(create_app(make_state(staleness=1), lease_wait_s=0, run_dir=run_dir))
+    data = client.get("/v1/dashboard", headers=as_viewer()).json()
+    assert data["run"] == "run" and len(data["reward"]) == 12 and data["reward"][-1] == [12, pytest.approx(0.32)]
+    assert [step for step, _ in data["accuracy"]] == [0, 4, 8, 12]
+    assert data["staleness"] == [[0, 120], [1, 648]]
+    assert data["utilization"] == pytest.approx(0.7) and len(data["utilization_bins"]) == 60
+    spread = {v["version"]: v["spread_s"] for v in data["versions"]}
+    assert spread[12] == pytest.approx(0.2) and data["costs"]["learner_usd"] == pytest.approx(0.024)
+    # the learner appends a step, the second half of a line still unwritten: read once it is whole
+    record = json.dumps({"step": 13, "time": 1_800_000_013.0, "version": 13, "reward_mean": 0.9,
+                         "learner_busy_s": 9.1, "learner_idle_s": 3.9, "utilization": 0.7})
+    with (run_dir / "metrics.jsonl").open("a") as metrics:
+        metrics.write(record[:20])
+        metrics.flush()
+        assert len(client.get("/v1/dashboard", headers=as_viewer()).json()["reward"]) == 12
+        metrics.write(record[20:] + "\n")
+    assert client.get("/v1/dashboard", headers=as_viewer()).json()["reward"][-1] == [13, 0.9]
+
+
+# ---------------------------------------------------------------------- the page
+def test_the_page_is_open_self_contained_and_asks_relative_urls_only():
+    client = TestClient(create_app(make_state(staleness=1), lease_wait_s=0))
+    reply = client.get("/dashboard")  # no credential: the page holds no data
+    assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/html")
+    assert "connect-src 'self'" in reply.headers["content-security-policy"]
+    page = reply.text
+    assert "://" not in page  # no absolute URL of any scheme
+    assert not re.search(r"\b(src|href)\s*=|url\(|@import|<link\b|<iframe\b", page)  # no asset of any origin
+    assert re.findall(r"fetch\(([^,)]+)", page) == ['"v1/dashboard"']  # resolved against the page: http or https
+    assert f'"{AUTH_HEADER}"' in page and "location.hash" in page and VIEWER not in page
+    assert "/dashboard" not in client.get("/openapi.json").json()["paths"]  # the open page is no API route
+
+
+def test_the_link_goes_to_an_owner_only_file_and_the_terminal_never_to_train_log(tmp_path, monkeypatch, capsys):
+    secret = "c0ffee0123456789abcdef42f00dfeed"
+    log_file = attach_log_file(tmp_path)  # as run_training does
+    redaction = redact_logs(secret, viewer_credential(secret))
+    try:
+        monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+        announce_dashboard(tmp_path, "https://127.0.0.1:8443", secret)
+        logging.getLogger("echo2").warning("a careless line with %s", viewer_credential(secret))
+    finally:
+        remove_redaction(redaction)
+        logging.getLogger().removeHandler(log_file)
+        log_file.close()
+    link = f"https://127.0.0.1:8443/dashboard#token={viewer_credential(secret)}"
+    assert (tmp_path / DASHBOARD_FILE).read_text() == link + "\n"
+    assert (tmp_path / DASHBOARD_FILE).stat().st_mode & 0o077 == 0
+    assert link in capsys.readouterr().err
+    logged = (tmp_path / "train.log").read_text()
+    assert str(tmp_path / DASHBOARD_FILE) in logged and viewer_credential(secret) not in logged
+
+
+# ---------------------------------------------------------------------- in a browser
+@pytest.fixture()
+def tls_coordinator(tmp_path):
+    cert, key = self_signed(tmp_path)
+    state = make_state(staleness=1)
+    for name in ("gpu-a", "gpu-b"):
+        state.register(name, price_per_hour=1.0)
+    server = CoordinatorServer(create_app(state, lease_wait_s=0), "127.0.0.1", 0, certfile=cert, keyfile=key)
+    server.start(10)
+    yield server, cert
+    server.stop()
+
+
+def test_the_dashboard_is_served_over_tls(tls_coordinator):
+    server, cert = tls_coordinator
+    link = f"{server.url}/dashboard#token={VIEWER}"
+    assert link.startswith("https://")
+    trusted = ssl.create_default_context(cafile=cert)
+    assert httpx.get(f"{server.url}/dashboard", verify=trusted).status_code == 200
+    assert {w["name"] for w in dashboard_data(link, verify=trusted)["workers"]} == {"gpu-a", "gpu-b"}
+
+
+@needs_chromium
+def test_chromium_renders_the_dashboard_over_tls(tls_coordinator):
+    server, _ = tls_coordinator
+    dom = browse(f"{server.url}/dashboard#token={VIEWER}", "--ignore-certificate-errors", "--dump-dom")
+    assert 'data-worker="gpu-a"' in dom and 'data-worker="gpu-b"' in dom and "live, updated" in dom
+    assert VIEWER not in dom  # nothing on the page shows the credential
+
+
+def shown_step(dom: str) -> int:
+    return int(re.search(r'<span id="step">(\d+)</span>', dom).group(1))
+
+
+@needs_chromium
+def test_the_dashboard_follows_a_real_run_in_headless_chromium(tmp_path):
+    config = load_config(overrides=[
+        f"run.dir={tmp_path}", "run.name=run", "run.steps=40", "learner.groups_per_step=8", "eval.every=10",
+        "eval.size=50", "telemetry.progress=false", "telemetry.tensorboard=false", "checkpoint.every=0"])
+    thread, done, outcome = start_run(config)
+    try:
+        link = dashboard_link(tmp_path / "run", done)
+        assert link is not None, outcome
+        wait_until(link, lambda data: data["version"] >= 3 and len(data["workers"]) == 2, done)
+        first = browse(link, "--dump-dom")
+        wait_until(link, lambda data: data["version"] >= shown_step(first) + 3, done)
+        second = browse(link, "--dump-dom")
+        data = dashboard_data(link)
+    finally:
+        thread.join(900)
+    assert "summary" in outcome, outcome
+    for dom in (first, second):
+        assert 'data-worker="local-0"' in dom and 'data-worker="local-1"' in dom
+        assert "<svg" in dom and "live, updated" in dom
+    assert 3 <= shown_step(first) < shown_step(second) <= 40
+    charts = [re.search(r'<div id="quality">(.*?)</div>', dom).group(1) for dom in (first, second)]
+    assert charts[0] != charts[1] and "<path" in charts[1]  # the reward curve grew
+    assert re.search(r'<span id="steps-total"> / 40</span>', second)
+    util = [re.search(r'<div class="v" id="util">([^<]+)</div>', dom).group(1) for dom in (first, second)]
+    assert all(u.endswith("%") for u in util)
+    run_dir = tmp_path / "run"
+    token = json.loads((run_dir / "coordinator.json").read_text())["token"]
+    for seen in (first, second, json.dumps(data)):
+        assert token not in seen and viewer_credential(token) not in seen
+    assert viewer_credential(token) not in (run_dir / "train.log").read_text()
+    assert (run_dir / DASHBOARD_FILE).stat().st_mode & 0o077 == 0

@@ -1,0 +1,153 @@
+"""Delta versions: XOR + byte shuffle + zstd reproduces the new payload bit for bit, or says why not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from echo2.broadcast.delta import DeltaMismatch, _shuffle, _unshuffle, apply_delta, delta_base, encode_delta
+from echo2.broadcast.integrity import CorruptPayload, sha256
+
+
+def versions(n: int = 100_003, seed: int = 0) -> tuple[bytes, bytes]:
+    """Two float32 'versions' a small update apart (and a length that fills no whole word)."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal(n // 4).astype(np.float32)
+    new = base + (rng.standard_normal(base.shape) * 1e-5).astype(np.float32)
+    return base.tobytes() + b"tai", new.tobytes() + b"taj"
+
+
+@pytest.mark.parametrize("word", [1, 2, 4, 8])
+def test_shuffle_is_undone_exactly_whatever_the_length(word):
+    data = np.arange(37, dtype=np.uint8)
+    assert np.array_equal(_unshuffle(_shuffle(data, word), word), data)
+
+
+def test_a_delta_rebuilds_the_new_version_bit_for_bit_and_is_smaller():
+    base, new = versions()
+    delta = encode_delta(base, new, word=4)
+    assert apply_delta(base, delta) == new
+    assert delta_base(delta) == sha256(base)
+    assert len(delta) < 0.8 * len(new)
+    assert len(encode_delta(base, base, word=4)) < 1000  # nothing changed: almost nothing sent
+
+
+def test_a_delta_refuses_the_wrong_base_a_corrupt_body_and_another_layout():
+    base, new = versions()
+    delta = encode_delta(base, new, word=4)
+    other, _ = versions(seed=1)
+    with pytest.raises(DeltaMismatch):
+        apply_delta(other, delta)
+    broken = bytearray(delta)
+    broken[-10] ^= 0xFF
+    with pytest.raises(CorruptPayload):
+        apply_delta(base, bytes(broken))
+    with pytest.raises(DeltaMismatch):
+        encode_delta(base, new[:-4], word=4)
+    with pytest.raises(CorruptPayload, match="magic"):
+        apply_delta(base, b"not a delta at all, really not")
+
+
+# ---------------------------------------------------------------- delta versions through relays
+import torch  # noqa: E402
+
+from echo2.broadcast.chunk_store import ChunkStore  # noqa: E402
+from echo2.broadcast.delta_fetch import fetch_by_delta  # noqa: E402
+from echo2.broadcast.downloader import fetch_version  # noqa: E402
+from echo2.broadcast.publisher import Publisher  # noqa: E402
+from echo2.broadcast.relay import RelayServer  # noqa: E402
+from echo2.config import BroadcastConfig  # noqa: E402
+
+
+class Node:
+    """A worker's two stores behind its relay."""
+
+    def __init__(self) -> None:
+        self.store, self.deltas = ChunkStore(), ChunkStore()
+        self.relay = RelayServer(self.store, deltas=self.deltas).start()
+
+    def close(self) -> None:
+        self.relay.stop()
+
+
+@pytest.fixture
+def learner():
+    """A learner publishing three versions of a small model a training-like step apart, with deltas."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8))
+    publisher = Publisher(BroadcastConfig(encoding="delta", chunk_mib=0.004), keep_versions=3, token=None)
+    relay = RelayServer(publisher.store, deltas=publisher.deltas).start()
+    infos = []
+    for version in range(3):
+        infos.append(publisher.publish(version, model))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 1e-4)
+    yield publisher, relay, infos
+    relay.stop()
+    publisher.close()
+
+
+def test_the_learner_publishes_a_delta_from_the_previous_version_only(learner):
+    publisher, _, infos = learner
+    assert infos[0].delta_sha256 is None  # nothing to make it from
+    assert all(i.delta_sha256 is not None and 0 < i.delta_bytes < i.size_bytes for i in infos[1:])
+    assert publisher.deltas.manifest(2).base_sha256 == infos[1].sha256 and publisher.encode_s > 0
+
+
+def test_a_worker_holding_the_base_rebuilds_the_version_and_relays_both_forms(learner):
+    publisher, relay, infos = learner
+    parent, child, late = Node(), Node(), Node()
+    try:
+        for node in (parent, child):
+            fetch_version(1, [relay.url], node.store, expected_sha256=infos[1].sha256)
+        payload = fetch_by_delta(infos[2], [relay.url], parent.store, parent.deltas)
+        assert payload == publisher.store.payload(2) and parent.store.complete(2)
+        # the child gets the delta from its parent (the learner is only the fallback)
+        rebuilt = fetch_by_delta(infos[2], [parent.relay.url, relay.url], child.store, child.deltas)
+        assert rebuilt == payload
+        # a worker without the base gets None (it fetches the full version, here from the parent)
+        assert fetch_by_delta(infos[2], [relay.url], late.store, late.deltas) is None
+        full = fetch_version(2, [parent.relay.url], late.store, expected_sha256=infos[2].sha256)
+        assert full.payload == payload and full.stats.bytes_by_source == {parent.relay.url: len(payload)}
+    finally:
+        for node in (parent, child, late):
+            node.close()
+
+
+def test_a_delta_that_does_not_rebuild_the_announced_version_is_not_used(learner):
+    _, relay, infos = learner
+    node, stranger = Node(), Node()
+    try:
+        fetch_version(1, [relay.url], node.store, expected_sha256=infos[1].sha256)
+        lying = infos[2].model_copy(update={"sha256": "0" * 64})  # the result would not match it
+        assert fetch_by_delta(lying, [relay.url], node.store, node.deltas) is None
+        assert not node.store.complete(2)
+        # another base under the same version number (a different model): the delta refuses it
+        other = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8))
+        from echo2.broadcast.payload import serialize_parameters
+
+        stranger.store.publish(1, serialize_parameters(other, "float32"), chunk_size=4096)
+        assert fetch_by_delta(infos[2], [relay.url], stranger.store, stranger.deltas, timeout_s=10) is None
+    finally:
+        node.close()
+        stranger.close()
+
+
+def test_a_run_with_delta_versions_trains_and_its_workers_apply_deltas(tmp_path):
+    import json
+
+    from echo2.config import load_config
+    from echo2.launch.train import run_training
+
+    config = load_config(overrides=[
+        "broadcast.encoding=delta", "broadcast.dtype=bfloat16", f"run.dir={tmp_path}", "run.steps=6",
+        "learner.groups_per_step=8", "eval.every=6", "eval.size=20", "telemetry.progress=false",
+        "telemetry.tensorboard=false", "checkpoint.every=0"])
+    summary = run_training(config)
+    assert summary.reliability["groups_rejected"] == {} and summary.result.steps == 6
+    records = [json.loads(line) for line in (summary.run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "delta_bytes" in r]
+    assert len(steps) == 6 and all(r["delta_bytes"] < r["broadcast_bytes"] / 2 for r in steps)
+    applied = [max((r.get(f"worker/{w}/delta_fetches", 0) for r in records), default=0) for w in ("local-0", "local-1")]
+    assert sum(applied) >= 4  # workers rebuilt versions from deltas (and loaded them)
