@@ -17,7 +17,8 @@ in steps. Two difficulties:
 Reported per difficulty and objective (mean ± std over seeds): final held-out greedy accuracy
 (mean of the last 3 evals), the mean over all evals (area under the curve: speed), the steps
 the budget bought, the share of all-correct groups over the last 20 steps, EchoClip tokens per
-step, and the final accuracy minus GRPO's in points. Under DAPO the all-correct share counts the
+step, and the final accuracy minus GRPO's in points: the mean of the per-seed differences (runs
+paired by seed) with the half-width of its 95% Student-t interval (``final_vs_grpo_ci95``). Under DAPO the all-correct share counts the
 groups it trained on, after dynamic sampling filtered the degenerate ones (hence 0).
 """
 
@@ -28,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import eval_curve, format_table, mean_std, parse_args, step_means, write_results  # noqa: E402
+from common import eval_curve, format_table, mean_ci95, mean_std, parse_args, step_means, write_results  # noqa: E402
 
 from echo2.config import load_config  # noqa: E402
 from echo2.launch.train import run_training  # noqa: E402
@@ -93,10 +94,14 @@ def aggregate(runs: list[dict]) -> list[dict]:
                 "all_correct_late": mean_std([r["all_correct_late"] or 0.0 for r in seeds])[0],
                 "echoclip_tokens_per_step": mean_std(clip_tokens)[0] if clip_tokens else None,
             })
-        grpo = next((r for r in rows if r["difficulty"] == difficulty and r["objective"] == "grpo"), None)
+        grpo = {r["seed"]: r["acc_final"] for r in group if r["objective"] == "grpo"}
         for row in rows:
-            if row["difficulty"] == difficulty and grpo is not None:
-                row["final_vs_grpo_points"] = 100 * (row["acc_final"] - grpo["acc_final"])
+            if row["difficulty"] != difficulty or not grpo:
+                continue
+            # paired by seed (same prompts and sampling seed): the mean difference and its 95% interval
+            paired = [100 * (r["acc_final"] - grpo[r["seed"]]) for r in group
+                      if r["objective"] == row["objective"] and r["seed"] in grpo]
+            row["final_vs_grpo_points"], row["final_vs_grpo_ci95"] = mean_ci95(paired)
     return rows
 
 
@@ -155,7 +160,8 @@ def main() -> None:
     runs = [run_one(args, d, o, seed) for d in difficulties for o in objectives for seed in range(seeds)]
     rows = aggregate(runs)
     columns = ["difficulty", "objective", "seeds", "steps", "acc_start", "acc_final", "acc_final_std", "acc_auc",
-               "acc_auc_std", "final_vs_grpo_points", "all_correct_late", "echoclip_tokens_per_step"]
+               "acc_auc_std", "final_vs_grpo_points", "final_vs_grpo_ci95", "all_correct_late",
+               "echoclip_tokens_per_step"]
     print(f"\nwall-time budget per run: {'4 steps (quick)' if args.quick else f'{args.budget_s:g} s'}")
     print(format_table(rows, columns))
     path = write_results(args.out, rows, {"quick": args.quick, "budget_s": args.budget_s, "seeds": seeds,

@@ -1,29 +1,45 @@
-"""How much staleness for how much speed? sync vs pull vs async S = 1, 2, 4, with and without a slow link.
+"""How much staleness for how much speed? sync S = 0 vs async S = 1, 2, 4, on open and capped uplinks.
 
-    python bench/staleness.py [--quick] [--out DIR]
+    python bench/staleness.py [--quick] [--out DIR] [--steps N] [--transfer-steps K]
 
 Every row is a real ``echo2 train`` run (learner + coordinator in this process, two worker
-processes), same task, model, worker count and step budget; rows differ only in protocol,
-staleness bound S and the extra delay added to every weight fetch (the "slow link"). Measured
-side by side in one run: learner utilization, samples/s, wall time to a target held-out
-accuracy, final accuracy (mean of the last 3 evals), groups dropped as stale, and speed-up
-against the synchronous row with the same link.
+processes relaying weights to each other), same task, model, worker count and step budget; rows
+differ only in protocol, staleness bound S and the link. The capped link is a real bandwidth limit,
+the token bucket every weight upload goes through: the learner's (``broadcast.learner_upload_mbps``)
+and each worker relay's (``workers.upload_mbps``), set so that one version's transfer takes about
+``K`` (default 2) learner steps. Both come from the first row (sync, open link), which the others
+are then compared with: its learner step time and the bytes it sent per version (a delta version
+when deltas are on), and the target accuracy (its final held-out accuracy less 2 points).
+
+Measured side by side: wall time to the target, final accuracy (mean of the last 3 evals),
+learner utilization, samples/s, groups dropped as stale, and each row's time to target against the
+sync row on the same link (``time_vs_sync``; the claim checked: async S = 2 on the capped link
+reaches the target in at most half the sync run's time, with final accuracy within 2 points).
 """
 
 from __future__ import annotations
 
+import argparse
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import format_table, parse_args, write_results  # noqa: E402
+import common
+from common import format_table, write_results
 
-from echo2.config import load_config  # noqa: E402
-from echo2.launch.train import run_training  # noqa: E402
-from echo2.telemetry.metrics import read_jsonl  # noqa: E402
+from echo2.config import load_config
+from echo2.launch.train import run_training
+from echo2.telemetry.metrics import read_jsonl
 
-SETTINGS = [("sync", 0), ("pull", 1), ("async", 1), ("async", 2), ("async", 4)]
+SETTINGS = [("sync", 0), ("async", 1), ("async", 2), ("async", 4)]
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--steps", type=int, default=None, help="learner steps per run (default 200; quick 6)")
+    parser.add_argument("--transfer-steps", type=float, default=2.0,
+                        help="the capped link makes one version's transfer take this many learner steps")
 
 
 def time_to_target(run_dir: Path, target: float) -> float | None:
@@ -35,41 +51,60 @@ def time_to_target(run_dir: Path, target: float) -> float | None:
     return None
 
 
+def link_calibration(run_dir: Path) -> tuple[float, float]:
+    """(learner seconds per step, bytes sent per version) of a finished run."""
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
+    step_s = steps[-1]["learner_busy_s"] / len(steps)
+    sent = [r.get("delta_bytes", r["broadcast_bytes"]) for r in steps]
+    return step_s, statistics.mean(sent)
+
+
+def run(args: argparse.Namespace, protocol: str, staleness: int, cap_mbps: float | None) -> dict:
+    link = "open" if cap_mbps is None else f"{cap_mbps:.3g} Mbit/s"
+    name = f"{protocol}-S{staleness}-{'open' if cap_mbps is None else 'capped'}"
+    print(f"== {name} ({link})", flush=True)
+    caps = [] if cap_mbps is None else [f"broadcast.learner_upload_mbps={cap_mbps}", f"workers.upload_mbps={cap_mbps}"]
+    config = load_config(overrides=[
+        f"protocol={protocol}", f"staleness={staleness}", *caps, f"run.steps={args.steps}",
+        f"eval.every={args.eval_every}", f"eval.size={args.eval_size}", "eval.show=0", f"run.dir={args.out / 'runs'}",
+        f"run.name={name}", "telemetry.progress=false", "telemetry.tensorboard=false", "checkpoint.every=0"])
+    summary = run_training(config)
+    result = summary.result
+    return {"protocol": protocol, "S": staleness, "link": "open" if cap_mbps is None else "capped",
+            "cap_mbps": cap_mbps, "steps": result.steps, "wall_s": result.wall_seconds,
+            "learner_util": result.utilization, "samples_per_s": result.samples / max(result.wall_seconds, 1e-9),
+            "acc_start": summary.accuracy_before, "acc_final": summary.accuracy_after,
+            "dropped": summary.groups_dropped, "run_dir": str(summary.run_dir)}
+
+
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], "bench/out/staleness")
-    steps, eval_every, eval_size, delay = (6, 3, 100, 0.3) if args.quick else (80, 10, 500, 1.0)
-    settings = SETTINGS[:1] + SETTINGS[2:3] if args.quick else SETTINGS
-    rows = []
-    for fetch_delay in (0.0, delay):
-        for protocol, staleness in settings:
-            name = f"{protocol}-S{staleness}-delay{fetch_delay:g}"
-            print(f"== {name}", flush=True)
-            config = load_config(overrides=[
-                f"protocol={protocol}", f"staleness={staleness}", f"workers.fetch_delay_s={fetch_delay}",
-                f"run.steps={steps}", f"eval.every={eval_every}", f"eval.size={eval_size}", "eval.show=0",
-                f"run.dir={args.out / 'runs'}", f"run.name={name}", "telemetry.progress=false",
-                "telemetry.tensorboard=false", "checkpoint.every=0",
-            ])
-            summary = run_training(config)
-            result = summary.result
-            rows.append({
-                "protocol": protocol, "S": staleness, "fetch_delay_s": fetch_delay,
-                "steps": result.steps, "wall_s": result.wall_seconds,
-                "learner_util": result.utilization,
-                "samples_per_s": result.samples / max(result.wall_seconds, 1e-9),
-                "acc_start": summary.accuracy_before, "acc_final": summary.accuracy_after,
-                "dropped": summary.groups_dropped, "run_dir": str(summary.run_dir),
-            })
-    target = rows[0]["acc_start"] + 0.02
+    args = common.parse_args(__doc__.splitlines()[0], "bench/out/staleness", _options)
+    args.steps = args.steps or (6 if args.quick else 200)
+    args.eval_every, args.eval_size = (3, 100) if args.quick else (20, 300)
+    settings = [SETTINGS[0], SETTINGS[2]] if args.quick else SETTINGS
+    rows = [run(args, *settings[0], None)]
+    step_s, version_bytes = link_calibration(Path(rows[0]["run_dir"]))
+    cap_mbps = 8 * version_bytes / (args.transfer_steps * step_s) / 1e6
+    print(f"   calibration: {step_s:.3f} s per learner step, {version_bytes / 1e6:.3f} MB per version -> "
+          f"cap {cap_mbps:.3g} Mbit/s", flush=True)
+    rows += [run(args, protocol, staleness, None) for protocol, staleness in settings[1:]]
+    rows += [run(args, protocol, staleness, cap_mbps) for protocol, staleness in settings]
+    target = rows[0]["acc_final"] - 0.02
     for row in rows:
         row["time_to_target_s"] = time_to_target(Path(row["run_dir"]), target)
-        sync = next(r for r in rows if r["protocol"] == "sync" and r["fetch_delay_s"] == row["fetch_delay_s"])
-        row["speedup_vs_sync"] = row["samples_per_s"] / sync["samples_per_s"]
-    columns = ["protocol", "S", "fetch_delay_s", "steps", "wall_s", "learner_util", "samples_per_s",
-               "speedup_vs_sync", "time_to_target_s", "acc_start", "acc_final", "dropped"]
-    print(f"\ntarget accuracy for time_to_target_s: {target:.3f} (start + 2 points)")
+        sync = next(r for r in rows if r["protocol"] == "sync" and r["link"] == row["link"])
+        row["time_vs_sync"] = (row["time_to_target_s"] / sync["time_to_target_s"]
+                               if row["time_to_target_s"] and sync["time_to_target_s"] else None)
+        row["acc_vs_sync"] = row["acc_final"] - sync["acc_final"]
+    columns = ["protocol", "S", "link", "steps", "wall_s", "learner_util", "samples_per_s", "time_to_target_s",
+               "time_vs_sync", "acc_start", "acc_final", "acc_vs_sync", "dropped"]
+    print(f"\ntarget accuracy: {target:.3f} (the open sync run's final accuracy less 2 points); capped link: "
+          f"{cap_mbps:.3g} Mbit/s on every uplink, one version in ~{args.transfer_steps:g} learner steps")
     print(format_table(rows, columns))
-    path = write_results(args.out, rows, {"target_accuracy": target, "quick": args.quick, "steps": steps})
+    meta = {"target_accuracy": target, "quick": args.quick, "steps": args.steps, "cap_mbps": cap_mbps,
+            "calibration": {"learner_step_s": step_s, "bytes_per_version": version_bytes,
+                            "transfer_steps": args.transfer_steps}}
+    path = write_results(args.out, rows, meta)
     plot(rows, args.out)
     print(f"\nwrote {path} and {args.out / 'staleness.png'}")
 
@@ -81,18 +116,17 @@ def plot(rows: list[dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (bars, curves) = plt.subplots(1, 2, figsize=(13, 4.5))
-    labels = [f"{r['protocol']} S={r['S']}\n+{r['fetch_delay_s']:g}s" for r in rows]
-    bars.bar(range(len(rows)), [r["learner_util"] for r in rows], color=[
-        "tab:orange" if r["fetch_delay_s"] else "tab:blue" for r in rows])
+    labels = [f"{r['protocol']} S={r['S']}\n{r['link']}" for r in rows]
+    bars.bar(range(len(rows)), [r["time_to_target_s"] or 0.0 for r in rows],
+             color=["tab:orange" if r["link"] == "capped" else "tab:blue" for r in rows])
     bars.set_xticks(range(len(rows)), labels, fontsize=7, rotation=45, ha="right")
-    bars.set_ylabel("learner utilization")
-    bars.set_title("learner utilization (orange: slow link)")
+    bars.set_ylabel("seconds to the target accuracy (0: not reached)")
+    bars.set_title("wall time to target (orange: capped uplinks)")
     for row in rows:
         records = [r for r in read_jsonl(Path(row["run_dir"]) / "metrics.jsonl") if "eval_accuracy" in r]
         start = records[0]["time"]
         curves.plot([r["time"] - start for r in records], [r["eval_accuracy"] for r in records],
-                    "--" if row["fetch_delay_s"] else "-", label=f"{row['protocol']} S={row['S']} "
-                    f"+{row['fetch_delay_s']:g}s")
+                    "--" if row["link"] == "capped" else "-", label=f"{row['protocol']} S={row['S']} {row['link']}")
     curves.set_xlabel("wall time (s)")
     curves.set_ylabel("held-out greedy accuracy")
     curves.legend(fontsize=7)

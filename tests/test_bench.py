@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from echo2.telemetry.metrics import read_jsonl
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -19,12 +21,23 @@ def run_quick(name: str, out: Path, timeout_s: float = 600) -> subprocess.Comple
 
 def test_staleness_bench_quick(tmp_path):
     result = run_quick("staleness", tmp_path)
-    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
-    assert {(r["protocol"], r["S"], r["fetch_delay_s"] > 0) for r in rows} == {
-        ("sync", 0, False), ("async", 1, False), ("sync", 0, True), ("async", 1, True)}
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows, meta = results["rows"], results["meta"]
+    assert {(r["protocol"], r["S"], r["link"]) for r in rows} == {
+        ("sync", 0, "open"), ("async", 2, "open"), ("sync", 0, "capped"), ("async", 2, "capped")}
     for row in rows:
         assert row["steps"] == 6 and 0 < row["learner_util"] <= 1 and row["samples_per_s"] > 0
-    assert "speedup_vs_sync" in result.stdout and (tmp_path / "staleness.png").stat().st_size > 10_000
+    # the capped link is a real bandwidth limit: a capped run's weight fetches take about as long as
+    # the calibrated transfer (one version's bytes at the cap), the open runs' far less
+    transfer_s = 8 * meta["calibration"]["bytes_per_version"] / (meta["cap_mbps"] * 1e6)
+    for row in rows:
+        fetches = [v for r in read_jsonl(Path(row["run_dir"]) / "metrics.jsonl") for k, v in r.items()
+                   if k.endswith("/fetch_latency_s")]
+        if row["link"] == "capped":
+            assert max(fetches) > 0.5 * transfer_s
+        else:
+            assert max(fetches) < 0.5 * transfer_s
+    assert "time_vs_sync" in result.stdout and (tmp_path / "staleness.png").stat().st_size > 10_000
 
 
 def test_capacity_bench_quick(tmp_path):

@@ -151,3 +151,22 @@ def test_a_run_with_delta_versions_trains_and_its_workers_apply_deltas(tmp_path)
     assert len(steps) == 6 and all(r["delta_bytes"] < r["broadcast_bytes"] / 2 for r in steps)
     applied = [max((r.get(f"worker/{w}/delta_fetches", 0) for r in records), default=0) for w in ("local-0", "local-1")]
     assert sum(applied) >= 4  # workers rebuilt versions from deltas (and loaded them)
+
+
+def test_a_cancelled_delta_fetch_is_not_retried_as_a_full_one(learner):
+    """A worker that re-registers (a resumed learner) cancels the fetch in flight: the version it
+    asked for may never be published again, so falling back to its full form would only wait."""
+    import threading
+
+    from echo2.broadcast.downloader import BroadcastCancelled
+
+    _, relay, infos = learner
+    node = Node()
+    try:
+        fetch_version(1, [relay.url], node.store, expected_sha256=infos[1].sha256)
+        cancelled = threading.Event()
+        cancelled.set()
+        with pytest.raises(BroadcastCancelled):
+            fetch_by_delta(infos[2], [relay.url], node.store, node.deltas, cancel=cancelled)
+    finally:
+        node.close()

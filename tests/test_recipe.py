@@ -2,6 +2,7 @@
 randomly initialised Qwen2 and a byte-level BPE tokenizer with a ChatML chat template built here
 (the shapes of Qwen2.5-Instruct's, nothing downloaded) and a small local GSM8K-style JSONL file."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -52,7 +53,19 @@ def test_gsm8k_answers_are_verified_by_math_verify():
     assert task.reward(example, "\\boxed{1025}") == 0.0 and task.reward(example, "no idea") == 0.0
     held = task.eval_examples(100)
     assert held and all(e.prompt.startswith("Question: ") for e in held)  # plain prompts without a template
-    assert not {e.prompt for e in held} & {next(task.train_examples(0)).prompt for _ in range(50)}
+
+
+def test_gsm8k_training_stream_never_yields_a_held_out_problem():
+    """Catches a held-out split that leaks into training: thousands of draws from ONE training
+    stream (every shuffled pass over the file's training problems, not just the first prompt)
+    share no prompt with the held-out set, and between them cover every problem of the file."""
+    task = load_task("gsm8k", {"source": str(DATA)})
+    every = {task.prompt(json.loads(line)["question"]) for line in DATA.read_text().splitlines() if line.strip()}
+    held = {e.prompt for e in task.eval_examples(len(every))}
+    drawn = {e.prompt for e in itertools.islice(task.train_examples(0), 50 * len(every))}
+    assert held and len(drawn) >= 0.8 * len(every)  # both sides are real: 4 held out, 36 trained on
+    assert not drawn & held, sorted(drawn & held)[:3]
+    assert drawn | held == every  # every training problem is drawn, none dropped from both splits
 
 
 def test_the_recipe_trains_offline_on_a_tiny_random_qwen2(tmp_path):

@@ -44,6 +44,9 @@ def _records(run_dir: Path) -> list[dict]:
 
 def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
     run_dir = tmp_path / "run"
+    # every checkpoint version is also an eval version (SMALL's eval.every=2 divides checkpoint.every),
+    # and the eval record is flushed before the checkpoint is written: whichever checkpoint the run
+    # resumes from, the killed run's accuracy at that version is on record to compare with
     overrides = SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=10", "checkpoint.every=2",
                          "workers.count=1"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -70,6 +73,7 @@ def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
         # learner waits longer than that for its first batch
         config = load_config(str(run_dir / "config.yaml"), ["telemetry.progress=false", "workers.count=0",
                                                             "coordinator.data_timeout_s=300"])
+        assert config.checkpoint.every % config.eval.every == 0, "the resumed version must have an eval"
         summary = run_training(config, resume_dir=run_dir)
     finally:
         for process in (learner, remote):
@@ -79,16 +83,17 @@ def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
     after = _records(run_dir)
     versions = [r["version"] for r in after if "reward_mean" in r]
     assert versions == list(range(1, 11))  # one record per version, no gap, none twice
-    # the resumed weights score what they scored when checkpointed: accuracy is not reset
-    evals = {}
-    for record in before:
-        if "eval_accuracy" in record:
-            evals[record["version"]] = record["eval_accuracy"]
+    # the resumed weights score what they scored when checkpointed: accuracy is not reset (checked
+    # unconditionally: the config above guarantees the killed run evaluated the resumed version).
+    # The tiny model's greedy accuracy barely moves in 10 steps, so the eval's sampled reward (drawn
+    # with the eval's own fixed seed: a fingerprint of the exact weights) must match too
+    evals = {r["version"]: r for r in before if "eval_accuracy" in r}
+    assert set(range(0, resumed_at + 1, 2)) <= set(evals), sorted(evals)
     restart = next(r for r in after if r.get("resumed"))
     assert restart["version"] == resumed_at >= 4
-    if restart["version"] in evals:
-        assert restart["eval_accuracy"] == evals[restart["version"]]
-    assert summary.accuracy_before == evals[0]  # "before" is the original start, not the restart
+    for metric in ("eval_accuracy", "eval_sampled_reward"):
+        assert restart[metric] == evals[resumed_at][metric], (metric, restart, evals[resumed_at])
+    assert summary.accuracy_before == evals[0]["eval_accuracy"]  # "before" is the original start, not the restart
     report = summary.reliability
     assert report["learner_restarts"] == 1
     assert report["prompts_unaccounted"] == 0 and report["groups_trained_twice"] == 0

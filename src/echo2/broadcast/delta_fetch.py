@@ -18,7 +18,7 @@ from typing import Any
 
 from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.delta import apply_delta
-from echo2.broadcast.downloader import BroadcastError, fetch_version
+from echo2.broadcast.downloader import BroadcastCancelled, BroadcastError, fetch_version
 from echo2.broadcast.integrity import CorruptPayload, sha256
 from echo2.broadcast.relay import DELTA_PREFIX
 from echo2.protocol import VersionInfo
@@ -30,7 +30,8 @@ def fetch_by_delta(info: VersionInfo, sources: list[str], store: ChunkStore, del
                    **fetch_options: Any) -> bytes | None:
     """``info.version``'s payload rebuilt from its delta and the previous version held in ``store``
     (put in ``store`` as a full version too); None when no delta applies or it failed (logged):
-    the caller then fetches the full version. ``fetch_options`` go to :func:`fetch_version`."""
+    the caller then fetches the full version. ``fetch_options`` go to :func:`fetch_version`; a
+    cancelled fetch raises :class:`BroadcastCancelled`."""
     base_version = info.version - 1
     try:
         if info.delta_sha256 is None or not store.complete(base_version):
@@ -45,6 +46,8 @@ def fetch_by_delta(info: VersionInfo, sources: list[str], store: ChunkStore, del
         payload = apply_delta(base, result.payload)
         if sha256(payload) != info.sha256:
             raise CorruptPayload(f"v{info.version} rebuilt from its delta does not hash to the announced sha256")
+    except BroadcastCancelled:
+        raise  # the worker gave up on this version altogether: no full fetch either
     except (BroadcastError, CorruptPayload) as error:
         log.warning("v%d: delta not used (%s); fetching the full version", info.version, error)
         return None

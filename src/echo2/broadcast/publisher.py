@@ -38,7 +38,8 @@ class Publisher:
         self.token = broadcast_credential(token) if token is not None else None
         self.store = ChunkStore(keep=keep_versions)
         self.deltas = ChunkStore(keep=keep_versions) if config.encoding == "delta" else None
-        self.throttle = Throttle(mbps_to_bytes_per_s(config.learner_upload_mbps))
+        self.throttle = Throttle(mbps_to_bytes_per_s(config.learner_upload_mbps),
+                                 latency_s=config.learner_latency_ms / 1000)
         self._previous: tuple[int, bytes] | None = None  # the last version's payload, the next delta's base
         self.encode_s = 0.0
         """Seconds the last delta took to make."""

@@ -78,7 +78,8 @@ class WorkersConfig(Section):
     """Device of the workers' hf engine: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (a Ray actor's
     ``cuda`` is the GPU Ray gave it)."""
     fetch_delay_s: float = Field(0.0, ge=0)
-    """Extra delay added to every weight fetch, standing for a slow link."""
+    """Fixed seconds added after every weight fetch (set-up or verification overhead; not a
+    bandwidth limit: a slow link is ``upload_mbps`` here and ``broadcast.learner_upload_mbps``)."""
     upload_mbps: float | None = Field(None, gt=0)
     """Upload cap of each local worker's relay in Mbit/s (bandwidth emulation; None = uncapped)."""
     relay: bool = True
@@ -134,6 +135,9 @@ class BroadcastConfig(Section):
     """Workers fetching straight from the learner (the roots of the chains)."""
     learner_upload_mbps: float | None = Field(None, gt=0)
     """Upload cap of the learner's chunk server in Mbit/s (bandwidth emulation; None = uncapped)."""
+    learner_latency_ms: float = Field(0.0, ge=0)
+    """Delay added before each of the learner's chunk responses (WAN latency emulation; the
+    workers' own: ``workers.fleet[*].latency_ms``)."""
     stall_s: float = Field(10.0, gt=0)
     """A source that sends nothing for this long is abandoned for the next one in the fallback chain."""
     timeout_s: float = Field(300.0, gt=0)

@@ -109,6 +109,7 @@ class RolloutWorker:
         self._staged_ready = threading.Condition()
         self._session_lost = threading.Event()
         self._epoch = 0  # bumped on every re-registration: fetches started before it are discarded
+        self._fetches_cancelled = threading.Event()  # set (and replaced) on re-registration: stops them
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> RunSpec:
@@ -148,6 +149,10 @@ class RolloutWorker:
         self._session_lost.clear()
         registration = self.client.register(self._registration())
         self._epoch += 1
+        # a fetch in flight asks for a version of the learner that is gone (the resumed one may
+        # never publish it again): stop it now rather than at its timeout
+        self._fetches_cancelled.set()
+        self._fetches_cancelled = threading.Event()
         with self._staged_ready:
             self._staged = None
         for store in (self.store, self.deltas):
@@ -179,7 +184,7 @@ class RolloutWorker:
         started = time.time()
         sources = [self.client.url if source == LEARNER_SOURCE else source for source in info.sources]
         options = {"token": self.client.broadcast_token, "timeout_s": self.spec.broadcast_timeout_s,
-                   "stall_s": self.spec.broadcast_stall_s, "client": self.http}
+                   "stall_s": self.spec.broadcast_stall_s, "client": self.http, "cancel": self._fetches_cancelled}
         payload = fetch_by_delta(info, sources, self.store, self.deltas, **options)
         by_delta = payload is not None
         if payload is None:
