@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from echo2.tasks.arithmetic import ArithmeticTask
-from echo2.tasks.base import Example, Task
+from echo2.tasks.base import Example, Task, import_class
 from echo2.tasks.calculator import CalculatorTask
 from echo2.tasks.gsm8k import Gsm8kTask
 from echo2.tasks.jsonl import JsonlTask
@@ -28,13 +27,7 @@ def load_task(name: str, options: dict[str, Any] | None = None) -> Task:
     if name in BUILTIN_TASKS:
         task_class: type = BUILTIN_TASKS[name]
     elif ":" in name:
-        module_name, _, class_name = name.partition(":")
-        try:
-            task_class = getattr(importlib.import_module(module_name), class_name)
-        except (ImportError, AttributeError) as error:
-            raise ValueError(f"task.name={name!r}: cannot import it ({error})") from None
-        if not (isinstance(task_class, type) and issubclass(task_class, Task)):
-            raise ValueError(f"task.name={name!r} is not a subclass of echo2.tasks.Task")
+        task_class = import_class(name, Task, f"task.name={name!r}", "subclass of echo2.tasks.Task")
     else:
         known = ", ".join(sorted(BUILTIN_TASKS))
         raise ValueError(f"task.name={name!r}: unknown task (built-in: {known}; or give module:Class)")

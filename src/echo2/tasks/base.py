@@ -82,3 +82,18 @@ class Task(ABC):
     def is_well_formed(self, completion: str) -> bool:
         """Whether ``completion`` answers in the format the prompt asks for (evaluation reports the share)."""
         return True
+
+
+def import_class(path: str, base: type, what: str, kind: str) -> type:
+    """The class ``module:Class`` names, or a ValueError saying ``what`` could not be imported or
+    is not a ``kind`` (a subclass of ``base``)."""
+    import importlib
+
+    module_name, _, class_name = path.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"{what}: cannot import it ({error})") from None
+    if not (isinstance(found, type) and issubclass(found, base)):
+        raise ValueError(f"{what} is not a {kind}")
+    return found

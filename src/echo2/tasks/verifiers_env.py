@@ -27,12 +27,11 @@ Never run: harnesses, sandboxed runtimes, LLM judges (skipped by verifiers' offl
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 
-from echo2.tasks.base import Example, Task, stable_fraction
+from echo2.tasks.base import Example, Task, import_class, stable_fraction
 from echo2.tasks.chat import ChatPrompt
 from echo2.tasks.verifiers_replay import Message, Played, play
 
@@ -46,14 +45,7 @@ def _verifiers() -> Any:
 
 
 def _import_class(name: str, base: type, what: str) -> type:
-    module_name, _, class_name = name.partition(":")
-    try:
-        found = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"{what} {name!r}: cannot import it ({error})") from None
-    if not (isinstance(found, type) and issubclass(found, base)):
-        raise ValueError(f"{what} {name!r} is not a verifiers.v1 {base.__name__}")
-    return found
+    return import_class(name, base, f"{what} {name!r}", f"verifiers.v1 {base.__name__}")
 
 
 class VerifiersTask(Task):
