@@ -165,7 +165,7 @@ def main() -> None:
     print(format_table(rows, columns))
     meta = {"quick": args.quick, "cap_mib_s": args.cap_mib_s, "chunk_kib": args.chunk_kib,
             "latency_ms": args.latency_ms, "in_flight": args.in_flight}
-    path = write_results(args.out, rows, meta)
+    path = write_results(args.out, rows, meta, models=())  # random payloads, no model
     plot(rows, args.out)
     print(f"\nwrote {path} and {args.out / 'broadcast.png'}")
 

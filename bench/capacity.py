@@ -1,84 +1,72 @@
-"""Does the capacity model predict learner utilization? Predicted vs measured on real local runs.
+"""Does ``echo2 plan`` predict configurations nobody ran? Calibrate once, then held-out runs.
 
-    python bench/capacity.py [--quick] [--out DIR]
+    python bench/capacity.py [--quick] [--out DIR] [--runs DIR]
 
-Every row is a real ``echo2 train`` run (two or one worker processes; cost-aware activation off so
-the fleet is fixed), differing in staleness bound S, worker count, emulated worker speed and
-slow-link delay. From each run's own measurements — learner step time T_train, dissemination
-latency T_bcast, each worker's wall throughput mu_i (all after a short warm-up) — the model of
-``echo2.planning.capacity`` predicts utilization and seconds per step; the table sets them against
-the measured values (same steps).
+One short calibration run (``bench/heldout.py``: async S=1, two workers at a quarter speed)
+measures the learner's step time, a worker's generation rate and lease overhead, and a version's
+fixed dissemination cost. From that alone, the capacity model (``echo2 plan --calibration``:
+:func:`echo2.planning.calibration.inventory_for` + :mod:`echo2.planning.capacity`) predicts the
+steady-state learner utilization and seconds per step of each held-out configuration (other S,
+protocols, fleet sizes and speeds, capped uplinks), which is then trained for real (after a
+warm-up of a few steps). ``--runs DIR`` reuses the run directories under DIR (e.g. those of
+bench/simulator.py) instead of training again.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import format_table, parse_args, write_results  # noqa: E402
+from heldout import CALIBRATION, HELD_OUT, calibrate, config_for, measured, run, summary  # noqa: E402
 
-from echo2.config import load_config  # noqa: E402
-from echo2.launch.train import run_training  # noqa: E402
-from echo2.planning.capacity import StepTimes, predicted_utilization, step_period  # noqa: E402
-from echo2.telemetry.metrics import read_jsonl  # noqa: E402
+from echo2.planning.calibration import inventory_for  # noqa: E402
+from echo2.planning.provision import provision  # noqa: E402
 
-CONFIGS = [
-    ("sync, 2 workers", ["protocol=sync"]),
-    ("async S=1, 2 workers", ["protocol=async", "staleness=1"]),
-    ("async S=1, 1 worker at 0.5x", ["staleness=1", "workers.count=1", "workers.fleet=[{throughput_factor: 0.5}]"]),
-    ("async S=1, workers 1x + 0.3x", ["staleness=1", "workers.fleet=[{throughput_factor: 1.0}, "
-                                      "{throughput_factor: 0.3}]"]),
-    ("async S=2, slow link 1.5s", ["staleness=2", "workers.fetch_delay_s=1.5"]),
-    ("async S=1, slow link 1.5s", ["staleness=1", "workers.fetch_delay_s=1.5"]),
-]
 WARMUP_STEPS = 5
 
 
-def measure(run_dir: Path, rollouts_per_step: int, staleness: int) -> dict:
-    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "reward_mean" in r][WARMUP_STEPS:]
-    first, last = steps[0], steps[-1]
-    busy = last["learner_busy_s"] - first["learner_busy_s"]
-    idle = last["learner_idle_s"] - first["learner_idle_s"]
-    n = len(steps) - 1
-    workers = {k for r in steps for k in r if k.endswith("/measured_rollouts_per_s")}
-    throughput = sum(statistics.mean(r[k] for r in steps if k in r) for k in workers)
-    dissemination = [r["dissemination_max_s"] for r in steps if "dissemination_max_s" in r]
-    times = StepTimes(busy / n, statistics.mean(dissemination) if dissemination else 0.0, rollouts_per_step,
-                      staleness)
-    return {
-        "T_train_s": times.train_s, "T_bcast_s": times.broadcast_s, "sum_mu": throughput,
-        "util_measured": busy / (busy + idle), "util_predicted": predicted_utilization(times, throughput),
-        "step_s_measured": (last["time"] - first["time"]) / n, "step_s_predicted": step_period(times, throughput),
-    }
+def predict(config, calibration) -> dict[str, float]:
+    """``echo2 plan --calibration``'s figures for the config as given (every worker runs)."""
+    plan = provision(inventory_for(config, calibration), config.learner.groups_per_step * config.rollout.group_size,
+                     config.staleness, config.broadcast.mode, config.broadcast.chunk_mib, activate=False)
+    return {"T_bcast_s": plan.broadcast_s, "sum_mu": plan.throughput, "util_predicted": plan.utilization,
+            "step_s_predicted": plan.step_s}
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], "bench/out/capacity")
-    steps = 12 if args.quick else 45
-    configs = CONFIGS[:2] if args.quick else CONFIGS
+    args = parse_args(__doc__.splitlines()[0], "bench/out/capacity", lambda parser: parser.add_argument(
+        "--runs", type=Path, help="reuse the run directories under this folder (its runs/) instead of training"))
+    steps = 15 if args.quick else 40
+    configs = HELD_OUT[:2] if args.quick else HELD_OUT
+    runs_at = args.runs or args.out
+    calibration = calibrate(runs_at, steps)
+    print(f"calibration ({CALIBRATION[0]}): T_train {calibration.train_step_s:.3f}s, "
+          f"{calibration.rollouts_per_s:.0f} rollouts/s per worker at factor 1, lease overhead "
+          f"{calibration.lease_overhead_s * 1000:.0f} ms, fixed dissemination {calibration.dissemination_s:.3f}s")
     rows = []
-    for name, overrides in configs:
-        print(f"== {name}", flush=True)
-        config = load_config(overrides=overrides + [
-            f"run.steps={steps}", "eval.every=1000", "eval.size=50", "eval.show=0", "activation.enabled=false",
-            f"run.dir={args.out / 'runs'}", f"run.name={name.replace(' ', '_').replace(',', '')}",
-            "telemetry.progress=false", "telemetry.tensorboard=false", "checkpoint.every=0",
-        ])
-        summary = run_training(config)
-        rollouts = config.learner.groups_per_step * config.rollout.group_size
-        row = {"config": name, "S": config.staleness,
-               **measure(summary.run_dir, rollouts, config.staleness)}
-        row["error_points"] = 100 * (row["util_predicted"] - row["util_measured"])
+    for name, regime, overrides in configs:
+        run_dir = run(overrides, steps, runs_at, name)
+        config = config_for(overrides, steps, runs_at, name)
+        row = {"config": name, "regime": regime, "S": config.staleness, **predict(config, calibration),
+               **measured(run_dir, WARMUP_STEPS)}
+        row["util_error_points"] = 100 * (row["util_predicted"] - row["util_measured"])
+        row["step_error_pct"] = 100 * (row["step_s_predicted"] / row["step_s_measured"] - 1)
         rows.append(row)
-    columns = ["config", "S", "T_train_s", "T_bcast_s", "sum_mu", "util_measured", "util_predicted",
-               "error_points", "step_s_measured", "step_s_predicted"]
+    columns = ["config", "regime", "S", "T_bcast_s", "sum_mu", "util_measured", "util_predicted",
+               "util_error_points", "step_s_measured", "step_s_predicted", "step_error_pct"]
     print(format_table(rows, columns))
-    path = write_results(args.out, rows, {"quick": args.quick, "steps": steps, "warmup_steps": WARMUP_STEPS})
+    util, step = summary(rows, "util_error_points"), summary(rows, "step_error_pct")
+    print(f"\nutilization error: median {util['median_abs']:.1f} points, worst {util['worst_abs']:.1f}; "
+          f"seconds per step: median {step['median_abs']:.1f}%, worst {step['worst_abs']:.1f}% "
+          f"({len(rows)} held-out configurations)")
+    path = write_results(args.out, rows, {"quick": args.quick, "steps": steps, "warmup_steps": WARMUP_STEPS,
+                                          "calibration": calibration.model_dump(mode="json"),
+                                          "util_error_points": util, "step_error_pct": step})
     plot(rows, args.out)
-    print(f"\nwrote {path} and {args.out / 'capacity.png'}")
+    print(f"wrote {path} and {args.out / 'capacity.png'}")
 
 
 def plot(rows: list[dict], out: Path) -> None:
@@ -87,17 +75,23 @@ def plot(rows: list[dict], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    for row in rows:
-        ax.scatter(row["util_measured"], row["util_predicted"])
-        ax.annotate(row["config"], (row["util_measured"], row["util_predicted"]), fontsize=7)
-    ax.plot([0, 1], [0, 1], "k--", lw=0.8)
-    ax.fill_between([0, 1], [-0.1, 0.9], [0.1, 1.1], color="gray", alpha=0.15, label="±10 points")
-    ax.set_xlim(0, 1.05)
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("measured learner utilization")
-    ax.set_ylabel("predicted (capacity model)")
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    markers = {"learner": "o", "generation": "s", "dissemination": "^"}
+    for ax, key, label, band in ((axes[0], "util", "learner utilization", "±10 points"),
+                                 (axes[1], "step_s", "seconds per learner step", "±10%")):
+        top = 1.05 if key == "util" else 1.1 * max(max(r[f"{key}_measured"], r[f"{key}_predicted"]) for r in rows)
+        for row in rows:
+            ax.scatter(row[f"{key}_measured"], row[f"{key}_predicted"], marker=markers[row["regime"]],
+                       label=f"{row['config']} ({row['regime']})")
+        ax.plot([0, top], [0, top], "k--", lw=0.8)
+        low, high = ([-0.1, top - 0.1], [0.1, top + 0.1]) if key == "util" else ([0, 0.9 * top], [0, 1.1 * top])
+        ax.fill_between([0, top], low, high, color="gray", alpha=0.15, label=band)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"predicted by echo2 plan --calibration ({label})")
+    axes[0].legend(fontsize=6, loc="upper left")
+    fig.suptitle("held-out configurations, predicted from one calibration run")
     fig.tight_layout()
     fig.savefig(out / "capacity.png", dpi=110)
     plt.close(fig)

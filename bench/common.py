@@ -8,9 +8,11 @@ import os
 import platform
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from echo2.model_sources import SHIPPED_MODEL, model_fingerprint
 
 
 def parse_args(description: str, default_out: str,
@@ -49,11 +51,15 @@ def provenance() -> dict[str, Any]:
     return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
 
 
-def write_results(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
-    """``out/results.json``: the rows and ``meta``, with the commit and machine every results file records."""
+def write_results(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any],
+                  models: Sequence[str] = (SHIPPED_MODEL,)) -> Path:
+    """``out/results.json``: the rows and ``meta``, with what every results file records: the
+    commit, the machine and the hash of each model the rows ran (``models``; none for benches
+    that run no model)."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
-    path.write_text(json.dumps({"meta": {**provenance(), **meta}, "rows": rows}, indent=2))
+    fingerprints = {name: model_fingerprint(name) for name in models}
+    path.write_text(json.dumps({"meta": {**provenance(), "models": fingerprints, **meta}, "rows": rows}, indent=2))
     return path
 
 

@@ -44,7 +44,6 @@ from echo2.config import Config, load_config
 from echo2.exchange import Group
 from echo2.generation import sample
 from echo2.learner.trainer import Learner
-from echo2.model_sources import model_fingerprint
 from echo2.modeling import load_model, load_tokenizer
 from echo2.tasks import load_task
 from echo2.units import MIB
@@ -137,10 +136,11 @@ def measure(name: str, config: Config, nodes: list[NodeProcess], args: argparse.
         delta_s = encode_s + chain_seconds(nodes, args.version + 1, delta_path, args,
                                            (delta_base(deltas[-1]), dtype)) + apply_s
         full_mb, delta_mb = len(payloads[-1]) / 1e6, statistics.mean(len(d) for d in deltas) / 1e6
-        rows.append({"model": name, "dtype": dtype, "lr": config.learner.lr, "steps": args.steps,
+        rows.append({"model": name, "model_name": config.model.name, "dtype": dtype, "lr": config.learner.lr,
+                     "steps": args.steps,
                      "full_MB": full_mb, "delta_MB": delta_mb, "ratio": full_mb / delta_mb,
                      "encode_s": encode_s, "apply_s": apply_s, "full_chain_s": full_s, "delta_chain_s": delta_s,
-                     "speedup": full_s / delta_s, "model_sha256_16": model_fingerprint(config.model.name)})
+                     "speedup": full_s / delta_s})
         print(f"   {dtype}: {full_mb:.2f} MB -> {delta_mb:.3f} MB (x{full_mb / delta_mb:.1f}); chain "
               f"{full_s:.2f}s -> {delta_s:.2f}s", flush=True)
     return rows
@@ -171,7 +171,8 @@ def main() -> None:
     print(format_table(rows, ["model", "dtype", "full_MB", "delta_MB", "ratio", "encode_s", "apply_s",
                               "full_chain_s", "delta_chain_s", "speedup"]))
     path = write_results(args.out, rows, {"quick": args.quick, "receivers": args.receivers,
-                                          "cap_mib_s": args.cap_mib_s, "chunk_kib": args.chunk_kib})
+                                          "cap_mib_s": args.cap_mib_s, "chunk_kib": args.chunk_kib},
+                         models=sorted({row["model_name"] for row in rows}))
     plot(rows, args.out)
     print(f"\nwrote {path} and {args.out / 'delta.png'}")
 

@@ -276,7 +276,9 @@ def main() -> None:
     if "answer_forms" in meta:
         print(format_table(meta["answer_forms"], ["model", "form", "share", "accuracy_within", "example"]))
     print(format_table(rows, columns))
-    print(f"wrote {write_results(args.out, rows, meta)}")
+    from echo2.config import load_config
+
+    print(f"wrote {write_results(args.out, rows, meta, models=(load_config(args.config).model.name,))}")
 
 
 if __name__ == "__main__":

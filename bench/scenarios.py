@@ -106,7 +106,8 @@ def main() -> None:
     print(f"\n{SWEPT.stem}, one input changed at a time:")
     print(format_table(swept["sensitivity"], ["change", "mean_active", "util", "s_per_step", "cost_usd",
                                               "centralized_usd", "ratio"]))
-    path = write_results(args.out, rows, {"quick": args.quick, "steps": steps or "as in each scenario", **swept})
+    path = write_results(args.out, rows, {"quick": args.quick, "steps": steps or "as in each scenario", **swept},
+                         models=())  # simulated
     plot(swept, args.out)
     print(f"\nwrote {path} and {args.out / 'scenarios.png'}")
 

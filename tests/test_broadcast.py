@@ -140,6 +140,34 @@ def test_store_long_polls_verifies_and_evicts():
         store.missing(5)
 
 
+def test_a_version_the_node_skipped_is_refused_at_once_not_waited_for():
+    """A relay that went on to v5 will never hold v4: a child asking for v4 must move on at once
+    (it used to wait out its stall timeout, 24 s, on such a parent)."""
+    store = ChunkStore(keep=3)
+    store.publish(3, random_payload(KIB, seed=3), chunk_size=KIB)
+    outcome = []
+
+    def wait_on_v4():
+        try:
+            store.get_manifest(4, wait_s=5)
+        except VersionEvicted as error:
+            outcome.append(error)
+
+    waiter = threading.Thread(target=wait_on_v4)
+    waiter.start()
+    time.sleep(0.1)
+    assert waiter.is_alive()  # v4 may still come: the node holds nothing newer
+    started = time.monotonic()
+    manifest, _ = build_manifest(random_payload(KIB, seed=5), version=5, chunk_size=KIB)
+    store.put_manifest(manifest)  # the node starts fetching v5, skipping v4
+    waiter.join(2)
+    assert outcome and "v4 was skipped (this node went on to v5)" in str(outcome[0])
+    assert time.monotonic() - started < 1
+    with pytest.raises(VersionEvicted, match="skipped"):
+        store.get_chunk(4, 0, wait_s=5)
+    assert store.get_manifest(3) is not None and store.manifest(4) is None  # held and plain lookups unchanged
+
+
 def test_store_async_wait_does_not_block_the_event_loop():
     manifest, chunks = build_manifest(random_payload(2 * KIB), version=0, chunk_size=KIB)
     store = ChunkStore()

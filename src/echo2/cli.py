@@ -1,4 +1,4 @@
-"""Command line: ``echo2 train | worker | plan | eval | simulate | report``."""
+"""Command line: ``echo2 train | worker | calibrate | plan | eval | simulate | report``."""
 
 from __future__ import annotations
 
@@ -129,13 +129,36 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from echo2.planning.calibration import calibrate_run
+
+    if args.from_run:
+        run_dir = Path(args.from_run)
+    else:
+        from echo2.launch.train import run_training
+
+        signal.signal(signal.SIGTERM, _interrupt)
+        run_dir = run_training(load_config(args.config, args.overrides)).run_dir
+    calibration = calibrate_run(run_dir)
+    out = Path(args.out) if args.out else run_dir / "calibration.yaml"
+    out.write_text(yaml.safe_dump(calibration.model_dump(mode="json"), sort_keys=False))
+    print(out.read_text(), end="")
+    print(f"wrote {out} (predict other configs: echo2 plan --calibration {out} ...; "
+          f"echo2 simulate --calibration {out} ...)")
+    return 0
+
+
 def _plan(args: argparse.Namespace) -> int:
+    from echo2.planning.calibration import inventory_for, load_calibration
     from echo2.planning.inventory import load_inventory
     from echo2.planning.report import plan_lines
 
     config = load_config(args.config, args.overrides)
     try:
-        inventory = load_inventory(args.inventory)
+        inventory = (inventory_for(config, load_calibration(args.calibration)) if args.calibration
+                     else load_inventory(args.inventory))
     except ValueError as error:
         print(f"echo2 plan: {error}", file=sys.stderr)
         return 2
@@ -149,7 +172,19 @@ def _simulate(args: argparse.Namespace) -> int:
     from echo2.simulation.scenario import dotted_overrides, load_scenario
 
     try:
-        scenario = load_scenario(args.scenario, dotted_overrides(args.overrides))
+        if args.calibration:
+            from echo2.planning.calibration import load_calibration
+            from echo2.simulation.calibrate import scenario_for
+
+            if args.scenario and "=" not in args.scenario:
+                raise ConfigError("give a scenario or --calibration (with --config and overrides), not both")
+            overrides = ([args.scenario] if args.scenario else []) + args.overrides
+            config = load_config(args.config, overrides)
+            scenario = scenario_for(config, load_calibration(args.calibration), config.run.name or "calibrated")
+        elif args.scenario:
+            scenario = load_scenario(args.scenario, dotted_overrides(args.overrides))
+        else:
+            raise ConfigError("give a scenario YAML, or --calibration FILE to simulate a run config")
         result = simulate(scenario)
     except (ValueError, SimulationStalled) as error:
         print(f"echo2 simulate: {error}", file=sys.stderr)
@@ -232,8 +267,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_worker_flags(worker)
     worker.set_defaults(handler=_worker)
 
+    calibration = commands.add_parser(
+        "calibrate", help="measure step time, worker speed and version costs on one short run",
+        description="Train one short configuration and write what predictions need that nobody can declare "
+                    "(docs/simulation.md): echo2 plan and echo2 simulate take it with --calibration.")
+    calibration.add_argument("--config", help="run config to calibrate on (default: the defaults)")
+    calibration.add_argument("--from-run", metavar="RUN_DIR", help="measure this finished run instead of training")
+    calibration.add_argument("--out", help="calibration file to write (default RUN_DIR/calibration.yaml)")
+    calibration.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. run.steps=40")
+    calibration.set_defaults(handler=_calibrate)
+
     plan = commands.add_parser("plan", help="which workers to run for a config: cost, utilization, other S")
-    plan.add_argument("--inventory", required=True, help="worker inventory YAML (see configs/inventory.example.yaml)")
+    inputs = plan.add_mutually_exclusive_group(required=True)
+    inputs.add_argument("--inventory", help="worker inventory YAML (see configs/inventory.example.yaml)")
+    inputs.add_argument("--calibration", help="echo2 calibrate's file: the config's own fleet, timed by it")
     plan.add_argument("--config", help="run config (default: the defaults)")
     plan.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. staleness=2")
     plan.set_defaults(handler=_plan)
@@ -247,7 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluation.set_defaults(handler=_eval)
 
     simulation = commands.add_parser("simulate", help="simulate a run past this machine (see configs/scenarios/)")
-    simulation.add_argument("scenario", help="scenario YAML: model, learner, recipe, broadcast, fleet")
+    simulation.add_argument("scenario", nargs="?", help="scenario YAML: model, learner, recipe, broadcast, fleet")
+    simulation.add_argument("--calibration", help="simulate a run config instead, timed by echo2 calibrate's file "
+                            "(overrides are then the config's)")
+    simulation.add_argument("--config", help="with --calibration: the run config (default: the defaults)")
     simulation.add_argument("--out", help="run directory to write (default runs/sim-NAME)")
     simulation.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. recipe.staleness=2 "
                             "fleet.0.count=50")

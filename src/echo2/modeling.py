@@ -6,6 +6,8 @@ Both the learner and the workers go through here, so that they build the very sa
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -16,7 +18,7 @@ from echo2.model_sources import SHIPPED_MODEL, SHIPPED_MODEL_DIR, resolve_model_
 
 transformers_logging.disable_progress_bar()  # per-load progress bars would drown the run's own progress line
 
-__all__ = ["DTYPES", "SHIPPED_MODEL", "SHIPPED_MODEL_DIR", "load_model", "load_tokenizer", "pin_threads",
+__all__ = ["DTYPES", "SHIPPED_MODEL", "SHIPPED_MODEL_DIR", "load_model", "check_cpus", "load_tokenizer", "pin_cpus", "pin_threads", "pinned_cpus",
            "resolve_device", "resolve_model_path"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -59,3 +61,31 @@ def pin_threads(threads: int) -> None:
     oversubscribe them (every process calls this first)."""
     torch.set_num_threads(max(1, threads))
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+
+
+def check_cpus(cpus: Sequence[int] | None, what: str) -> None:
+    """Raise unless this process may run on every CPU of ``cpus`` (None: nothing to check)."""
+    available = os.sched_getaffinity(0)
+    missing = sorted(set(cpus or ()) - available)
+    if missing:
+        raise ValueError(f"{what}: CPUs {missing} are not available here (this process may use {sorted(available)})")
+
+
+def pin_cpus(cpus: Sequence[int] | None) -> None:
+    """Restrict this process to ``cpus`` (Linux ``sched_setaffinity``; None: leave it as it is). On
+    one machine this keeps local workers off the learner's cores, so that each side's speed does
+    not depend on how busy the other is (``learner.cpus``, ``workers.cpus``)."""
+    if cpus is not None:
+        os.sched_setaffinity(0, set(cpus))
+
+
+@contextmanager
+def pinned_cpus(cpus: Sequence[int] | None) -> Iterator[list[int]]:
+    """:func:`pin_cpus` for the duration of the block (a process may run several trainings); yields
+    the CPUs the process had before."""
+    before = os.sched_getaffinity(0)
+    pin_cpus(cpus)
+    try:
+        yield sorted(before)
+    finally:
+        os.sched_setaffinity(0, before)

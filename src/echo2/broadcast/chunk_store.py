@@ -213,15 +213,25 @@ class ChunkStore:
             self._floor = min(self._entries)
         return entry
 
+    def _awaited(self, version: int) -> _Entry | None:
+        """:meth:`_lookup` for a waiter: a version not held while a newer one is will never come
+        (a node fetches versions in increasing order and skips those it learnt of too late), so
+        waiting for it fails at once like an evicted one: a child in a relay chain moves on to
+        another source instead of waiting out its stall timeout on a parent that skipped it."""
+        entry = self._lookup(version)
+        if entry is None and any(held > version for held in self._entries):
+            raise VersionEvicted(f"v{version} was skipped (this node went on to v{max(self._entries)})")
+        return entry
+
     def _manifest_probe(self, version: int) -> Callable[[], Manifest | None]:
         def probe() -> Manifest | None:
-            entry = self._lookup(version)
+            entry = self._awaited(version)
             return entry.manifest if entry else None
         return probe
 
     def _chunk_probe(self, version: int, index: int) -> Callable[[], bytes | None]:
         def probe() -> bytes | None:
-            entry = self._lookup(version)
+            entry = self._awaited(version)
             if entry is None:
                 return None
             if not 0 <= index < len(entry.chunks):

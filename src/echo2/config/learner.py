@@ -149,6 +149,9 @@ class LearnerConfig(Section):
     away; frozen parameters (a LoRA run's base) stay in ``model.dtype``."""
     threads: int = Field(1, ge=1)
     """Torch threads of the learner process."""
+    cpus: list[int] | None = None
+    """CPUs the learner process (and the coordinator in it) may run on, e.g. ``[0]`` (Linux; None:
+    any). With ``workers.cpus`` it keeps local workers off the learner's cores on one machine."""
     device: str = "cpu"
     """Learner device: ``cpu``, ``cuda`` (under torchrun: the rank's GPU), ``cuda:N``, or ``auto``."""
     sharding: Literal["replicate", "fsdp"] = "replicate"

@@ -74,6 +74,9 @@ class WorkersConfig(Section):
     """Local worker processes ``echo2 train`` starts (remote ones may join by URL too)."""
     threads: int = Field(1, ge=1)
     """Torch threads per local worker."""
+    cpus: list[int] | None = None
+    """CPUs the local worker processes may run on, e.g. ``[1]`` (Linux; local launcher only; None:
+    the CPUs the learner started with)."""
     device: str = "cpu"
     """Device of the workers' hf engine: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (a Ray actor's
     ``cuda`` is the GPU Ray gave it)."""
@@ -270,6 +273,12 @@ class Config(Section):
         resolved = resolve_staleness(self.protocol, self.staleness)
         if resolved != self.staleness:  # (assigning re-runs validation when assignments are validated)
             self.staleness = resolved
+        return self
+
+    @model_validator(mode="after")
+    def _cpus_for_local_workers(self) -> Config:
+        if self.workers.cpus is not None and self.launcher != "local":
+            raise ValueError("workers.cpus pins local worker processes; Ray places its actors by ray.cpus_per_worker")
         return self
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from echo2.modeling import pin_cpus
 from echo2.rollout.options import OPTIONS_ENV, TOKEN_ENV, WorkerOptions
 
 log = logging.getLogger("echo2")
@@ -34,10 +35,11 @@ def _terminate_with_parent() -> None:
 
 
 class LocalWorkers:
-    def __init__(self, options: list[WorkerOptions], log_dir: Path) -> None:
-        """One subprocess per entry of ``options`` (a worker without a name is called ``local-<i>``)."""
+    def __init__(self, options: list[WorkerOptions], log_dir: Path, cpus: list[int] | None = None) -> None:
+        """One subprocess per entry of ``options`` (a worker without a name is called ``local-<i>``),
+        each restricted to ``cpus`` (None: the CPUs this process has)."""
         self.options = [o if o.name else o.model_copy(update={"name": f"local-{i}"}) for i, o in enumerate(options)]
-        self.count, self.log_dir = len(self.options), log_dir
+        self.count, self.log_dir, self.cpus = len(self.options), log_dir, cpus
         self.processes: list[subprocess.Popen] = []
 
     def start(self) -> None:
@@ -49,9 +51,14 @@ class LocalWorkers:
             with (self.log_dir / f"{options.name}.log").open("a") as log_file:  # a resumed run appends
                 self.processes.append(subprocess.Popen(
                     [sys.executable, "-m", "echo2.cli", "worker", "--name", options.name],
-                    stdout=log_file, stderr=subprocess.STDOUT, env=env, preexec_fn=_terminate_with_parent,
+                    stdout=log_file, stderr=subprocess.STDOUT, env=env, preexec_fn=self._prepare_child,
                 ))
         log.info("started %d local workers (logs in %s)", self.count, self.log_dir)
+
+    def _prepare_child(self) -> None:
+        """In the child, before it runs the worker program."""
+        _terminate_with_parent()
+        pin_cpus(self.cpus)
 
     def check(self) -> None:
         """Raise if a local worker exited with an error while starting up."""

@@ -33,9 +33,9 @@ from echo2.guard import viewer_credential
 from echo2.launch.local import LocalWorkers
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.learner.checkpoint import latest_resumable, load_resume_state
-from echo2.learner.distributed import announce, start
+from echo2.learner.distributed import Shard, announce, start
 from echo2.learner.loop import LearnerLoop, LoopResult
-from echo2.modeling import load_tokenizer, pin_threads
+from echo2.modeling import check_cpus, load_tokenizer, pin_threads, pinned_cpus
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec
 from echo2.ratelimit import RateLimiter
@@ -199,13 +199,15 @@ def reward_scorer(task: Task, weights: str) -> Scorer:
                        lambda text: observation_ids(tokenizer, text))
 
 
-def launch_workers(config: Config, url: str, token: str, log_dir: Path) -> LocalWorkers | RayWorkers:
-    """The run's ``workers.count`` workers: local subprocesses, or Ray actors (``launcher: ray``)."""
+def launch_workers(config: Config, url: str, token: str, log_dir: Path,
+                   worker_cpus: list[int] | None = None) -> LocalWorkers | RayWorkers:
+    """The run's ``workers.count`` workers: Ray actors (``launcher: ray``), or local subprocesses on
+    ``worker_cpus``."""
     if config.launcher == "ray":
         from echo2.launch.ray_actors import RayWorkers
 
         return RayWorkers(url, local_worker_options(config, url, token, name_prefix="ray"), config, log_dir)
-    return LocalWorkers(local_worker_options(config, url, token), log_dir)
+    return LocalWorkers(local_worker_options(config, url, token), log_dir, worker_cpus)
 
 
 def _endpoint(config: Config, run_dir: Path, resuming: bool) -> tuple[int, str]:
@@ -234,6 +236,19 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     if not shard.leader:
         run_follower(config, shard)
         return None
+    try:
+        check_cpus(config.learner.cpus, "learner.cpus")
+        check_cpus(config.workers.cpus, "workers.cpus")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    with pinned_cpus(config.learner.cpus) as started_on:
+        # local workers get the CPUs this process started with unless told otherwise, not the learner's pin
+        worker_cpus = config.workers.cpus or (started_on if config.learner.cpus else None)
+        return _lead(config, resume_dir, shard, worker_cpus)
+
+
+def _lead(config: Config, resume_dir: Path | None, shard: Shard, worker_cpus: list[int] | None) -> RunSummary:
+    """The leader's run: coordinator, local workers, learner loop, summary."""
     run_dir = resume_dir or make_run_dir(config)
     handler = attach_log_file(run_dir)
     (run_dir / "config.yaml").write_text(dump_config(config))
@@ -291,7 +306,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
              f" --pin-sha256 {certificate_fingerprint(door.tls_certfile)} (or --ca-file CA_BUNDLE)"
              if door.tls_certfile else "")
     announce_dashboard(run_dir, server.url, token)
-    workers = launch_workers(config, server.url, token, run_dir / "workers")
+    workers = launch_workers(config, server.url, token, run_dir / "workers", worker_cpus)
     workers.start()
     learner = build_learner(config, model, tokenizer, checkpoint, shard)
     try:

@@ -26,6 +26,9 @@ class LearnerSpec(LearnerHardware):
     counterfactual, where the same hardware would generate the rollouts too."""
     payload_mib: float = Field(gt=0)
     """Bytes of one version on the wire, MiB (parameters x bytes per parameter, or the LoRA adapter)."""
+    fixed_broadcast_s: float = Field(0.0, ge=0)
+    """Seconds a version takes to reach the workers besides its transfer (publishing, announcing,
+    fetch set-up; ``echo2 calibrate`` measures it)."""
     generation_rollouts_per_s: float | None = Field(None, gt=0)
     """Rollouts/s the learner's own hardware would generate in the centralized setup (for the
     counterfactual's wall time); None: not compared."""

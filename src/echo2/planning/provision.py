@@ -48,9 +48,11 @@ class Provision:
 
 
 def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode: str = "pipelined",
-              chunk_mib: float = 1.0, target_utilization: float = 1.0, reachable_share: float = 0.95) -> Provision:
+              chunk_mib: float = 1.0, target_utilization: float = 1.0, reachable_share: float = 0.95,
+              activate: bool = True) -> Provision:
     """Cheapest worker set that keeps the learner at ``target_utilization``; when no set can, the
-    cheapest reaching ``reachable_share`` of the best any fleet could (or everything, if none can)."""
+    cheapest reaching ``reachable_share`` of the best any fleet could (or everything, if none can).
+    ``activate=False`` (cost-aware activation off): every worker runs."""
     learner = inventory.learner
     candidates, uploads = [], {}
     for worker_class in inventory.workers:
@@ -60,8 +62,8 @@ def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode
             uploads[name] = worker_class.upload_bytes_per_s
     payload, learner_upload = learner.payload_mib * MIB, learner.upload_bytes_per_s
     active, available = candidates, sum(c.throughput for c in candidates)
-    for _ in range(5):
-        bcast = broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active], mode, chunk_mib * MIB)
+    for _ in range(5 if activate else 0):
+        bcast = learner.fixed_broadcast_s + broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active], mode, chunk_mib * MIB)
         times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness)
         need = provisioning_need(times, available, target_utilization, reachable_share=reachable_share)
         chosen = choose_active(candidates, need)
@@ -70,7 +72,8 @@ def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode
         if picked == active:
             break
         active = picked
-    bcast = broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active], mode, chunk_mib * MIB)
+    bcast = learner.fixed_broadcast_s + broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active],
+                                                          mode, chunk_mib * MIB)
     times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness)
     throughput = sum(c.throughput for c in active)
     utilization = predicted_utilization(times, throughput)

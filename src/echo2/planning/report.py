@@ -11,12 +11,16 @@ def plan_lines(config: Config, inventory: Inventory, other_staleness: range = ra
     rollouts = config.learner.groups_per_step * config.rollout.group_size
     mode, chunk = config.broadcast.mode, config.broadcast.chunk_mib
 
+    rule = config.activation
+
     def run(s: int) -> Provision:
-        return provision(inventory, rollouts, s, mode, chunk)
+        return provision(inventory, rollouts, s, mode, chunk, rule.target_utilization, rule.reachable_share,
+                         activate=rule.enabled)
 
     chosen = run(config.staleness)
     lines = [f"plan for S={chosen.staleness}, {rollouts} rollouts per step, {mode} broadcast, "
-             f"T_train {inventory.learner.train_step_s:g}s, payload {inventory.learner.payload_mib:g} MiB",
+             f"T_train {inventory.learner.train_step_s:g}s, payload {inventory.learner.payload_mib:g} MiB"
+             + ("" if rule.enabled else " (cost-aware activation off: every worker runs)"),
              "", f"{'worker class':<24}{'run':>5}{'of':>5}{'$/h each':>10}{'rollouts/s each':>17}"]
     for worker_class in inventory.workers:
         lines.append(f"{worker_class.name:<24}{chosen.chosen.get(worker_class.name, 0):>5}{worker_class.count:>5}"

@@ -74,7 +74,7 @@ class WorkerOptions(BaseModel):
     worker_class: str = ""
     """Class name in the cost accounting (default: the worker's name)."""
     throughput_factor: float = Field(1.0, gt=0, le=1)
-    """Emulate a slower device: run at this fraction of the speed, in (0, 1]."""
+    """Emulate a slower device, in (0, 1]: a lease takes its generation's CPU time / factor."""
     ca_file: str | None = None
     """CA bundle (PEM) that https:// coordinators and relays must chain to (default: the system's)."""
     pin_sha256: tuple[str, ...] = ()

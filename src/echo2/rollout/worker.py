@@ -282,7 +282,7 @@ class RolloutWorker:
 
     def _generate(self, lease: LeaseResponse) -> SubmitRequest:
         group_size, multi_turn = self.spec.group_size, self.spec.max_turns > 1
-        started, clock = time.time(), time.perf_counter()
+        started, clock, cpu = time.time(), time.perf_counter(), time.thread_time()
         episodes = self._episodes(lease)
         groups = []
         for index, prompt in enumerate(lease.prompts):
@@ -292,8 +292,10 @@ class RolloutWorker:
                 for e in episodes[index * group_size : (index + 1) * group_size]
             ]))
         seconds = time.perf_counter() - clock
-        if self.throughput_factor < 1:  # emulate a slower device: idle for the time it would take longer
-            self.stop.wait(seconds * (1 / self.throughput_factor - 1))
+        if self.throughput_factor < 1:
+            # emulate a device `factor` times as fast as this core: the lease takes the compute it used
+            # (this thread's CPU time, which other processes on the core do not inflate) / factor
+            self.stop.wait(max(0.0, (time.thread_time() - cpu) / self.throughput_factor - seconds))
             seconds = time.perf_counter() - clock
         self._record("generate", started, time.time(), self.version)
         assert lease.lease_id is not None and lease.version is not None

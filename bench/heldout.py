@@ -1,0 +1,95 @@
+"""The calibration run and the held-out configurations that bench/capacity.py and bench/simulator.py predict.
+
+Every run pins the learner (and the coordinator in its process) to CPU 0 and the local workers to
+CPU 1 (``learner.cpus``, ``workers.cpus``), so that each side's speed does not depend on how busy
+the other is: on a machine of its own each would not. Emulated devices are slower than one core
+(``throughput_factor`` < 1) and take their generation's CPU time / factor per lease, so workers
+sharing CPU 1 keep their speeds. Every run trains two epochs per batch (``learner.epochs=2``:
+a learner step slow enough that this machine's worker core can keep up with it), ships whole
+versions (``broadcast.encoding=full``: the size of a delta depends on which version a worker
+holds), and leaves cost-aware activation off (the fleet is the config's).
+
+The calibration (``echo2 calibrate``'s measurements, :mod:`echo2.planning.calibration`) runs one
+configuration; no held-out configuration shares its fleet, and they span the three regimes:
+learner-bound (the fleet keeps up, S absorbs dissemination), generation-bound (too little rollout
+throughput) and dissemination-bound (capped uplinks: a version takes several learner steps).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from echo2.config import Config, load_config
+from echo2.planning.calibration import Calibration, calibrate_run
+from echo2.telemetry.metrics import read_jsonl
+
+COMMON = ["learner.cpus=[0]", "workers.cpus=[1]", "learner.epochs=2", "broadcast.encoding=full",
+          "activation.enabled=false", "eval.every=100000", "eval.size=20", "eval.show=0", "telemetry.progress=false",
+          "telemetry.tensorboard=false", "checkpoint.every=0"]
+
+
+def fleet(*factors: float) -> list[str]:
+    """Overrides for a local fleet of one worker per factor."""
+    entries = ", ".join(f"{{throughput_factor: {f}}}" for f in factors)
+    return [f"workers.count={len(factors)}", f"workers.fleet=[{entries}]"]
+
+
+CALIBRATION = ("calibration: async S=1, 2 x 0.25", ["protocol=async", "staleness=1", *fleet(0.25, 0.25)])
+
+HELD_OUT = [
+    ("sync, 2 x 0.5", "generation", ["protocol=sync", *fleet(0.5, 0.5)]),
+    ("async S=1, 2 x 0.5", "learner", ["staleness=1", *fleet(0.5, 0.5)]),
+    ("async S=2, 3 x 0.3", "learner", ["staleness=2", *fleet(0.3, 0.3, 0.3)]),
+    ("async S=1, 1 x 0.3", "generation", ["staleness=1", *fleet(0.3)]),
+    ("async S=4, 4 x 0.1", "generation", ["staleness=4", *fleet(0.1, 0.1, 0.1, 0.1)]),
+    ("async S=2, 0.15 + 0.3 + 0.45", "learner", ["staleness=2", *fleet(0.15, 0.3, 0.45)]),
+    ("async S=1, uplinks 4 Mbit/s", "dissemination", ["staleness=1", *fleet(0.5, 0.5), "workers.upload_mbps=4",
+                                                      "broadcast.learner_upload_mbps=4"]),
+    ("async S=2, uplinks 8 Mbit/s", "dissemination", ["staleness=2", *fleet(0.5, 0.5), "workers.upload_mbps=8",
+                                                      "broadcast.learner_upload_mbps=8"]),
+    ("sync, star, learner uplink 16 Mbit/s", "dissemination", ["protocol=sync", *fleet(0.5, 0.5),
+                                                               "broadcast.mode=star",
+                                                               "broadcast.learner_upload_mbps=16"]),
+    ("pull S=1, 2 x 0.5", "generation", ["protocol=pull", "staleness=1", *fleet(0.5, 0.5)]),
+]
+
+
+def slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "=." else "_" for c in name).strip("_")
+
+
+def config_for(overrides: list[str], steps: int, out: Path, name: str) -> Config:
+    return load_config(overrides=[*overrides, *COMMON, f"run.steps={steps}", f"run.dir={out / 'runs'}",
+                                  f"run.name={slug(name)}"])
+
+
+def run(overrides: list[str], steps: int, out: Path, name: str) -> Path:
+    """Train one configuration for real; its run directory (reused when ``out`` already holds it)."""
+    from echo2.launch.train import run_training
+
+    done = sorted((out / "runs").glob(f"{slug(name)}*/summary.txt"))
+    if done:
+        return done[-1].parent
+    print(f"== {name}", flush=True)
+    return run_training(config_for(overrides, steps, out, name)).run_dir
+
+
+def calibrate(out: Path, steps: int) -> Calibration:
+    name, overrides = CALIBRATION
+    return calibrate_run(run(overrides, steps, out, name))
+
+
+def measured(run_dir: Path, warmup: int) -> dict[str, float]:
+    """Utilization and seconds per step of a real run over its steps after ``warmup``."""
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner_busy_s" in r][warmup:]
+    first, last = steps[0], steps[-1]
+    busy = last["learner_busy_s"] - first["learner_busy_s"]
+    idle = last["learner_idle_s"] - first["learner_idle_s"]
+    return {"util_measured": busy / (busy + idle), "step_s_measured": (busy + idle) / (len(steps) - 1)}
+
+
+def summary(rows: list[dict], key: str) -> dict[str, float]:
+    """Median and worst absolute error, in points, of ``key`` over the rows."""
+    errors = [abs(r[key]) for r in rows]
+    return {"median_abs": statistics.median(errors), "worst_abs": max(errors)}

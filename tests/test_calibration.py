@@ -1,0 +1,122 @@
+"""Calibrate once, predict many: the figures a calibration keeps, and the predictions built from them."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from echo2.cli import main
+from echo2.config import ConfigError, load_config
+from echo2.launch.train import run_training
+from echo2.modeling import check_cpus, pin_cpus, pinned_cpus
+from echo2.planning.calibration import Calibration, calibrate_run, inventory_for, lease_rollouts_per_s
+from echo2.planning.provision import provision
+from echo2.simulation.calibrate import scenario_for
+from echo2.simulation.engine import simulate
+from echo2.telemetry.metrics import read_jsonl
+
+
+def calibration(**changes) -> Calibration:
+    values = dict(source="run", model="echo2/tiny-arith", model_sha256="0" * 16, machine="x", train_step_s=0.5,
+                  train_step_cv=0.1, rollouts_per_s=1000.0, throughput_cv=0.1, lease_overhead_s=0.05, fetch_s=0.02,
+                  dissemination_s=0.2, full_bytes=2e6, delta_bytes=1e6)
+    return Calibration(**{**values, **changes})
+
+
+def fleet_config(*overrides):
+    return load_config(overrides=["workers.count=3", "workers.fleet=[{throughput_factor: 0.5}, {throughput_factor: "
+                                  "0.25, upload_mbps: 8, price_per_hour: 0.2}]", *overrides])
+
+
+def test_a_worker_delivers_a_lease_per_generation_plus_overhead():
+    config, cal = fleet_config(), calibration()
+    lease = config.rollout.groups_per_lease * config.rollout.group_size  # 128
+    assert lease_rollouts_per_s(config, cal, 0.5) == pytest.approx(lease / (lease / 500 + 0.05))
+    inventory = inventory_for(config, cal)
+    # fleet entries cycle over the workers: local-0 and local-2 at 0.5, local-1 at 0.25 with its own uplink and price
+    assert [(c.count, round(c.rollouts_per_s, 3), c.upload_mbps, c.price_per_hour) for c in inventory.workers] == [
+        (2, round(lease / (lease / 500 + 0.05), 3), None, 0.0), (1, round(lease / (lease / 250 + 0.05), 3), 8, 0.2)]
+    assert inventory.learner.train_step_s == 0.5 and inventory.learner.fixed_broadcast_s == 0.2
+    assert inventory.learner.payload_mib * 2**20 == 1e6  # the default encoding ships deltas
+    full = inventory_for(fleet_config("broadcast.encoding=full"), cal)
+    assert full.learner.payload_mib * 2**20 == 2e6
+
+
+def test_plan_predicts_the_configured_fleet_when_activation_is_off():
+    cal = calibration(train_step_s=0.2)
+    config = fleet_config("activation.enabled=false", "staleness=2")
+    plan = provision(inventory_for(config, cal), 512, 2, activate=False)
+    assert sum(plan.chosen.values()) == 3
+    mu = 2 * lease_rollouts_per_s(config, cal, 0.5) + lease_rollouts_per_s(config, cal, 0.25)
+    assert plan.throughput == pytest.approx(mu)
+    # generation-bound: the step period is R / sum(mu), and the fixed dissemination cost is counted
+    assert plan.step_s == pytest.approx(512 / mu) and plan.broadcast_s >= 0.2
+    with pytest.raises(ConfigError, match="calibrate this model first"):
+        inventory_for(config, calibration(model="other"))
+
+
+def test_scenario_takes_the_config_and_the_measured_figures():
+    config = fleet_config("protocol=sync", "run.steps=12")
+    scenario = scenario_for(config, calibration())
+    assert scenario.recipe.protocol == "sync" and scenario.recipe.steps == 12
+    assert [w.rollouts_per_s for w in scenario.fleet] == [500, 250, 500]
+    assert {w.rtt_ms for w in scenario.fleet} == {25.0} and {w.fetch_delay_s for w in scenario.fleet} == {0.02}
+    assert scenario.fleet[1].upload_mbps == 8 and scenario.model.payload_bytes == pytest.approx(1e6)
+    result = simulate(scenario, timeline_workers=0)
+    assert 0 < result.utilization < 1 and result.train_wall_s > 12 * 0.5
+
+
+def test_cpu_pins_apply_and_are_restored():
+    before = os.sched_getaffinity(0)
+    with pinned_cpus([min(before)]) as started_on:
+        assert os.sched_getaffinity(0) == {min(before)} and started_on == sorted(before)
+    assert os.sched_getaffinity(0) == before
+    with pytest.raises(ValueError, match=r"CPUs \[4096\] are not available"):
+        check_cpus([4096], "workers.cpus")
+    # how local workers are pinned: in the child, before it runs the worker program
+    child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                           preexec_fn=lambda: pin_cpus([max(before)]), capture_output=True, text=True, check=True)
+    assert json.loads(child.stdout) == [max(before)]
+    with pytest.raises(ConfigError, match="workers.cpus pins local worker processes"):
+        load_config(overrides=["launcher=ray", "workers.cpus=[0]"])
+
+
+def test_calibrate_a_real_run_then_plan_and_simulate_another_config(tmp_path, capsys):
+    cpus = sorted(os.sched_getaffinity(0))
+    summary = run_training(load_config(overrides=[
+        "run.steps=10", "eval.every=1000", "eval.size=10", "eval.show=0", "telemetry.progress=false",
+        "checkpoint.every=0", "activation.enabled=false", f"run.dir={tmp_path}", "run.name=cal",
+        f"learner.cpus=[{cpus[0]}]", f"workers.cpus=[{cpus[-1]}]", "workers.fleet=[{throughput_factor: 0.5}]"]))
+    assert os.sched_getaffinity(0) == set(cpus)  # the learner's pin ends with the run
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--from-run", str(summary.run_dir), "--out", str(out)]) == 0
+    cal = Calibration.model_validate(yaml.safe_load(out.read_text()))
+    assert 0 < cal.train_step_s < 10 and cal.rollouts_per_s > 0 and cal.full_bytes > 0 and cal.delta_bytes
+    # measured per worker at factor 1: the workers ran at 0.5, so the rate is twice what they reported
+    last = [r for r in read_jsonl(summary.run_dir / "metrics.jsonl") if "learner_busy_s" in r][-1]
+    reported = [v for k, v in last.items() if k.startswith("worker/") and k.endswith("/samples_per_s")]
+    assert cal.rollouts_per_s == pytest.approx(2 * sum(reported) / len(reported), rel=0.01)
+    capsys.readouterr()
+    assert main(["plan", "--calibration", str(out), "activation.enabled=false", "protocol=sync",
+                 "workers.count=3"]) == 0
+    printed = capsys.readouterr().out
+    assert "every worker runs" in printed and "predicted learner utilization" in printed
+    assert main(["simulate", "--calibration", str(out), "--out", str(tmp_path / "sim"), "staleness=2",
+                 "run.steps=6"]) == 0
+    assert (tmp_path / "sim" / "metrics.jsonl").is_file()
+    assert main(["simulate", "--calibration", str(out), "configs/scenarios/none.yaml"]) == 2
+    with pytest.raises(ConfigError, match="a calibration needs more than"):
+        calibrate_run(_truncated(summary.run_dir, tmp_path / "short"))
+
+
+def _truncated(run_dir, to):
+    """A copy of ``run_dir`` with its first 4 steps only."""
+    to.mkdir()
+    (to / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    (to / "timeline.jsonl").write_text((run_dir / "timeline.jsonl").read_text())
+    steps = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if "learner_busy_s" in line]
+    (to / "metrics.jsonl").write_text("\n".join(steps[:4]) + "\n")
+    return to
