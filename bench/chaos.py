@@ -9,12 +9,19 @@ processes started here, as a user would on other machines. Reported per run, fro
 reliability report: steps completed, wall time, prompts lost (drawn but neither trained,
 buffered, queued nor out on a lease), groups trained twice, and the lease ledger
 (issued = completed + expired + outstanding). ``wall_vs_calm`` is the price of the chaos.
+
+The coordinator's books are checked against an independent count too: the groups the workers
+logged as accepted (each worker's own log, one line per accepted submission) less the groups the
+learner logged as trained (``metrics.jsonl``) must be what the coordinator still held or dropped
+at the end (buffered, stale, from a quarantined worker): ``ledger_gap`` = 0. A worker SIGKILLed
+between the coordinator's acceptance and its own log line would show as a negative gap.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +34,10 @@ from common import coordinator_endpoint, format_table, parse_args, write_results
 
 from echo2.config import load_config  # noqa: E402
 from echo2.launch.train import run_training  # noqa: E402
+from echo2.telemetry.metrics import read_jsonl  # noqa: E402
+
+#: The line a worker logs for each accepted submission (``echo2.rollout.worker``).
+ACCEPTED = re.compile(r"lease \S+: (\d+) groups accepted")
 
 
 class ChaosMonkey:
@@ -100,11 +111,17 @@ def main() -> None:
             # a SIGKILLed worker is declared dead after 4 s and its leases re-issued
             "coordinator.heartbeat_timeout_s=4", "coordinator.lease_timeout_s=30",
         ])
-        run_dir = Path(config.run.dir) / name
+        run_dir, group_size = Path(config.run.dir) / name, config.rollout.group_size
         with ChaosMonkey(run_dir, workers, chaos_interval) as monkey:
             summary = run_training(config)
         report = summary.reliability
         ledger = report["leases_completed"] + report["leases_expired"] + report["leases_outstanding"]
+        # the independent count: what the workers logged as accepted vs what the learner logged as trained;
+        # the difference must be what the coordinator still holds or dropped (buffered, stale, quarantined)
+        logged = sum(int(m.group(1)) for log in run_dir.glob("chaos-worker-*.log")
+                     for m in ACCEPTED.finditer(log.read_text()))
+        trained = sum(r["samples"] for r in read_jsonl(run_dir / "metrics.jsonl") if "samples" in r) // group_size
+        held = report["groups_buffered"] + report["groups_dropped_stale"] + report["groups_discarded_quarantined"]
         rows.append({
             "run": name, "steps": summary.result.steps, "wall_s": summary.result.wall_seconds,
             "sigkill": monkey.kills["SIGKILL"], "sigterm": monkey.kills["SIGTERM"],
@@ -115,13 +132,16 @@ def main() -> None:
             "leases_expired": report["leases_expired"], "leases_outstanding": report["leases_outstanding"],
             "leases_unaccounted": report["leases_issued"] - ledger,
             "late_results_refused": report["groups_rejected"].get("expired_lease", 0),
+            "workers_logged_accepted": logged, "learner_logged_trained": trained, "coordinator_held": held,
+            "ledger_gap": logged - trained - held,
         })
     calm = rows[0]["wall_s"]
     for row in rows:
         row["wall_vs_calm"] = row["wall_s"] / calm
     columns = ["run", "steps", "wall_s", "wall_vs_calm", "sigkill", "sigterm", "workers_dead", "workers_left",
                "prompts_drawn", "prompts_lost", "trained_twice", "leases_issued", "leases_completed",
-               "leases_expired", "leases_outstanding", "leases_unaccounted", "late_results_refused"]
+               "leases_expired", "leases_outstanding", "leases_unaccounted", "late_results_refused",
+               "workers_logged_accepted", "learner_logged_trained", "coordinator_held", "ledger_gap"]
     print(format_table(rows, columns))
     path = write_results(args.out, rows, {"steps": steps, "kill_interval_s": interval, "workers": workers,
                                           "quick": args.quick})

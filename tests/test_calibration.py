@@ -20,7 +20,8 @@ from echo2.telemetry.metrics import read_jsonl
 
 
 def calibration(**changes) -> Calibration:
-    values = dict(source="run", model="echo2/tiny-arith", model_sha256="0" * 16, machine="x", train_step_s=0.5,
+    values = dict(source="run", model="echo2/tiny-arith", model_sha256="0" * 16, machine="x", protocol="async",
+                  train_step_s=0.5,
                   train_step_cv=0.1, rollouts_per_s=1000.0, throughput_cv=0.1, lease_overhead_s=0.05, fetch_s=0.02,
                   dissemination_s=0.2, full_bytes=2e6, delta_bytes=1e6)
     return Calibration(**{**values, **changes})
@@ -40,6 +41,8 @@ def test_a_worker_delivers_a_lease_per_generation_plus_overhead():
     assert [(c.count, round(c.rollouts_per_s, 3), c.upload_mbps, c.price_per_hour) for c in inventory.workers] == [
         (2, round(lease / (lease / 500 + 0.05), 3), None, 0.0), (1, round(lease / (lease / 250 + 0.05), 3), 8, 0.2)]
     assert inventory.learner.train_step_s == 0.5 and inventory.learner.fixed_broadcast_s == 0.2
+    # a sync worker asks for the version before each lease: it finds a new one within a request, then fetches it
+    assert inventory_for(fleet_config("protocol=sync"), cal).learner.fixed_broadcast_s == pytest.approx(0.02 + 0.025)
     assert inventory.learner.payload_mib * 2**20 == 1e6  # the default encoding ships deltas
     full = inventory_for(fleet_config("broadcast.encoding=full"), cal)
     assert full.learner.payload_mib * 2**20 == 2e6

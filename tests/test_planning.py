@@ -1,19 +1,21 @@
 """The capacity model and cost-aware activation (pure logic)."""
 
+import inspect
 import itertools
 import math
 import random
 
 import pytest
 
+from echo2.broadcast.downloader import fetch_version
 from echo2.cli import main
-from echo2.planning.activation import Candidate, choose_active
-from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.config import WorkerClass
-from echo2.planning.inventory import Inventory, load_inventory
-from echo2.planning.provision import provision
+from echo2.planning.activation import Candidate, choose_active
+from echo2.planning.broadcast_time import IN_FLIGHT, arrival_seconds, broadcast_seconds
 from echo2.planning.capacity import (StepTimes, max_utilization, predicted_utilization, provisioning_need,
                                      required_throughput, step_period)
+from echo2.planning.inventory import Inventory, load_inventory
+from echo2.planning.provision import provision
 
 
 def test_sync_period_is_the_serial_sum():
@@ -33,6 +35,16 @@ def test_async_saturates_when_throughput_and_latency_conditions_hold():
     relaxed = StepTimes(train_s=2.0, broadcast_s=1.0, rollouts_per_step=100, staleness=2)
     assert required_throughput(relaxed) == pytest.approx(50.0)
     assert predicted_utilization(relaxed, 25.0) == pytest.approx(0.5)  # generation-bound: T / (R/mu)
+
+
+def test_an_uplink_slower_than_a_step_makes_versions_half_a_period_older():
+    """Versions published faster than the learner's uplink carries them: the one sent is on average
+    half a period old, so (S + 1) P = T + T_bcast + P / 2 + R / sum(mu)."""
+    free = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=2, uplink_s=1.0)
+    assert step_period(free, 200.0) == pytest.approx(4.5 / 3)  # the uplink keeps up with one version per 1.5 s
+    busy = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=2, uplink_s=2.0)
+    assert step_period(busy, 200.0) == pytest.approx(4.5 / 2.5)
+    assert max_utilization(busy) == pytest.approx(1.0 / (4.0 / 2.5))
 
 
 def test_required_throughput_is_the_inverse_of_utilization():
@@ -112,6 +124,11 @@ def test_broadcast_time_model():
     # the slowest *relaying* uplink limits the chain; the last worker's uplink does not matter
     assert broadcast_seconds(64 * mib, 8 * mib, [8 * mib, 4 * mib], "pipelined", mib) == pytest.approx(65 / 8)
     assert broadcast_seconds(64 * mib, 8 * mib, [], "star") == 0.0
+    # a star serves requests first come first served, IN_FLIGHT chunks per fetch at a time: a payload of
+    # one window goes to the workers one after another, one of many chunks to all of them near the end
+    assert arrival_seconds(2 * mib, 8 * mib, [8 * mib] * 3, "star") == pytest.approx([0.25, 0.5, 0.75])
+    assert arrival_seconds(64 * mib, 8 * mib, [8 * mib] * 2, "star") == pytest.approx([15.75, 16.0])
+    assert inspect.signature(fetch_version).parameters["in_flight"].default == IN_FLIGHT
 
 
 def test_provision_and_plan_command(tmp_path, capsys):

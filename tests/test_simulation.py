@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from echo2.planning.activation import Candidate, choose_active
-from echo2.planning.broadcast_time import broadcast_seconds
+from echo2.planning.broadcast_time import arrival_seconds, broadcast_seconds
 from echo2.planning.capacity import StepTimes, predicted_utilization
 from echo2.simulation.dissemination import Peer, plan_timing
 from echo2.simulation.engine import simulate
@@ -68,6 +68,8 @@ def test_timed_plan_matches_the_broadcast_time_model(seed):
     for mode in ("star", "pipelined"):
         timing = plan_timing(peers, payload, learner, mode, chunk)
         assert max(timing.offset.values()) == pytest.approx(broadcast_seconds(payload, learner, uploads, mode, chunk))
+        # and every worker's time is the model's, in the planner's order
+        assert sorted(timing.offset.values()) == pytest.approx(arrival_seconds(payload, learner, uploads, mode, chunk))
 
 
 def test_star_grows_with_the_fleet_and_the_chain_does_not():

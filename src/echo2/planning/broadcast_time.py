@@ -1,10 +1,12 @@
 """Expected dissemination time of one version, for planning (the model behind bench/broadcast.py).
 
-* star: the learner sends the payload ``M`` to each of ``N`` workers over its uplink ``B_L``:
-  ``N * M / B_L``;
+* star: the learner sends the payload ``M`` to each of ``N`` workers over its uplink ``B_L``, its
+  throttle serving chunk requests first come first served while each fetch keeps ``IN_FLIGHT``
+  chunks asked: the ``k``-th worker holds it at ``(N * (M - w) + k * w) / B_L`` with
+  ``w = min(M, IN_FLIGHT * chunk)``, the last at ``N * M / B_L``;
 * pipelined chain (:mod:`echo2.broadcast.topology`): every byte leaves the learner once and
   flows down the chain at the slowest uplink on it, plus one chunk time per hop to fill the
-  pipeline: ``M / min(B_L, B_relays) + (N - 1) * chunk / min(...)``.
+  pipeline: the ``k``-th worker at ``(M + (k - 1) * chunk) / min(B_L, B_relays above it)``.
 
 Latency per request is ignored (it is small against a chunk time for the chunk sizes used).
 """
@@ -16,21 +18,35 @@ from collections.abc import Sequence
 
 from echo2.units import MIB
 
+#: Chunk requests a worker's fetch keeps open at once (``echo2.broadcast.downloader.IN_FLIGHT``).
+IN_FLIGHT = 2
+
+
+def arrival_seconds(payload_bytes: float, learner_upload: float, relay_uploads: Sequence[float], mode: str,
+                    chunk_bytes: float = MIB) -> list[float]:
+    """Seconds until each of ``len(relay_uploads)`` workers holds a version, in order (bytes and bytes/s)."""
+    receivers = len(relay_uploads)
+    if receivers == 0:
+        return []
+    if learner_upload <= 0:
+        return [math.inf] * receivers
+    chunk = min(chunk_bytes, payload_bytes)
+    if mode == "star":
+        window = min(payload_bytes, IN_FLIGHT * chunk)
+        return [(receivers * (payload_bytes - window) + k * window) / learner_upload for k in range(1, receivers + 1)]
+    if mode != "pipelined":
+        raise ValueError(f"unknown broadcast mode {mode!r}")
+    # the fastest uplinks relay first (topology.plan_tree); the last worker relays to nobody
+    relays = sorted(relay_uploads, reverse=True)
+    arrivals, rate = [], learner_upload
+    for k in range(receivers):
+        if k > 0:
+            rate = min(rate, relays[k - 1])
+        arrivals.append(math.inf if rate <= 0 else (payload_bytes + k * chunk) / rate)
+    return arrivals
+
 
 def broadcast_seconds(payload_bytes: float, learner_upload: float, relay_uploads: Sequence[float], mode: str,
                       chunk_bytes: float = MIB) -> float:
     """Seconds until the last of ``len(relay_uploads)`` workers holds a version (bytes and bytes/s)."""
-    receivers = len(relay_uploads)
-    if receivers == 0:
-        return 0.0
-    if learner_upload <= 0:
-        return math.inf
-    if mode == "star":
-        return receivers * payload_bytes / learner_upload
-    if mode != "pipelined":
-        raise ValueError(f"unknown broadcast mode {mode!r}")
-    # the last worker in the chain relays to nobody, so its uplink does not matter
-    rate = min([learner_upload, *sorted(relay_uploads, reverse=True)[: receivers - 1]])
-    if rate <= 0:
-        return math.inf
-    return (payload_bytes + (receivers - 1) * min(chunk_bytes, payload_bytes)) / rate
+    return max(arrival_seconds(payload_bytes, learner_upload, relay_uploads, mode, chunk_bytes), default=0.0)

@@ -14,7 +14,8 @@ the run's settings:
 * ``fetch_s`` and ``dissemination_s``: a weight fetch and the time from a step's end until every
   worker holds the version, each less the transfer the run's bandwidth caps imply (on loopback
   without caps: the whole time): the fixed cost of a version, to which a prediction adds the
-  transfer its own caps imply;
+  transfer its own caps imply (:meth:`Calibration.fixed_dissemination_s`: how soon a worker
+  hears of a version depends on the protocol);
 * ``full_bytes`` and ``delta_bytes``: one version on the wire, whole and as a delta.
 
 Everything else a prediction needs comes from the predicted configuration itself: protocol,
@@ -43,6 +44,10 @@ from echo2.units import MIB, link_bytes_per_s
 #: Learner steps left out at the start of a calibration run (first loads, first versions).
 WARMUP_STEPS = 3
 
+#: Requests in one lease cycle of a worker: submit and lease, plus the version check before every
+#: lease in ``sync`` and ``pull``.
+REQUESTS_PER_LEASE = {"async": 2, "sync": 3, "pull": 3}
+
 
 class Calibration(Section):
     """The measured figures of one calibration run (``echo2 calibrate``; see the module docstring)."""
@@ -55,6 +60,8 @@ class Calibration(Section):
     """Short hash of the model's weights (:func:`echo2.model_sources.model_fingerprint`)."""
     machine: str
     """Where it ran (architecture, cores)."""
+    protocol: str
+    """The calibration run's protocol (how its workers heard of new versions)."""
     train_step_s: float = Field(gt=0)
     """Learner seconds per optimizer step, publishing included (mean after warm-up)."""
     train_step_cv: float = Field(ge=0)
@@ -73,6 +80,22 @@ class Calibration(Section):
     """Bytes of one whole version on the wire."""
     delta_bytes: float | None = Field(None, gt=0)
     """Mean bytes of one delta version (None: the run shipped whole versions)."""
+
+    def fixed_dissemination_s(self, config: Config) -> float:
+        """Fixed seconds from a step's end until a worker generates with the new version, under
+        ``config``'s protocol. ``sync`` and ``pull`` workers ask for the version before every lease,
+        so they find a new one within a request (half a lease overhead) and fetch it; ``async``
+        workers hear of it at their next lease or heartbeat: what an async calibration measured,
+        else half a heartbeat interval on top of the fetch."""
+        if config.protocol != "async":
+            return self.fetch_s + self.request_s()
+        if self.protocol == "async":
+            return self.dissemination_s
+        return self.fetch_s + min(2.0, config.coordinator.heartbeat_timeout_s / 4) / 2
+
+    def request_s(self) -> float:
+        """One request's share of the lease overhead (round trip and the coordinator's work)."""
+        return self.lease_overhead_s / REQUESTS_PER_LEASE[self.protocol]
 
     def version_bytes(self, config: Config) -> float:
         """What one version costs on the wire under ``config``'s encoding (a delta when measured)."""
@@ -119,7 +142,7 @@ def calibrate_run(run_dir: Path) -> Calibration:
     spans = [r["dissemination_max_s"] for r in steps[WARMUP_STEPS:] if "dissemination_max_s" in r]
     return Calibration(
         source=str(run_dir), model=config.model.name, model_sha256=model_fingerprint(config.model.name),
-        machine=f"{platform.machine()}, {os.cpu_count()} cores",
+        machine=f"{platform.machine()}, {os.cpu_count()} cores", protocol=config.protocol,
         train_step_s=statistics.fmean(train), train_step_cv=_cv(train),
         rollouts_per_s=statistics.fmean(rates), throughput_cv=_cv(leases),
         lease_overhead_s=statistics.quantiles(gaps, n=4)[0],
@@ -176,9 +199,10 @@ def load_calibration(path: str | Path) -> Calibration:
 
 def lease_rollouts_per_s(config: Config, calibration: Calibration, throughput_factor: float) -> float:
     """Completions/s one worker of speed ``throughput_factor`` delivers under ``config``: a lease of
-    ``groups_per_lease x group_size`` completions every generation time plus the lease overhead."""
+    ``groups_per_lease x group_size`` completions every generation time plus its lease cycle's requests."""
     lease = config.rollout.groups_per_lease * config.rollout.group_size
-    return lease / (lease / (calibration.rollouts_per_s * throughput_factor) + calibration.lease_overhead_s)
+    overhead = calibration.request_s() * REQUESTS_PER_LEASE[config.protocol]
+    return lease / (lease / (calibration.rollouts_per_s * throughput_factor) + overhead)
 
 
 def inventory_for(config: Config, calibration: Calibration) -> Inventory:
@@ -203,6 +227,6 @@ def inventory_for(config: Config, calibration: Calibration) -> Inventory:
         return Inventory(learner=LearnerSpec(
             train_step_s=calibration.train_step_s, price_per_hour=config.activation.learner_price_per_hour,
             payload_mib=calibration.version_bytes(config) / MIB, upload_mbps=config.broadcast.learner_upload_mbps,
-            fixed_broadcast_s=calibration.dissemination_s), workers=workers)
+            fixed_broadcast_s=calibration.fixed_dissemination_s(config)), workers=workers)
     except ValidationError as error:
         raise ConfigError(f"inventory from the config and calibration: {first_error(error)}") from None

@@ -20,6 +20,11 @@ learner utilization is ``T_train / P``. ``S = 0`` gives the synchronous ``T_trai
 (T_train + T_bcast + R / sum(mu))``; for ``S >= 1`` the learner is saturated (U = 1) iff
 ``sum(mu) >= R / T_train`` (throughput) and ``S * T_train >= T_bcast + R / sum(mu)`` (latency):
 the paper's rule with ``kappa = S`` publish-to-use distance and per-step publishing.
+
+One queueing effect is added to the fluid model: when a version occupies the learner's uplink
+longer than a step (``C = M / B_L``, ``N * M / B_L`` for a star, ``C > P``), the uplink cannot
+carry every version; it sends the newest when it frees up, which is then on average half a
+period old, so ``(S + 1) * P = T_train + T_bcast + P / 2 + R / sum(mu)``.
 """
 
 from __future__ import annotations
@@ -40,9 +45,12 @@ class StepTimes:
     """R: completions consumed per step (groups per step x group size)."""
     staleness: int
     """S: the staleness bound."""
+    uplink_s: float = 0.0
+    """C: seconds one version occupies the learner's uplink (0: unlimited)."""
 
     def __post_init__(self) -> None:
-        if self.train_s <= 0 or self.broadcast_s < 0 or self.rollouts_per_step <= 0 or self.staleness < 0:
+        if (self.train_s <= 0 or self.broadcast_s < 0 or self.rollouts_per_step <= 0 or self.staleness < 0
+                or self.uplink_s < 0):
             raise ValueError(f"invalid step times {self}")
 
 
@@ -51,8 +59,11 @@ def step_period(times: StepTimes, throughput: float) -> float:
     if throughput <= 0:
         return math.inf
     generate = times.rollouts_per_step / throughput
-    on_time = (times.train_s + times.broadcast_s + generate) / (times.staleness + 1)
-    return max(times.train_s, generate, on_time)
+    latency = times.train_s + times.broadcast_s + generate
+    period = max(times.train_s, generate, latency / (times.staleness + 1))
+    if times.staleness > 0 and times.uplink_s > period:  # the uplink skips versions (module docstring)
+        period = max(times.train_s, generate, latency / (times.staleness + 0.5))
+    return period
 
 
 def predicted_utilization(times: StepTimes, throughput: float) -> float:
@@ -77,7 +88,7 @@ def max_utilization(times: StepTimes) -> float:
     """Utilization with unlimited rollout throughput: ``T_train / max(T_train, (T_train + T_bcast) / (S + 1))``.
 
     Below 1 when dissemination alone uses up the staleness budget (``S * T_train < T_bcast``)."""
-    return times.train_s / max(times.train_s, (times.train_s + times.broadcast_s) / (times.staleness + 1))
+    return times.train_s / step_period(times, math.inf)
 
 
 def provisioning_need(times: StepTimes, available: float, target_utilization: float = 1.0, headroom: float = 1.0,

@@ -74,7 +74,8 @@ def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode
         active = picked
     bcast = learner.fixed_broadcast_s + broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active],
                                                           mode, chunk_mib * MIB)
-    times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness)
+    uplink = payload * (len(active) if mode == "star" else 1) / learner_upload  # 0 when unlimited
+    times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness, uplink)
     throughput = sum(c.throughput for c in active)
     utilization = predicted_utilization(times, throughput)
     return Provision(

@@ -332,6 +332,8 @@ class RolloutWorker:
             return True
         if reply.duplicate:
             log.warning("lease %s was already submitted; the coordinator kept the first copy", lease.lease_id)
+        else:  # the worker's own ledger (bench/chaos.py checks it against what the learner trained)
+            log.info("lease %s: %d groups accepted", lease.lease_id, reply.accepted)
         return True
 
     def run(self) -> None:

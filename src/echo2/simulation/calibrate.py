@@ -8,8 +8,8 @@ the learner's uplink, the activation rule. What nobody can state comes from one 
 * the learner's step time and its spread;
 * each worker's generation rate: the calibrated rate at factor 1 times its factor, with the
   calibrated spread of lease times;
-* the round trip of a request: the calibrated lease overhead split over the two requests of a
-  lease cycle (submit, lease);
+* the round trip of a request: the calibrated lease overhead split over the requests of the
+  calibration's lease cycle (the simulator makes as many per cycle as the config's protocol does);
 * the fixed cost of a fetch; the payload: one version as the config's encoding ships it.
 """
 
@@ -22,10 +22,6 @@ from echo2.planning.calibration import Calibration
 from echo2.simulation.scenario import Scenario, parse_scenario
 from echo2.telemetry.metrics import read_jsonl
 from echo2.units import GB
-
-#: Requests in one lease cycle of a worker whose overhead the calibration measured (submit + lease).
-REQUESTS_PER_LEASE = 2
-
 
 def measured(run_dir: Path) -> dict[str, float]:
     """What a real run reports: utilization and training wall time after the first batch (busy + idle), steps."""
@@ -46,7 +42,7 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
         fleet.append({
             "name": f"local-{index}", "count": 1, "price_per_hour": spec.price_per_hour if spec else 0.0,
             "rollouts_per_s": calibration.rollouts_per_s * factor, "throughput_cv": calibration.throughput_cv,
-            "rtt_ms": 1000 * calibration.lease_overhead_s / REQUESTS_PER_LEASE,
+            "rtt_ms": 1000 * calibration.request_s(),
             "upload_mbps": spec.upload_mbps if spec and spec.upload_mbps is not None else config.workers.upload_mbps,
             "relay": config.workers.relay, "fetch_delay_s": calibration.fetch_s + config.workers.fetch_delay_s,
         })

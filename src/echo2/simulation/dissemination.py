@@ -7,7 +7,13 @@ For every version the coordinator plans who fetches from whom (``plan_tree`` for
   uplink split among the parent's children, and its own downlink (the learner's uplink at the
   root). A star gives every worker ``B_L / N``; a chain the slowest uplink above the node;
 * a node at depth ``d`` holds the whole payload ``(M + (d - 1) * chunk) / rate`` after the start
-  (one chunk per hop fills the pipeline), plus the one-way latencies of the hops on its path.
+  (one chunk per hop fills the pipeline), plus the one-way latencies of the hops on its path;
+* children sharing a parent's uplink (a star, a tree with fan-out) are not served at an even
+  share each: echo2's throttle (:mod:`echo2.broadcast.throttle`) serves chunk requests first come
+  first served and a fetch keeps ``IN_FLIGHT`` chunks asked at a time, so the ``k``-th of ``n``
+  children is done at ``(n * (M - w) + k * w) / B`` with ``w = min(M, IN_FLIGHT * chunk)``: all
+  near ``n * M / B`` for a payload of many chunks, one after another (``k * M / B``) for a
+  payload of a window or less.
 
 With zero latency the last node's time equals
 :func:`echo2.planning.broadcast_time.broadcast_seconds` for the star and for chains (tested),
@@ -27,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from echo2.broadcast.topology import LEARNER, Node, plan_tree, star_plan
+from echo2.planning.broadcast_time import IN_FLIGHT
 
 
 @dataclass(frozen=True)
@@ -71,18 +78,31 @@ def plan_timing(peers: Iterable[Peer], payload_bytes: float, learner_upload: flo
     for sources in plan.values():
         children[sources[0]] = children.get(sources[0], 0) + 1
     chunk = min(chunk_bytes, payload_bytes)
+    window = min(payload_bytes, IN_FLIGHT * chunk)
     timing = Timing()
     latency: dict[str, float] = {LEARNER: 0.0}
     rate: dict[str, float] = {LEARNER: math.inf}
+    served: dict[str, int] = {}
     for node_id, sources in plan.items():  # parents come before their children in a plan
         parent, peer = sources[0], peers[node_id]
         uplink = learner_upload if parent == LEARNER else peers[parent].upload
-        rate[node_id] = min(rate[parent], uplink / children[parent], peer.download)
+        siblings = children[parent]
+        rank = served[parent] = served.get(parent, 0) + 1
+        rate[node_id] = min(rate[parent], uplink / siblings, peer.download)
         hop = peer.one_way_s if parent == LEARNER else (peers[parent].one_way_s + peer.one_way_s) / 2
         latency[node_id] = latency[parent] + hop
-        transfer = (payload_bytes + (len(sources) - 1) * chunk) / rate[node_id] if rate[node_id] < math.inf else 0.0
+        own_rate = rate[node_id]  # what the worker's own fetch gets
+        if rate[node_id] == math.inf:
+            transfer = 0.0
+        elif siblings > 1 and rate[node_id] == uplink / siblings:
+            # the parent's throttle serves requests first come first served, a child keeping IN_FLIGHT
+            # chunks asked at a time: the k-th child is done after all but the others' last windows
+            transfer = (siblings * (payload_bytes - window) + rank * window) / uplink
+            own_rate = payload_bytes / transfer
+        else:
+            transfer = (payload_bytes + (len(sources) - 1) * chunk) / rate[node_id]
         timing.offset[node_id] = transfer + latency[node_id]
-        timing.rate[node_id] = rate[node_id]
+        timing.rate[node_id] = own_rate
         if parent == LEARNER and rate[node_id] < math.inf:
             timing.busy_s = max(timing.busy_s, payload_bytes / rate[node_id])
     return timing
