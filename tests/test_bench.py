@@ -186,3 +186,14 @@ def test_attacks_bench_quick(tmp_path):
     chunked = probes["coordinator, session credential, chunked 64 MiB"]
     assert chunked["status"] == 413 and chunked["body_bytes_sent"] < 40 * 1024 * 1024
     assert "attacker_groups_trained_after" in result.stdout and (tmp_path / "attacks.png").stat().st_size > 10_000
+
+
+def test_benchmark_tables_are_generated_from_their_results():
+    """docs/benchmarks.md's tables are what bench/tables.py renders from docs/results/*.json, and
+    every table names the commit and machine its figures came from."""
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "tables.py"), "--check"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    document = (ROOT / "docs" / "benchmarks.md").read_text()
+    tables = document.count("<!-- table: ")
+    assert tables >= 10 and document.count("\n# commit ") == tables

@@ -23,8 +23,8 @@ the paper's rule with ``kappa = S`` publish-to-use distance and per-step publish
 
 One queueing effect is added to the fluid model: when a version occupies the learner's uplink
 longer than a step (``C = M / B_L``, ``N * M / B_L`` for a star, ``C > P``), the uplink cannot
-carry every version; it sends the newest when it frees up, which is then on average half a
-period old, so ``(S + 1) * P = T_train + T_bcast + P / 2 + R / sum(mu)``.
+carry every version: each one it sends waits for the one before by the excess ``C - P``, so
+``(S + 1) * P = T_train + T_bcast + (C - P) + R / sum(mu)`` (continuous at ``C = P``).
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def step_period(times: StepTimes, throughput: float) -> float:
     generate = times.rollouts_per_step / throughput
     latency = times.train_s + times.broadcast_s + generate
     period = max(times.train_s, generate, latency / (times.staleness + 1))
-    if times.staleness > 0 and times.uplink_s > period:  # the uplink skips versions (module docstring)
-        period = max(times.train_s, generate, latency / (times.staleness + 0.5))
+    if times.staleness > 0 and times.uplink_s > period:  # the uplink falls behind (module docstring)
+        period = max(times.train_s, generate, (latency + times.uplink_s) / (times.staleness + 2))
     return period
 
 
