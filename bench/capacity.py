@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import format_table, parse_args, write_results  # noqa: E402
-from heldout import CALIBRATION, HELD_OUT, calibrate, config_for, measured, run, summary  # noqa: E402
+from heldout import CALIBRATION, HELD_OUT, calibrate, config_for, machine_ratio, measured, run, summary  # noqa: E402
 
 from echo2.planning.calibration import inventory_for  # noqa: E402
 from echo2.planning.provision import provision  # noqa: E402
@@ -42,7 +42,7 @@ def main() -> None:
     steps = 15 if args.quick else 40
     configs = HELD_OUT[:2] if args.quick else HELD_OUT
     runs_at = args.runs or args.out
-    calibration = calibrate(runs_at, steps)
+    calibration, probe = calibrate(runs_at, steps)
     print(f"calibration ({CALIBRATION[0]}): T_train {calibration.train_step_s:.3f}s, "
           f"{calibration.rollouts_per_s:.0f} rollouts/s per worker at factor 1, lease overhead "
           f"{calibration.lease_overhead_s * 1000:.0f} ms, fixed dissemination {calibration.dissemination_s:.3f}s")
@@ -54,9 +54,10 @@ def main() -> None:
                **measured(run_dir, WARMUP_STEPS)}
         row["util_error_points"] = 100 * (row["util_predicted"] - row["util_measured"])
         row["step_error_pct"] = 100 * (row["step_s_predicted"] / row["step_s_measured"] - 1)
+        row["machine_vs_calibration"] = machine_ratio(run_dir, probe)
         rows.append(row)
     columns = ["config", "regime", "S", "T_bcast_s", "sum_mu", "util_measured", "util_predicted",
-               "util_error_points", "step_s_measured", "step_s_predicted", "step_error_pct"]
+               "util_error_points", "step_s_measured", "step_s_predicted", "step_error_pct", "machine_vs_calibration"]
     print(format_table(rows, columns))
     util, step = summary(rows, "util_error_points"), summary(rows, "step_error_pct")
     print(f"\nutilization error: median {util['median_abs']:.1f} points, worst {util['worst_abs']:.1f}; "

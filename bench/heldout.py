@@ -17,6 +17,7 @@ throughput) and dissemination-bound (capped uplinks: a version takes several lea
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -64,21 +65,58 @@ def config_for(overrides: list[str], steps: int, out: Path, name: str) -> Config
                                   f"run.name={slug(name)}"])
 
 
+def machine_probe_s() -> float:
+    """Seconds of a fixed single-threaded matrix workload (best of 3): the machine's speed when a
+    run starts. A shared virtual machine's speed drifts; a prediction holds for the speed the
+    calibration saw, so every row reports the ratio."""
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    matrix = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(200):
+            matrix @ matrix
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def run(overrides: list[str], steps: int, out: Path, name: str) -> Path:
-    """Train one configuration for real; its run directory (reused when ``out`` already holds it)."""
+    """Train one configuration for real; its run directory (reused when ``out`` already holds it),
+    with the machine probe taken just before in ``probe.json``."""
     from echo2.launch.train import run_training
 
     done = sorted((out / "runs").glob(f"{slug(name)}*/summary.txt"))
     if done:
         return done[-1].parent
     print(f"== {name}", flush=True)
-    return run_training(config_for(overrides, steps, out, name)).run_dir
+    probe = machine_probe_s()
+    run_dir = run_training(config_for(overrides, steps, out, name)).run_dir
+    (run_dir / "probe.json").write_text(json.dumps({"machine_probe_s": probe}))
+    return run_dir
 
 
-def calibrate(out: Path, steps: int) -> Calibration:
-    """The calibration run, twice as long as a held-out run (its figures carry into every prediction)."""
+def probe_of(run_dir: Path) -> float | None:
+    """The machine probe taken before ``run_dir``'s run (None for runs made without one)."""
+    path = run_dir / "probe.json"
+    return json.loads(path.read_text())["machine_probe_s"] if path.is_file() else None
+
+
+def calibrate(out: Path, steps: int) -> tuple[Calibration, float | None]:
+    """The calibration run, twice as long as a held-out run (its figures carry into every
+    prediction), and the machine probe taken before it."""
     name, overrides = CALIBRATION
-    return calibrate_run(run(overrides, 2 * steps, out, name))
+    run_dir = run(overrides, 2 * steps, out, name)
+    return calibrate_run(run_dir), probe_of(run_dir)
+
+
+def machine_ratio(run_dir: Path, calibration_probe: float | None) -> float | None:
+    """How much slower the machine was before ``run_dir``'s run than before the calibration (>1: slower)."""
+    probe = probe_of(run_dir)
+    return probe / calibration_probe if probe and calibration_probe else None
 
 
 def measured(run_dir: Path, warmup: int) -> dict[str, float]:

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import format_table, parse_args, write_results  # noqa: E402
-from heldout import CALIBRATION, HELD_OUT, calibrate, config_for, run, summary  # noqa: E402
+from heldout import CALIBRATION, HELD_OUT, calibrate, config_for, machine_ratio, run, summary  # noqa: E402
 
 from echo2.simulation.calibrate import measured, scenario_for  # noqa: E402
 from echo2.simulation.engine import simulate  # noqa: E402
@@ -46,16 +46,17 @@ def main() -> None:
         "--runs", type=Path, help="reuse the run directories under this folder (its runs/) instead of training"))
     steps = 15 if args.quick else 40
     runs_at = args.runs or args.out
-    calibration = calibrate(runs_at, steps)
+    calibration, probe = calibrate(runs_at, steps)
     print(f"calibration ({CALIBRATION[0]}): T_train {calibration.train_step_s:.3f}s, "
           f"{calibration.rollouts_per_s:.0f} rollouts/s per worker at factor 1, lease overhead "
           f"{calibration.lease_overhead_s * 1000:.0f} ms, fetch {calibration.fetch_s:.3f}s")
     rows = []
     for name, regime, overrides in HELD_OUT[:2] if args.quick else HELD_OUT:
         run_dir = run(overrides, steps, runs_at, name)
-        rows.append(compare(name, regime, config_for(overrides, steps, runs_at, name), calibration, run_dir))
+        row = compare(name, regime, config_for(overrides, steps, runs_at, name), calibration, run_dir)
+        rows.append({**row, "machine_vs_calibration": machine_ratio(run_dir, probe)})
     columns = ["config", "regime", "S", "steps", "util_measured", "util_simulated", "util_error_points",
-               "step_s_measured", "step_s_simulated", "step_error_pct"]
+               "step_s_measured", "step_s_simulated", "step_error_pct", "machine_vs_calibration"]
     print(format_table(rows, columns))
     util, step = summary(rows, "util_error_points"), summary(rows, "step_error_pct")
     print(f"\nutilization error: median {util['median_abs']:.1f} points, worst {util['worst_abs']:.1f}; "

@@ -23,6 +23,7 @@ from echo2.simulation.scenario import Scenario, parse_scenario
 from echo2.telemetry.metrics import read_jsonl
 from echo2.units import GB
 
+
 def measured(run_dir: Path) -> dict[str, float]:
     """What a real run reports: utilization and training wall time after the first batch (busy + idle), steps."""
     last = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner_busy_s" in r][-1]
