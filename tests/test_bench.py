@@ -48,7 +48,7 @@ def test_capacity_and_simulator_benches_predict_held_out_runs(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     rows = {r["config"]: r for r in results["rows"]}
     assert set(rows) == {"sync, 2 x 0.5", "async S=1, 2 x 0.5"}
-    assert results["meta"]["calibration"]["source"].endswith("calibration_async_S=1_2_x_0.25")
+    assert Path(results["meta"]["calibration"]["source"]).name.startswith("calibration__async_S=1__2_x_0.25")
     for row in rows.values():  # quick runs are short and noisy: looser than the full bench's 5 and 10 points
         assert abs(row["util_error_points"]) < 15 and abs(row["step_error_pct"]) < 20
     # the ordering the model is for: async with S=1 keeps the learner far busier than sync, measured and predicted

@@ -314,7 +314,6 @@ def _lead(config: Config, resume_dir: Path | None, shard: Shard, worker_cpus: li
         loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline)
         result = loop.run(resume)
         stats = state.stats(config.activation.learner_price_per_hour, result.wall_seconds)
-        reliability = state.reliability()
     finally:
         announce(shard, "stop")
         state.finish()
@@ -323,6 +322,7 @@ def _lead(config: Config, resume_dir: Path | None, shard: Shard, worker_cpus: li
         publisher.close()
         metrics.close()
         timeline.close()
+    reliability = state.reliability()  # once nothing can reach the coordinator: the books are final
     plot_curves(run_dir)
     plot_timeline(run_dir)
     last = [e for _, e in result.evals[1:]][-3:] or [result.evals[0][1]]
