@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import format_table, parse_args, write_results  # noqa: E402
-from heldout import CALIBRATION, HELD_OUT, calibrate, config_for, machine_ratio, measured, run, summary  # noqa: E402
+from common import format_table, write_results  # noqa: E402
+from heldout import config_for, machine_ratio, measured, run, start, summary  # noqa: E402
 
 from echo2.planning.calibration import inventory_for  # noqa: E402
 from echo2.planning.provision import provision  # noqa: E402
@@ -37,15 +37,7 @@ def predict(config, calibration) -> dict[str, float]:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], "bench/out/capacity", lambda parser: parser.add_argument(
-        "--runs", type=Path, help="reuse the run directories under this folder (its runs/) instead of training"))
-    steps = 15 if args.quick else 40
-    configs = HELD_OUT[:2] if args.quick else HELD_OUT
-    runs_at = args.runs or args.out
-    calibration, probe = calibrate(runs_at, steps)
-    print(f"calibration ({CALIBRATION[0]}): T_train {calibration.train_step_s:.3f}s, "
-          f"{calibration.rollouts_per_s:.0f} rollouts/s per worker at factor 1, lease overhead "
-          f"{calibration.lease_overhead_s * 1000:.0f} ms, fixed dissemination {calibration.dissemination_s:.3f}s")
+    args, steps, configs, runs_at, calibration, probe = start(__doc__.splitlines()[0], "bench/out/capacity")
     rows = []
     for name, regime, overrides in configs:
         run_dir = run(overrides, steps, runs_at, name)

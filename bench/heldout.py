@@ -17,9 +17,12 @@ throughput) and dissemination-bound (capped uplinks: a version takes several lea
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from pathlib import Path
+
+from common import parse_args
 
 from echo2.config import Config, load_config
 from echo2.planning.calibration import Calibration, calibrate_run
@@ -132,3 +135,18 @@ def summary(rows: list[dict], key: str) -> dict[str, float]:
     """Median and worst absolute error, in points, of ``key`` over the rows."""
     errors = [abs(r[key]) for r in rows]
     return {"median_abs": statistics.median(errors), "worst_abs": max(errors)}
+
+
+def start(description: str, default_out: str) -> tuple[argparse.Namespace, int, list, Path, Calibration, float | None]:
+    """What both benches begin with: the command line (``--quick``, ``--out``, ``--runs``), the run
+    length, the held-out configurations, where the runs live, and the calibration (printed)."""
+    args = parse_args(description, default_out, lambda parser: parser.add_argument(
+        "--runs", type=Path, help="reuse the run directories under this folder (its runs/) instead of training"))
+    steps = 15 if args.quick else 40
+    runs_at = args.runs or args.out
+    calibration, probe = calibrate(runs_at, steps)
+    print(f"calibration ({CALIBRATION[0]}): T_train {calibration.train_step_s:.3f}s, "
+          f"{calibration.rollouts_per_s:.0f} rollouts/s per worker at factor 1, lease overhead "
+          f"{calibration.lease_overhead_s * 1000:.0f} ms, fixed dissemination {calibration.dissemination_s:.3f}s, "
+          f"fetch {calibration.fetch_s:.3f}s")
+    return args, steps, HELD_OUT[:2] if args.quick else HELD_OUT, runs_at, calibration, probe

@@ -278,7 +278,8 @@ def main() -> None:
     print(format_table(rows, columns))
     from echo2.config import load_config
 
-    print(f"wrote {write_results(args.out, rows, meta, models=(load_config(args.config).model.name,))}")
+    model = load_config(None if args.quick else args.config).model.name  # quick: the shipped model
+    print(f"wrote {write_results(args.out, rows, meta, models=(model,))}")
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import format_table, parse_args, write_results  # noqa: E402
-from heldout import CALIBRATION, HELD_OUT, calibrate, config_for, machine_ratio, run, summary  # noqa: E402
+from common import format_table, write_results  # noqa: E402
+from heldout import config_for, machine_ratio, run, start, summary  # noqa: E402
 
 from echo2.simulation.calibrate import measured, scenario_for  # noqa: E402
 from echo2.simulation.engine import simulate  # noqa: E402
@@ -42,16 +42,9 @@ def compare(name: str, regime: str, config, calibration, run_dir: Path) -> dict:
 
 
 def main() -> None:
-    args = parse_args(__doc__.splitlines()[0], "bench/out/simulator", lambda parser: parser.add_argument(
-        "--runs", type=Path, help="reuse the run directories under this folder (its runs/) instead of training"))
-    steps = 15 if args.quick else 40
-    runs_at = args.runs or args.out
-    calibration, probe = calibrate(runs_at, steps)
-    print(f"calibration ({CALIBRATION[0]}): T_train {calibration.train_step_s:.3f}s, "
-          f"{calibration.rollouts_per_s:.0f} rollouts/s per worker at factor 1, lease overhead "
-          f"{calibration.lease_overhead_s * 1000:.0f} ms, fetch {calibration.fetch_s:.3f}s")
+    args, steps, configs, runs_at, calibration, probe = start(__doc__.splitlines()[0], "bench/out/simulator")
     rows = []
-    for name, regime, overrides in HELD_OUT[:2] if args.quick else HELD_OUT:
+    for name, regime, overrides in configs:
         run_dir = run(overrides, steps, runs_at, name)
         row = compare(name, regime, config_for(overrides, steps, runs_at, name), calibration, run_dir)
         rows.append({**row, "machine_vs_calibration": machine_ratio(run_dir, probe)})
