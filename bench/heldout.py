@@ -69,20 +69,26 @@ def config_for(overrides: list[str], steps: int, out: Path, name: str) -> Config
 
 
 def machine_probe_s() -> float:
-    """Seconds of a fixed single-threaded matrix workload (best of 3): the machine's speed when a
-    run starts. A shared virtual machine's speed drifts; a prediction holds for the speed the
-    calibration saw, so every row reports the ratio."""
+    """Seconds of a fixed piece of the runs' own work, single-threaded (best of 3): the shipped
+    model's forward and backward pass on a fixed batch, 10 times. A shared virtual machine's speed
+    drifts (memory and cache contention from its neighbours slow this small, overhead-bound model
+    far more than a compute-bound probe shows); a prediction holds for the speed the calibration
+    saw, so every row reports the ratio of the probes around it to the calibration's."""
     import time
 
     import torch
 
+    from echo2.model_sources import SHIPPED_MODEL
+    from echo2.modeling import load_model
+
     torch.set_num_threads(1)
-    matrix = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    model = load_model(SHIPPED_MODEL)  # every run's model (the default)
+    tokens = torch.randint(0, model.config.vocab_size, (16, 24), generator=torch.Generator().manual_seed(0))
     best = float("inf")
     for _ in range(3):
         started = time.perf_counter()
-        for _ in range(200):
-            matrix @ matrix
+        for _ in range(10):
+            model(input_ids=tokens, labels=tokens).loss.backward()
         best = min(best, time.perf_counter() - started)
     return best
 
@@ -96,16 +102,17 @@ def run(overrides: list[str], steps: int, out: Path, name: str) -> Path:
     if done:
         return done[-1].parent
     print(f"== {name}", flush=True)
-    probe = machine_probe_s()
+    before = machine_probe_s()
     run_dir = run_training(config_for(overrides, steps, out, name)).run_dir
-    (run_dir / "probe.json").write_text(json.dumps({"machine_probe_s": probe}))
+    (run_dir / "probe.json").write_text(json.dumps({"workload_probe_s": [before, machine_probe_s()]}))
     return run_dir
 
 
 def probe_of(run_dir: Path) -> float | None:
-    """The machine probe taken before ``run_dir``'s run (None for runs made without one)."""
+    """The mean of the machine probes taken before and after ``run_dir``'s run (None for runs made without them)."""
     path = run_dir / "probe.json"
-    return json.loads(path.read_text())["machine_probe_s"] if path.is_file() else None
+    probes = json.loads(path.read_text()).get("workload_probe_s") if path.is_file() else None
+    return statistics.fmean(probes) if probes else None
 
 
 def calibrate(out: Path, steps: int) -> tuple[Calibration, float | None]:
@@ -117,9 +124,21 @@ def calibrate(out: Path, steps: int) -> tuple[Calibration, float | None]:
 
 
 def machine_ratio(run_dir: Path, calibration_probe: float | None) -> float | None:
-    """How much slower the machine was before ``run_dir``'s run than before the calibration (>1: slower)."""
+    """How much slower the machine was around ``run_dir``'s run than around the calibration (>1: slower)."""
     probe = probe_of(run_dir)
     return probe / calibration_probe if probe and calibration_probe else None
+
+
+def at_speed(calibration: Calibration, ratio: float | None) -> Calibration:
+    """The calibration as it would have measured on a machine ``ratio`` times slower: every
+    computed duration scaled, every byte count kept (bandwidth caps do not drift)."""
+    if not ratio:
+        return calibration
+    c = calibration
+    return c.model_copy(update={
+        "train_step_s": c.train_step_s * ratio, "step_seconds": [s * ratio for s in c.step_seconds],
+        "rollouts_per_s": c.rollouts_per_s / ratio, "lease_overhead_s": c.lease_overhead_s * ratio,
+        "fetch_s": c.fetch_s * ratio, "dissemination_s": c.dissemination_s * ratio})
 
 
 def measured(run_dir: Path, warmup: int) -> dict[str, float]:

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import format_table, write_results  # noqa: E402
-from heldout import config_for, machine_ratio, run, start, summary  # noqa: E402
+from heldout import at_speed, config_for, machine_ratio, run, start, summary  # noqa: E402
 
 from echo2.simulation.calibrate import measured, scenario_for  # noqa: E402
 from echo2.simulation.engine import simulate  # noqa: E402
@@ -27,10 +27,13 @@ from echo2.simulation.engine import simulate  # noqa: E402
 SEEDS = range(5)
 
 
-def compare(name: str, regime: str, config, calibration, run_dir: Path) -> dict:
+def simulated(config, calibration, name: str) -> list:
     scenario = scenario_for(config, calibration, name)
-    real = measured(run_dir)
-    results = [simulate(scenario.model_copy(update={"seed": seed}), timeline_workers=0) for seed in SEEDS]
+    return [simulate(scenario.model_copy(update={"seed": seed}), timeline_workers=0) for seed in SEEDS]
+
+
+def compare(name: str, regime: str, config, calibration, run_dir: Path, ratio: float | None) -> dict:
+    real, results = measured(run_dir), simulated(config, calibration, name)
     steps = real["steps"]
     row = {"config": name, "regime": regime, "S": config.staleness, "steps": steps,
            "util_measured": real["utilization"], "util_simulated": statistics.fmean(r.utilization for r in results),
@@ -38,6 +41,9 @@ def compare(name: str, regime: str, config, calibration, run_dir: Path) -> dict:
            "step_s_simulated": statistics.fmean(r.train_wall_s for r in results) / steps}
     row["util_error_points"] = 100 * (row["util_simulated"] - row["util_measured"])
     row["step_error_pct"] = 100 * (row["step_s_simulated"] / row["step_s_measured"] - 1)
+    at_machine_speed = statistics.fmean(r.train_wall_s for r in simulated(config, at_speed(calibration, ratio), name))
+    row["machine_vs_calibration"] = ratio
+    row["step_error_at_speed_pct"] = 100 * (at_machine_speed / steps / row["step_s_measured"] - 1)
     return row
 
 
@@ -46,18 +52,20 @@ def main() -> None:
     rows = []
     for name, regime, overrides in configs:
         run_dir = run(overrides, steps, runs_at, name)
-        row = compare(name, regime, config_for(overrides, steps, runs_at, name), calibration, run_dir)
-        rows.append({**row, "machine_vs_calibration": machine_ratio(run_dir, probe)})
+        config = config_for(overrides, steps, runs_at, name)
+        rows.append(compare(name, regime, config, calibration, run_dir, machine_ratio(run_dir, probe)))
     columns = ["config", "regime", "S", "steps", "util_measured", "util_simulated", "util_error_points",
-               "step_s_measured", "step_s_simulated", "step_error_pct", "machine_vs_calibration"]
+               "step_s_measured", "step_s_simulated", "step_error_pct", "machine_vs_calibration", "step_error_at_speed_pct"]
     print(format_table(rows, columns))
-    util, step = summary(rows, "util_error_points"), summary(rows, "step_error_pct")
+    util, step, speed = (summary(rows, key) for key in ("util_error_points", "step_error_pct", "step_error_at_speed_pct"))
     print(f"\nutilization error: median {util['median_abs']:.1f} points, worst {util['worst_abs']:.1f}; "
           f"seconds per step: median {step['median_abs']:.1f}%, worst {step['worst_abs']:.1f}% "
-          f"({len(rows)} held-out configurations, {len(SEEDS)} seeds each)")
+          f"(at the machine's measured speed: median {speed['median_abs']:.1f}%, worst {speed['worst_abs']:.1f}%; "
+          f"{len(rows)} held-out configurations, {len(SEEDS)} seeds each)")
     path = write_results(args.out, rows, {"quick": args.quick, "steps": steps, "seeds": len(SEEDS),
                                           "calibration": calibration.model_dump(mode="json"),
-                                          "util_error_points": util, "step_error_pct": step})
+                                          "util_error_points": util, "step_error_pct": step,
+                                          "step_error_at_speed_pct": speed})
     plot(rows, args.out)
     print(f"wrote {path} and {args.out / 'simulator.png'}")
 

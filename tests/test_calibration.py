@@ -48,6 +48,17 @@ def test_a_worker_delivers_a_lease_per_generation_plus_overhead():
     assert full.learner.payload_mib * 2**20 == 2e6
 
 
+def test_a_predicted_run_takes_the_calibrations_steps_up_to_its_own_length():
+    # a step skips groups whose rewards all tie, and more tie as the policy learns: later steps are shorter
+    cal = calibration(step_seconds=[0.8] * 7 + [0.4] * 10)
+    assert cal.step_s(10) == pytest.approx(0.8)  # the first 10 - 3 (warm-up) steps
+    assert cal.step_s(20) == pytest.approx((7 * 0.8 + 10 * 0.4) / 17)
+    assert cal.step_s(1000) == cal.step_s(20)  # a longer run than the calibration: all of its steps
+    assert calibration().step_s(10) == 0.5  # no per-step record: the mean
+    assert inventory_for(fleet_config("run.steps=10"), cal).learner.train_step_s == pytest.approx(0.8)
+    assert scenario_for(fleet_config("run.steps=20"), cal).learner.train_step_s == pytest.approx(cal.step_s(20))
+
+
 def test_plan_predicts_the_configured_fleet_when_activation_is_off():
     cal = calibration(train_step_s=0.2)
     config = fleet_config("activation.enabled=false", "staleness=2")
@@ -97,7 +108,8 @@ def test_calibrate_a_real_run_then_plan_and_simulate_another_config(tmp_path, ca
     out = tmp_path / "cal.yaml"
     assert main(["calibrate", "--from-run", str(summary.run_dir), "--out", str(out)]) == 0
     cal = Calibration.model_validate(yaml.safe_load(out.read_text()))
-    assert 0 < cal.train_step_s < 10 and cal.rollouts_per_s > 0 and cal.full_bytes > 0 and cal.delta_bytes
+    assert 0 < cal.train_step_s < 10 and cal.train_step_s == pytest.approx(sum(cal.step_seconds) / len(cal.step_seconds))
+    assert cal.rollouts_per_s > 0 and cal.full_bytes > 0 and cal.delta_bytes
     # measured per worker at factor 1: the workers ran at 0.5, so the rate is twice what they reported
     last = [r for r in read_jsonl(summary.run_dir / "metrics.jsonl") if "learner_busy_s" in r][-1]
     reported = [v for k, v in last.items() if k.startswith("worker/") and k.endswith("/samples_per_s")]

@@ -5,6 +5,9 @@
 the run's settings:
 
 * ``train_step_s``: the learner's busy time per step (training + publishing), and its spread;
+  ``step_seconds`` keeps every step's, because a step trains only the sequences of groups whose
+  rewards differ and that share falls as the policy learns: a prediction of an N-step run takes
+  the calibration's own first N steps (:meth:`Calibration.step_s`);
 * ``rollouts_per_s``: one worker's generation rate at ``throughput_factor`` 1 (each worker's
   ``samples_per_s`` divided by its factor, averaged), and the spread of its lease times;
 * ``lease_overhead_s``: what a worker spends between two leases besides generating (submit, the
@@ -64,6 +67,8 @@ class Calibration(Section):
     """The calibration run's protocol (how its workers heard of new versions)."""
     train_step_s: float = Field(gt=0)
     """Learner seconds per optimizer step, publishing included (mean after warm-up)."""
+    step_seconds: list[float] = []
+    """Learner seconds of each step after warm-up, in order (empty: only the mean is known)."""
     train_step_cv: float = Field(ge=0)
     """Coefficient of variation of the learner's step time."""
     rollouts_per_s: float = Field(gt=0)
@@ -80,6 +85,13 @@ class Calibration(Section):
     """Bytes of one whole version on the wire."""
     delta_bytes: float | None = Field(None, gt=0)
     """Mean bytes of one delta version (None: the run shipped whole versions)."""
+
+    def step_s(self, steps: int) -> float:
+        """Learner seconds per step over a run of ``steps`` steps: the mean of the calibration's own
+        steps up to that point, since the groups a step skips (all rewards equal, no gradient) grow
+        as the policy learns; all of its steps when the calibration is shorter."""
+        window = self.step_seconds[: max(1, steps - WARMUP_STEPS)]
+        return statistics.fmean(window) if window else self.train_step_s
 
     def fixed_dissemination_s(self, config: Config) -> float:
         """Fixed seconds from a step's end until a worker generates with the new version, under
@@ -143,7 +155,7 @@ def calibrate_run(run_dir: Path) -> Calibration:
     return Calibration(
         source=str(run_dir), model=config.model.name, model_sha256=model_fingerprint(config.model.name),
         machine=f"{platform.machine()}, {os.cpu_count()} cores", protocol=config.protocol,
-        train_step_s=statistics.fmean(train), train_step_cv=_cv(train),
+        train_step_s=statistics.fmean(train), train_step_cv=_cv(train), step_seconds=train,
         rollouts_per_s=statistics.fmean(rates), throughput_cv=_cv(leases),
         lease_overhead_s=statistics.quantiles(gaps, n=4)[0],
         fetch_s=max(0.0, statistics.median(fetches) - own_transfer_s(config, shipped, workers)),
@@ -225,7 +237,7 @@ def inventory_for(config: Config, calibration: Calibration) -> Inventory:
             rollouts_per_s=lease_rollouts_per_s(config, calibration, factor), upload_mbps=upload))
     try:
         return Inventory(learner=LearnerSpec(
-            train_step_s=calibration.train_step_s, price_per_hour=config.activation.learner_price_per_hour,
+            train_step_s=calibration.step_s(config.run.steps), price_per_hour=config.activation.learner_price_per_hour,
             payload_mib=calibration.version_bytes(config) / MIB, upload_mbps=config.broadcast.learner_upload_mbps,
             fixed_broadcast_s=calibration.fixed_dissemination_s(config)), workers=workers)
     except ValidationError as error:

@@ -53,7 +53,7 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
         "name": name, "description": f"{name}: the config, timed by the calibration of {calibration.source}",
         "model": {"name": config.model.name, "parameters_b": calibration.full_bytes / (4 * GB),
                   "payload_gb": calibration.version_bytes(config) / GB},
-        "learner": {"train_step_s": calibration.train_step_s, "step_cv": calibration.train_step_cv,
+        "learner": {"train_step_s": calibration.step_s(config.run.steps), "step_cv": calibration.train_step_cv,
                     "upload_mbps": config.broadcast.learner_upload_mbps,
                     "price_per_gpu_hour": config.activation.learner_price_per_hour},
         "recipe": {"steps": config.run.steps, "groups_per_step": config.learner.groups_per_step,
