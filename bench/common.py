@@ -38,15 +38,21 @@ def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def provenance() -> dict[str, Any]:
-    """The commit the benchmark ran on (``+dirty`` with uncommitted changes) and the machine."""
+#: What a benchmark's figures depend on: the package and the benches (not the table generator).
+CODE_PATHS = ("src", "bench", ":(exclude)bench/tables.py")
+
+
+def git(*args: str) -> str:
+    """Output of a git command in the repository ("" when git or the repository is missing)."""
     root = Path(__file__).resolve().parent.parent
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
 
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
 
+def provenance() -> dict[str, Any]:
+    """The commit the benchmark ran on (``+dirty`` with uncommitted changes to the code it ran,
+    :data:`CODE_PATHS`; documentation may change meanwhile) and the machine."""
     commit = git("rev-parse", "HEAD") or None
-    if commit and git("status", "--porcelain", "--untracked-files=no"):
+    if commit and git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS):
         commit += "+dirty"
     return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
 
