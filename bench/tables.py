@@ -5,8 +5,10 @@
 Every table in docs/benchmarks.md sits right after a marker line
 ``<!-- table: NAME col1,col2,... -->``: this script replaces the fenced block that follows it with
 the rows of ``docs/results/NAME.json`` in those columns, and a last line saying which commit,
-machine and model (hash) the figures came from. ``--check`` changes nothing and exits 1 when the
-document and the results disagree (the test suite runs it).
+machine and model (hash) the figures came from and whether the code has changed since: the
+package and the benches (:data:`common.CODE_PATHS`) at that commit against ``HEAD``, so a table
+measured on older code says so until it is measured again. ``--check`` changes nothing and exits
+1 when the document and the results disagree (the test suite runs it).
 """
 
 from __future__ import annotations
@@ -19,12 +21,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import format_table  # noqa: E402
+from common import CODE_PATHS, format_table, git  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 RESULTS = ROOT / "docs" / "results"
 MARKER = re.compile(r"^<!-- table: (?P<name>[\w.-]+) (?P<columns>[\w,]+) -->\n```\n.*?```\n", re.M | re.S)
+
+
+def code_status(commit: str | None) -> str:
+    """Whether the code a bench ran is today's: ``current code`` when nothing under
+    :data:`CODE_PATHS` differs between its commit and ``HEAD``."""
+    if not commit:
+        return "code unknown"
+    if commit.endswith("+dirty"):
+        return "uncommitted code"
+    if not git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"):
+        return "commit not in this history"
+    changed = git("diff", "--name-only", commit, "HEAD", "--", *CODE_PATHS).splitlines()
+    return f"code changed since ({len(changed)} files)" if changed else "current code"
 
 
 def provenance(meta: dict) -> str:
@@ -34,7 +49,7 @@ def provenance(meta: dict) -> str:
     model_text = ", ".join(f"{name} {digest}" for name, digest in models.items()) if models else (
         "no model" if models == {} else "model hash not recorded")
     return (f"# commit {commit[:7] + ('+dirty' if commit.endswith('+dirty') else '') if commit else 'not recorded'}"
-            f" | {meta.get('machine', 'machine not recorded')} | {model_text}")
+            f" | {code_status(commit)} | {meta.get('machine', 'machine not recorded')} | {model_text}")
 
 
 def render(name: str, columns: list[str]) -> str:
@@ -64,7 +79,8 @@ def main() -> int:
         print(f"{tables} tables match their results files")
         return 0
     DOC.write_text(new)
-    print(f"regenerated {tables} tables in {DOC}")
+    current = new.count("| current code |")
+    print(f"regenerated {tables} tables in {DOC}; {current} measured on the current code")
     return 0
 
 

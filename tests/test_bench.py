@@ -197,3 +197,22 @@ def test_benchmark_tables_are_generated_from_their_results():
     document = (ROOT / "docs" / "benchmarks.md").read_text()
     tables = document.count("<!-- table: ")
     assert tables >= 10 and document.count("\n# commit ") == tables
+
+
+def test_a_table_says_whether_its_code_is_still_current():
+    """The provenance line of a table tells figures measured on today's package and benches from
+    figures measured on older or uncommitted code."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import git
+    from tables import code_status
+
+    head = git("rev-parse", "HEAD")
+    if not head:
+        pytest.skip("not a git checkout")
+    assert code_status(head) == "current code"
+    assert code_status(head + "+dirty") == "uncommitted code"
+    assert code_status("0" * 40) == "commit not in this history"
+    assert code_status(None) == "code unknown"
+    first_change = git("log", "--format=%H", "--diff-filter=A", "--", "src/echo2/planning/calibration.py").splitlines()
+    if first_change:  # a shallow clone may not hold it
+        assert code_status(first_change[-1]).startswith("code changed since (")
