@@ -204,15 +204,19 @@ def test_a_table_says_whether_its_code_is_still_current():
     figures measured on older or uncommitted code."""
     sys.path.insert(0, str(ROOT / "bench"))
     from common import git
-    from tables import code_status
+    from tables import bench_code, bench_script, code_status
 
+    # a bench's code: the package, its script and the bench modules it imports (recursively)
+    assert bench_code(bench_script("simulator")) == ["src", "bench/common.py", "bench/heldout.py", "bench/simulator.py"]
+    assert bench_script("objectives-long").name == "objectives.py" and bench_script("real-model").name == "real_model.py"
     head = git("rev-parse", "HEAD")
     if not head:
         pytest.skip("not a git checkout")
-    assert code_status(head) == "current code"
-    assert code_status(head + "+dirty") == "uncommitted code"
-    assert code_status("0" * 40) == "commit not in this history"
-    assert code_status(None) == "code unknown"
+    code = bench_code(bench_script("capacity"))
+    assert code_status(head, code) == "current code"
+    assert code_status(head + "+dirty", code) == "uncommitted code"
+    assert code_status("0" * 40, code) == "commit not in this history"
+    assert code_status(None, code) == "code unknown"
     first_change = git("log", "--format=%H", "--diff-filter=A", "--", "src/echo2/planning/calibration.py").splitlines()
     if first_change:  # a shallow clone may not hold it
-        assert code_status(first_change[-1]).startswith("code changed since (")
+        assert code_status(first_change[-1], code).startswith("code changed since (")
