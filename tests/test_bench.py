@@ -188,6 +188,20 @@ def test_attacks_bench_quick(tmp_path):
     assert "attacker_groups_trained_after" in result.stdout and (tmp_path / "attacks.png").stat().st_size > 10_000
 
 
+def test_launchers_bench_quick(tmp_path):
+    """The same short run under both launchers: each completes its steps and accounts for every
+    lease and prompt (Ray starts a local cluster for its run)."""
+    pytest.importorskip("ray")
+    run_quick("launchers", tmp_path)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [r["launcher"] for r in rows] == ["local", "ray"]
+    for row in rows:
+        assert row["steps"] == 8 and row["prompts_lost"] == 0 and row["samples_per_s"] > 0
+        # 8 steps of 64 groups, 16 groups a lease
+        assert row["leases_completed"] >= 8 * 64 // 16 and row["leases_issued"] >= row["leases_completed"]
+    assert rows[0]["wall_vs_local"] == 1.0
+
+
 def test_benchmark_tables_are_generated_from_their_results():
     """docs/benchmarks.md's tables are what bench/tables.py renders from docs/results/*.json, and
     every table names the commit and machine its figures came from."""
