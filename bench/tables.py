@@ -1,14 +1,16 @@
-"""docs/benchmarks.md's tables, generated from the results files so that the text cannot drift from the data.
+"""The documents' tables (docs/*.md), generated from the results files so that the text cannot drift from the data.
 
     python bench/tables.py [--check]
 
-Every table in docs/benchmarks.md sits right after a marker line
-``<!-- table: NAME col1,col2,... -->``: this script replaces the fenced block that follows it with
-the rows of ``docs/results/NAME.json`` in those columns, and a last line saying which commit,
-machine and model (hash) the figures came from and whether the code has changed since: the
-package and the bench that wrote the file (its script and the bench modules it imports) at that
-commit against ``HEAD``, so a table measured on older code says so until it is measured again. ``--check`` changes nothing and exits
-1 when the document and the results disagree (the test suite runs it).
+Every generated table in docs/*.md sits right after a marker line
+``<!-- table: NAME col1,col2,... -->`` (or ``NAME.KEY``: the list ``KEY`` of the file's meta; the
+one column ``lines``: a list of strings as they are). This script replaces the fenced block that
+follows it with the rows of ``docs/results/NAME.json`` in those columns and a last line saying
+which commit, machine and model (hash) the figures came from, and whether the code has changed
+since: the package and the bench that wrote the file (its script and the bench modules it
+imports) at that commit against ``HEAD``, so a table measured on older code says so until it is
+measured again. ``--check`` changes nothing and exits 1 when a document and the results
+disagree (the test suite runs it).
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import format_table, git  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
+DOCS = ROOT / "docs"
 RESULTS = ROOT / "docs" / "results"
-MARKER = re.compile(r"^<!-- table: (?P<name>[\w.-]+) (?P<columns>[\w,]+) -->\n```\n.*?```\n", re.M | re.S)
+MARKER = re.compile(r"^<!-- table: (?P<name>[\w-]+)(?:\.(?P<key>\w+))? (?P<columns>[\w,]+) -->\n```\n.*?```\n",
+                    re.M | re.S)
 
 
 BENCH = ROOT / "bench"
@@ -80,35 +83,46 @@ def provenance(meta: dict, name: str) -> str:
             f" | {code_status(commit, bench_code(bench_script(name)))} | {meta.get('machine', 'machine not recorded')} | {model_text}")
 
 
-def render(name: str, columns: list[str]) -> str:
+def render(name: str, key: str | None, columns: list[str]) -> str:
+    """The rows of results file ``name`` (or the list ``meta[key]``) in ``columns``; the single
+    column ``lines`` prints a list of strings (e.g. a run's summary lines) as they are."""
     data = json.loads((RESULTS / f"{name}.json").read_text())
-    return f"```\n{format_table(data['rows'], columns)}\n{provenance(data['meta'], name)}\n```\n"
+    rows = data["meta"][key] if key else data["rows"]
+    body = "\n".join(rows) if columns == ["lines"] else format_table(rows, columns)
+    return f"```\n{body}\n{provenance(data['meta'], name)}\n```\n"
 
 
 def regenerate(text: str) -> str:
     def table(match: re.Match) -> str:
         head = match.group(0).split("\n", 1)[0]
-        return f"{head}\n{render(match.group('name'), match.group('columns').split(','))}"
+        return f"{head}\n{render(match.group('name'), match.group('key'), match.group('columns').split(','))}"
 
     return MARKER.sub(table, text)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/benchmarks.md is not up to date")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a document is not up to date")
     args = parser.parse_args()
-    text = DOC.read_text()
-    new = regenerate(text)
-    tables = len(MARKER.findall(text))
-    if args.check:
+    tables = current = 0
+    stale = []
+    for doc in sorted(DOCS.glob("*.md")):
+        text = doc.read_text()
+        new = regenerate(text)
+        tables += len(MARKER.findall(text))
+        current += new.count("| current code |")
         if new != text:
-            print(f"{DOC} differs from docs/results/: run python bench/tables.py", file=sys.stderr)
-            return 1
-        print(f"{tables} tables match their results files")
-        return 0
-    DOC.write_text(new)
-    current = new.count("| current code |")
-    print(f"regenerated {tables} tables in {DOC}; {current} measured on the current code")
+            stale.append(doc)
+            if not args.check:
+                doc.write_text(new)
+    if args.check:
+        for doc in stale:
+            print(f"{doc} differs from docs/results/: run python bench/tables.py", file=sys.stderr)
+        if not stale:
+            print(f"{tables} tables match their results files")
+        return 1 if stale else 0
+    print(f"regenerated {tables} tables in {DOCS}/*.md ({len(stale)} files changed); "
+          f"{current} measured on the current code")
     return 0
 
 
