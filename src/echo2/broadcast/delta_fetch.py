@@ -18,7 +18,7 @@ from typing import Any
 
 from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.delta import apply_delta
-from echo2.broadcast.downloader import BroadcastCancelled, BroadcastError, fetch_version
+from echo2.broadcast.downloader import BroadcastCancelled, BroadcastError, VersionSuperseded, fetch_version
 from echo2.broadcast.integrity import CorruptPayload, sha256
 from echo2.broadcast.relay import DELTA_PREFIX
 from echo2.protocol import VersionInfo
@@ -46,8 +46,8 @@ def fetch_by_delta(info: VersionInfo, sources: list[str], store: ChunkStore, del
         payload = apply_delta(base, result.payload)
         if sha256(payload) != info.sha256:
             raise CorruptPayload(f"v{info.version} rebuilt from its delta does not hash to the announced sha256")
-    except BroadcastCancelled:
-        raise  # the worker gave up on this version altogether: no full fetch either
+    except (BroadcastCancelled, VersionSuperseded):
+        raise  # the worker gave up on this version, or it is outdated: no full fetch of it either
     except (BroadcastError, CorruptPayload) as error:
         log.warning("v%d: delta not used (%s); fetching the full version", info.version, error)
         return None

@@ -56,6 +56,14 @@ class BroadcastCancelled(BroadcastError):
     """The ``cancel`` event was set."""
 
 
+class VersionSuperseded(BroadcastError):
+    """A source will never serve the version asked for: it evicted it or went on to a newer one
+    (relays fetch versions in increasing order). The version is outdated, so the fetch stops at
+    once and the caller asks for the newest instead. Falling back to the learner for the outdated
+    version would put a relay's child on the learner's uplink beside the chain's head, halving
+    both transfers on a capped uplink; the child would then fall behind again and again."""
+
+
 class _SourceFailed(Exception):
     def __init__(self, reason: str, gone: bool = False) -> None:
         super().__init__(reason)
@@ -202,9 +210,8 @@ class _Fetch:
                     manifest = self._manifest_from(url)
                 except _SourceFailed as failure:
                     self.stats.failovers.append(f"v{self.version} manifest from {url}: {failure}")
-                    if failure.gone and url == self.sources[-1]:
-                        raise BroadcastError(f"v{self.version} is no longer served by {url} ({failure}); "
-                                             "fetch a newer version") from None
+                    if failure.gone:
+                        raise self._superseded(url, failure) from None
                     continue
                 self.store.put_manifest(manifest)
                 self.stats.manifest_source = url
@@ -312,6 +319,8 @@ class _Fetch:
         last = len(self.sources) - 1
         with self.lock:
             self.stats.failovers.append(line)
+            if failure.gone:
+                raise self._superseded(url, failure)
             if level < last:
                 if self.level <= level:
                     self.level = level + 1
@@ -319,10 +328,11 @@ class _Fetch:
                     log.warning("%s; moving on to %s", line, self.sources[self.level])
                 return
             self.progress_at[level] = time.monotonic()
-        if failure.gone:
-            raise BroadcastError(f"v{self.version} is no longer served by {url} ({failure}); fetch a newer version")
         log.warning("%s; retrying (no further source)", line)
         self._pause(0.5)
+
+    def _superseded(self, url: str, failure: _SourceFailed) -> VersionSuperseded:
+        return VersionSuperseded(f"v{self.version} is no longer served by {url} ({failure}); fetch a newer version")
 
     def _refusal(self, response: httpx.Response) -> _SourceFailed:
         code, detail = _code(response), _body(response).get("detail") or response.text[:200]

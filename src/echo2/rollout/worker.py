@@ -33,7 +33,7 @@ import torch
 
 from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.delta_fetch import fetch_by_delta
-from echo2.broadcast.downloader import BroadcastError, fetch_version
+from echo2.broadcast.downloader import BroadcastError, VersionSuperseded, fetch_version
 from echo2.broadcast.payload import CorruptPayload
 from echo2.broadcast.relay import RelayServer
 from echo2.broadcast.throttle import Throttle
@@ -57,6 +57,14 @@ from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, Requ
 from echo2.rollout.engines import load_engine
 
 log = logging.getLogger("echo2.worker")
+
+
+def _retry_pause_s(error: Exception) -> float:
+    """Seconds before fetching again after ``error``: none when the version was only outdated
+    (a newer one is out: ask for it now), a little after a refused request, else a second."""
+    if isinstance(error, VersionSuperseded):
+        return 0.0
+    return 0.1 if isinstance(error, RequestRefused) else 1.0
 
 
 @dataclass(frozen=True)
@@ -219,7 +227,7 @@ class RolloutWorker:
                 staged = self._fetch_newest(fetched)
             except (CoordinatorUnreachable, RequestRefused, CorruptPayload, BroadcastError) as error:
                 log.warning("background fetch of v%d failed (%s); will retry", target, error)
-                self.stop.wait(0.1 if isinstance(error, RequestRefused) else 1.0)
+                self.stop.wait(_retry_pause_s(error))
                 continue
             if staged is None or epoch != self._epoch:
                 self.stop.wait(0.01)
@@ -311,7 +319,7 @@ class RolloutWorker:
                 self._fetch_newest_blocking()
             except (CorruptPayload, BroadcastError) as error:
                 log.warning("fetching the newest weights failed (%s); will retry", error)
-                self.stop.wait(1.0)
+                self.stop.wait(_retry_pause_s(error))
                 return True
         lease = self.client.lease(LeaseRequest(version=self.version, max_groups=spec.groups_per_lease), wait_s=5.0)
         self.latest_version = max(self.latest_version, lease.latest_version)
