@@ -11,10 +11,10 @@ from echo2.broadcast.downloader import fetch_version
 from echo2.cli import main
 from echo2.config import WorkerClass
 from echo2.planning.activation import Candidate, choose_active
-from echo2.planning.broadcast_time import IN_FLIGHT, arrival_seconds, broadcast_seconds
+from echo2.planning.broadcast_time import IN_FLIGHT, arrival_seconds, broadcast_seconds, staggered_broadcast_s
 from echo2.planning.capacity import (StepTimes, max_utilization, predicted_utilization, provisioning_need,
                                      required_throughput, step_period)
-from echo2.planning.inventory import Inventory, load_inventory
+from echo2.planning.inventory import Inventory, LearnerSpec, load_inventory
 from echo2.planning.provision import provision
 
 
@@ -131,6 +131,26 @@ def test_broadcast_time_model():
     assert arrival_seconds(2 * mib, 8 * mib, [8 * mib] * 3, "star") == pytest.approx([0.25, 0.5, 0.75])
     assert arrival_seconds(64 * mib, 8 * mib, [8 * mib] * 2, "star") == pytest.approx([15.75, 16.0])
     assert inspect.signature(fetch_version).parameters["in_flight"].default == IN_FLIGHT
+
+
+def test_sync_workers_start_the_batch_as_their_own_copy_arrives():
+    # all at once: the arrival itself; a head start of the first worker shortens what the batch waits
+    assert staggered_broadcast_s([1.0, 1.0], [100.0, 100.0], 200) == pytest.approx(1.0)
+    # 0.9 s alone at 500/s makes 450 of 512; the rest at 1000/s: done at 1.862 = 1.35 + 512/1000
+    assert staggered_broadcast_s([0.9, 1.8], [500.0, 500.0], 512) == pytest.approx(1.35)
+    # the early worker finishes the whole batch before the late one holds the version
+    assert staggered_broadcast_s([0.0, 10.0], [100.0, 100.0], 200) == pytest.approx(2.0 - 1.0)
+    with pytest.raises(ValueError, match="one arrival time per worker"):
+        staggered_broadcast_s([1.0], [1.0, 2.0], 10)
+    # a sync star plan charges the staggered time, not the last arrival (S > 0 keeps the last arrival)
+    mib = 1024 * 1024
+    inventory = Inventory(learner=LearnerSpec(train_step_s=1.0, price_per_hour=1.0, payload_mib=2,
+                                              upload_mbps=16),
+                          workers=[WorkerClass(name="w", count=2, price_per_hour=0.1, rollouts_per_s=500.0)])
+    last = max(arrival_seconds(2 * mib, 2e6, [math.inf] * 2, "star"))
+    sync = provision(inventory, 512, 0, mode="star", activate=False)
+    assert sync.broadcast_s < last and sync.step_s == pytest.approx(1.0 + sync.broadcast_s + 512 / 1000)
+    assert provision(inventory, 512, 1, mode="star", activate=False).broadcast_s == pytest.approx(last)
 
 
 def test_provision_and_plan_command(tmp_path, capsys):

@@ -50,3 +50,26 @@ def broadcast_seconds(payload_bytes: float, learner_upload: float, relay_uploads
                       chunk_bytes: float = MIB) -> float:
     """Seconds until the last of ``len(relay_uploads)`` workers holds a version (bytes and bytes/s)."""
     return max(arrival_seconds(payload_bytes, learner_upload, relay_uploads, mode, chunk_bytes), default=0.0)
+
+
+def staggered_broadcast_s(arrivals: Sequence[float], rates: Sequence[float], rollouts: float) -> float:
+    """The dissemination time to charge a batch when workers receive a version at different times
+    and each starts generating on its own arrival (``sync``: nobody generates with the old one).
+
+    The batch of ``rollouts`` is done at the ``t`` solving ``sum_i rate_i * max(0, t - a_i) = rollouts``;
+    returned as ``t - rollouts / sum_i rate_i``, so that ``T_bcast + R / sum(mu)`` stays the
+    generation phase's length: the last arrival when all arrive together, less when the early
+    ones make a head start (a star's first-come-first-served uplink)."""
+    if len(arrivals) != len(rates) or not arrivals:
+        raise ValueError("one arrival time per worker rate, at least one")
+    total = sum(rates)
+    if total <= 0:
+        return max(arrivals)
+    started_rate = done = 0.0
+    order = sorted(zip(arrivals, rates, strict=True))
+    for (arrival, rate), following in zip(order, [a for a, _ in order[1:]] + [math.inf], strict=True):
+        started_rate += rate
+        if started_rate > 0 and done + started_rate * (following - arrival) >= rollouts:
+            return arrival + (rollouts - done) / started_rate - rollouts / total
+        done += started_rate * (following - arrival)
+    raise AssertionError("unreachable: the last segment is unbounded")

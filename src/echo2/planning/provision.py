@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from echo2.planning.activation import Candidate, choose_active
-from echo2.planning.broadcast_time import broadcast_seconds
+from echo2.planning.broadcast_time import arrival_seconds, broadcast_seconds, staggered_broadcast_s
 from echo2.planning.capacity import (StepTimes, max_utilization, predicted_utilization, provisioning_need,
                                      required_throughput)
 from echo2.planning.inventory import Inventory
@@ -72,8 +72,11 @@ def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode
         if picked == active:
             break
         active = picked
-    bcast = learner.fixed_broadcast_s + broadcast_seconds(payload, learner_upload, [uploads[c.name] for c in active],
-                                                          mode, chunk_mib * MIB)
+    arrivals = arrival_seconds(payload, learner_upload, [uploads[c.name] for c in active], mode, chunk_mib * MIB)
+    bcast = learner.fixed_broadcast_s + max(arrivals, default=0.0)
+    if staleness == 0 and active:  # sync: each worker starts the batch on its own copy's arrival
+        bcast = learner.fixed_broadcast_s + staggered_broadcast_s(arrivals, [c.throughput for c in active],
+                                                                  rollouts_per_step)
     uplink = payload * (len(active) if mode == "star" else 1) / learner_upload  # 0 when unlimited
     times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness, uplink)
     throughput = sum(c.throughput for c in active)
