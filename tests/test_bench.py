@@ -40,6 +40,15 @@ def test_staleness_bench_quick(tmp_path):
     assert "time_vs_sync" in result.stdout and (tmp_path / "staleness.png").stat().st_size > 10_000
 
 
+def assert_near_measured(row: dict) -> None:
+    """A quick held-out row's prediction is near its measured run. Quick runs are short (ten
+    measured steps) and a shared CI machine's speed drifts between the calibration and the run by
+    10-20%, so the seconds per step are compared at the machine speed the probes around the run
+    measured (``step_error_at_speed_pct``), and both bounds are looser than the full bench's."""
+    assert abs(row["util_error_points"]) < 15, row
+    assert abs(row["step_error_at_speed_pct"]) < 20, row
+
+
 def test_capacity_and_simulator_benches_predict_held_out_runs(tmp_path):
     """Calibrated on one run, both predictions of the two quick held-out configurations (sync and
     async S=1, another fleet than the calibration's) land near the measured runs; the simulator
@@ -49,8 +58,8 @@ def test_capacity_and_simulator_benches_predict_held_out_runs(tmp_path):
     rows = {r["config"]: r for r in results["rows"]}
     assert set(rows) == {"sync, 2 x 0.5", "async S=1, 2 x 0.5"}
     assert Path(results["meta"]["calibration"]["source"]).name.startswith("calibration__async_S=1__2_x_0.25")
-    for row in rows.values():  # quick runs are short and noisy: looser than the full bench's 5 and 10 points
-        assert abs(row["util_error_points"]) < 15 and abs(row["step_error_pct"]) < 20
+    for row in rows.values():
+        assert_near_measured(row)
     # the ordering the model is for: async with S=1 keeps the learner far busier than sync, measured and predicted
     for key in ("util_measured", "util_predicted"):
         assert rows["async S=1, 2 x 0.5"][key] > rows["sync, 2 x 0.5"][key] + 0.2
@@ -61,7 +70,7 @@ def test_capacity_and_simulator_benches_predict_held_out_runs(tmp_path):
     assert simulated.returncode == 0, simulated.stderr[-2000:]
     assert "== " not in simulated.stdout  # nothing trained again
     for row in json.loads((tmp_path / "sim" / "results.json").read_text())["rows"]:
-        assert abs(row["util_error_points"]) < 15 and abs(row["step_error_pct"]) < 20
+        assert_near_measured(row)
 
 
 def test_broadcast_bench_quick(tmp_path):
