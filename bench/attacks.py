@@ -9,15 +9,15 @@ with the run token, as anyone invited to it could. It uses echo2's own code: a
 :class:`~echo2.rollout.client.CoordinatorClient` driven by hand (protocol attackers), or a
 :class:`~echo2.rollout.worker.RolloutWorker` subclass that samples with the real engine and then
 misbehaves (engine attackers). Each attacker has its own worker name (``attacker-<kind>``).
-Independent attacks share a run. Every run has the same length and seed as the **clean** run,
-which has no attackers. Rows:
+Independent attacks share a run. Every run has the same seed and, but for row 1b's, the same
+length as the **clean** run, which has no attackers. Rows:
 
  1. ``fabricate``: invented completions (half of them the right answer, computed from the prompt)
     with invented log-probs (-0.05 a token), claiming the version it leased at;
  1b. ``late_cheater`` (full only, alone in its run): samples honestly for its first 64 accepted
     groups, long enough that its audit rate has decayed below 1, then fabricates as in row 1.
-    One run is one draw; ``how`` also gives the expected number of fabricated groups that get in
-    at the measured rate;
+    Its run is three times as long as the others, so that it gets there. One run is one draw;
+    ``how`` also gives the expected number of fabricated groups that get in at the measured rate;
  2. ``fabricate_old``: as in row 1, but it holds each lease until the learner has published the
     next version, so each submission claims v - 1 (inside the S = 1 window);
  3. ``reward`` (engine): every submission is first sent with a ``reward`` field of 1.0 in each
@@ -111,14 +111,17 @@ from attack_runs import OBSERVER, ROWS, attack, run_once
 from attackers.run import attacker_main
 from common import format_table, parse_args, write_results
 
-#: run name -> (its attacks, its extra overrides). Every plan also has a clean run of the same length.
+#: learner steps of every full run but ``late``
+FULL_STEPS = 300
+#: run name -> (its attacks, its extra overrides). Every plan also has a clean run.
 QUICK_PLAN = {"attacks": ([attack("fabricate"), attack("fabricate_old"), attack("duplicate"), attack("oversize")],
                           [])}
 FULL_PLAN = {
     "audit": ([attack("fabricate"), attack("fabricate_old"), attack("replay")], []),
     # alone: its audit rate then follows its own groups only, and no other attacker's quarantine
-    # shares its batches
-    "late": ([attack("late_cheater", honest_groups=64)], []),
+    # shares its batches. Three times as long: a third sampler on two cores gets ~2.5% of the
+    # leases, 60 groups in 300 steps, short of the 64 honest ones it must deliver before it cheats
+    "late": ([attack("late_cheater", honest_groups=64)], [f"run.steps={3 * FULL_STEPS}"]),
     "door": ([attack("reward"), attack("duplicate"), attack("late_lease"), attack("oversize"), attack("relay")],
              ["coordinator.lease_timeout_s=8"]),
     "flood": ([attack("flood")], []),
@@ -132,7 +135,7 @@ def main() -> None:
         attacker_main(sys.argv[2:])
         return
     args = parse_args(__doc__.splitlines()[0], "bench/out/attacks")
-    steps = 60 if args.quick else 300
+    steps = 60 if args.quick else FULL_STEPS
     plan = QUICK_PLAN if args.quick else FULL_PLAN
     started = time.time()
     OBSERVER.install()
@@ -145,7 +148,8 @@ def main() -> None:
     rows.sort(key=lambda r: order.index(r["kind"]))
     columns = ["attack", "run", "detected", "seconds_to_quarantine", "groups_to_quarantine", "attacker_groups_trained",
                "attacker_groups_trained_after", "final_accuracy", "clean_accuracy", "step_s_vs_clean", "how"]
-    print(f"\n{steps} steps per run, 8 groups/step, S=1, 2 honest local workers; clean run: "
+    lengths = f"{steps} steps per run" + ("" if args.quick else f" ({runs['late'].steps} in row 1b's)")
+    print(f"\n{lengths}, 8 groups/step, S=1, 2 honest local workers; clean run: "
           f"{clean.step_s:.2f} s/step, accuracy {clean.final_accuracy:.2f}")
     print(format_table(rows, columns))
     meta = {"quick": args.quick, "steps": steps, "clean_step_s": clean.step_s, "clean_accuracy": clean.final_accuracy,
