@@ -37,16 +37,18 @@ def test_async_saturates_when_throughput_and_latency_conditions_hold():
     assert predicted_utilization(relaxed, 25.0) == pytest.approx(0.5)  # generation-bound: T / (R/mu)
 
 
-def test_an_uplink_slower_than_a_step_delays_each_version_by_the_excess():
-    """Versions published faster than the learner's uplink carries them wait for the one before by
-    the excess C - P: (S + 1) P = T + T_bcast + (C - P) + R / sum(mu), continuous at C = P."""
-    free = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=2, uplink_s=1.0)
-    assert step_period(free, 200.0) == pytest.approx(4.5 / 3)  # the uplink keeps up with one version per 1.5 s
-    busy = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=2, uplink_s=2.5)
-    assert step_period(busy, 200.0) == pytest.approx((4.5 + 2.5) / 4)
-    edge = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=2, uplink_s=1.5 + 1e-9)
-    assert step_period(edge, 200.0) == pytest.approx(1.5)
-    assert max_utilization(busy) == pytest.approx(1.0 / (6.5 / 4))
+def test_an_uplink_slower_than_a_step_bounds_the_period_by_c_over_s():
+    """The workers receive versions at least C / P apart and may use them at most S apart, so
+    P >= C / S; below that bound the fluid latency term alone decides."""
+    free = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=2, uplink_s=2.5)
+    assert step_period(free, 200.0) == pytest.approx(4.5 / 3)  # C / S = 1.25 < latency / (S + 1) = 1.5
+    bound = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=1, uplink_s=2.5)
+    assert step_period(bound, 200.0) == pytest.approx(2.5)  # latency / (S + 1) = 2.25 < C / S
+    assert max_utilization(bound) == pytest.approx(1.0 / 2.5)
+    assert required_throughput(bound, 0.5) == math.inf  # no fleet beats the link: P >= 2.5 > 2.0
+    assert required_throughput(bound, 0.4) < math.inf
+    synchronous = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=0, uplink_s=2.5)
+    assert step_period(synchronous, 200.0) == pytest.approx(4.5)  # S = 0: the latency term carries C
 
 
 def test_required_throughput_is_the_inverse_of_utilization():

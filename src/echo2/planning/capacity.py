@@ -21,10 +21,14 @@ learner utilization is ``T_train / P``. ``S = 0`` gives the synchronous ``T_trai
 ``sum(mu) >= R / T_train`` (throughput) and ``S * T_train >= T_bcast + R / sum(mu)`` (latency):
 the paper's rule with ``kappa = S`` publish-to-use distance and per-step publishing.
 
-One queueing effect is added to the fluid model: when a version occupies the learner's uplink
-longer than a step (``C = M / B_L``, ``N * M / B_L`` for a star, ``C > P``), the uplink cannot
-carry every version: each one it sends waits for the one before by the excess ``C - P``, so
-``(S + 1) * P = T_train + T_bcast + (C - P) + R / sum(mu)`` (continuous at ``C = P``).
+A learner uplink slower than a step bounds the period on its own. One version occupies the uplink
+for ``C = M / B_L`` (``N * M / B_L`` for a star); when the uplink frees up it sends the newest
+version and the ones published meanwhile are skipped. Consecutive versions the workers receive are
+therefore at least ``C / P`` versions apart, and they may be at most ``S`` apart: data for step
+``t`` needs version ``t - S`` or newer, and the next version after ``v`` that reaches the workers
+must be published before step ``v + S + 1`` starts, else that step waits for it forever. Hence
+``P >= C / S`` for ``S >= 1`` (for ``S = 0`` every version crosses the link and ``T_bcast >= C``
+is already in the latency term).
 """
 
 from __future__ import annotations
@@ -60,10 +64,13 @@ def step_period(times: StepTimes, throughput: float) -> float:
         return math.inf
     generate = times.rollouts_per_step / throughput
     latency = times.train_s + times.broadcast_s + generate
-    period = max(times.train_s, generate, latency / (times.staleness + 1))
-    if times.staleness > 0 and times.uplink_s > period:  # the uplink falls behind (module docstring)
-        period = max(times.train_s, generate, (latency + times.uplink_s) / (times.staleness + 2))
-    return period
+    return max(times.train_s, generate, latency / (times.staleness + 1), uplink_bound_s(times))
+
+
+def uplink_bound_s(times: StepTimes) -> float:
+    """The shortest period the learner's uplink allows: ``C / S`` (module docstring; 0 for ``S = 0``,
+    whose latency term already carries every version across the link)."""
+    return times.uplink_s / times.staleness if times.staleness > 0 else 0.0
 
 
 def predicted_utilization(times: StepTimes, throughput: float) -> float:
@@ -75,19 +82,23 @@ def required_throughput(times: StepTimes, target_utilization: float = 1.0) -> fl
     """Smallest aggregate throughput (rollouts/s) at which utilization reaches ``target_utilization``.
 
     ``math.inf`` when no fleet can reach it: dissemination alone uses up the staleness budget
-    (always the case for U = 1 at S = 0).
+    (always the case for U = 1 at S = 0), or the learner's uplink allows no shorter period than
+    ``C / S``.
     """
     if not 0 < target_utilization <= 1:
         raise ValueError(f"target_utilization must be in (0, 1], got {target_utilization}")
     period = times.train_s / target_utilization
+    if uplink_bound_s(times) > period * (1 + 1e-12):
+        return math.inf
     budget = min(period, (times.staleness + 1) * period - times.train_s - times.broadcast_s)
     return times.rollouts_per_step / budget if budget > 0 else math.inf
 
 
 def max_utilization(times: StepTimes) -> float:
-    """Utilization with unlimited rollout throughput: ``T_train / max(T_train, (T_train + T_bcast) / (S + 1))``.
+    """Utilization with unlimited rollout throughput: ``T_train / max(T_train, (T_train + T_bcast) / (S + 1), C / S)``.
 
-    Below 1 when dissemination alone uses up the staleness budget (``S * T_train < T_bcast``)."""
+    Below 1 when dissemination alone uses up the staleness budget (``S * T_train < T_bcast``) or
+    the learner's uplink cannot carry a version every ``S`` steps (``C > S * T_train``)."""
     return times.train_s / step_period(times, math.inf)
 
 
