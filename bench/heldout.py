@@ -56,7 +56,8 @@ HELD_OUT = [
                                                                "broadcast.mode=star",
                                                                "broadcast.learner_upload_mbps=16"]),
     ("pull S=1, 2 x 0.5", "generation", ["protocol=pull", "staleness=1", *fleet(0.5, 0.5)]),
-    # added with the C / S uplink bound (echo2.planning.capacity), as its test: no earlier run saw them
+    # added with the C / S uplink bound (echo2.planning.capacity) as its test; the two stars then
+    # showed the saturated star's grid lock, which the five rows after them test
     ("async S=1, star, learner uplink 8 Mbit/s", "dissemination", ["staleness=1", *fleet(0.5, 0.5),
                                                                    "broadcast.mode=star",
                                                                    "broadcast.learner_upload_mbps=8"]),
@@ -66,6 +67,19 @@ HELD_OUT = [
     ("async S=2, uplinks 4 Mbit/s", "dissemination", ["staleness=2", *fleet(0.5, 0.5), "workers.upload_mbps=4",
                                                       "broadcast.learner_upload_mbps=4"]),
     ("async S=3, uplinks 6 Mbit/s", "dissemination", ["staleness=3", *fleet(0.5, 0.5), "workers.upload_mbps=6",
+                                                      "broadcast.learner_upload_mbps=6"]),
+    ("async S=1, star, learner uplink 12 Mbit/s", "dissemination", ["staleness=1", *fleet(0.5, 0.5),
+                                                                    "broadcast.mode=star",
+                                                                    "broadcast.learner_upload_mbps=12"]),
+    ("async S=3, star, learner uplink 8 Mbit/s", "dissemination", ["staleness=3", *fleet(0.5, 0.5),
+                                                                   "broadcast.mode=star",
+                                                                   "broadcast.learner_upload_mbps=8"]),
+    ("async S=2, star, 3 x 0.3, learner uplink 16 Mbit/s", "dissemination", ["staleness=2", *fleet(0.3, 0.3, 0.3),
+                                                                             "broadcast.mode=star",
+                                                                             "broadcast.learner_upload_mbps=16"]),
+    ("async S=2, uplinks 6 Mbit/s", "dissemination", ["staleness=2", *fleet(0.5, 0.5), "workers.upload_mbps=6",
+                                                      "broadcast.learner_upload_mbps=6"]),
+    ("async S=1, uplinks 6 Mbit/s", "dissemination", ["staleness=1", *fleet(0.5, 0.5), "workers.upload_mbps=6",
                                                       "broadcast.learner_upload_mbps=6"]),
 ]
 

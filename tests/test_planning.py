@@ -4,6 +4,7 @@ import inspect
 import itertools
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -49,6 +50,17 @@ def test_an_uplink_slower_than_a_step_bounds_the_period_by_c_over_s():
     assert required_throughput(bound, 0.4) < math.inf
     synchronous = StepTimes(train_s=1.0, broadcast_s=3.0, rollouts_per_step=100, staleness=0, uplink_s=2.5)
     assert step_period(synchronous, 200.0) == pytest.approx(4.5)  # S = 0: the latency term carries C
+
+
+def test_a_saturated_star_locks_its_step_loop_onto_the_uplinks_fetch_grid():
+    """Two star workers fetching back to back start a fetch every C; the loop fetch (n C) +
+    one worker's generation (n R / sum(mu)) + T_train takes a whole number of grid steps per S + 1 versions."""
+    star = StepTimes(train_s=0.7, broadcast_s=4.0, rollouts_per_step=100, staleness=1, uplink_s=1.8, copies=2)
+    # loop 3.6 + 2 * 0.5 + 0.7 = 5.3 s -> 3 grid steps of 1.8 s for S + 1 = 2 versions
+    assert step_period(star, 200.0) == pytest.approx(3 * 1.8 / 2)
+    assert step_period(replace(star, copies=1), 200.0) == pytest.approx((0.7 + 4.0 + 0.5) / 2)  # a chain: fluid
+    relaxed = replace(star, uplink_s=1.0)  # fetch 2.0 s < fluid period 2.6 s: not saturated, fluid
+    assert step_period(relaxed, 200.0) == pytest.approx((0.7 + 4.0 + 0.5) / 2)
 
 
 def test_required_throughput_is_the_inverse_of_utilization():

@@ -21,14 +21,26 @@ learner utilization is ``T_train / P``. ``S = 0`` gives the synchronous ``T_trai
 ``sum(mu) >= R / T_train`` (throughput) and ``S * T_train >= T_bcast + R / sum(mu)`` (latency):
 the paper's rule with ``kappa = S`` publish-to-use distance and per-step publishing.
 
-A learner uplink slower than a step bounds the period on its own. One version occupies the uplink
-for ``C = M / B_L`` (``N * M / B_L`` for a star); when the uplink frees up it sends the newest
-version and the ones published meanwhile are skipped. Consecutive versions the workers receive are
-therefore at least ``C / P`` versions apart, and they may be at most ``S`` apart: data for step
-``t`` needs version ``t - S`` or newer, and the next version after ``v`` that reaches the workers
-must be published before step ``v + S + 1`` starts, else that step waits for it forever. Hence
-``P >= C / S`` for ``S >= 1`` (for ``S = 0`` every version crosses the link and ``T_bcast >= C``
-is already in the latency term).
+A learner uplink slower than a step. Sending one copy of a version takes ``C = M / B_L``; the
+learner sends ``n`` copies of each (1 for a pipelined chain, whose relays pass it on; ``N`` for a
+star, one per worker), and while its uplink is busy the versions published meanwhile are skipped:
+it sends the newest when it frees up.
+
+* The versions reaching the workers are at least ``C / P`` versions apart, and they may be at
+  most ``S`` apart: data for step ``t`` needs version ``t - S`` or newer, so the next version
+  after ``v`` that reaches them must be published before step ``v + S + 1`` starts, else that
+  step waits for it forever. Hence ``P >= C / S`` for ``S >= 1`` (for ``S = 0`` every version
+  crosses the link and ``T_bcast >= C`` is in the latency term).
+* A chain's send reaches every worker and the fleet generates together: the fluid latency term
+  above stands.
+* A star whose workers fetch back to back (``n * C > P``, ``S >= 1``) locks onto its uplink: the
+  ``n`` fetches, each ``n * C`` long, start on a grid of spacing ``C``, and a version reaches one
+  worker at a time. A fetch starting on the grid carries version ``v``; that worker holds it
+  ``n * C`` later, generates a step's ``R`` rollouts alone (``n * R / sum(mu)``), the learner
+  trains (``T_train``) and publishes ``v + S + 1``, which waits for the next grid point. So
+  ``(S + 1) * P = ceil((n * C + n * R / sum(mu) + T_train) / C) * C``. The fixed dissemination cost is
+  not charged: a worker fetching back to back hears of the newest version during its previous
+  fetch, and the wait for the grid point covers publishing.
 """
 
 from __future__ import annotations
@@ -50,11 +62,13 @@ class StepTimes:
     staleness: int
     """S: the staleness bound."""
     uplink_s: float = 0.0
-    """C: seconds one version occupies the learner's uplink (0: unlimited)."""
+    """C: seconds one copy of a version occupies the learner's uplink (0: unlimited)."""
+    copies: int = 1
+    """n: copies of each version the learner's uplink sends (1: pipelined chain; N: a star's workers)."""
 
     def __post_init__(self) -> None:
         if (self.train_s <= 0 or self.broadcast_s < 0 or self.rollouts_per_step <= 0 or self.staleness < 0
-                or self.uplink_s < 0):
+                or self.uplink_s < 0 or self.copies < 1):
             raise ValueError(f"invalid step times {self}")
 
 
@@ -64,7 +78,14 @@ def step_period(times: StepTimes, throughput: float) -> float:
         return math.inf
     generate = times.rollouts_per_step / throughput
     latency = times.train_s + times.broadcast_s + generate
-    return max(times.train_s, generate, latency / (times.staleness + 1), uplink_bound_s(times))
+    period = max(times.train_s, generate, latency / (times.staleness + 1), uplink_bound_s(times))
+    fetch = times.copies * times.uplink_s
+    if times.copies > 1 and times.staleness > 0 and fetch > period:  # a saturated star (module docstring)
+        loop = fetch + times.copies * generate + times.train_s
+        grid_steps = math.ceil(loop / times.uplink_s - 1e-9)
+        period = max(times.train_s, generate, grid_steps * times.uplink_s / (times.staleness + 1),
+                     uplink_bound_s(times))
+    return period
 
 
 def uplink_bound_s(times: StepTimes) -> float:

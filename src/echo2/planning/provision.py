@@ -77,8 +77,8 @@ def provision(inventory: Inventory, rollouts_per_step: int, staleness: int, mode
     if staleness == 0 and active:  # sync: each worker starts the batch on its own copy's arrival
         bcast = learner.fixed_broadcast_s + staggered_broadcast_s(arrivals, [c.throughput for c in active],
                                                                   rollouts_per_step)
-    uplink = payload * (len(active) if mode == "star" else 1) / learner_upload  # 0 when unlimited
-    times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness, uplink)
+    copies = max(len(active), 1) if mode == "star" else 1
+    times = StepTimes(learner.train_step_s, bcast, rollouts_per_step, staleness, payload / learner_upload, copies)
     throughput = sum(c.throughput for c in active)
     utilization = predicted_utilization(times, throughput)
     return Provision(
