@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import format_table, write_results  # noqa: E402
-from heldout import at_speed, config_for, machine_ratio, measured, run, start, summary  # noqa: E402
+from heldout import at_speed, config_for, machine_ratio, measured, start, summary  # noqa: E402
 
 from echo2.planning.calibration import inventory_for  # noqa: E402
 from echo2.planning.provision import provision  # noqa: E402
@@ -37,21 +37,21 @@ def predict(config, calibration) -> dict[str, float]:
 
 
 def main() -> None:
-    args, steps, configs, runs_at, calibration, probe = start(__doc__.splitlines()[0], "bench/out/capacity")
+    args, steps, configs, run_dirs, runs_at, calibration, probe = start(__doc__.splitlines()[0], "bench/out/capacity")
     rows = []
     for name, regime, overrides in configs:
-        run_dir = run(overrides, steps, runs_at, name)
         config = config_for(overrides, steps, runs_at, name)
         row = {"config": name, "regime": regime, "S": config.staleness, **predict(config, calibration),
-               **measured(run_dir, WARMUP_STEPS)}
+               "runs": len(run_dirs[name]), **measured(run_dirs[name], WARMUP_STEPS)}
         row["util_error_points"] = 100 * (row["util_predicted"] - row["util_measured"])
         row["step_error_pct"] = 100 * (row["step_s_predicted"] / row["step_s_measured"] - 1)
-        row["machine_vs_calibration"] = ratio = machine_ratio(run_dir, probe)
+        row["machine_vs_calibration"] = ratio = machine_ratio(run_dirs[name], probe)
         at_machine_speed = predict(config, at_speed(calibration, ratio))["step_s_predicted"]
         row["step_error_at_speed_pct"] = 100 * (at_machine_speed / row["step_s_measured"] - 1)
         rows.append(row)
-    columns = ["config", "regime", "S", "T_bcast_s", "sum_mu", "util_measured", "util_predicted",
-               "util_error_points", "step_s_measured", "step_s_predicted", "step_error_pct", "machine_vs_calibration", "step_error_at_speed_pct"]
+    columns = ["config", "regime", "S", "T_bcast_s", "sum_mu", "runs", "util_measured", "util_predicted",
+               "util_error_points", "step_s_measured", "step_s_spread_pct", "step_s_predicted", "step_error_pct",
+               "machine_vs_calibration", "step_error_at_speed_pct"]
     print(format_table(rows, columns))
     util, step, speed = (summary(rows, key) for key in ("util_error_points", "step_error_pct", "step_error_at_speed_pct"))
     print(f"\nutilization error: median {util['median_abs']:.1f} points, worst {util['worst_abs']:.1f}; "
@@ -59,6 +59,7 @@ def main() -> None:
           f"(at the machine's measured speed: median {speed['median_abs']:.1f}%, worst {speed['worst_abs']:.1f}%; "
           f"{len(rows)} held-out configurations)")
     path = write_results(args.out, rows, {"quick": args.quick, "steps": steps, "warmup_steps": WARMUP_STEPS,
+                                          "repeats": max(row["runs"] for row in rows),
                                           "calibration": calibration.model_dump(mode="json"),
                                           "util_error_points": util, "step_error_pct": step,
                                           "step_error_at_speed_pct": speed})

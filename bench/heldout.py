@@ -13,6 +13,11 @@ The calibration (``echo2 calibrate``'s measurements, :mod:`echo2.planning.calibr
 configuration; no held-out configuration shares its fleet, and they span the three regimes:
 learner-bound (the fleet keeps up, S absorbs dissemination), generation-bound (too little rollout
 throughput) and dissemination-bound (capped uplinks: a version takes several learner steps).
+
+Each held-out configuration is trained ``--repeats`` times (2; 1 with ``--quick``), in rounds over
+all of them: the same configuration measured twice on this shared machine has differed by up to
+18% in seconds per step, so a row's figures are the mean of its runs and ``step_s_spread_pct``
+shows how far apart they lay.
 """
 
 from __future__ import annotations
@@ -123,7 +128,7 @@ def run(overrides: list[str], steps: int, out: Path, name: str) -> Path:
     with the machine probe taken just before in ``probe.json``."""
     from echo2.launch.train import run_training
 
-    done = sorted((out / "runs").glob(f"{slug(name)}*/summary.txt"))
+    done = sorted((out / "runs").glob(f"{slug(name)}/summary.txt"))
     if done:
         return done[-1].parent
     print(f"== {name}", flush=True)
@@ -131,6 +136,27 @@ def run(overrides: list[str], steps: int, out: Path, name: str) -> Path:
     run_dir = run_training(config_for(overrides, steps, out, name)).run_dir
     (run_dir / "probe.json").write_text(json.dumps({"workload_probe_s": [before, machine_probe_s()]}))
     return run_dir
+
+
+def repeat_name(name: str, repeat: int) -> str:
+    """The run name of a configuration's ``repeat``-th run (the first keeps the plain name)."""
+    return name if repeat == 0 else f"{name} (repeat {repeat + 1})"
+
+
+def run_all(configs: list, steps: int, out: Path, repeats: int) -> dict[str, list[Path]]:
+    """Every configuration's ``repeats`` run directories, trained in rounds (all configurations,
+    then all again) so that a drift of the machine's speed spreads over every configuration
+    instead of falling on a few."""
+    dirs: dict[str, list[Path]] = {name: [] for name, _, _ in configs}
+    for repeat in range(repeats):
+        for name, _, overrides in configs:
+            dirs[name].append(run(overrides, steps, out, repeat_name(name, repeat)))
+    return dirs
+
+
+def spread_pct(values: list[float]) -> float:
+    """(max - min) / mean of one configuration's repeated measurements, in percent."""
+    return 100 * (max(values) - min(values)) / statistics.fmean(values)
 
 
 def probe_of(run_dir: Path) -> float | None:
@@ -148,10 +174,13 @@ def calibrate(out: Path, steps: int) -> tuple[Calibration, float | None]:
     return calibrate_run(run_dir), probe_of(run_dir)
 
 
-def machine_ratio(run_dir: Path, calibration_probe: float | None) -> float | None:
-    """How much slower the machine was around ``run_dir``'s run than around the calibration (>1: slower)."""
-    probe = probe_of(run_dir)
-    return probe / calibration_probe if probe and calibration_probe else None
+def machine_ratio(run_dirs: list[Path], calibration_probe: float | None) -> float | None:
+    """How much slower the machine was around the runs in ``run_dirs`` than around the calibration
+    (>1: slower; the mean over the runs)."""
+    probes = [probe_of(run_dir) for run_dir in run_dirs]
+    if not calibration_probe or not all(probes):
+        return None
+    return statistics.fmean(probes) / calibration_probe
 
 
 def at_speed(calibration: Calibration, ratio: float | None) -> Calibration:
@@ -166,13 +195,19 @@ def at_speed(calibration: Calibration, ratio: float | None) -> Calibration:
         "fetch_s": c.fetch_s * ratio, "dissemination_s": c.dissemination_s * ratio})
 
 
-def measured(run_dir: Path, warmup: int) -> dict[str, float]:
-    """Utilization and seconds per step of a real run over its steps after ``warmup``."""
-    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner_busy_s" in r][warmup:]
-    first, last = steps[0], steps[-1]
-    busy = last["learner_busy_s"] - first["learner_busy_s"]
-    idle = last["learner_idle_s"] - first["learner_idle_s"]
-    return {"util_measured": busy / (busy + idle), "step_s_measured": (busy + idle) / (len(steps) - 1)}
+def measured(run_dirs: list[Path], warmup: int) -> dict[str, float]:
+    """Utilization and seconds per step of real runs over their steps after ``warmup``: the mean
+    over the repeated runs of one configuration, and how far those runs' seconds per step lie apart."""
+    utils, step_s = [], []
+    for run_dir in run_dirs:
+        steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner_busy_s" in r][warmup:]
+        first, last = steps[0], steps[-1]
+        busy = last["learner_busy_s"] - first["learner_busy_s"]
+        idle = last["learner_idle_s"] - first["learner_idle_s"]
+        utils.append(busy / (busy + idle))
+        step_s.append((busy + idle) / (len(steps) - 1))
+    return {"util_measured": statistics.fmean(utils), "step_s_measured": statistics.fmean(step_s),
+            "step_s_spread_pct": spread_pct(step_s)}
 
 
 def summary(rows: list[dict], key: str) -> dict[str, float]:
@@ -181,16 +216,26 @@ def summary(rows: list[dict], key: str) -> dict[str, float]:
     return {"median_abs": statistics.median(errors), "worst_abs": max(errors)}
 
 
-def start(description: str, default_out: str) -> tuple[argparse.Namespace, int, list, Path, Calibration, float | None]:
-    """What both benches begin with: the command line (``--quick``, ``--out``, ``--runs``), the run
-    length, the held-out configurations, where the runs live, and the calibration (printed)."""
-    args = parse_args(description, default_out, lambda parser: parser.add_argument(
-        "--runs", type=Path, help="reuse the run directories under this folder (its runs/) instead of training"))
+def start(description: str, default_out: str) -> tuple[argparse.Namespace, int, list, dict[str, list[Path]],
+                                                        Path, Calibration, float | None]:
+    """What both benches begin with: the command line (``--quick``, ``--out``, ``--runs``,
+    ``--repeats``), the run length, the held-out configurations and their run directories (trained
+    here unless reused), where the runs live, and the calibration (printed)."""
+
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--runs", type=Path,
+                            help="reuse the run directories under this folder (its runs/) instead of training")
+        parser.add_argument("--repeats", type=int, default=None,
+                            help="real runs per held-out configuration (default 2; 1 with --quick)")
+
+    args = parse_args(description, default_out, options)
     steps = 15 if args.quick else 40
+    repeats = args.repeats or (1 if args.quick else 2)
     runs_at = args.runs or args.out
     calibration, probe = calibrate(runs_at, steps)
     print(f"calibration ({CALIBRATION[0]}): T_train {calibration.train_step_s:.3f}s, "
           f"{calibration.rollouts_per_s:.0f} rollouts/s per worker at factor 1, lease overhead "
           f"{calibration.lease_overhead_s * 1000:.0f} ms, fixed dissemination {calibration.dissemination_s:.3f}s, "
           f"fetch {calibration.fetch_s:.3f}s")
-    return args, steps, HELD_OUT[:2] if args.quick else HELD_OUT, runs_at, calibration, probe
+    configs = HELD_OUT[:2] if args.quick else HELD_OUT
+    return args, steps, configs, run_all(configs, steps, runs_at, repeats), runs_at, calibration, probe

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import format_table, write_results  # noqa: E402
-from heldout import at_speed, config_for, machine_ratio, run, start, summary  # noqa: E402
+from heldout import at_speed, config_for, machine_ratio, spread_pct, start, summary  # noqa: E402
 
 from echo2.simulation.calibrate import measured, scenario_for  # noqa: E402
 from echo2.simulation.engine import simulate  # noqa: E402
@@ -32,12 +32,17 @@ def simulated(config, calibration, name: str) -> list:
     return [simulate(scenario.model_copy(update={"seed": seed}), timeline_workers=0) for seed in SEEDS]
 
 
-def compare(name: str, regime: str, config, calibration, run_dir: Path, ratio: float | None) -> dict:
-    real, results = measured(run_dir), simulated(config, calibration, name)
-    steps = real["steps"]
-    row = {"config": name, "regime": regime, "S": config.staleness, "steps": steps,
-           "util_measured": real["utilization"], "util_simulated": statistics.fmean(r.utilization for r in results),
-           "step_s_measured": real["train_wall_s"] / steps,
+def compare(name: str, regime: str, config, calibration, run_dirs: list[Path], ratio: float | None) -> dict:
+    """One held-out configuration: its real runs (the mean over the repeats) against the simulation."""
+    reals, results = [measured(run_dir) for run_dir in run_dirs], simulated(config, calibration, name)
+    steps = reals[0]["steps"]
+    if any(real["steps"] != steps for real in reals):
+        raise ValueError(f"{name}: the repeated runs measured different step counts")
+    real_step_s = [real["train_wall_s"] / steps for real in reals]
+    row = {"config": name, "regime": regime, "S": config.staleness, "steps": steps, "runs": len(reals),
+           "util_measured": statistics.fmean(real["utilization"] for real in reals),
+           "util_simulated": statistics.fmean(r.utilization for r in results),
+           "step_s_measured": statistics.fmean(real_step_s), "step_s_spread_pct": spread_pct(real_step_s),
            "step_s_simulated": statistics.fmean(r.train_wall_s for r in results) / steps}
     row["util_error_points"] = 100 * (row["util_simulated"] - row["util_measured"])
     row["step_error_pct"] = 100 * (row["step_s_simulated"] / row["step_s_measured"] - 1)
@@ -48,14 +53,14 @@ def compare(name: str, regime: str, config, calibration, run_dir: Path, ratio: f
 
 
 def main() -> None:
-    args, steps, configs, runs_at, calibration, probe = start(__doc__.splitlines()[0], "bench/out/simulator")
+    args, steps, configs, run_dirs, runs_at, calibration, probe = start(__doc__.splitlines()[0], "bench/out/simulator")
     rows = []
     for name, regime, overrides in configs:
-        run_dir = run(overrides, steps, runs_at, name)
         config = config_for(overrides, steps, runs_at, name)
-        rows.append(compare(name, regime, config, calibration, run_dir, machine_ratio(run_dir, probe)))
-    columns = ["config", "regime", "S", "steps", "util_measured", "util_simulated", "util_error_points",
-               "step_s_measured", "step_s_simulated", "step_error_pct", "machine_vs_calibration", "step_error_at_speed_pct"]
+        rows.append(compare(name, regime, config, calibration, run_dirs[name], machine_ratio(run_dirs[name], probe)))
+    columns = ["config", "regime", "S", "steps", "runs", "util_measured", "util_simulated", "util_error_points",
+               "step_s_measured", "step_s_spread_pct", "step_s_simulated", "step_error_pct", "machine_vs_calibration",
+               "step_error_at_speed_pct"]
     print(format_table(rows, columns))
     util, step, speed = (summary(rows, key) for key in ("util_error_points", "step_error_pct", "step_error_at_speed_pct"))
     print(f"\nutilization error: median {util['median_abs']:.1f} points, worst {util['worst_abs']:.1f}; "
