@@ -83,12 +83,20 @@ def provenance(meta: dict, name: str) -> str:
             f" | {code_status(commit, bench_code(bench_script(name)))} | {meta.get('machine', 'machine not recorded')} | {model_text}")
 
 
+ROUNDING_NOISE = 1e-9
+"""Floats smaller than this are a sum's rounding error (a difference of equal means), printed as 0."""
+
+
+def without_rounding_noise(row: dict) -> dict:
+    return {k: 0.0 if isinstance(v, float) and abs(v) < ROUNDING_NOISE else v for k, v in row.items()}
+
+
 def render(name: str, key: str | None, columns: list[str]) -> str:
     """The rows of results file ``name`` (or the list ``meta[key]``) in ``columns``; the single
     column ``lines`` prints a list of strings (e.g. a run's summary lines) as they are."""
     data = json.loads((RESULTS / f"{name}.json").read_text())
     rows = data["meta"][key] if key else data["rows"]
-    body = "\n".join(rows) if columns == ["lines"] else format_table(rows, columns)
+    body = "\n".join(rows) if columns == ["lines"] else format_table([without_rounding_noise(r) for r in rows], columns)
     return f"```\n{body}\n{provenance(data['meta'], name)}\n```\n"
 
 
