@@ -118,7 +118,8 @@ def test_session_credentials_are_looked_up_by_id_and_their_secret_compared():
     assert SESSION_CREDENTIAL.fullmatch(record.session_token)  # what the log filter redacts
     registry = state.registry
     assert registry.knows(record.session_token) is record
-    for forged in (worker_id, f"{worker_id}.", f"{worker_id}.{secret[:-1]}x", f"other.{secret}", "", None):
+    flipped = secret[:-1] + ("y" if secret[-1] == "x" else "x")  # differs in its last character only
+    for forged in (worker_id, f"{worker_id}.", f"{worker_id}.{flipped}", f"other.{secret}", "", None):
         assert registry.knows(forged) is None
 
 
