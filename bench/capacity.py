@@ -2,8 +2,8 @@
 
     python bench/capacity.py [--quick] [--out DIR] [--runs DIR]
 
-One short calibration run (``bench/heldout.py``: async S=1, two workers at a quarter speed)
-measures the learner's step time, a worker's generation rate and lease overhead, and a version's
+One calibration configuration (``bench/heldout.py``: async S=1, two workers at a quarter speed,
+run once per round of held-out runs and pooled over those runs) measures the learner's step time, a worker's generation rate and lease overhead, and a version's
 fixed dissemination cost. From that alone, the capacity model (``echo2 plan --calibration``:
 :func:`echo2.planning.calibration.inventory_for` + :mod:`echo2.planning.capacity`) predicts the
 steady-state learner utilization and seconds per step of each held-out configuration (other S,

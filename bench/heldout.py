@@ -16,8 +16,11 @@ throughput) and dissemination-bound (capped uplinks: a version takes several lea
 
 Each held-out configuration is trained ``--repeats`` times (2; 1 with ``--quick``), in rounds over
 all of them: the same configuration measured twice on this shared machine has differed by up to
-18% in seconds per step, so a row's figures are the mean of its runs and ``step_s_spread_pct``
-shows how far apart they lay.
+20% in seconds per step, so a row's figures are the mean of its runs and ``step_s_spread_pct``
+shows how far apart they lay. Every round starts with the calibration configuration, and the
+calibration is pooled over those runs (:func:`pooled`): a single calibration run taken in a fast
+(or slow) phase of the machine was measured 20% off every held-out row after it, an error of the
+machine's, not of the model's. The calibration stays one configuration, none of the held-out ones.
 """
 
 from __future__ import annotations
@@ -143,15 +146,38 @@ def repeat_name(name: str, repeat: int) -> str:
     return name if repeat == 0 else f"{name} (repeat {repeat + 1})"
 
 
-def run_all(configs: list, steps: int, out: Path, repeats: int) -> dict[str, list[Path]]:
-    """Every configuration's ``repeats`` run directories, trained in rounds (all configurations,
-    then all again) so that a drift of the machine's speed spreads over every configuration
+def run_all(configs: list, steps: int, out: Path, repeats: int) -> tuple[list[Path], dict[str, list[Path]]]:
+    """The calibration's run directories (one per round, twice as long as a held-out run: its
+    figures carry into every prediction) and every held-out configuration's ``repeats`` run
+    directories, trained in rounds (the calibration, all configurations, then all again) so that
+    a drift of the machine's speed spreads over every configuration and over the calibration
     instead of falling on a few."""
-    dirs: dict[str, list[Path]] = {name: [] for name, _, _ in configs}
+    calibration_name, calibration_overrides = CALIBRATION
+    calibrations, dirs = [], {name: [] for name, _, _ in configs}
     for repeat in range(repeats):
+        calibrations.append(run(calibration_overrides, 2 * steps, out, repeat_name(calibration_name, repeat)))
         for name, _, overrides in configs:
             dirs[name].append(run(overrides, steps, out, repeat_name(name, repeat)))
-    return dirs
+    return calibrations, dirs
+
+
+POOLED = ("train_step_s", "train_step_cv", "rollouts_per_s", "throughput_cv", "lease_overhead_s", "fetch_s",
+          "dissemination_s")
+"""The calibration figures :func:`pooled` averages over the calibration's runs (the byte counts are
+the same in every run)."""
+
+
+def pooled(calibrations: list[Calibration]) -> Calibration:
+    """One calibration from the calibration configuration's runs: each figure the mean over the
+    runs, the learner's step times averaged step by step (they fall as the policy learns, see
+    :meth:`Calibration.step_s`)."""
+    first = calibrations[0]
+    if len(calibrations) == 1:
+        return first
+    return first.model_copy(update={
+        "source": ", ".join(c.source for c in calibrations),
+        "step_seconds": [statistics.fmean(s) for s in zip(*(c.step_seconds for c in calibrations))],
+        **{name: statistics.fmean(getattr(c, name) for c in calibrations) for name in POOLED}})
 
 
 def spread_pct(values: list[float]) -> float:
@@ -166,12 +192,11 @@ def probe_of(run_dir: Path) -> float | None:
     return statistics.fmean(probes) if probes else None
 
 
-def calibrate(out: Path, steps: int) -> tuple[Calibration, float | None]:
-    """The calibration run, twice as long as a held-out run (its figures carry into every
-    prediction), and the machine probe taken before it."""
-    name, overrides = CALIBRATION
-    run_dir = run(overrides, 2 * steps, out, name)
-    return calibrate_run(run_dir), probe_of(run_dir)
+def calibrate(run_dirs: list[Path]) -> tuple[Calibration, float | None]:
+    """The calibration pooled over its runs, and the mean of the machine probes taken around them."""
+    probes = [probe_of(run_dir) for run_dir in run_dirs]
+    probe = statistics.fmean(probes) if all(probes) else None
+    return pooled([calibrate_run(run_dir) for run_dir in run_dirs]), probe
 
 
 def machine_ratio(run_dirs: list[Path], calibration_probe: float | None) -> float | None:
@@ -232,10 +257,11 @@ def start(description: str, default_out: str) -> tuple[argparse.Namespace, int, 
     steps = 15 if args.quick else 40
     repeats = args.repeats or (1 if args.quick else 2)
     runs_at = args.runs or args.out
-    calibration, probe = calibrate(runs_at, steps)
+    configs = HELD_OUT[:2] if args.quick else HELD_OUT
+    calibration_runs, run_dirs = run_all(configs, steps, runs_at, repeats)
+    calibration, probe = calibrate(calibration_runs)
     print(f"calibration ({CALIBRATION[0]}): T_train {calibration.train_step_s:.3f}s, "
           f"{calibration.rollouts_per_s:.0f} rollouts/s per worker at factor 1, lease overhead "
           f"{calibration.lease_overhead_s * 1000:.0f} ms, fixed dissemination {calibration.dissemination_s:.3f}s, "
           f"fetch {calibration.fetch_s:.3f}s")
-    configs = HELD_OUT[:2] if args.quick else HELD_OUT
-    return args, steps, configs, run_all(configs, steps, runs_at, repeats), runs_at, calibration, probe
+    return args, steps, configs, run_dirs, runs_at, calibration, probe

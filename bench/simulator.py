@@ -2,7 +2,7 @@
 
     python bench/simulator.py [--quick] [--out DIR] [--runs DIR]
 
-The same calibration run and held-out configurations as bench/capacity.py (``bench/heldout.py``).
+The same (pooled) calibration and held-out configurations as bench/capacity.py (``bench/heldout.py``).
 :func:`echo2.simulation.calibrate.scenario_for` turns each held-out *config* and the one
 calibration into a scenario (``echo2 simulate --calibration``); the simulator predicts the run's
 learner utilization and its wall time per step after the first batch (busy + idle over steps),

@@ -246,3 +246,23 @@ def test_a_table_says_whether_its_code_is_still_current():
     first_change = git("log", "--format=%H", "--diff-filter=A", "--", "src/echo2/planning/calibration.py").splitlines()
     if first_change:  # a shallow clone may not hold it
         assert code_status(first_change[-1], code).startswith("code changed since (")
+
+
+def test_held_out_calibration_is_pooled_over_its_runs():
+    """The held-out benches' calibration is the mean of the calibration configuration's runs, figure
+    by figure and learner step by learner step, so one run in a fast phase of the machine does not
+    shift every prediction after it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from heldout import POOLED, pooled
+
+    from echo2.planning.calibration import Calibration
+
+    base = dict(model="m", model_sha256="0" * 16, machine="x", protocol="async", train_step_cv=0.1,
+                throughput_cv=0.1, lease_overhead_s=0.05, fetch_s=0.02, dissemination_s=0.2, full_bytes=2e6)
+    fast = Calibration(source="a", train_step_s=0.6, step_seconds=[0.7, 0.5], rollouts_per_s=1000.0, **base)
+    slow = Calibration(source="b", train_step_s=0.8, step_seconds=[0.9, 0.7], rollouts_per_s=800.0, **base)
+    both = pooled([fast, slow])
+    assert both.train_step_s == pytest.approx(0.7) and both.rollouts_per_s == pytest.approx(900.0)
+    assert both.step_seconds == pytest.approx([0.8, 0.6]) and both.source == "a, b"
+    assert both.full_bytes == 2e6 and pooled([fast]) is fast
+    assert set(POOLED) <= set(Calibration.model_fields)
