@@ -65,7 +65,7 @@ HELD_OUT = [
                                                                "broadcast.learner_upload_mbps=16"]),
     ("pull S=1, 2 x 0.5", "generation", ["protocol=pull", "staleness=1", *fleet(0.5, 0.5)]),
     # added with the C / S uplink bound (echo2.planning.capacity) as its test; the two stars then
-    # showed the saturated star's grid lock, which the five rows after them test
+    # showed the saturated star's fetch grid, which the five rows after them test
     ("async S=1, star, learner uplink 8 Mbit/s", "dissemination", ["staleness=1", *fleet(0.5, 0.5),
                                                                    "broadcast.mode=star",
                                                                    "broadcast.learner_upload_mbps=8"]),
@@ -89,6 +89,20 @@ HELD_OUT = [
                                                       "broadcast.learner_upload_mbps=6"]),
     ("async S=1, uplinks 6 Mbit/s", "dissemination", ["staleness=1", *fleet(0.5, 0.5), "workers.upload_mbps=6",
                                                       "broadcast.learner_upload_mbps=6"]),
+    # added with the star's mean grid wait C / 2 (echo2.planning.capacity) as its test
+    ("async S=2, star, learner uplink 8 Mbit/s", "dissemination", ["staleness=2", *fleet(0.5, 0.5),
+                                                                   "broadcast.mode=star",
+                                                                   "broadcast.learner_upload_mbps=8"]),
+    ("async S=4, star, learner uplink 6 Mbit/s", "dissemination", ["staleness=4", *fleet(0.5, 0.5),
+                                                                   "broadcast.mode=star",
+                                                                   "broadcast.learner_upload_mbps=6"]),
+    ("async S=1, star, 3 x 0.3, learner uplink 16 Mbit/s", "dissemination", ["staleness=1", *fleet(0.3, 0.3, 0.3),
+                                                                             "broadcast.mode=star",
+                                                                             "broadcast.learner_upload_mbps=16"]),
+    ("async S=2, star, 3 x 0.25, learner uplink 24 Mbit/s", "dissemination", ["staleness=2",
+                                                                              *fleet(0.25, 0.25, 0.25),
+                                                                              "broadcast.mode=star",
+                                                                              "broadcast.learner_upload_mbps=24"]),
 ]
 
 

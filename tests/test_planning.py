@@ -52,15 +52,29 @@ def test_an_uplink_slower_than_a_step_bounds_the_period_by_c_over_s():
     assert step_period(synchronous, 200.0) == pytest.approx(4.5)  # S = 0: the latency term carries C
 
 
-def test_a_saturated_star_locks_its_step_loop_onto_the_uplinks_fetch_grid():
-    """Two star workers fetching back to back start a fetch every C; the loop fetch (n C) +
-    one worker's generation (n R / sum(mu)) + T_train takes a whole number of grid steps per S + 1 versions."""
+def test_a_saturated_star_runs_its_step_loop_on_the_uplinks_fetch_grid():
+    """Two star workers fetching back to back start a fetch every C; S + 1 versions take the loop
+    fetch (n C) + one worker's generation (n R / sum(mu)) + T_train, plus the mean wait C / 2 for
+    the next fetch slot."""
     star = StepTimes(train_s=0.7, broadcast_s=4.0, rollouts_per_step=100, staleness=1, uplink_s=1.8, copies=2)
-    # loop 3.6 + 2 * 0.5 + 0.7 = 5.3 s -> 3 grid steps of 1.8 s for S + 1 = 2 versions
-    assert step_period(star, 200.0) == pytest.approx(3 * 1.8 / 2)
+    # loop 3.6 + 2 * 0.5 + 0.7 = 5.3 s, + 0.9 s wait, for S + 1 = 2 versions
+    assert step_period(star, 200.0) == pytest.approx((5.3 + 0.9) / 2)
     assert step_period(replace(star, copies=1), 200.0) == pytest.approx((0.7 + 4.0 + 0.5) / 2)  # a chain: fluid
     relaxed = replace(star, uplink_s=1.0)  # fetch 2.0 s < fluid period 2.6 s: not saturated, fluid
     assert step_period(relaxed, 200.0) == pytest.approx((0.7 + 4.0 + 0.5) / 2)
+    long_link = replace(star, staleness=3, uplink_s=3.0)  # loop 2 * (3.0 + 0.5) + 0.7 + 1.5 = 9.2 s for 4 versions
+    assert step_period(long_link, 200.0) == pytest.approx(9.2 / 4)
+    assert step_period(replace(long_link, train_s=3.0), 200.0) == pytest.approx(3.0)  # T_train stays a floor
+
+
+def test_a_saturated_stars_period_has_no_jump_where_its_loop_crosses_a_grid_step():
+    """The rule it replaced rounded the loop up to whole copy-times: at S = 2 a learner step 0.02 s
+    longer, taking the loop past 3 C, put 4 C / 3 in place of C (+33%). The period now grows with
+    the loop by 1 / (S + 1)."""
+    base = StepTimes(train_s=0.5, broadcast_s=3.0, rollouts_per_step=512, staleness=2, uplink_s=1.19, copies=2)
+    periods = [step_period(replace(base, train_s=0.5 + i * 0.01), 1500.0) for i in range(8)]
+    steps = [b - a for a, b in itertools.pairwise(periods)]
+    assert all(step == pytest.approx(0.01 / 3) for step in steps), steps
 
 
 def test_required_throughput_is_the_inverse_of_utilization():
