@@ -1,5 +1,6 @@
 """The discrete-event simulator on tiny scenarios whose outcome can be worked out by hand."""
 
+import math
 import random
 import re
 from pathlib import Path
@@ -8,9 +9,10 @@ import pytest
 
 from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.broadcast_time import arrival_seconds, broadcast_seconds
-from echo2.planning.capacity import StepTimes, predicted_utilization
-from echo2.simulation.dissemination import Peer, plan_timing
+from echo2.planning.capacity import StepTimes, predicted_utilization, step_period
+from echo2.simulation.dissemination import Peer, StarUplink, plan_timing
 from echo2.simulation.engine import simulate
+from echo2.simulation.events import EventQueue
 from echo2.simulation.results import write_run_dir
 from echo2.simulation.scenario import dotted_overrides, load_scenario, parse_scenario
 from echo2.units import MIB, link_bytes_per_s
@@ -89,6 +91,47 @@ def test_star_grows_with_the_fleet_and_the_chain_does_not():
     bandwidth = link_bytes_per_s(cap_mbps)
     assert results["star"] == pytest.approx(workers * payload_mb * 1e6 / bandwidth, rel=0.05)
     assert results["pipelined"] == pytest.approx((payload_mb * 1e6 + (workers - 1) * MIB) / bandwidth, rel=0.05)
+
+
+def _star_fetches(payload_chunks: float, starts: list[float], dies: dict[int, float] | None = None) -> dict[int, float]:
+    """When each fetch of a star uplink of 1 chunk/s ends (chunks of 1; fetch i asked at starts[i],
+    its worker gone at dies[i])."""
+    queue, done, dead = EventQueue(), {}, set()
+    uplink = StarUplink(queue, upload=1.0, payload=payload_chunks, chunk=1.0)
+    for index, start in enumerate(starts):
+        queue.at(start, uplink.fetch, math.inf, lambda i=index: done.setdefault(i, queue.now),
+                 lambda i=index: i not in dead)
+    for index, at in (dies or {}).items():
+        queue.at(at, dead.add, index)
+    queue.run(until=lambda: False)
+    return done
+
+
+def test_star_uplink_serves_chunk_requests_first_come_first_served():
+    # a payload of one window (2 chunks) asked by two at once: one after the other, as a wave times it
+    assert _star_fetches(2, [0.0, 0.0]) == pytest.approx({0: 2.0, 1: 4.0})
+    # a payload of many chunks: side by side, the k-th of n at (n (M - w) + k w) / B as a wave times it
+    assert _star_fetches(6, [0.0, 0.0]) == pytest.approx({0: 10.0, 1: 12.0})
+    # asked one copy-time apart (async workers fetching back to back): they share from then on
+    assert _star_fetches(6, [0.0, 6.0]) == pytest.approx({0: 6.0, 1: 12.0})
+    assert _star_fetches(6, [0.0, 3.0]) == pytest.approx({0: 8.0, 1: 12.0})
+    # a worker gone mid-fetch frees the uplink and is never told it is done
+    assert _star_fetches(6, [0.0, 0.0], dies={1: 3.5}) == pytest.approx({0: 8.0})
+
+
+@pytest.mark.parametrize("staleness", [1, 2])
+def test_a_saturated_star_runs_at_the_capacity_models_period(staleness):
+    """Two async workers fetching back to back from a learner uplink that needs C = 1 s per copy
+    (the real runs' timelines: each worker fetches on its own schedule, one copy-time apart, and
+    holds its own version): the simulator's period is the capacity model's saturated-star period."""
+    result = simulate(scenario(model={"name": "m", "parameters_b": 0.0004, "payload_gb": 0.0015},
+                               learner={"train_step_s": 0.3, "step_cv": 0.0, "upload_mbps": 12.0},
+                               recipe={"steps": 60, "groups_per_step": 8, "group_size": 4, "groups_per_lease": 1,
+                                       "protocol": "async", "staleness": staleness, "heartbeat_interval_s": 0.5},
+                               broadcast={"mode": "star", "chunk_mib": 1.0},
+                               fleet=[{"name": "w", "count": 2, "rollouts_per_s": 320.0, "throughput_cv": 0.0}]))
+    star = StepTimes(train_s=0.3, broadcast_s=2.0, rollouts_per_step=32, staleness=staleness, uplink_s=1.0, copies=2)
+    assert result.train_wall_s / 60 == pytest.approx(step_period(star, 640.0), rel=0.06)
 
 
 def test_preempted_workers_leases_are_reissued_and_every_step_is_full():

@@ -24,16 +24,23 @@ one published meanwhile waits, and when the uplink frees up only the newest wait
 sent (workers skip the others, as echo2's workers do). Links further down are taken as free when
 a version starts: a relay slower than the version rate delays only its own subtree, whose workers
 fetch one version at a time and skip to the newest (:mod:`echo2.simulation.workers`).
+
+A star is timed fetch by fetch instead (:class:`StarUplink`): its workers fetch from the learner
+alone, each on its own schedule, so on a saturated uplink they hold different versions, their
+fetches a copy-time apart — which a wave per version, giving every worker the same version at
+once, does not reproduce (``docs/simulation.md``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from echo2.broadcast.topology import LEARNER, Node, plan_tree, star_plan
 from echo2.planning.broadcast_time import IN_FLIGHT
+from echo2.simulation.events import EventQueue
 
 
 @dataclass(frozen=True)
@@ -126,3 +133,64 @@ class Channel:
         self.pending = None
         for old in [v for v in self.started if v <= version - keep]:
             del self.started[old]
+
+
+@dataclass
+class StarFetch:
+    """One worker's fetch of a whole version from the learner."""
+
+    left: deque[float]
+    """Sizes of the chunks not yet asked for."""
+    download: float
+    done: Callable[[], None]
+    alive: Callable[[], bool]
+    """False once the worker went down: its requests are dropped (its connections closed)."""
+    outstanding: int = 0
+
+
+class StarUplink:
+    """The learner's uplink in a star, fetch by fetch, as echo2's throttle serves it
+    (:mod:`echo2.broadcast.throttle`): chunk requests first come first served at ``upload``
+    bytes/s (or the receiver's ``download``, when slower), each fetch keeping ``IN_FLIGHT`` chunks
+    asked at a time. Fetches asked at once are served one after the other for a payload of a
+    window or less and side by side for a larger one, as :func:`plan_timing` times a wave; fetches
+    asked at different times (async workers fetching back to back) share the uplink from then on."""
+
+    def __init__(self, queue: EventQueue, upload: float, payload: float, chunk: float) -> None:
+        self.queue, self.upload = queue, upload
+        full, rest = divmod(payload, chunk)
+        self.chunks = [chunk] * int(full) + ([rest] if rest > 0 else [])
+        self.requests: deque[tuple[StarFetch, float]] = deque()
+        self.busy = False
+
+    def fetch(self, download: float, done: Callable[[], None], alive: Callable[[], bool]) -> None:
+        """Start a fetch of the whole payload; ``done()`` runs when its last chunk has arrived."""
+        fetch = StarFetch(deque(self.chunks), download, done, alive)
+        if not fetch.left:
+            self.queue.after(0.0, done)
+            return
+        for _ in range(min(IN_FLIGHT, len(fetch.left))):
+            self._ask(fetch)
+        self._serve()
+
+    def _ask(self, fetch: StarFetch) -> None:
+        fetch.outstanding += 1
+        self.requests.append((fetch, fetch.left.popleft()))
+
+    def _serve(self) -> None:
+        while not self.busy and self.requests:
+            fetch, size = self.requests.popleft()
+            if not fetch.alive():
+                continue
+            self.busy = True
+            rate = min(self.upload, fetch.download)
+            self.queue.after(size / rate if rate < math.inf else 0.0, self._served, fetch)
+
+    def _served(self, fetch: StarFetch) -> None:
+        self.busy = False
+        fetch.outstanding -= 1
+        if fetch.alive() and fetch.left:
+            self._ask(fetch)
+        elif fetch.alive() and not fetch.outstanding:
+            fetch.done()
+        self._serve()

@@ -28,7 +28,7 @@ from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide,
 from echo2.planning.billing import Billing
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.centralized import simulate_centralized
-from echo2.simulation.dissemination import Channel, Timing, plan_timing
+from echo2.simulation.dissemination import Channel, StarUplink, Timing, plan_timing
 from echo2.simulation.events import EventQueue
 from echo2.simulation.fleet import SimWorker, build_fleet, lognormal
 from echo2.simulation.recorder import Recorder
@@ -64,6 +64,9 @@ class Simulation(WorkerLoop):
         self.learner_upload = mbps(scenario.learner.upload_mbps)
         self.channel = Channel()
         self.channel_waiters: list[tuple[SimWorker, int, float]] = []
+        self.star = (StarUplink(self.queue, self.learner_upload, self.payload, scenario.broadcast.chunk_mib * MIB)
+                     if scenario.broadcast.mode == "star" else None)
+        """A star's uplink, fetch by fetch (None: versions go out in waves through ``channel``)."""
         self.waiting: deque[tuple[SimWorker, int, int]] = deque()
         self.running: dict[str, SimWorker] = {}
         self.parked: dict[str, tuple[SimWorker, int, int]] = {}
@@ -171,18 +174,23 @@ class Simulation(WorkerLoop):
     # ------------------------------------------------------------------ versions
     def _publish(self, version: int) -> None:
         now = self.queue.now
-        if self.channel.free_at <= now:
-            self._start_version(version)
-        else:
-            if self.channel.pending is None:
-                self.queue.at(self.channel.free_at, self._channel_free)
-            self.channel.pending = version
+        if self.star is None:  # a star's workers fetch the newest version on their own schedules
+            self._send_wave(version, now)
         if self.protocol == "async":
             interval = self.scenario.recipe.heartbeat_interval_s
             for worker in self.running.values():
                 if not worker.fetching:
                     tick = now + (worker.heartbeat_phase - now) % interval
                     self.queue.at(tick + worker.rtt_s / 2, self._heartbeat, worker, worker.epoch)
+
+    def _send_wave(self, version: int, now: float) -> None:
+        """Send ``version`` down the relay plan now, or when the learner's uplink frees up."""
+        if self.channel.free_at <= now:
+            self._start_version(version)
+            return
+        if self.channel.pending is None:
+            self.queue.at(self.channel.free_at, self._channel_free)
+        self.channel.pending = version
 
     def _channel_free(self) -> None:
         if self.channel.pending is not None:

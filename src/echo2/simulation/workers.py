@@ -90,10 +90,22 @@ class WorkerLoop:
     def _begin_fetch(self: Simulation, worker: SimWorker, begin: float) -> None:
         """Fetch the newest version from ``begin``; one still waiting for the links is fetched when sent."""
         worker.fetching = True
-        if self.channel.pending is None:
+        if self.star is not None:
+            self.queue.at(begin, self._star_fetch, worker, worker.epoch, begin)
+        elif self.channel.pending is None:
             self._schedule_fetch(worker, self.channel.newest_started, begin)
         else:
             self.channel_waiters.append((worker, worker.epoch, begin))
+
+    def _star_fetch(self: Simulation, worker: SimWorker, epoch: int, begin: float) -> None:
+        """A star worker asks the learner for the newest version and joins its uplink's queue."""
+        if epoch != worker.epoch:
+            return
+        assert self.star is not None
+        version = self._version_at(self.queue.now - worker.rtt_s / 2)
+        arrival = worker.peer.one_way_s + worker.spec.fetch_delay_s
+        self.star.fetch(worker.download, lambda: self.queue.after(arrival, self._fetched, worker, epoch, version, begin),
+                        lambda: epoch == worker.epoch)
 
     def _schedule_fetch(self: Simulation, worker: SimWorker, version: int, begin: float) -> None:
         start, timing = self.channel.started[version]
