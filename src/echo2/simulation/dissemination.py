@@ -135,6 +135,11 @@ class Channel:
             del self.started[old]
 
 
+#: Chunks a :class:`StarUplink` times per fetch at most (larger ones for a payload of more): an
+#: event per chunk, and a fetch's time shifts by at most a window of them (2 / 64 of the payload).
+MAX_STAR_CHUNKS = 64
+
+
 @dataclass
 class StarFetch:
     """One worker's fetch of a whole version from the learner."""
@@ -158,6 +163,7 @@ class StarUplink:
 
     def __init__(self, queue: EventQueue, upload: float, payload: float, chunk: float) -> None:
         self.queue, self.upload = queue, upload
+        chunk = max(chunk, payload / MAX_STAR_CHUNKS)
         full, rest = divmod(payload, chunk)
         self.chunks = [chunk] * int(full) + ([rest] if rest > 0 else [])
         self.requests: deque[tuple[StarFetch, float]] = deque()
