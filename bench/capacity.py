@@ -19,8 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import format_table, write_results  # noqa: E402
-from heldout import at_speed, config_for, machine_ratio, measured, start, summary  # noqa: E402
+from heldout import at_speed, config_for, machine_ratio, measured, publish, start  # noqa: E402
 
 from echo2.planning.calibration import inventory_for  # noqa: E402
 from echo2.planning.provision import provision  # noqa: E402
@@ -52,47 +51,10 @@ def main() -> None:
     columns = ["config", "regime", "S", "T_bcast_s", "sum_mu", "runs", "util_measured", "util_predicted",
                "util_error_points", "step_s_measured", "step_s_spread_pct", "step_s_predicted", "step_error_pct",
                "machine_vs_calibration", "step_error_at_speed_pct"]
-    print(format_table(rows, columns))
-    util, step, speed = (summary(rows, key) for key in ("util_error_points", "step_error_pct", "step_error_at_speed_pct"))
-    print(f"\nutilization error: median {util['median_abs']:.1f} points, worst {util['worst_abs']:.1f}; "
-          f"seconds per step: median {step['median_abs']:.1f}%, worst {step['worst_abs']:.1f}% "
-          f"(at the machine's measured speed: median {speed['median_abs']:.1f}%, worst {speed['worst_abs']:.1f}%; "
-          f"{len(rows)} held-out configurations)")
-    path = write_results(args.out, rows, {"quick": args.quick, "steps": steps, "warmup_steps": WARMUP_STEPS,
-                                          "repeats": max(row["runs"] for row in rows),
-                                          "calibration": calibration.model_dump(mode="json"),
-                                          "util_error_points": util, "step_error_pct": step,
-                                          "step_error_at_speed_pct": speed})
-    plot(rows, args.out)
-    print(f"wrote {path} and {args.out / 'capacity.png'}")
-
-
-def plot(rows: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    markers = {"learner": "o", "generation": "s", "dissemination": "^"}
-    for ax, key, label, band in ((axes[0], "util", "learner utilization", "±10 points"),
-                                 (axes[1], "step_s", "seconds per learner step", "±10%")):
-        top = 1.05 if key == "util" else 1.1 * max(max(r[f"{key}_measured"], r[f"{key}_predicted"]) for r in rows)
-        for row in rows:
-            ax.scatter(row[f"{key}_measured"], row[f"{key}_predicted"], marker=markers[row["regime"]],
-                       label=f"{row['config']} ({row['regime']})")
-        ax.plot([0, top], [0, top], "k--", lw=0.8)
-        low, high = ([-0.1, top - 0.1], [0.1, top + 0.1]) if key == "util" else ([0, 0.9 * top], [0, 1.1 * top])
-        ax.fill_between([0, top], low, high, color="gray", alpha=0.15, label=band)
-        ax.set_xlim(0, top)
-        ax.set_ylim(0, top)
-        ax.set_xlabel(f"measured {label}")
-        ax.set_ylabel(f"predicted by echo2 plan --calibration ({label})")
-    axes[0].legend(fontsize=6, loc="upper left")
-    fig.suptitle("held-out configurations, predicted from one calibration run")
-    fig.tight_layout()
-    fig.savefig(out / "capacity.png", dpi=110)
-    plt.close(fig)
+    publish("capacity", rows, columns, args.out, {"quick": args.quick, "steps": steps, "warmup_steps": WARMUP_STEPS,
+                                                  "repeats": max(row["runs"] for row in rows),
+                                                  "calibration": calibration.model_dump(mode="json")},
+            "predicted", "echo2 plan --calibration")
 
 
 if __name__ == "__main__":

@@ -255,6 +255,54 @@ def summary(rows: list[dict], key: str) -> dict[str, float]:
     return {"median_abs": statistics.median(errors), "worst_abs": max(errors)}
 
 
+def publish(name: str, rows: list[dict], columns: list[str], out: Path, meta: dict, predictor: str, what: str) -> None:
+    """What both benches end with: the table, the error summary (printed and in the results'
+    meta), ``results.json`` and the plot ``out/NAME.png`` of ``predictor``'s figures (the rows'
+    ``*_{predictor}`` columns, made by ``what``) against the measured ones."""
+    from common import format_table, write_results
+
+    print(format_table(rows, columns))
+    util, step, speed = (summary(rows, key) for key in ("util_error_points", "step_error_pct", "step_error_at_speed_pct"))
+    print(f"\nutilization error: median {util['median_abs']:.1f} points, worst {util['worst_abs']:.1f}; "
+          f"seconds per step: median {step['median_abs']:.1f}%, worst {step['worst_abs']:.1f}% "
+          f"(at the machine's measured speed: median {speed['median_abs']:.1f}%, worst {speed['worst_abs']:.1f}%; "
+          f"{len(rows)} held-out configurations)")
+    path = write_results(out, rows, {**meta, "util_error_points": util, "step_error_pct": step,
+                                     "step_error_at_speed_pct": speed})
+    plot(rows, out / f"{name}.png", predictor, what)
+    print(f"wrote {path} and {out / f'{name}.png'}")
+
+
+def plot(rows: list[dict], path: Path, predictor: str, what: str) -> None:
+    """Predicted against measured utilization and seconds per step, with the goal's band (±10
+    points, ±10%)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    markers = {"learner": "o", "generation": "s", "dissemination": "^"}
+    for ax, key, label, band in ((axes[0], "util", "learner utilization", "±10 points"),
+                                 (axes[1], "step_s", "seconds per learner step", "±10%")):
+        top = 1.05 if key == "util" else 1.1 * max(max(r[f"{key}_measured"], r[f"{key}_{predictor}"]) for r in rows)
+        for row in rows:
+            ax.scatter(row[f"{key}_measured"], row[f"{key}_{predictor}"], marker=markers[row["regime"]],
+                       label=f"{row['config']} ({row['regime']})")
+        ax.plot([0, top], [0, top], "k--", lw=0.8)
+        low, high = ([-0.1, top - 0.1], [0.1, top + 0.1]) if key == "util" else ([0, 0.9 * top], [0, 1.1 * top])
+        ax.fill_between([0, top], low, high, color="gray", alpha=0.15, label=band)
+        ax.set_xlim(0, top)
+        ax.set_ylim(0, top)
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"{predictor} {label}")
+    axes[0].legend(fontsize=6, loc="upper left")
+    fig.suptitle(f"held-out configurations: {what}, from one calibration")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def start(description: str, default_out: str) -> tuple[argparse.Namespace, int, list, dict[str, list[Path]],
                                                         Path, Calibration, float | None]:
     """What both benches begin with: the command line (``--quick``, ``--out``, ``--runs``,

@@ -18,8 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import format_table, write_results  # noqa: E402
-from heldout import at_speed, config_for, machine_ratio, spread_pct, start, summary  # noqa: E402
+from heldout import at_speed, config_for, machine_ratio, publish, spread_pct, start  # noqa: E402
 
 from echo2.simulation.calibrate import measured, scenario_for  # noqa: E402
 from echo2.simulation.engine import simulate  # noqa: E402
@@ -61,44 +60,9 @@ def main() -> None:
     columns = ["config", "regime", "S", "steps", "runs", "util_measured", "util_simulated", "util_error_points",
                "step_s_measured", "step_s_spread_pct", "step_s_simulated", "step_error_pct", "machine_vs_calibration",
                "step_error_at_speed_pct"]
-    print(format_table(rows, columns))
-    util, step, speed = (summary(rows, key) for key in ("util_error_points", "step_error_pct", "step_error_at_speed_pct"))
-    print(f"\nutilization error: median {util['median_abs']:.1f} points, worst {util['worst_abs']:.1f}; "
-          f"seconds per step: median {step['median_abs']:.1f}%, worst {step['worst_abs']:.1f}% "
-          f"(at the machine's measured speed: median {speed['median_abs']:.1f}%, worst {speed['worst_abs']:.1f}%; "
-          f"{len(rows)} held-out configurations, {len(SEEDS)} seeds each)")
-    path = write_results(args.out, rows, {"quick": args.quick, "steps": steps, "seeds": len(SEEDS),
-                                          "calibration": calibration.model_dump(mode="json"),
-                                          "util_error_points": util, "step_error_pct": step,
-                                          "step_error_at_speed_pct": speed})
-    plot(rows, args.out)
-    print(f"wrote {path} and {args.out / 'simulator.png'}")
-
-
-def plot(rows: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    markers = {"learner": "o", "generation": "s", "dissemination": "^"}
-    for ax, key, label in ((axes[0], "util", "learner utilization"), (axes[1], "step_s", "seconds per learner step")):
-        top = 1.1 * max(max(r[f"{key}_measured"], r[f"{key}_simulated"]) for r in rows)
-        for row in rows:
-            ax.scatter(row[f"{key}_measured"], row[f"{key}_simulated"], marker=markers[row["regime"]],
-                       label=f"{row['config']} ({row['regime']})")
-        ax.plot([0, top], [0, top], "k--", lw=0.8)
-        ax.fill_between([0, top], [0, 0.9 * top], [0, 1.1 * top], color="gray", alpha=0.15, label="±10%")
-        ax.set_xlim(0, top)
-        ax.set_ylim(0, top)
-        ax.set_xlabel(f"measured {label}")
-        ax.set_ylabel(f"echo2 simulate --calibration ({label})")
-    axes[0].legend(loc="upper left", fontsize=6)
-    fig.suptitle("held-out configurations, simulated from one calibration run")
-    fig.tight_layout()
-    fig.savefig(out / "simulator.png", dpi=110)
-    plt.close(fig)
+    publish("simulator", rows, columns, args.out, {"quick": args.quick, "steps": steps, "seeds": len(SEEDS),
+                                                   "calibration": calibration.model_dump(mode="json")},
+            "simulated", f"echo2 simulate --calibration, mean of {len(SEEDS)} seeds")
 
 
 if __name__ == "__main__":
