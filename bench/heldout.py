@@ -281,7 +281,7 @@ def plot(rows: list[dict], path: Path, predictor: str, what: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 7))
     markers = {"learner": "o", "generation": "s", "dissemination": "^"}
     for ax, key, label, band in ((axes[0], "util", "learner utilization", "±10 points"),
                                  (axes[1], "step_s", "seconds per learner step", "±10%")):
@@ -296,9 +296,10 @@ def plot(rows: list[dict], path: Path, predictor: str, what: str) -> None:
         ax.set_ylim(0, top)
         ax.set_xlabel(f"measured {label}")
         ax.set_ylabel(f"{predictor} {label}")
-    axes[0].legend(fontsize=6, loc="lower right")  # the empty corner: points lie near the diagonal
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)  # below, off the points
     fig.suptitle(f"held-out configurations: {what}, from one calibration")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.24, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
