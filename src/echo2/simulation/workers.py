@@ -8,8 +8,10 @@ Per protocol (as in the real worker):
   reply, or at the latest from its next heartbeat) and fetches the newest one; the fetched
   version is swapped in between two leases; a ``refresh`` answer makes the worker wait for it.
 
-A fetch ends when the version reaches the worker along the relay plan, or, fetching later than
-the wave, after one transfer at the worker's rate; plus the class's fixed ``fetch_delay_s``.
+A fetch ends, in a relay tree, when the version's wave reaches the worker along the plan, or,
+fetching later than the wave, after one transfer at the worker's rate; in a star, when the
+learner's uplink has served the worker's chunks (:class:`~echo2.simulation.dissemination.StarUplink`);
+plus the class's fixed ``fetch_delay_s``.
 
 Preemption (rate per running hour, exponential): a lease that ends within the notice is still
 submitted and the worker then deregisters (echo2 workers finish the request in hand on
