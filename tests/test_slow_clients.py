@@ -63,7 +63,9 @@ def door():
 
 
 def held_until_answered(sock: socket.socket, dribble: bytes, limit_s: float) -> tuple[float, bytes]:
-    """Send ``dribble`` one byte every 0.1 s until the server answers or closes; (seconds, answer)."""
+    """Send ``dribble`` one byte every 0.1 s until the server answers or closes; (seconds until the
+    first byte of the answer, the whole answer: read until the server closes, as its head and body
+    may come in separate segments)."""
     sock.settimeout(0.1)
     started = time.monotonic()
     for byte in dribble * 1000:
@@ -71,14 +73,28 @@ def held_until_answered(sock: socket.socket, dribble: bytes, limit_s: float) -> 
             break
         try:
             answer = sock.recv(4096)
-            return time.monotonic() - started, answer  # b"" means closed without an answer
         except TimeoutError:
-            pass
+            answer = None
+        if answer is not None:  # b"" means closed without an answer
+            held = time.monotonic() - started
+            return held, (answer + rest_of_answer(sock) if answer else b"")
         try:
             sock.send(bytes([byte]))
         except OSError:
             return time.monotonic() - started, b""
     raise AssertionError(f"still open after {limit_s}s")
+
+
+def rest_of_answer(sock: socket.socket, limit_s: float = 5.0) -> bytes:
+    """What the server sends until it closes the connection (or stops sending for ``limit_s``)."""
+    sock.settimeout(limit_s)
+    parts = []
+    try:
+        while chunk := sock.recv(4096):
+            parts.append(chunk)
+    except TimeoutError:
+        pass
+    return b"".join(parts)
 
 
 def test_a_request_head_sent_byte_by_byte_is_cut_off(door):
