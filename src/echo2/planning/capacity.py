@@ -44,9 +44,9 @@ it sends the newest when it frees up.
   ``(S + 1) * P = n * C + n * R / sum(mu) + T_train + C / 2``. (Rounding up, the rule before this
   one, jumps by ``C / (S + 1)`` where the loop crosses a grid step: at S = 2 a loop of 3.59 s
   against ``3 C`` = 3.57 s was predicted at ``4 C / 3``, 13.5% over the measured period. Twelve
-  measured star periods, on two machines, waited 0.2 to 0.7 ``C`` beyond the loop.) The fixed dissemination cost is not charged: a worker
-  fetching back to back hears of the newest version during its previous fetch, and the wait for
-  the grid point covers publishing.
+  measured star periods, on two machines, waited 0.2 to 0.7 ``C`` beyond the loop.) The fixed
+  dissemination cost is not charged: a worker fetching back to back hears of the newest version
+  during its previous fetch, and the wait for the grid point covers publishing.
 """
 
 from __future__ import annotations

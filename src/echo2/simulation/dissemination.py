@@ -195,8 +195,9 @@ class StarUplink:
     def _served(self, fetch: StarFetch) -> None:
         self.busy = False
         fetch.outstanding -= 1
-        if fetch.alive() and fetch.left:
-            self._ask(fetch)
-        elif fetch.alive() and not fetch.outstanding:
-            fetch.done()
+        if fetch.alive():
+            if fetch.left:
+                self._ask(fetch)
+            elif not fetch.outstanding:
+                fetch.done()
         self._serve()
