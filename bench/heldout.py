@@ -103,6 +103,18 @@ HELD_OUT = [
                                                                               *fleet(0.25, 0.25, 0.25),
                                                                               "broadcast.mode=star",
                                                                               "broadcast.learner_upload_mbps=24"]),
+    # added with relay trees simulated fetch by fetch (echo2.simulation.fetching) as its test
+    ("async S=2, 3-worker chain, uplinks 8 Mbit/s", "dissemination", ["staleness=2", *fleet(0.3, 0.3, 0.3),
+                                                                      "workers.upload_mbps=8",
+                                                                      "broadcast.learner_upload_mbps=8"]),
+    ("async S=2, binary tree, 3 x 0.3, uplinks 12 Mbit/s", "dissemination", ["staleness=2", *fleet(0.3, 0.3, 0.3),
+                                                                             "broadcast.fan_out=2",
+                                                                             "workers.upload_mbps=12",
+                                                                             "broadcast.learner_upload_mbps=12"]),
+    ("async S=1, binary tree, 3 x 0.3, uplinks 8 Mbit/s", "dissemination", ["staleness=1", *fleet(0.3, 0.3, 0.3),
+                                                                            "broadcast.fan_out=2",
+                                                                            "workers.upload_mbps=8",
+                                                                            "broadcast.learner_upload_mbps=8"]),
 ]
 
 

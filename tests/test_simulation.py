@@ -10,7 +10,7 @@ import pytest
 from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.broadcast_time import arrival_seconds, broadcast_seconds
 from echo2.planning.capacity import StepTimes, predicted_utilization, step_period
-from echo2.simulation.dissemination import Peer, StarUplink, plan_timing
+from echo2.simulation.dissemination import LearnerUplink, RelayUplink
 from echo2.simulation.engine import simulate
 from echo2.simulation.events import EventQueue
 from echo2.simulation.results import write_run_dir
@@ -61,17 +61,42 @@ def test_async_with_a_fast_fleet_keeps_the_learner_busy_and_within_the_staleness
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_timed_plan_matches_the_broadcast_time_model(seed):
-    """With zero latency the last worker's time is the planner's formula, for the star and for chains."""
+def test_learner_uplink_matches_the_broadcast_time_model(seed):
+    """Fetches asked at once end where the capacity model's star puts them (first come first served,
+    IN_FLIGHT chunks per fetch), for payloads of a window or less and of many whole windows."""
     rng = random.Random(seed)
-    uploads = [rng.uniform(5e6, 50e6) for _ in range(rng.randint(1, 12))]
-    peers = [Peer(f"p{i}", u, float("inf"), 0.0) for i, u in enumerate(uploads)]
-    payload, learner, chunk = 64 * MIB, rng.uniform(5e6, 80e6), MIB
-    for mode in ("star", "pipelined"):
-        timing = plan_timing(peers, payload, learner, mode, chunk)
-        assert max(timing.offset.values()) == pytest.approx(broadcast_seconds(payload, learner, uploads, mode, chunk))
-        # and every worker's time is the model's, in the planner's order
-        assert sorted(timing.offset.values()) == pytest.approx(arrival_seconds(payload, learner, uploads, mode, chunk))
+    workers, chunk, upload = rng.randint(1, 12), MIB, rng.uniform(5e6, 80e6)
+    payload = rng.choice([1.5 * MIB, rng.randint(2, 20) * 2 * MIB])
+    queue, ends = EventQueue(), []
+    uplink = LearnerUplink(queue, upload, payload, chunk)
+    for _ in range(workers):
+        uplink.fetch(math.inf, lambda: ends.append(queue.now), lambda: True)
+    queue.run(until=lambda: False)
+    assert sorted(ends) == pytest.approx(arrival_seconds(payload, upload, [math.inf] * workers, "star", chunk))
+
+
+def test_relay_uplink_shares_equally_and_gives_a_capped_fetchs_spare_to_the_others():
+    queue, ends = EventQueue(), {}
+    uplink = RelayUplink(queue, upload=10.0)
+    uplink.send(20.0, math.inf, lambda: ends.setdefault("a", queue.now))
+    uplink.send(20.0, 2.0, lambda: ends.setdefault("slow", queue.now))  # its downlink takes 2 of the 10
+    queue.at(1.0, lambda: uplink.send(8.0, math.inf, lambda: ends.setdefault("late", queue.now)))
+    queue.run(until=lambda: False)
+    # 0-1 s: a at 8/s (20 -> 12); then a and late at 4/s each: late done at 3 s, a at 12 - 8 = 4 left,
+    # then alone at 8/s: 3.5 s; slow at 2/s throughout: 10 s
+    assert ends == pytest.approx({"late": 3.0, "a": 3.5, "slow": 10.0})
+
+
+def test_a_cancelled_relay_fetch_reports_what_it_had_left_and_frees_its_share():
+    queue, ends = EventQueue(), {}
+    uplink = RelayUplink(queue, upload=10.0)
+    uplink.send(30.0, math.inf, lambda: ends.setdefault("a", queue.now))
+    cut = uplink.send(30.0, math.inf, lambda: ends.setdefault("cut", queue.now))
+    left = {}
+    queue.at(2.0, lambda: left.setdefault("cut", uplink.cancel(cut)))
+    queue.run(until=lambda: False)
+    assert left["cut"] == pytest.approx(20.0)
+    assert ends == pytest.approx({"a": 4.0})  # 10 bytes in 2 s at 5/s, the other 20 alone at 10/s
 
 
 def test_star_grows_with_the_fleet_and_the_chain_does_not():
@@ -97,7 +122,7 @@ def _star_fetches(payload_chunks: float, starts: list[float], dies: dict[int, fl
     """When each fetch of a star uplink of 1 chunk/s ends (chunks of 1; fetch i asked at starts[i],
     its worker gone at dies[i])."""
     queue, done, dead = EventQueue(), {}, set()
-    uplink = StarUplink(queue, upload=1.0, payload=payload_chunks, chunk=1.0)
+    uplink = LearnerUplink(queue, upload=1.0, payload=payload_chunks, chunk=1.0)
     for index, start in enumerate(starts):
         queue.at(start, uplink.fetch, math.inf, lambda i=index: done.setdefault(i, queue.now),
                  lambda i=index: i not in dead)

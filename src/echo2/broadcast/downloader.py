@@ -44,6 +44,16 @@ from echo2.protocol import AUTH_HEADER
 log = logging.getLogger("echo2.broadcast")
 
 
+#: Long-poll a chunk request asks a source for, seconds (``fetch_version``'s default ``poll_s``).
+POLL_S = 2.0
+
+
+def default_patience_s(stall_s: float, poll_s: float = POLL_S) -> float:
+    """How long a source that answers "not yet" is kept without progress of its own: twice the
+    stall budget, so that when a node high in a chain fails over its descendants wait for it."""
+    return 2 * (stall_s + poll_s)
+
+
 class BroadcastError(RuntimeError):
     """A version could not be fetched (the message says which, and the last problems seen)."""
 
@@ -95,7 +105,7 @@ class FetchResult:
 
 
 def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token: str | None = None,
-                  timeout_s: float = 300.0, stall_s: float = 10.0, poll_s: float = 2.0,
+                  timeout_s: float = 300.0, stall_s: float = 10.0, poll_s: float = POLL_S,
                   patience_s: float | None = None, in_flight: int = 2, expected_sha256: str | None = None,
                   assemble: bool = True, cancel: threading.Event | None = None,
                   client: httpx.Client | None = None, verify: ssl.SSLContext | bool = True,
@@ -116,7 +126,7 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
     if min(timeout_s, stall_s, poll_s) <= 0 or in_flight < 1:
         raise ValueError("timeout_s, stall_s and poll_s must be > 0 and in_flight >= 1")
     fetch = _Fetch(version, [s.rstrip("/") for s in sources], store, token, timeout_s, stall_s, poll_s,
-                   patience_s if patience_s is not None else 2 * (stall_s + poll_s), in_flight, expected_sha256,
+                   patience_s if patience_s is not None else default_patience_s(stall_s, poll_s), in_flight, expected_sha256,
                    cancel, prefix)
     http = client or httpx.Client(limits=httpx.Limits(max_connections=2 * in_flight + 4), verify=verify)
     try:

@@ -63,7 +63,8 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
                    "heartbeat_timeout_s": config.coordinator.heartbeat_timeout_s,
                    "heartbeat_interval_s": min(2.0, config.coordinator.heartbeat_timeout_s / 4)},
         "broadcast": {"mode": config.broadcast.mode, "chunk_mib": config.broadcast.chunk_mib,
-                      "fan_out": config.broadcast.fan_out, "learner_fan_out": config.broadcast.learner_fan_out},
+                      "fan_out": config.broadcast.fan_out, "learner_fan_out": config.broadcast.learner_fan_out,
+                      "stall_s": config.broadcast.stall_s},
         "activation": {key: getattr(config.activation, key) for key in ActivationRule.model_fields},
         "fleet": fleet,
     }, name)

@@ -28,8 +28,10 @@ from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide,
 from echo2.planning.billing import Billing
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.centralized import simulate_centralized
-from echo2.simulation.dissemination import Channel, StarUplink, Timing, plan_timing
+from echo2.broadcast.downloader import default_patience_s
+from echo2.simulation.dissemination import LearnerUplink, RelayUplink
 from echo2.simulation.events import EventQueue
+from echo2.simulation.fetching import FetchRouting
 from echo2.simulation.fleet import SimWorker, build_fleet, lognormal
 from echo2.simulation.recorder import Recorder
 from echo2.simulation.results import SimResult
@@ -47,7 +49,7 @@ class SimulationStalled(RuntimeError):
 
 
 
-class Simulation(WorkerLoop):
+class Simulation(WorkerLoop, FetchRouting):
     def __init__(self, scenario: Scenario, timeline_workers: int = 12) -> None:
         self.scenario = scenario
         recipe = scenario.recipe
@@ -62,17 +64,19 @@ class Simulation(WorkerLoop):
         self.train_s = scenario.train_step_s()
         self.payload = scenario.model.payload_bytes
         self.learner_upload = mbps(scenario.learner.upload_mbps)
-        self.channel = Channel()
-        self.channel_waiters: list[tuple[SimWorker, int, float]] = []
-        self.star = (StarUplink(self.queue, self.learner_upload, self.payload, scenario.broadcast.chunk_mib * MIB)
-                     if scenario.broadcast.mode == "star" else None)
-        """A star's uplink, fetch by fetch (None: versions go out in waves through ``channel``)."""
+        self.chunk = min(scenario.broadcast.chunk_mib * MIB, self.payload)
+        self.learner_uplink = LearnerUplink(self.queue, self.learner_upload, self.payload, self.chunk)
+        self.patience_s = default_patience_s(scenario.broadcast.stall_s)
+        self.workers_by_id = {w.worker_id: w for w in self.workers}
+        for worker in self.workers:
+            worker.uplink = RelayUplink(self.queue, worker.upload)
         self.waiting: deque[tuple[SimWorker, int, int]] = deque()
         self.running: dict[str, SimWorker] = {}
         self.parked: dict[str, tuple[SimWorker, int, int]] = {}
         """Held lease requests of parked workers: id -> (worker, epoch, version)."""
         self.membership = 0
-        self._timing_cache: tuple[int, Timing] | None = None
+        self._plan_cache: tuple[int, dict[str, list[str]]] | None = None
+        """(membership, each running worker's sources) of the relay plan last made."""
         self.published_at: list[float] = [0.0]
         self.held: Counter[int] = Counter()
         self.min_held = 0
@@ -98,7 +102,6 @@ class Simulation(WorkerLoop):
         self._initial_plan()
         for worker in self.workers:
             self._run_worker(worker, holding=0)
-        self._start_version(0)
         for worker in list(self.running.values()):
             self._cycle(worker)
         self.queue.run(until=lambda: self.finished)
@@ -173,45 +176,14 @@ class Simulation(WorkerLoop):
 
     # ------------------------------------------------------------------ versions
     def _publish(self, version: int) -> None:
-        now = self.queue.now
-        if self.star is None:  # a star's workers fetch the newest version on their own schedules
-            self._send_wave(version, now)
-        if self.protocol == "async":
-            interval = self.scenario.recipe.heartbeat_interval_s
-            for worker in self.running.values():
-                if not worker.fetching:
-                    tick = now + (worker.heartbeat_phase - now) % interval
-                    self.queue.at(tick + worker.rtt_s / 2, self._heartbeat, worker, worker.epoch)
-
-    def _send_wave(self, version: int, now: float) -> None:
-        """Send ``version`` down the relay plan now, or when the learner's uplink frees up."""
-        if self.channel.free_at <= now:
-            self._start_version(version)
+        """Async workers hear of the version at their next heartbeat (the others ask before a lease)."""
+        if self.protocol != "async":
             return
-        if self.channel.pending is None:
-            self.queue.at(self.channel.free_at, self._channel_free)
-        self.channel.pending = version
-
-    def _channel_free(self) -> None:
-        if self.channel.pending is not None:
-            self._start_version(self.channel.pending)
-
-    def _timing(self) -> Timing:
-        """The relay plan for the workers running now, timed (cached until the set changes)."""
-        if self._timing_cache is None or self._timing_cache[0] != self.membership:
-            broadcast = self.scenario.broadcast
-            timing = plan_timing([w.peer for w in self.running.values()], self.payload, self.learner_upload, broadcast.mode, broadcast.chunk_mib * MIB,
-                                 broadcast.fan_out, broadcast.learner_fan_out)
-            self._timing_cache = (self.membership, timing)
-        return self._timing_cache[1]
-
-    def _start_version(self, version: int) -> None:
-        now = self.queue.now
-        self.channel.start(version, now, self._timing(), keep=self.ledger.staleness + 3)
-        waiters, self.channel_waiters = self.channel_waiters, []
-        for worker, epoch, begin in waiters:
-            if epoch == worker.epoch:
-                self._schedule_fetch(worker, version, max(begin, now))
+        now, interval = self.queue.now, self.scenario.recipe.heartbeat_interval_s
+        for worker in self.running.values():
+            if not worker.fetching:
+                tick = now + (worker.heartbeat_phase - now) % interval
+                self.queue.at(tick + worker.rtt_s / 2, self._heartbeat, worker, worker.epoch)
 
     def _census(self, worker: SimWorker) -> None:
         """Keep the count of versions held by the active, unparked workers. When the oldest held

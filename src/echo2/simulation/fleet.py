@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from echo2.config.fleet import WorkerClass
-from echo2.simulation.dissemination import Peer
+from echo2.simulation.dissemination import Peer, RelayUplink
 from echo2.simulation.scenario import Scenario
 from echo2.units import link_bytes_per_s
+
+if TYPE_CHECKING:
+    from echo2.simulation.fetching import Fetch
 
 
 def lognormal(rng: random.Random, mean: float, cv: float) -> float:
@@ -62,10 +67,27 @@ class SimWorker:
     fetching: bool = False
     fetched: int = -1
     known: int = 0
+    # the worker's chunk store and relay (:mod:`echo2.simulation.fetching`)
+    held: deque[int] = field(default_factory=deque)
+    """Versions whole in its store, oldest first."""
+    receiving: int = -1
+    """The version arriving (-1: none)."""
+    inbound: Fetch | None = None
+    uplink: RelayUplink | None = field(default=None, repr=False)
+    serving: list[Fetch] = field(default_factory=list, repr=False)
+    """Fetches its uplink is sending to."""
+    waiters: list[Fetch] = field(default_factory=list, repr=False)
+    """Fetches long-polling it for a version it has nothing of yet."""
     phase: str = "off"
     """off | request | wait_window | wait_stage | fetch | generate | parked | down."""
     lease: object | None = None
     leaving: bool = False
+
+
+    @property
+    def newest(self) -> int:
+        """The newest version in its store, arriving or whole (-1: none)."""
+        return max(self.receiving, self.held[-1] if self.held else -1)
 
 
 def build_fleet(scenario: Scenario, rng: random.Random) -> list[SimWorker]:

@@ -120,6 +120,9 @@ class BroadcastSpec(Section):
     """Children per relaying worker (1 = chains)."""
     learner_fan_out: int = Field(1, ge=1)
     """Workers fetching from the learner directly in a pipelined plan."""
+    stall_s: float = Field(10.0, gt=0)
+    """The workers' ``broadcast.stall_s``: a relay that holds nothing new of the version asked for
+    is waited for twice (stall + long-poll) before the next source of the fallback chain."""
 
 
 class ActivationSpec(ActivationRule):

@@ -8,10 +8,7 @@ Per protocol (as in the real worker):
   reply, or at the latest from its next heartbeat) and fetches the newest one; the fetched
   version is swapped in between two leases; a ``refresh`` answer makes the worker wait for it.
 
-A fetch ends, in a relay tree, when the version's wave reaches the worker along the plan, or,
-fetching later than the wave, after one transfer at the worker's rate; in a star, when the
-learner's uplink has served the worker's chunks (:class:`~echo2.simulation.dissemination.StarUplink`);
-plus the class's fixed ``fetch_delay_s``.
+Fetches themselves, from the learner or along the relay plan: :mod:`echo2.simulation.fetching`.
 
 Preemption (rate per running hour, exponential): a lease that ends within the notice is still
 submitted and the worker then deregisters (echo2 workers finish the request in hand on
@@ -22,7 +19,6 @@ when it was idle and had notice, else after the heartbeat timeout). A replacemen
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from echo2.simulation.fleet import SimWorker
@@ -89,35 +85,6 @@ class WorkerLoop:
         if self.protocol == "async" and not worker.fetching and worker.known > max(worker.fetched, worker.version):
             self._begin_fetch(worker, at + worker.rtt_s)
 
-    def _begin_fetch(self: Simulation, worker: SimWorker, begin: float) -> None:
-        """Fetch the newest version from ``begin``; one still waiting for the links is fetched when sent."""
-        worker.fetching = True
-        if self.star is not None:
-            self.queue.at(begin, self._star_fetch, worker, worker.epoch, begin)
-        elif self.channel.pending is None:
-            self._schedule_fetch(worker, self.channel.newest_started, begin)
-        else:
-            self.channel_waiters.append((worker, worker.epoch, begin))
-
-    def _star_fetch(self: Simulation, worker: SimWorker, epoch: int, begin: float) -> None:
-        """A star worker asks the learner for the newest version and joins its uplink's queue."""
-        if epoch != worker.epoch:
-            return
-        assert self.star is not None
-        version = self._version_at(self.queue.now - worker.rtt_s / 2)
-        arrival = worker.peer.one_way_s + worker.spec.fetch_delay_s
-        self.star.fetch(worker.download, lambda: self.queue.after(arrival, self._fetched, worker, epoch, version, begin),
-                        lambda: epoch == worker.epoch)
-
-    def _schedule_fetch(self: Simulation, worker: SimWorker, version: int, begin: float) -> None:
-        start, timing = self.channel.started[version]
-        rate = timing.rate.get(worker.worker_id) or min(self.learner_upload, worker.download)
-        own = self.payload / rate if rate < math.inf else 0.0
-        offset = timing.offset.get(worker.worker_id)
-        arrival = start + offset if offset is not None else begin
-        ready = max(begin + own, arrival) + worker.spec.fetch_delay_s
-        self.queue.at(ready, self._fetched, worker, worker.epoch, version, begin)
-
     def _fetched(self: Simulation, worker: SimWorker, epoch: int, version: int, begin: float) -> None:
         if epoch != worker.epoch:
             return
@@ -159,6 +126,7 @@ class WorkerLoop:
             self.queue.after(self.rng.expovariate(rate / 3600), self._preempt, worker, worker.epoch)
         if holding is not None:
             worker.version = worker.fetched = worker.known = holding
+            worker.held.append(holding)
             self._census(worker)
             return
         worker.version, worker.fetched, worker.staged = -1, -1, None
@@ -179,6 +147,7 @@ class WorkerLoop:
         self.parked.pop(worker.worker_id, None)
         if self.running.pop(worker.worker_id, None) is not None:
             self.membership += 1
+        self._drop_fetches(worker)
         worker.version = -1
         self._census(worker)
 

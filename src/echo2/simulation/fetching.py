@@ -1,0 +1,215 @@
+"""Fetches, one by one, along the sources the coordinator gives each worker.
+
+What the real worker and downloader do (``rollout/worker.py``, ``broadcast/downloader.py``,
+``broadcast/chunk_store.py``), event by event:
+
+* a fetch asks the coordinator for the newest version and the worker's sources: its place in the
+  relay plan (``plan_tree`` over the running workers, ``pipelined``; the learner alone, ``star``)
+  as a fallback chain ``[parent, grandparent, ..., learner]``;
+* from the learner it is served chunk by chunk (:class:`~echo2.simulation.dissemination.LearnerUplink`);
+* from a relay that holds the version, or is receiving it, it shares the relay's uplink with the
+  relay's other fetches (:class:`~echo2.simulation.dissemination.RelayUplink`); a child cannot
+  get ahead of its parent, so a version still arriving at the relay ends one chunk after the
+  relay's own (the pipeline);
+* a relay that holds a newer version and not the one asked for answers at once that it never
+  will (skipped, or evicted: a node keeps two versions), and the worker asks for the newest;
+* a relay that holds nothing of it yet is long-polled while it makes progress, and abandoned for
+  the next source after ``patience`` without any (the downloader's twice stall-plus-poll); a
+  relay gone down is abandoned at once, and a fetch cut off there resumes from the next source
+  with the bytes it already had.
+
+A fetch ends when its last byte is in, plus the hop's one-way latency and the class's fixed
+``fetch_delay_s`` (:meth:`~echo2.simulation.workers.WorkerLoop._fetched`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from echo2.broadcast.topology import LEARNER, plan_tree
+from echo2.simulation.dissemination import Flow
+
+if TYPE_CHECKING:
+    from echo2.simulation.engine import Simulation
+    from echo2.simulation.fleet import SimWorker
+
+#: Versions a node's chunk store keeps (``rollout/worker.py``: ``ChunkStore(keep=2)``), the one
+#: arriving included.
+STORE_KEEP = 2
+
+
+@dataclass(eq=False)
+class Fetch:
+    """One worker's fetch of one version."""
+
+    worker: SimWorker
+    epoch: int
+    version: int
+    sources: list[str]
+    begin: float
+    left: float
+    """Bytes still to get."""
+    level: int = 0
+    """Index in ``sources`` of the one asked now."""
+    relay: SimWorker | None = None
+    """The relay it receives from or waits on (None: the learner, or between sources)."""
+    flow: Flow | None = None
+    patience: int = 0
+    """Bumped when a wait on a relay ends: its pending give-up event is then void."""
+    followers: list[Fetch] = field(default_factory=list)
+
+    def live(self) -> bool:
+        return self.epoch == self.worker.epoch
+
+
+class FetchRouting:
+    """Mixed into :class:`echo2.simulation.engine.Simulation` (which owns the state used here)."""
+
+    def _begin_fetch(self: Simulation, worker: SimWorker, begin: float) -> None:
+        """Fetch the newest version, asking the coordinator for it at ``begin``."""
+        worker.fetching = True
+        self.queue.at(begin, self._ask_version, worker, worker.epoch, begin)
+
+    def _ask_version(self: Simulation, worker: SimWorker, epoch: int, begin: float) -> None:
+        """``GET /v1/version``: the newest version and this worker's sources."""
+        if epoch != worker.epoch:
+            return
+        version = self._version_at(self.queue.now - worker.rtt_s / 2)
+        self._try_source(Fetch(worker, epoch, version, self._sources(worker), begin, self.payload))
+
+    def _sources(self: Simulation, worker: SimWorker) -> list[str]:
+        """The worker's fallback chain in the plan the coordinator makes for the running workers."""
+        if self.scenario.broadcast.mode == "star":
+            return [LEARNER]
+        if self._plan_cache is None or self._plan_cache[0] != self.membership:
+            broadcast = self.scenario.broadcast
+            plan = plan_tree([w.peer.node for w in self.running.values()], broadcast.fan_out, broadcast.learner_fan_out)
+            self._plan_cache = (self.membership, plan)
+        return self._plan_cache[1].get(worker.worker_id, [LEARNER])
+
+    def _try_source(self: Simulation, fetch: Fetch) -> None:
+        """Ask ``fetch``'s current source for its version (see the module docstring)."""
+        if not fetch.live():
+            return
+        worker, source = fetch.worker, fetch.sources[fetch.level]
+        if source == LEARNER:
+            self._start_receiving(fetch, None)
+            self.learner_uplink.fetch(worker.download, lambda: self._transferred(fetch, worker.peer.one_way_s),
+                                      fetch.live, fetch.left)
+            return
+        relay = self.workers_by_id[source]
+        if not relay.running:  # connection refused
+            self._next_source(fetch)
+        elif fetch.version in relay.held or fetch.version == relay.receiving:
+            self._start_receiving(fetch, relay)
+            fetch.flow = relay.uplink.send(fetch.left, worker.download, lambda: self._relayed(fetch))
+            relay.serving.append(fetch)
+        elif fetch.version < relay.newest:  # skipped or evicted there: ask for the newest at once
+            fetch.patience += 1
+            self.queue.after(worker.rtt_s, self._ask_version, worker, fetch.epoch, fetch.begin)
+        else:  # nothing of it there yet: long-poll while the relay makes progress
+            if fetch.relay is not relay:
+                fetch.relay = relay
+                self.queue.after(self.patience_s, self._give_up, fetch, fetch.patience)
+            relay.waiters.append(fetch)
+
+    def _start_receiving(self: Simulation, fetch: Fetch, relay: SimWorker | None) -> None:
+        """The worker's store takes the version's manifest: its own children asking for it follow."""
+        fetch.patience += 1
+        fetch.relay = relay
+        worker = fetch.worker
+        if worker.receiving != fetch.version:
+            if worker.receiving >= 0 and worker.inbound is not None:
+                self._abandon(worker, worker.inbound)
+            if len(worker.held) >= STORE_KEEP:
+                self._evict(worker, worker.held.popleft())
+            worker.receiving = fetch.version
+        worker.inbound = fetch
+        waiters, worker.waiters = worker.waiters, []
+        for waiter in waiters:
+            self._try_source(waiter)
+
+    def _evict(self: Simulation, relay: SimWorker, version: int) -> None:
+        """The relay's store drops ``version``: the fetches it was sending of it are told it is
+        gone and ask for the newest (what they had of it is of no use for another version)."""
+        for fetch in [f for f in relay.serving if f.version == version]:
+            relay.uplink.cancel(fetch.flow)
+            relay.serving.remove(fetch)
+            fetch.relay, fetch.flow = None, None
+            if fetch.live():
+                self.queue.after(fetch.worker.rtt_s, self._ask_version, fetch.worker, fetch.epoch, fetch.begin)
+
+    def _abandon(self: Simulation, relay: SimWorker, fetch: Fetch) -> None:
+        """The relay went on to a newer version without finishing ``fetch``'s: what it was passing
+        on of it stops there, and its children get the rest from their next sources."""
+        cut = [(f, relay.uplink.cancel(f.flow)) for f in relay.serving if f.version == fetch.version]
+        relay.serving = [f for f in relay.serving if f.version != fetch.version]
+        self._resume_elsewhere(cut + [(f, self.chunk) for f in fetch.followers])
+        fetch.followers = []
+
+    def _resume_elsewhere(self: Simulation, cut: list[tuple[Fetch, float]]) -> None:
+        """Fetches broken off at their source, with the bytes each still needs: the next source."""
+        for fetch, left in cut:
+            if fetch.live():
+                fetch.left = max(left, self.chunk)
+                self._next_source(fetch)
+
+    def _give_up(self: Simulation, fetch: Fetch, patience: int) -> None:
+        """No progress from the relay waited on for ``patience_s``: the next source."""
+        if fetch.live() and fetch.patience == patience:
+            assert fetch.relay is not None
+            fetch.relay.waiters = [w for w in fetch.relay.waiters if w is not fetch]
+            self._next_source(fetch)
+
+    def _next_source(self: Simulation, fetch: Fetch) -> None:
+        fetch.patience += 1
+        fetch.relay, fetch.flow = None, None
+        fetch.level = min(fetch.level + 1, len(fetch.sources) - 1)
+        self._try_source(fetch)
+
+    def _relayed(self: Simulation, fetch: Fetch) -> None:
+        """The relay sent its share; a version the relay itself is still receiving ends one chunk
+        after the relay's own fetch (the child cannot overtake it)."""
+        relay = fetch.relay
+        assert relay is not None
+        relay.serving.remove(fetch)
+        fetch.flow = None
+        if relay.receiving == fetch.version:
+            relay.inbound.followers.append(fetch)
+        else:
+            self._transferred(fetch, self._hop_s(fetch))
+
+    def _hop_s(self: Simulation, fetch: Fetch) -> float:
+        relay = fetch.relay
+        return (relay.peer.one_way_s + fetch.worker.peer.one_way_s) / 2 if relay else fetch.worker.peer.one_way_s
+
+    def _transferred(self: Simulation, fetch: Fetch, latency: float) -> None:
+        """The version's last byte is in the worker's store (relayed on from now); the worker
+        has it ``latency`` + ``fetch_delay_s`` later."""
+        if not fetch.live():
+            return
+        worker = fetch.worker
+        worker.receiving, worker.inbound = -1, None
+        worker.held.append(fetch.version)
+        for follower in fetch.followers:
+            if follower.live():
+                self.queue.after(self.chunk / min(worker.upload, follower.worker.download), self._transferred,
+                                 follower, self._hop_s(follower))
+        self.queue.after(latency + worker.spec.fetch_delay_s, self._fetched, worker, fetch.epoch, fetch.version,
+                         fetch.begin)
+
+    def _drop_fetches(self: Simulation, worker: SimWorker) -> None:
+        """The worker went down (its epoch already bumped): free its share of its source's uplink,
+        and send every fetch it served or was about to serve on to the next source."""
+        inbound = worker.inbound
+        if inbound is not None and inbound.flow is not None and inbound.relay is not None:
+            inbound.relay.uplink.cancel(inbound.flow)
+            inbound.relay.serving.remove(inbound)
+        cut = [(f, worker.uplink.cancel(f.flow)) for f in worker.serving if f.flow is not None]
+        cut += [(f, self.chunk) for f in (inbound.followers if inbound else [])]
+        cut += [(f, f.left) for f in worker.waiters]
+        worker.serving, worker.waiters, worker.inbound = [], [], None
+        worker.receiving, worker.held = -1, deque()
+        self._resume_elsewhere(cut)
