@@ -56,6 +56,10 @@ class Fetch:
     relay: SimWorker | None = None
     """The relay it receives from or waits on (None: the learner, or between sources)."""
     flow: Flow | None = None
+    upstream: Fetch | None = None
+    """The relay's own fetch of the version, when it was still arriving there as this one began."""
+    ended_at: float | None = None
+    """When its last byte arrived (None: not yet)."""
     patience: int = 0
     """Bumped when a wait on a relay ends: its pending give-up event is then void."""
     followers: list[Fetch] = field(default_factory=list)
@@ -104,6 +108,7 @@ class FetchRouting:
             self._next_source(fetch)
         elif fetch.version in relay.held or fetch.version == relay.receiving:
             self._start_receiving(fetch, relay)
+            fetch.upstream = relay.inbound if fetch.version == relay.receiving else None
             fetch.flow = relay.uplink.send(fetch.left, worker.download, lambda: self._relayed(fetch))
             relay.serving.append(fetch)
         elif fetch.version < relay.newest:  # skipped or evicted there: ask for the newest at once
@@ -165,21 +170,29 @@ class FetchRouting:
 
     def _next_source(self: Simulation, fetch: Fetch) -> None:
         fetch.patience += 1
-        fetch.relay, fetch.flow = None, None
+        fetch.relay, fetch.flow, fetch.upstream = None, None, None
         fetch.level = min(fetch.level + 1, len(fetch.sources) - 1)
         self._try_source(fetch)
 
     def _relayed(self: Simulation, fetch: Fetch) -> None:
         """The relay sent its share; a version the relay itself is still receiving ends one chunk
         after the relay's own fetch (the child cannot overtake it)."""
-        relay = fetch.relay
+        relay, upstream = fetch.relay, fetch.upstream
         assert relay is not None
         relay.serving.remove(fetch)
         fetch.flow = None
-        if relay.receiving == fetch.version:
-            relay.inbound.followers.append(fetch)
-        else:
+        if upstream is None:
             self._transferred(fetch, self._hop_s(fetch))
+        elif upstream.ended_at is None:
+            upstream.followers.append(fetch)
+        else:
+            self._after_upstream(fetch, upstream.ended_at)
+
+    def _after_upstream(self: Simulation, fetch: Fetch, upstream_end: float) -> None:
+        """A fetch pipelined on its relay's own ends a chunk after it (at the rate between the two)."""
+        assert fetch.relay is not None
+        chunk_s = self.chunk / min(fetch.relay.upload, fetch.worker.download)
+        self.queue.at(max(self.queue.now, upstream_end + chunk_s), self._transferred, fetch, self._hop_s(fetch))
 
     def _hop_s(self: Simulation, fetch: Fetch) -> float:
         relay = fetch.relay
@@ -191,12 +204,12 @@ class FetchRouting:
         if not fetch.live():
             return
         worker = fetch.worker
+        fetch.ended_at = self.queue.now
         worker.receiving, worker.inbound = -1, None
         worker.held.append(fetch.version)
         for follower in fetch.followers:
             if follower.live():
-                self.queue.after(self.chunk / min(worker.upload, follower.worker.download), self._transferred,
-                                 follower, self._hop_s(follower))
+                self._after_upstream(follower, fetch.ended_at)
         self.queue.after(latency + worker.spec.fetch_delay_s, self._fetched, worker, fetch.epoch, fetch.version,
                          fetch.begin)
 
