@@ -141,7 +141,7 @@ class RolloutWorker:
         self.tokenizer = load_tokenizer(spec.model)
         self.engine = load_engine(spec, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, self.device)
         self.generator = torch.Generator().manual_seed(spec.seed * 1000 + hash(registration.worker_id) % 1000)
-        self._fetch_newest_blocking()
+        self._fetch_first_weights()
         return spec
 
     def _registration(self) -> RegisterRequest:
@@ -168,7 +168,7 @@ class RolloutWorker:
                 store.drop(version)
         self.version, self.latest_version = -1, 0
         log.info("registered again with %s as %s", self.client.url, registration.worker_id)
-        self._fetch_newest_blocking()
+        self._fetch_first_weights()
 
     def _record(self, kind: str, start: float, end: float, version: int, delta: bool = False) -> None:
         with self._events_lock:
@@ -211,6 +211,20 @@ class RolloutWorker:
         if fetched is not None:
             self.engine.load(fetched[1], fetched[2])
             self.version = fetched[0]
+
+    def _fetch_first_weights(self) -> None:
+        """The weights to start with (on registering, and again after registering anew). A failed
+        fetch is retried as the lease loop retries one — at once when the version was only
+        outdated (a relay went on to a newer one while this worker loaded its model), else after a
+        pause — until it succeeds or the worker is asked to stop: without weights there is nothing
+        to do, and a worker must not die of a relay that moved on."""
+        while not self.stop.is_set():
+            try:
+                self._fetch_newest_blocking()
+                return
+            except (CorruptPayload, BroadcastError) as error:
+                log.warning("fetching the first weights failed (%s); will retry", error)
+                self.stop.wait(_retry_pause_s(error))
 
     def _background_fetcher(self) -> None:
         """Async protocol: download announced versions while the main thread generates."""
