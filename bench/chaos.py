@@ -3,8 +3,10 @@
     python bench/chaos.py [--quick] [--out DIR]
 
 Two real ``echo2 train`` runs side by side, same config: **calm** (workers left alone) and
-**chaos** (every ~``interval`` seconds a random worker is killed with SIGKILL and restarted,
-and once a worker is preempted with SIGTERM and restarted). The workers are ``echo2 worker``
+**chaos** (every ~``kill_every`` learner steps a random worker is killed with SIGKILL and restarted,
+and once a worker is preempted with SIGTERM and restarted). Kills follow the learner's steps, not the
+clock, and stop at half the run, so that each killed worker is declared dead (its heartbeat missed
+for ``coordinator.heartbeat_timeout_s``) before the run ends, whatever the machine's speed. The workers are ``echo2 worker``
 processes started here, as a user would on other machines. Reported per run, from the run's
 reliability report: steps completed, wall time, prompts lost (drawn but neither trained,
 buffered, queued nor out on a lease), groups trained twice, and the lease ledger
@@ -41,12 +43,12 @@ ACCEPTED = re.compile(r"lease \S+: (\d+) groups accepted")
 
 
 class ChaosMonkey:
-    """Starts ``count`` workers against the run in ``run_dir`` and, when ``interval_s`` is set,
-    kills a random worker that has joined every ``interval_s`` (±25%) and restarts it; the first
-    kill is a SIGTERM (preemption), the others SIGKILL."""
+    """Starts ``count`` workers against the run in ``run_dir`` and, when ``kill_every`` is set, kills a
+    random worker that has joined every ``kill_every`` (±25%) learner steps up to step ``last_kill``,
+    and restarts it; the first kill is a SIGTERM (preemption), the others SIGKILL."""
 
-    def __init__(self, run_dir: Path, count: int, interval_s: float | None, seed: int = 0) -> None:
-        self.run_dir, self.count, self.interval_s = run_dir, count, interval_s
+    def __init__(self, run_dir: Path, count: int, kill_every: int | None, last_kill: int, seed: int = 0) -> None:
+        self.run_dir, self.count, self.kill_every, self.last_kill = run_dir, count, kill_every, last_kill
         self.rng = random.Random(seed)
         self.processes: list[subprocess.Popen] = []
         self.kills = {"SIGKILL": 0, "SIGTERM": 0}
@@ -63,23 +65,35 @@ class ChaosMonkey:
                                  "--name", f"worker-{index}", "--threads", "1"],
                                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ECHO2_TOKEN": endpoint["token"]})
 
+    def _learner_step(self) -> int:
+        """The last step the learner logged (0 before the first)."""
+        metrics = self.run_dir / "metrics.jsonl"
+        return max((row["step"] for row in read_jsonl(metrics) if "step" in row), default=0) if metrics.exists() else 0
+
+    def _next_kill(self, after: int) -> int:
+        return after + max(1, round(self.kill_every * self.rng.uniform(0.75, 1.25)))
+
     def _run(self) -> None:
         endpoint = coordinator_endpoint(self.run_dir, self.done)
         if endpoint is None:
             return
         self.processes = [self._start_worker(i, endpoint) for i in range(self.count)]
-        while self.interval_s and not self.done.wait(self.interval_s * self.rng.uniform(0.75, 1.25)):
+        if not self.kill_every:
+            return
+        kill_at = self._next_kill(0)
+        while kill_at <= self.last_kill and not self.done.wait(0.2):
             # only workers that have joined: killing one still loading its model tests nothing
             joined = [i for i, log in self.logs.items() if "registered with" in log.read_text()]
-            if not joined:
+            if not joined or self._learner_step() < kill_at:
                 continue
             index = self.rng.choice(joined)
             how = signal.SIGTERM if self.kills["SIGTERM"] == 0 else signal.SIGKILL
             self.processes[index].send_signal(how)
             self.processes[index].wait(timeout=60)
             self.kills[how.name] += 1
-            print(f"   chaos: {how.name} to worker-{index}; restarting it", flush=True)
+            print(f"   chaos: {how.name} to worker-{index} at step {kill_at}; restarting it", flush=True)
             self.processes[index] = self._start_worker(index, endpoint)
+            kill_at = self._next_kill(kill_at)
 
     def __enter__(self) -> ChaosMonkey:
         self.thread.start()
@@ -100,9 +114,9 @@ class ChaosMonkey:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], "bench/out/chaos")
-    steps, interval, workers = (20, 4.0, 3) if args.quick else (150, 20.0, 3)
+    steps, kill_every, workers = (60, 8, 3) if args.quick else (150, 15, 3)
     rows = []
-    for name, chaos_interval in (("calm", None), ("chaos", interval)):
+    for name, every in (("calm", None), ("chaos", kill_every)):
         print(f"== {name}", flush=True)
         config = load_config(overrides=[
             f"run.steps={steps}", "workers.count=0", "eval.every=1000", "eval.size=100", "eval.show=0",
@@ -112,7 +126,7 @@ def main() -> None:
             "coordinator.heartbeat_timeout_s=4", "coordinator.lease_timeout_s=30",
         ])
         run_dir, group_size = Path(config.run.dir) / name, config.rollout.group_size
-        with ChaosMonkey(run_dir, workers, chaos_interval) as monkey:
+        with ChaosMonkey(run_dir, workers, every, last_kill=steps // 2) as monkey:
             summary = run_training(config)
         report = summary.reliability
         ledger = report["leases_completed"] + report["leases_expired"] + report["leases_outstanding"]
@@ -143,7 +157,7 @@ def main() -> None:
                "leases_expired", "leases_outstanding", "leases_unaccounted", "late_results_refused",
                "workers_logged_accepted", "learner_logged_trained", "coordinator_held", "ledger_gap"]
     print(format_table(rows, columns))
-    path = write_results(args.out, rows, {"steps": steps, "kill_interval_s": interval, "workers": workers,
+    path = write_results(args.out, rows, {"steps": steps, "kill_every_steps": kill_every, "workers": workers,
                                           "quick": args.quick})
     print(f"results: {path}")
 
