@@ -115,6 +115,24 @@ HELD_OUT = [
                                                                             "broadcast.fan_out=2",
                                                                             "workers.upload_mbps=8",
                                                                             "broadcast.learner_upload_mbps=8"]),
+    # added with echo2 plan predicting capped relay chains of more than two and relay trees by simulation
+    # (echo2.simulation.predict); predicted in the commit that added them, before they ran
+    ("async S=1, 4-worker chain, 4 x 0.25, uplinks 6 Mbit/s", "dissemination", ["staleness=1",
+                                                                                *fleet(0.25, 0.25, 0.25, 0.25),
+                                                                                "workers.upload_mbps=6",
+                                                                                "broadcast.learner_upload_mbps=6"]),
+    ("async S=3, binary tree, 5 x 0.2, uplinks 8 Mbit/s", "dissemination", ["staleness=3",
+                                                                            *fleet(0.2, 0.2, 0.2, 0.2, 0.2),
+                                                                            "broadcast.fan_out=2",
+                                                                            "workers.upload_mbps=8",
+                                                                            "broadcast.learner_upload_mbps=8"]),
+    ("async S=2, 3-ary tree, 4 x 0.25, uplinks 10 Mbit/s", "dissemination", ["staleness=2",
+                                                                             *fleet(0.25, 0.25, 0.25, 0.25),
+                                                                             "broadcast.fan_out=3",
+                                                                             "workers.upload_mbps=10",
+                                                                             "broadcast.learner_upload_mbps=10"]),
+    ("async S=1, 3-worker chain, 0.5 + 0.25 + 0.25, uplinks 12 Mbit/s", "dissemination", [
+        "staleness=1", *fleet(0.5, 0.25, 0.25), "workers.upload_mbps=12", "broadcast.learner_upload_mbps=12"]),
 ]
 
 

@@ -16,6 +16,7 @@ from echo2.planning.calibration import Calibration, calibrate_run, inventory_for
 from echo2.planning.provision import provision
 from echo2.simulation.calibrate import scenario_for
 from echo2.simulation.engine import simulate
+from echo2.simulation.predict import fluid_model_limit, predict_config
 from echo2.telemetry.metrics import read_jsonl
 
 
@@ -98,6 +99,31 @@ def test_cpu_pins_apply_and_are_restored():
         load_config(overrides=["launcher=ray", "workers.cpus=[0]"])
 
 
+def test_a_capped_relay_tree_is_predicted_by_the_simulator_where_the_fluid_model_fails():
+    """On a saturated relay chain of three the period is set by its head; the fluid model, charging
+    the last worker's arrival, predicts far slower. Two workers, or unlimited links, stay fluid."""
+    cal = calibration(train_step_s=0.54, rollouts_per_s=1700.0, fetch_s=0.02, dissemination_s=0.3, full_bytes=1.8e6)
+    capped = ["staleness=1", "workers.count=3", "workers.fleet=[{throughput_factor: 0.3}]", "workers.upload_mbps=8",
+              "broadcast.learner_upload_mbps=8", "broadcast.encoding=full", "run.steps=40"]
+    chain = load_config(overrides=capped)
+    assert "relay chain of 3 workers" in fluid_model_limit(chain)
+    assert "relay tree (fan-out 2)" in fluid_model_limit(load_config(overrides=[*capped, "broadcast.fan_out=2"]))
+    for fluid in (["workers.count=2"], ["broadcast.mode=star"], ["staleness=0", "protocol=sync"],
+                  ["workers.upload_mbps=null", "broadcast.learner_upload_mbps=null"]):
+        assert fluid_model_limit(load_config(overrides=[*capped, *fluid])) is None, fluid
+    def fluid_step_s(config):
+        rollouts = config.learner.groups_per_step * config.rollout.group_size
+        return provision(inventory_for(config, cal), rollouts, config.staleness, activate=False).step_s
+
+    prediction = predict_config(chain, cal)
+    assert prediction.method == "simulated" and prediction.step_s < 0.85 * fluid_step_s(chain)
+    # the head alone keeps the learner at its uplink's bound: one version per C / S, C = M / B_L
+    assert prediction.step_s == pytest.approx(1.8e6 / 1e6, rel=0.1)
+    two = load_config(overrides=[*capped, "workers.count=2"])
+    assert predict_config(two, cal).method == "fluid"
+    assert predict_config(two, cal).step_s == pytest.approx(fluid_step_s(two))
+
+
 def test_calibrate_a_real_run_then_plan_and_simulate_another_config(tmp_path, capsys):
     cpus = sorted(os.sched_getaffinity(0))
     summary = run_training(load_config(overrides=[
@@ -118,7 +144,10 @@ def test_calibrate_a_real_run_then_plan_and_simulate_another_config(tmp_path, ca
     assert main(["plan", "--calibration", str(out), "activation.enabled=false", "protocol=sync",
                  "workers.count=3"]) == 0
     printed = capsys.readouterr().out
-    assert "every worker runs" in printed and "predicted learner utilization" in printed
+    assert "every worker runs" in printed and "predicted learner utilization" in printed and "simulated" not in printed
+    assert main(["plan", "--calibration", str(out), "workers.count=3", "broadcast.fan_out=2", "workers.upload_mbps=8",
+                 "broadcast.learner_upload_mbps=8", "run.steps=20"]) == 0
+    assert "relay tree (fan-out 2) of 3 workers" in capsys.readouterr().out
     assert main(["simulate", "--calibration", str(out), "--out", str(tmp_path / "sim"), "staleness=2",
                  "run.steps=6"]) == 0
     assert (tmp_path / "sim" / "metrics.jsonl").is_file()

@@ -154,15 +154,21 @@ def _plan(args: argparse.Namespace) -> int:
     from echo2.planning.calibration import inventory_for, load_calibration
     from echo2.planning.inventory import load_inventory
     from echo2.planning.report import plan_lines
+    from echo2.simulation.predict import fluid_model_limit, predict_config
 
     config = load_config(args.config, args.overrides)
     try:
-        inventory = (inventory_for(config, load_calibration(args.calibration)) if args.calibration
-                     else load_inventory(args.inventory))
+        calibration = load_calibration(args.calibration) if args.calibration else None
+        inventory = inventory_for(config, calibration) if calibration else load_inventory(args.inventory)
     except ValueError as error:
         print(f"echo2 plan: {error}", file=sys.stderr)
         return 2
     print("\n".join(plan_lines(config, inventory)))
+    limit = fluid_model_limit(config) if calibration else None
+    if limit:
+        simulated = predict_config(config, calibration)
+        print(f"\nthe config as given is {limit}; simulated instead (echo2 simulate --calibration): "
+              f"utilization {100 * simulated.utilization:.1f}%, {simulated.step_s:.2f}s per step")
     return 0
 
 

@@ -27,6 +27,9 @@ from echo2.broadcast.manifest import DEFAULT_CHUNK_SIZE, Manifest, build_manifes
 
 T = TypeVar("T")
 
+#: Versions a store keeps by default (current and previous); the simulator's stores keep as many.
+KEEP_VERSIONS = 2
+
 
 class UnknownVersion(LookupError):
     """The store does not hold this version (yet, or any more)."""
@@ -48,7 +51,7 @@ class _Entry:
 
 
 class ChunkStore:
-    def __init__(self, keep: int = 2) -> None:
+    def __init__(self, keep: int = KEEP_VERSIONS) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, not {keep}")
         self.keep = keep

@@ -99,8 +99,8 @@ class RolloutWorker:
         self.relay_options = relay
         self.price_per_hour, self.worker_class, self.throughput_factor = price_per_hour, worker_class, throughput_factor
         self.device = device
-        self.store = ChunkStore(keep=2)
-        self.deltas = ChunkStore(keep=2)  # delta versions (broadcast.encoding: delta), relayed like the rest
+        self.store = ChunkStore()
+        self.deltas = ChunkStore()  # delta versions (broadcast.encoding: delta), relayed like the rest
         self.relay: RelayServer | None = None
         self.http = httpx.Client(limits=httpx.Limits(max_connections=8), verify=verify)  # every chunk fetch
         self.name = name or f"{socket.gethostname()}-{id(self) % 10000}"
@@ -218,13 +218,19 @@ class RolloutWorker:
         outdated (a relay went on to a newer one while this worker loaded its model), else after a
         pause — until it succeeds or the worker is asked to stop: without weights there is nothing
         to do, and a worker must not die of a relay that moved on."""
-        while not self.stop.is_set():
-            try:
-                self._fetch_newest_blocking()
-                return
-            except (CorruptPayload, BroadcastError) as error:
-                log.warning("fetching the first weights failed (%s); will retry", error)
-                self.stop.wait(_retry_pause_s(error))
+        while not self.stop.is_set() and not self._try_fetch_newest("the first weights"):
+            pass
+
+    def _try_fetch_newest(self, what: str) -> bool:
+        """One blocking fetch of the newest version; on a failure the next try can mend (corrupt
+        chunks, a relay gone or moved on), log it, pause as :func:`_retry_pause_s` says, return False."""
+        try:
+            self._fetch_newest_blocking()
+            return True
+        except (CorruptPayload, BroadcastError) as error:
+            log.warning("fetching %s failed (%s); will retry", what, error)
+            self.stop.wait(_retry_pause_s(error))
+            return False
 
     def _background_fetcher(self) -> None:
         """Async protocol: download announced versions while the main thread generates."""
@@ -328,13 +334,8 @@ class RolloutWorker:
         """Refresh weights as the protocol says, lease, generate, submit. False: the run is over."""
         if spec.protocol == "async":
             self._swap_in_staged()
-        else:
-            try:
-                self._fetch_newest_blocking()
-            except (CorruptPayload, BroadcastError) as error:
-                log.warning("fetching the newest weights failed (%s); will retry", error)
-                self.stop.wait(_retry_pause_s(error))
-                return True
+        elif not self._try_fetch_newest("the newest weights"):
+            return True
         lease = self.client.lease(LeaseRequest(version=self.version, max_groups=spec.groups_per_lease), wait_s=5.0)
         self.latest_version = max(self.latest_version, lease.latest_version)
         if lease.status == "stop":

@@ -23,12 +23,12 @@ import random
 import time
 from collections import Counter, deque
 
+from echo2.broadcast.downloader import default_patience_s
 from echo2.pacing import PacingLedger
 from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide, profile
 from echo2.planning.billing import Billing
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.centralized import simulate_centralized
-from echo2.broadcast.downloader import default_patience_s
 from echo2.simulation.dissemination import LearnerUplink, RelayUplink
 from echo2.simulation.events import EventQueue
 from echo2.simulation.fetching import FetchRouting

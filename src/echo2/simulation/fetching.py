@@ -28,16 +28,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from echo2.broadcast.chunk_store import KEEP_VERSIONS
 from echo2.broadcast.topology import LEARNER, plan_tree
 from echo2.simulation.dissemination import Flow
 
 if TYPE_CHECKING:
     from echo2.simulation.engine import Simulation
     from echo2.simulation.fleet import SimWorker
-
-#: Versions a node's chunk store keeps (``rollout/worker.py``: ``ChunkStore(keep=2)``), the one
-#: arriving included.
-STORE_KEEP = 2
 
 
 @dataclass(eq=False)
@@ -128,7 +125,7 @@ class FetchRouting:
         if worker.receiving != fetch.version:
             if worker.receiving >= 0 and worker.inbound is not None:
                 self._abandon(worker, worker.inbound)
-            if len(worker.held) >= STORE_KEEP:
+            if len(worker.held) >= KEEP_VERSIONS:  # the one arriving included
                 self._evict(worker, worker.held.popleft())
             worker.receiving = fetch.version
         worker.inbound = fetch

@@ -83,7 +83,6 @@ class SimWorker:
     lease: object | None = None
     leaving: bool = False
 
-
     @property
     def newest(self) -> int:
         """The newest version in its store, arriving or whole (-1: none)."""
