@@ -173,6 +173,46 @@ def test_a_version_the_node_skipped_is_refused_at_once_not_waited_for():
     assert store.get_manifest(3) is not None and store.manifest(4) is None  # held and plain lookups unchanged
 
 
+def test_a_relay_setting_out_for_a_newer_version_refuses_older_waiters_before_its_manifest():
+    """Two relays on different versions must not long-poll each other: one fetching v13 (its
+    manifest not in yet) tells a child asking v12 at once, and a partial v12 it abandoned answers
+    the chunks it holds and refuses the rest (the 4-worker chain's 24.5 s stalls)."""
+    store = ChunkStore(keep=3)
+    outcome = []
+
+    def wait_on(version):
+        try:
+            store.get_manifest(version, wait_s=5)
+        except VersionEvicted as error:
+            outcome.append(error)
+
+    waiter = threading.Thread(target=wait_on, args=(12,))
+    waiter.start()
+    time.sleep(0.1)
+    assert waiter.is_alive()
+    started = time.monotonic()
+    store.receive(13)
+    waiter.join(2)
+    assert outcome and "v12 was skipped (this node went on to v13)" in str(outcome[0])
+    assert time.monotonic() - started < 1
+    store.receive(11)  # older than what it set out for: changes nothing
+    with pytest.raises(VersionEvicted, match="went on to v13"):
+        store.get_manifest(12, wait_s=5)
+    # a partial v13 abandoned for v14: held chunks are served, missing ones refused at once
+    manifest, chunks = build_manifest(random_payload(2 * KIB, seed=13), version=13, chunk_size=KIB)
+    store.put_manifest(manifest)
+    store.put_chunk(13, 0, chunks[0])
+    store.receive(14)
+    assert store.get_chunk(13, 0, wait_s=5) == chunks[0]
+    started = time.monotonic()
+    with pytest.raises(VersionEvicted, match="chunk 1 will not come"):
+        store.get_chunk(13, 1, wait_s=5)
+    assert time.monotonic() - started < 1
+    # after a resume version numbers start over: a cleared store waits for v12 again
+    store.clear()
+    assert store.versions() == [] and store.get_manifest(12, wait_s=0.05) is None
+
+
 def test_store_async_wait_does_not_block_the_event_loop():
     manifest, chunks = build_manifest(random_payload(2 * KIB), version=0, chunk_size=KIB)
     store = ChunkStore()

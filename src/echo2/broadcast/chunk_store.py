@@ -57,6 +57,7 @@ class ChunkStore:
         self.keep = keep
         self._entries: dict[int, _Entry] = {}
         self._floor = 0  # versions below this were evicted
+        self._receiving = -1  # newest version this node set out to fetch (see receive)
         self._closed = False
         self._cond = threading.Condition()
         self._async_waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
@@ -99,6 +100,25 @@ class ChunkStore:
                 entry.held += 1
                 self._notify()
                 return True
+
+    def receive(self, version: int) -> None:
+        """This node sets out to fetch ``version``. It fetches versions in increasing order, so an
+        older one it does not hold will never come: its waiters are told at once (skipped), before
+        the new version's manifest is in. Without this, two relays fetching different versions can
+        each long-poll the other (a child of one asks the other for an older version than the one
+        it is after) until a stall timeout breaks the cycle."""
+        with self._cond:
+            if version > self._receiving:
+                self._receiving = version
+                self._notify()
+
+    def clear(self) -> None:
+        """Forget every version and what was fetched: the learner resumed and version numbers
+        start over with other weights."""
+        with self._cond:
+            self._entries.clear()
+            self._floor, self._receiving = 0, -1
+            self._notify()
 
     def drop(self, version: int) -> None:
         """Forget a version now (it may be put again later)."""
@@ -217,13 +237,15 @@ class ChunkStore:
         return entry
 
     def _awaited(self, version: int) -> _Entry | None:
-        """:meth:`_lookup` for a waiter: a version not held while a newer one is will never come
-        (a node fetches versions in increasing order and skips those it learnt of too late), so
-        waiting for it fails at once like an evicted one: a child in a relay chain moves on to
-        another source instead of waiting out its stall timeout on a parent that skipped it."""
+        """:meth:`_lookup` for a waiter: a version not held while a newer one is held or being
+        fetched will never come (a node fetches versions in increasing order and skips those it
+        learnt of too late), so waiting for it fails at once like an evicted one: a child in a
+        relay chain moves on to another source instead of waiting out its stall timeout on a
+        parent that skipped it."""
         entry = self._lookup(version)
-        if entry is None and any(held > version for held in self._entries):
-            raise VersionEvicted(f"v{version} was skipped (this node went on to v{max(self._entries)})")
+        newest = max(self._receiving, max(self._entries, default=-1))
+        if entry is None and newest > version:
+            raise VersionEvicted(f"v{version} was skipped (this node went on to v{newest})")
         return entry
 
     def _manifest_probe(self, version: int) -> Callable[[], Manifest | None]:
@@ -239,6 +261,9 @@ class ChunkStore:
                 return None
             if not 0 <= index < len(entry.chunks):
                 raise IndexError(f"v{version} has no chunk {index} (it has {len(entry.chunks)})")
+            if entry.chunks[index] is None and self._receiving > version:  # abandoned for a newer one
+                raise VersionEvicted(f"v{version} chunk {index} will not come (this node went on to "
+                                     f"v{self._receiving})")
             return entry.chunks[index]
         return probe
 

@@ -157,6 +157,7 @@ class _Fetch:
     def run(self, http: httpx.Client, assemble: bool) -> FetchResult:
         started = time.monotonic()
         self.http = http
+        self.store.receive(self.version)
         manifest = self.manifest = self._manifest()
         missing = self.store.missing(self.version)
         self.stats.resumed_chunks = manifest.num_chunks - len(missing)

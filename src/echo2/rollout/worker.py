@@ -164,8 +164,7 @@ class RolloutWorker:
         with self._staged_ready:
             self._staged = None
         for store in (self.store, self.deltas):
-            for version in store.versions():
-                store.drop(version)
+            store.clear()
         self.version, self.latest_version = -1, 0
         log.info("registered again with %s as %s", self.client.url, registration.worker_id)
         self._fetch_first_weights()
