@@ -142,7 +142,7 @@ def test_body_size_limit(setup):
 
 
 def test_version_names_the_sources_of_the_plan_and_chunks_are_served():
-    state = make_state(staleness=1, planner=lambda nodes: plan_tree(nodes, fan_out=1))
+    state = make_state(staleness=1, planner=lambda nodes, incumbent: plan_tree(nodes, incumbent=incumbent))
     publisher = Publisher(BroadcastConfig(chunk_mib=0.001), keep_versions=3, token="t")
     app = create_app(state, lease_wait_s=0)
     publisher.mount(app)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from echo2.planning.activation import Candidate, choose_active
-from echo2.planning.broadcast_time import arrival_seconds, broadcast_seconds
+from echo2.planning.broadcast_time import arrival_seconds
 from echo2.planning.capacity import StepTimes, predicted_utilization, step_period
 from echo2.simulation.dissemination import LearnerUplink, RelayUplink
 from echo2.simulation.engine import simulate

@@ -1,8 +1,11 @@
-"""The relay planner (echo2.broadcast.topology): chains ordered by uplink, fan-out, unreachable leaves."""
+"""The relay planner (echo2.broadcast.topology): chains ordered by uplink, fan-out, unreachable leaves,
+an order that measurement noise does not reshuffle."""
 
 import pytest
 
-from echo2.broadcast.topology import LEARNER, Node, children_of, depth, parent_of, plan_tree, star_plan
+from echo2.broadcast.topology import (
+    LEARNER, REORDER_TOLERANCE, Node, children_of, depth, parent_of, plan_tree, relay_order, star_plan,
+)
 
 
 def nodes(count, slow=(), unreachable=()):
@@ -58,3 +61,35 @@ def test_all_unreachable_attach_to_the_learner_and_star_plan():
         plan_tree([Node("a", 1), Node("a", 2)])
     with pytest.raises(ValueError, match="reserved"):
         star_plan([Node(LEARNER, 1)])
+
+
+def test_noise_between_equal_uplinks_keeps_every_parent_from_one_version_to_the_next():
+    """Four equal 6 Mbit/s links measured within a few per cent of each other, the leaf still at its
+    declared rate: a plain sort hands out new parents every version; the kept order does not."""
+    previous = plan_tree([Node(f"w{i}", 750_000) for i in range(4)])
+    noisy = [Node("w0", 786_842), Node("w1", 750_000), Node("w2", 798_517), Node("w3", 750_000)]
+    assert list(plan_tree(noisy)) != list(previous)  # what the noise alone would do
+    kept = plan_tree(noisy, incumbent=list(previous))
+    assert kept == previous == {"w0": [LEARNER], "w1": ["w0", LEARNER], "w2": ["w1", "w0", LEARNER],
+                                "w3": ["w2", "w1", "w0", LEARNER]}
+
+
+def test_a_clearly_faster_uplink_behind_a_slower_one_reorders_the_whole_plan():
+    incumbent = ["w0", "w1", "w2"]
+    within = [Node("w0", 10.0), Node("w1", 10.0 * (1 + REORDER_TOLERANCE)), Node("w2", 9.0)]
+    assert [n.id for n in relay_order(within, incumbent)] == incumbent
+    beyond = [Node("w0", 10.0), Node("w1", 9.0), Node("w2", 9.0 * (1 + REORDER_TOLERANCE) * 1.01)]
+    assert [n.id for n in relay_order(beyond, incumbent)] == ["w2", "w0", "w1"]  # sorted afresh
+    # the check is against the slowest node ahead, not only the neighbour
+    creeping = [Node("w0", 10.0), Node("w1", 12.0), Node("w2", 14.0)]
+    assert [n.id for n in relay_order(creeping, incumbent)] == ["w2", "w1", "w0"]
+
+
+def test_newcomers_join_at_the_tail_and_the_departed_leave_the_rest_in_place():
+    incumbent = ["w0", "w1", "w2", "w3"]
+    survivors = [Node("w3", 10.0), Node("w1", 10.2), Node("w9", 10.1), Node("w0", 9.9), Node("w5", 9.95)]
+    assert [n.id for n in relay_order(survivors, incumbent)] == ["w0", "w1", "w3", "w9", "w5"]
+    unreachable_newcomer = survivors + [Node("w4", 50.0, reachable=False)]
+    assert [n.id for n in relay_order(unreachable_newcomer, incumbent)][-1] == "w4"  # its uplink serves nobody
+    fast_newcomer = survivors + [Node("w7", 20.0)]
+    assert relay_order(fast_newcomer, incumbent)[0].id == "w7"

@@ -64,7 +64,7 @@ class CountingBody:
 def served():
     """The coordinator app with the learner's chunk routes, on a real uvicorn server (loopback);
     ``server.counted.body_bytes``: body bytes the server read."""
-    state = make_state(staleness=1, planner=lambda nodes: plan_tree(nodes, fan_out=1))
+    state = make_state(staleness=1, planner=lambda nodes, incumbent: plan_tree(nodes, incumbent=incumbent))
     publisher = Publisher(BroadcastConfig(chunk_mib=0.001), keep_versions=3, token=RUN_TOKEN)
     app = create_app(state, lease_wait_s=0)
     publisher.mount(app)
@@ -174,7 +174,6 @@ def test_chunk_routes_take_only_the_broadcast_credential(served):
         reply = http.post("/v1/register", json={"name": "w"}, headers={AUTH_HEADER: RUN_TOKEN}).json()
         assert reply["broadcast_token"] == broadcast_credential(RUN_TOKEN) != RUN_TOKEN
         published = publisher.publish(1, torch.nn.Linear(4, 4))
-        sha, size = published.sha256, published.size_bytes
         state.publish(published)
         for wrong in (RUN_TOKEN, reply["session_token"], None):
             refused = http.get("/v1/broadcast/1/manifest", headers={AUTH_HEADER: wrong} if wrong else {})
@@ -229,7 +228,7 @@ def test_peers_send_a_relay_nothing_but_the_broadcast_credential(served):
         victim.client.register(RegisterRequest(name="victim"))
         victim.spec = state.spec
         published = publisher.publish(1, torch.nn.Linear(4, 4))
-        sha, size = published.sha256, published.size_bytes
+        sha = published.sha256
         state.publish(published)
         fetched = victim._fetch_newest(-1)
         assert fetched is not None and fetched[0] == 1 and fetched[2] == sha

@@ -99,8 +99,6 @@ class MergedCopy:
     def __init__(self, model: PeftModel) -> None:
         from peft.tuners.lora import LoraLayer
 
-        from transformers import AutoModelForCausalLM
-
         with _quiet():
             merged = copy.deepcopy(model).merge_and_unload()
         # the weights keep requires_grad (peft froze the base ones): no optimizer holds them and

@@ -13,6 +13,7 @@ served under ``/v1/broadcast/delta``. The chunk routes accept only the run's bro
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import torch
 from fastapi import FastAPI
@@ -50,10 +51,10 @@ class Publisher:
         if self.deltas is not None:
             add_broadcast_routes(app, self.deltas, throttle=self.throttle, token=self.token, prefix=DELTA_PREFIX)
 
-    def planner(self, nodes: list[Node]) -> Plan:
+    def planner(self, nodes: list[Node], incumbent: Sequence[str] = ()) -> Plan:
         if self.config.mode == "star":
             return star_plan(nodes)
-        return plan_tree(nodes, fan_out=self.config.fan_out, learner_fan_out=self.config.learner_fan_out)
+        return plan_tree(nodes, self.config.fan_out, self.config.learner_fan_out, incumbent)
 
     def publish(self, version: int, model: torch.nn.Module) -> VersionInfo:
         """Serialise ``model`` as ``version`` and start serving it (and its delta from the version

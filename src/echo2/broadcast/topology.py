@@ -19,10 +19,17 @@ one request latency per hop, and ``fan_out > 1`` trades some bandwidth for shall
 
 The algorithm (``plan_tree``):
 
-1. order nodes: reachable ones by upload bandwidth, fastest first (ties by id), then the
-   unreachable ones (behind NAT: they can download but nobody can connect to them) by id.
-   Fast uplinks high in the tree matter because a node's rate is capped by the slowest
-   uplink above it; the last nodes upload nothing, so they are the place for slow ones;
+1. order nodes (``relay_order``): reachable ones by upload bandwidth, fastest first (ties by
+   id), then the unreachable ones (behind NAT: they can download but nobody can connect to
+   them) by id. Fast uplinks high in the tree matter because a node's rate is capped by the
+   slowest uplink above it; the last nodes upload nothing, so they are the place for slow ones.
+   The order is sticky: the coordinator plans every version from *measured* uplinks, and equal
+   links measure a few per cent apart in noise, so a plain sort would hand workers new parents
+   at almost every version (25 of 40 versions on a 4-worker chain of equal 6 Mbit/s links). A
+   relay that changes parents asks one that may still be busy with an older version, and the
+   pipeline restarts. So the previous plan's order (``incumbent``) stands, newcomers appended
+   last, unless some node in it uplinks more than ``REORDER_TOLERANCE`` faster than a node
+   ahead of it; only then is the order sorted afresh;
 2. assign parents breadth-first: the learner takes the first ``learner_fan_out`` nodes, then
    each reachable node in turn takes up to ``fan_out`` children; unreachable nodes never get
    children (they are leaves);
@@ -34,11 +41,18 @@ Pure functions; ``star_plan`` is the baseline where everyone fetches from the le
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 #: The source every fallback chain ends at.
 LEARNER = "learner"
+
+#: How much faster (relative) a node's uplink must be than that of a node ahead of it in the
+#: previous order before the relay order is sorted afresh (see ``relay_order``): wider than the
+#: noise between equal measured links, narrower than any difference worth a reshuffle.
+REORDER_TOLERANCE = 0.25
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,9 @@ class Node:
 
 Plan = dict[str, list[str]]
 
+#: What the coordinator plans each version with: the live nodes and the previous plan's order.
+Planner = Callable[[list[Node], Sequence[str]], Plan]
+
 
 def _check(nodes: list[Node]) -> None:
     ids = [n.id for n in nodes]
@@ -61,22 +78,39 @@ def _check(nodes: list[Node]) -> None:
         raise ValueError(f"{LEARNER!r} is reserved for the learner; rename that node")
 
 
-def star_plan(nodes: list[Node]) -> Plan:
-    """Everyone fetches from the learner (the baseline the pipeline is compared with)."""
+def star_plan(nodes: list[Node], incumbent: Sequence[str] = ()) -> Plan:
+    """Everyone fetches from the learner (the baseline the pipeline is compared with); a star has
+    no order to keep, so ``incumbent`` is accepted only for the planners' common signature."""
     _check(nodes)
     return {node.id: [LEARNER] for node in nodes}
 
 
-def plan_tree(nodes: list[Node], fan_out: int = 1, learner_fan_out: int = 1) -> Plan:
-    """The relay tree described in the module docstring; ``fan_out=1`` gives a chain."""
+def relay_order(nodes: list[Node], incumbent: Sequence[str] = (),
+                tolerance: float = REORDER_TOLERANCE) -> list[Node]:
+    """Step 1 of the module docstring: the reachable nodes, fastest uplink first, then the
+    unreachable ones by id; the ``incumbent`` order (the previous plan's) kept while no node in
+    it is more than ``tolerance`` faster than one ahead of it."""
+    reachable = sorted((n for n in nodes if n.reachable), key=lambda n: (-n.upload_bytes_per_s, n.id))
+    unreachable = sorted((n for n in nodes if not n.reachable), key=lambda n: n.id)
+    rank = {node_id: i for i, node_id in enumerate(incumbent)}
+    kept = sorted(reachable, key=lambda n: rank.get(n.id, len(rank)))  # stable: newcomers keep the sorted order
+    slowest_ahead = math.inf
+    for node in kept:
+        if node.upload_bytes_per_s > slowest_ahead * (1 + tolerance):
+            return reachable + unreachable
+        slowest_ahead = min(slowest_ahead, node.upload_bytes_per_s)
+    return kept + unreachable
+
+
+def plan_tree(nodes: list[Node], fan_out: int = 1, learner_fan_out: int = 1, incumbent: Sequence[str] = ()) -> Plan:
+    """The relay tree described in the module docstring; ``fan_out=1`` gives a chain. ``incumbent``
+    is the previous plan's order (``list(previous_plan)``), which a new plan keeps where it can."""
     _check(nodes)
     if fan_out < 0 or learner_fan_out < 1:
         raise ValueError(f"need fan_out >= 0 and learner_fan_out >= 1 (got {fan_out}, {learner_fan_out})")
-    reachable = sorted((n for n in nodes if n.reachable), key=lambda n: (-n.upload_bytes_per_s, n.id))
-    unreachable = sorted((n for n in nodes if not n.reachable), key=lambda n: n.id)
     plan: Plan = {}
     open_parents: deque[tuple[str, int]] = deque([(LEARNER, learner_fan_out)])  # (id, free child slots)
-    for node in reachable + unreachable:
+    for node in relay_order(nodes, incumbent):
         if open_parents:
             parent, free = open_parents.popleft()
             if free > 1:

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from echo2.broadcast.topology import Node, Plan, star_plan
+from echo2.broadcast.topology import Node, Planner, star_plan
 from echo2.coordinator import snapshot
 from echo2.coordinator.cursor import CountingStream, TrainedDraws
 from echo2.coordinator.fleet import Fleet
@@ -64,7 +64,7 @@ class CoordinatorState:
         score: Scorer,
         environment: Environment | None = None,
         on_event: Callable[[str, TimelineEvent], None] = lambda worker, event: None,
-        planner: Callable[[list[Node]], Plan] = star_plan,
+        planner: Planner = star_plan,
         fleet: Fleet | None = None,
     ) -> None:
         self.spec, self.limits = spec, limits

@@ -7,14 +7,13 @@ Only the versions a worker may still use are kept (the newest ``S + 2``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
-from echo2.broadcast.topology import Node, Plan
+from echo2.broadcast.topology import Node, Plan, Planner
 from echo2.protocol import LEARNER_SOURCE, VersionInfo
 
 
 class VersionBook:
-    def __init__(self, planner: Callable[[list[Node]], Plan], staleness: int) -> None:
+    def __init__(self, planner: Planner, staleness: int) -> None:
         self.planner, self.staleness = planner, staleness
         self.published: dict[int, VersionInfo] = {}
         self.published_at: dict[int, float] = {}
@@ -25,7 +24,8 @@ class VersionBook:
         """Record ``info.version`` and plan who relays it to whom among the ``live`` workers (one
         that joins later fetches from the learner). A version's delta travels the same plan."""
         version = info.version
-        self.plans[version] = self.planner(live)
+        previous = self.plans[max(self.plans)] if self.plans else {}
+        self.plans[version] = self.planner(live, list(previous))
         self.published[version] = info
         self.published_at[version] = time.time()
         if live:  # dissemination is measured from publish to the workers live at that moment

@@ -86,7 +86,9 @@ class FetchRouting:
             return [LEARNER]
         if self._plan_cache is None or self._plan_cache[0] != self.membership:
             broadcast = self.scenario.broadcast
-            plan = plan_tree([w.peer.node for w in self.running.values()], broadcast.fan_out, broadcast.learner_fan_out)
+            incumbent = list(self._plan_cache[1]) if self._plan_cache is not None else []
+            plan = plan_tree([w.peer.node for w in self.running.values()], broadcast.fan_out, broadcast.learner_fan_out,
+                             incumbent)
             self._plan_cache = (self.membership, plan)
         return self._plan_cache[1].get(worker.worker_id, [LEARNER])
 
