@@ -68,9 +68,9 @@ def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
         resumed_at = int(latest_resumable(run_dir).name.removeprefix("step_"))
 
         # no local worker this time: the resumed run can only finish if the hand-started worker
-        # rejoins by itself (however long its backoff takes on a busy machine); it may first spend
-        # up to its fetch timeout (120 s) on a version the dead learner announced, so the resumed
-        # learner waits longer than that for its first batch
+        # rejoins by itself (however long its backoff takes on a busy machine; a fetch of a version
+        # the dead learner announced is dropped once its heartbeat finds the session lost, see
+        # test_worker_session_lost.py), so the resumed learner waits long for its first batch
         config = load_config(str(run_dir / "config.yaml"), ["telemetry.progress=false", "workers.count=0",
                                                             "coordinator.data_timeout_s=300"])
         assert config.checkpoint.every % config.eval.every == 0, "the resumed version must have an eval"

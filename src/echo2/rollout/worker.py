@@ -117,7 +117,7 @@ class RolloutWorker:
         self._staged_ready = threading.Condition()
         self._session_lost = threading.Event()
         self._epoch = 0  # bumped on every re-registration: fetches started before it are discarded
-        self._fetches_cancelled = threading.Event()  # set (and replaced) on re-registration: stops them
+        self._fetches_cancelled = threading.Event()  # set (and replaced) when the session is lost: stops them
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> RunSpec:
@@ -157,10 +157,7 @@ class RolloutWorker:
         self._session_lost.clear()
         registration = self.client.register(self._registration())
         self._epoch += 1
-        # a fetch in flight asks for a version of the learner that is gone (the resumed one may
-        # never publish it again): stop it now rather than at its timeout
-        self._fetches_cancelled.set()
-        self._fetches_cancelled = threading.Event()
+        self._cancel_fetches()
         with self._staged_ready:
             self._staged = None
         for store in (self.store, self.deltas):
@@ -168,6 +165,16 @@ class RolloutWorker:
         self.version, self.latest_version = -1, 0
         log.info("registered again with %s as %s", self.client.url, registration.worker_id)
         self._fetch_first_weights()
+
+    def _cancel_fetches(self) -> None:
+        """Stop the fetches in flight, and the wait for one (:meth:`_swap_in_staged`): once the
+        coordinator forgot this worker they ask for versions of a learner that is gone (a resumed
+        one may never publish them again), which would otherwise hold the worker until the fetch
+        timeout before it registers again."""
+        self._fetches_cancelled.set()
+        self._fetches_cancelled = threading.Event()
+        with self._staged_ready:
+            self._staged_ready.notify_all()
 
     def _record(self, kind: str, start: float, end: float, version: int, delta: bool = False) -> None:
         with self._events_lock:
@@ -260,7 +267,8 @@ class RolloutWorker:
         deadline = time.monotonic() + wait_s
         with self._staged_ready:
             # short slices: a stop request (SIGTERM) is an Event nobody notifies this condition of
-            while self._staged is None and not self.stop.is_set() and time.monotonic() < deadline:
+            while (self._staged is None and not self.stop.is_set() and not self._session_lost.is_set()
+                   and time.monotonic() < deadline):
                 self._staged_ready.wait(min(0.5, deadline - time.monotonic()))
             staged, self._staged = self._staged, None
         if staged is not None and staged[0] > self.version:
@@ -277,6 +285,7 @@ class RolloutWorker:
                                                         upload_bytes_per_s=measured))
             except SessionLost:
                 self._session_lost.set()
+                self._cancel_fetches()
                 continue
             except (CoordinatorUnreachable, RequestRefused) as error:
                 log.warning("heartbeat failed: %s", error)

@@ -1,0 +1,31 @@
+"""A worker the coordinator forgot (a killed learner resumed) drops what it was fetching from the
+dead learner at once, instead of waiting out the fetch timeout before it registers again."""
+
+import threading
+import time
+from types import SimpleNamespace
+
+from echo2.rollout.client import SessionLost
+from echo2.rollout.worker import RolloutWorker
+
+
+def test_a_lost_session_cancels_the_fetch_in_flight_and_the_wait_for_it(monkeypatch):
+    worker = RolloutWorker("http://127.0.0.1:9", "token", relay=None, fetch_timeout_s=60)
+    worker.spec = SimpleNamespace(heartbeat_interval_s=0.05)
+    monkeypatch.setattr(worker.client, "heartbeat", lambda beat: (_ for _ in ()).throw(
+        SessionLost(401, "unknown session")))
+    in_flight = worker._fetches_cancelled  # what a background fetch of the dead learner's version holds
+    heartbeats = threading.Thread(target=worker._heartbeats, daemon=True)
+    try:
+        heartbeats.start()
+        started = time.monotonic()
+        worker._swap_in_staged(wait_s=worker.fetch_timeout_s)  # a "refresh" lease: wait for the staged version
+        waited = time.monotonic() - started
+    finally:
+        worker._finished.set()
+        heartbeats.join(5)
+        worker.client.close()
+        worker.http.close()
+    assert waited < 5, f"waited {waited:.1f}s for a fetch from a learner that is gone"
+    assert in_flight.is_set() and not worker._fetches_cancelled.is_set()  # the next fetches start uncancelled
+    assert worker._session_lost.is_set() and worker.version == -1  # nothing swapped in: it registers again
