@@ -20,20 +20,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from heldout import at_speed, config_for, machine_ratio, publish, spread_pct, start  # noqa: E402
 
-from echo2.simulation.calibrate import measured, scenario_for  # noqa: E402
-from echo2.simulation.engine import simulate  # noqa: E402
-
-SEEDS = range(5)
-
-
-def simulated(config, calibration, name: str) -> list:
-    scenario = scenario_for(config, calibration, name)
-    return [simulate(scenario.model_copy(update={"seed": seed}), timeline_workers=0) for seed in SEEDS]
+from echo2.simulation.calibrate import measured  # noqa: E402
+from echo2.simulation.predict import SEEDS, simulated_runs  # noqa: E402
 
 
 def compare(name: str, regime: str, config, calibration, run_dirs: list[Path], ratio: float | None) -> dict:
     """One held-out configuration: its real runs (the mean over the repeats) against the simulation."""
-    reals, results = [measured(run_dir) for run_dir in run_dirs], simulated(config, calibration, name)
+    reals, results = [measured(run_dir) for run_dir in run_dirs], simulated_runs(config, calibration, name)
     steps = reals[0]["steps"]
     if any(real["steps"] != steps for real in reals):
         raise ValueError(f"{name}: the repeated runs measured different step counts")
@@ -45,7 +38,7 @@ def compare(name: str, regime: str, config, calibration, run_dirs: list[Path], r
            "step_s_simulated": statistics.fmean(r.train_wall_s for r in results) / steps}
     row["util_error_points"] = 100 * (row["util_simulated"] - row["util_measured"])
     row["step_error_pct"] = 100 * (row["step_s_simulated"] / row["step_s_measured"] - 1)
-    at_machine_speed = statistics.fmean(r.train_wall_s for r in simulated(config, at_speed(calibration, ratio), name))
+    at_machine_speed = statistics.fmean(r.train_wall_s for r in simulated_runs(config, at_speed(calibration, ratio), name))
     row["machine_vs_calibration"] = ratio
     row["step_error_at_speed_pct"] = 100 * (at_machine_speed / steps / row["step_s_measured"] - 1)
     return row

@@ -154,7 +154,7 @@ def _plan(args: argparse.Namespace) -> int:
     from echo2.planning.calibration import inventory_for, load_calibration
     from echo2.planning.inventory import load_inventory
     from echo2.planning.report import plan_lines
-    from echo2.simulation.predict import fluid_model_limit, predict_config
+    from echo2.simulation.predict import fluid_model_limit, simulated_figures
 
     config = load_config(args.config, args.overrides)
     try:
@@ -166,9 +166,9 @@ def _plan(args: argparse.Namespace) -> int:
     print("\n".join(plan_lines(config, inventory)))
     limit = fluid_model_limit(config) if calibration else None
     if limit:
-        simulated = predict_config(config, calibration)
+        utilization, step_s = simulated_figures(config, calibration)
         print(f"\nthe config as given is {limit}; simulated instead (echo2 simulate --calibration): "
-              f"utilization {100 * simulated.utilization:.1f}%, {simulated.step_s:.2f}s per step")
+              f"utilization {100 * utilization:.1f}%, {step_s:.2f}s per step")
     return 0
 
 

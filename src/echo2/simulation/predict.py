@@ -24,6 +24,7 @@ from echo2.planning.calibration import Calibration, inventory_for
 from echo2.planning.provision import provision
 from echo2.simulation.calibrate import scenario_for
 from echo2.simulation.engine import simulate
+from echo2.simulation.results import SimResult
 
 #: Seeds of the simulated prediction (step and lease times are drawn with the calibrated spread).
 SEEDS = range(5)
@@ -58,6 +59,24 @@ def fluid_model_limit(config: Config) -> str | None:
             f"head do not keep up with every version, which the fluid model assumes")
 
 
+def simulated_runs(config: Config, calibration: Calibration, name: str = "calibrated",
+                   max_steps: int | None = None) -> list[SimResult]:
+    """``config``'s calibrated scenario simulated once per seed of :data:`SEEDS` (at most
+    ``max_steps`` steps each): what ``echo2 simulate --calibration`` reports, the mean of these."""
+    scenario = scenario_for(config, calibration, name)
+    if max_steps is not None:
+        recipe = scenario.recipe.model_copy(update={"steps": min(scenario.recipe.steps, max_steps)})
+        scenario = scenario.model_copy(update={"recipe": recipe})
+    return [simulate(scenario.model_copy(update={"seed": seed}), timeline_workers=0) for seed in SEEDS]
+
+
+def simulated_figures(config: Config, calibration: Calibration) -> tuple[float, float]:
+    """``config``'s simulated (utilization, seconds per step): the mean over :data:`SEEDS`."""
+    results = simulated_runs(config, calibration, max_steps=MAX_SIMULATED_STEPS)
+    return (statistics.fmean(result.utilization for result in results),
+            statistics.fmean(result.train_wall_s / result.steps for result in results))
+
+
 def predict_config(config: Config, calibration: Calibration) -> Prediction:
     """``config``'s utilization and seconds per step, timed by ``calibration``."""
     rollouts = config.learner.groups_per_step * config.rollout.group_size
@@ -65,10 +84,5 @@ def predict_config(config: Config, calibration: Calibration) -> Prediction:
                       config.broadcast.chunk_mib, activate=False)
     if fluid_model_limit(config) is None:
         return Prediction("fluid", fluid.utilization, fluid.step_s, fluid.broadcast_s, fluid.throughput)
-    scenario = scenario_for(config, calibration)
-    recipe = scenario.recipe.model_copy(update={"steps": min(scenario.recipe.steps, MAX_SIMULATED_STEPS)})
-    results = [simulate(scenario.model_copy(update={"seed": seed, "recipe": recipe}), timeline_workers=0)
-               for seed in SEEDS]
-    step_s = statistics.fmean(result.train_wall_s / result.steps for result in results)
-    return Prediction("simulated", statistics.fmean(result.utilization for result in results), step_s,
-                      fluid.broadcast_s, fluid.throughput)
+    utilization, step_s = simulated_figures(config, calibration)
+    return Prediction("simulated", utilization, step_s, fluid.broadcast_s, fluid.throughput)
