@@ -345,7 +345,7 @@ def main() -> None:
     print(f"\n{'tiny ' if args.tiny else ''}SmolLM2-135M architecture, dummy weights, on {meta['device_name']}; "
           f"log-prob tolerance {LOGPROB_TOLERANCE} mean abs nats/token (recipe {RECIPE_TOLERANCE})")
     print(format_table(rows, columns))
-    path = write_results(args.out, rows, meta)
+    path = write_results(args.out, rows, meta, models=())  # dummy weights, no model file to hash
     print(f"\nwrote {path}")
 
 
