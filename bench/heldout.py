@@ -17,16 +17,17 @@ throughput) and dissemination-bound (capped uplinks: a version takes several lea
 Each held-out configuration is trained ``--repeats`` times (2; 1 with ``--quick``), in rounds over
 all of them: the same configuration measured twice on this shared machine has differed by up to
 20% in seconds per step, so a row's figures are the mean of its runs and ``step_s_spread_pct``
-shows how far apart they lay. Every round starts with the calibration configuration, and the
-calibration is pooled over those runs (:func:`pooled`): a single calibration run taken in a fast
-(or slow) phase of the machine was measured 20% off every held-out row after it, an error of the
-machine's, not of the model's. The calibration stays one configuration, none of the held-out ones.
+shows how far apart they lay. The calibration configuration runs at the start of every round and
+halfway through it (``CALIBRATIONS_PER_ROUND``), and the calibration is pooled over those runs
+(:func:`pooled`): a single calibration run taken in a fast (or slow) phase of the machine was
+measured 20% off every held-out row after it, an error of the machine's, not of the model's. The calibration stays one configuration, none of the held-out ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -190,17 +191,29 @@ def repeat_name(name: str, repeat: int) -> str:
     return name if repeat == 0 else f"{name} (repeat {repeat + 1})"
 
 
+#: Calibration runs per round: one at its start and one halfway through it. A run's learner step
+#: differs from another run's of the same configuration by up to 7% on this shared machine (the 62
+#: runs of 2026-11-26: 0.59-0.70 s a step at steps 10-40, standard deviation 3.5%, only weakly
+#: related to the machine probe, correlation 0.3; run side by side, the calibration's fleet and a
+#: learner-bound one trained equally fast), and a calibration pooled over two runs carries half
+#: that variance into every prediction; over four runs, a quarter.
+CALIBRATIONS_PER_ROUND = 2
+
+
 def run_all(configs: list, steps: int, out: Path, repeats: int) -> tuple[list[Path], dict[str, list[Path]]]:
-    """The calibration's run directories (one per round, twice as long as a held-out run: its
-    figures carry into every prediction) and every held-out configuration's ``repeats`` run
-    directories, trained in rounds (the calibration, all configurations, then all again) so that
-    a drift of the machine's speed spreads over every configuration and over the calibration
-    instead of falling on a few."""
+    """The calibration's run directories (``CALIBRATIONS_PER_ROUND`` per round, each twice as long
+    as a held-out run: its figures carry into every prediction) and every held-out configuration's
+    ``repeats`` run directories, trained in rounds (all configurations, then all again, the
+    calibration interleaved) so that a drift of the machine's speed spreads over every
+    configuration and over the calibration instead of falling on a few."""
     calibration_name, calibration_overrides = CALIBRATION
     calibrations, dirs = [], {name: [] for name, _, _ in configs}
+    every = math.ceil(len(configs) / CALIBRATIONS_PER_ROUND)
     for repeat in range(repeats):
-        calibrations.append(run(calibration_overrides, 2 * steps, out, repeat_name(calibration_name, repeat)))
-        for name, _, overrides in configs:
+        for index, (name, _, overrides) in enumerate(configs):
+            if index % every == 0:
+                calibrations.append(run(calibration_overrides, 2 * steps, out,
+                                        repeat_name(calibration_name, len(calibrations))))
             dirs[name].append(run(overrides, steps, out, repeat_name(name, repeat)))
     return calibrations, dirs
 

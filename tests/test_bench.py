@@ -266,3 +266,29 @@ def test_held_out_calibration_is_pooled_over_its_runs():
     assert both.step_seconds == pytest.approx([0.8, 0.6]) and both.source == "a, b"
     assert both.full_bytes == 2e6 and pooled([fast]) is fast
     assert set(POOLED) <= set(Calibration.model_fields)
+
+
+def test_held_out_calibration_runs_at_the_start_and_halfway_through_every_round(monkeypatch, tmp_path):
+    """The calibration configuration is trained CALIBRATIONS_PER_ROUND times a round, spread through
+    it, each run under its own name, so that the pooled calibration samples the machine across the
+    bench rather than twice at the start of a round."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import heldout
+
+    trained: list[tuple[str, int]] = []
+
+    def fake_run(overrides, steps, out, name):
+        trained.append((name, steps))
+        return tmp_path / heldout.slug(name)
+
+    monkeypatch.setattr(heldout, "run", fake_run)
+    configs = [(f"c{i}", "learner", [f"staleness={i}"]) for i in range(5)]
+    calibrations, dirs = heldout.run_all(configs, 10, tmp_path, repeats=2)
+    calibration = heldout.CALIBRATION[0]
+    assert [name for name, _ in trained] == [
+        calibration, "c0", "c1", "c2", f"{calibration} (repeat 2)", "c3", "c4",
+        f"{calibration} (repeat 3)", "c0 (repeat 2)", "c1 (repeat 2)", "c2 (repeat 2)",
+        f"{calibration} (repeat 4)", "c3 (repeat 2)", "c4 (repeat 2)"]
+    assert len(calibrations) == len(set(calibrations)) == 2 * heldout.CALIBRATIONS_PER_ROUND
+    assert all(steps == 20 for name, steps in trained if name.startswith(calibration))
+    assert [len(d) for d in dirs.values()] == [2] * 5
