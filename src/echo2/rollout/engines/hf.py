@@ -15,6 +15,7 @@ from echo2.lora import MergedCopy, add_adapter
 from echo2.modeling import load_model, resolve_device
 from echo2.protocol import RunSpec
 from echo2.generation import Samples, sample
+from echo2.tokens import model_device
 
 
 class HfEngine:
@@ -33,7 +34,7 @@ class HfEngine:
         """On the model's device: a CPU generator would copy every token's distribution to the host
         and draw there, which made sampling 5.3x slower on an H200 (docs/real-model.md, GPU). The
         draws then differ between a CPU and a GPU worker of the same seed; each is reproducible."""
-        return torch.Generator(device=next(self.sampling_model.parameters()).device).manual_seed(seed)
+        return torch.Generator(device=model_device(self.sampling_model)).manual_seed(seed)
 
     def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
         return sample(self.sampling_model, prompt_ids, max_new_tokens=self.spec.max_new_tokens, eos_id=self.eos_id,
