@@ -25,6 +25,7 @@ import socket
 import ssl
 import threading
 import time
+import zlib
 
 from dataclasses import dataclass
 
@@ -65,6 +66,12 @@ def _retry_pause_s(error: Exception) -> float:
     if isinstance(error, VersionSuperseded):
         return 0.0
     return 0.1 if isinstance(error, RequestRefused) else 1.0
+
+
+def sampling_seed(run_seed: int, worker_id: str) -> int:
+    """The seed of a worker's sampling generator: the run's seed and the worker's id, the same in
+    every process (``zlib.crc32``, not ``hash()``, which changes with ``PYTHONHASHSEED``)."""
+    return run_seed * 1000 + zlib.crc32(worker_id.encode()) % 1000
 
 
 @dataclass(frozen=True)
@@ -140,7 +147,7 @@ class RolloutWorker:
         threading.Thread(target=self._heartbeats, daemon=True, name="echo2-heartbeats").start()
         self.tokenizer = load_tokenizer(spec.model)
         self.engine = load_engine(spec, self.tokenizer.eos_token_id, self.tokenizer.pad_token_id, self.device)
-        self.generator = torch.Generator().manual_seed(spec.seed * 1000 + hash(registration.worker_id) % 1000)
+        self.generator = self.engine.generator(sampling_seed(spec.seed, registration.worker_id))
         self._fetch_first_weights()
         return spec
 

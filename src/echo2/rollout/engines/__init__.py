@@ -19,6 +19,9 @@ ENGINES = ("hf", "vllm")
 
 
 class Engine(Protocol):
+    def generator(self, seed: int) -> torch.Generator:
+        """A random generator seeded with ``seed``, on the device where this engine draws its samples."""
+
     def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
         """One completion per row of ``prompt_ids`` (a prompt repeated G times makes a group)."""
 

@@ -96,6 +96,10 @@ class VllmEngine:
         self.loaded = 0
         self.lora: Any = None
 
+    def generator(self, seed: int) -> torch.Generator:
+        """On the CPU: it only draws each row's vLLM sampling seed."""
+        return torch.Generator().manual_seed(seed)
+
     def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
         seeds = torch.randint(2**31 - 1, (len(prompt_ids),), generator=generator).tolist()
         params = [self.vllm.SamplingParams(temperature=self.spec.temperature, max_tokens=self.spec.max_new_tokens,
