@@ -56,6 +56,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -262,9 +263,9 @@ def learner_row(worker: torch.nn.Module, groups: list[Group], new_tokens: int, m
     learner = Learner(model, IdTokenizer(), config.learner, config.rollout, compute_dtype="bfloat16")
     trainable = {name: p for name, p in learner.model.named_parameters() if p.requires_grad}
     before = {name: p.detach().clone() for name, p in trainable.items()}
-    metrics, first_s = timed(lambda: learner.step(groups, version=0), device)
+    metrics, first_s = timed(partial(learner.step, groups, version=0), device)
     delta, unchanged, total = moved(trainable, before)
-    _, second_s = timed(lambda: learner.step(groups, version=1), device)
+    _, second_s = timed(partial(learner.step, groups, version=1), device)
     _, unchanged_2, _ = moved(trainable, before)
     peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
     dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in trainable.values()})

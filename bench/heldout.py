@@ -20,7 +20,8 @@ all of them: the same configuration measured twice on this shared machine has di
 shows how far apart they lay. The calibration configuration runs at the start of every round and
 halfway through it (``CALIBRATIONS_PER_ROUND``), and the calibration is pooled over those runs
 (:func:`pooled`): a single calibration run taken in a fast (or slow) phase of the machine was
-measured 20% off every held-out row after it, an error of the machine's, not of the model's. The calibration stays one configuration, none of the held-out ones.
+measured 20% off every held-out row after it, an error of the machine's, not of the model's. The
+calibration stays one configuration, none of the held-out ones.
 """
 
 from __future__ import annotations
@@ -186,9 +187,10 @@ def run(overrides: list[str], steps: int, out: Path, name: str) -> Path:
     return run_dir
 
 
-def repeat_name(name: str, repeat: int) -> str:
-    """The run name of a configuration's ``repeat``-th run (the first keeps the plain name)."""
-    return name if repeat == 0 else f"{name} (repeat {repeat + 1})"
+def run_name(name: str, index: int) -> str:
+    """The name of a configuration's ``index``-th run, counted from 0 (the first keeps the plain
+    name; the calibration runs several times a round)."""
+    return name if index == 0 else f"{name} (run {index + 1})"
 
 
 #: Calibration runs per round: one at its start and one halfway through it. A run's learner step
@@ -213,8 +215,8 @@ def run_all(configs: list, steps: int, out: Path, repeats: int) -> tuple[list[Pa
         for index, (name, _, overrides) in enumerate(configs):
             if index % every == 0:
                 calibrations.append(run(calibration_overrides, 2 * steps, out,
-                                        repeat_name(calibration_name, len(calibrations))))
-            dirs[name].append(run(overrides, steps, out, repeat_name(name, repeat)))
+                                        run_name(calibration_name, len(calibrations))))
+            dirs[name].append(run(overrides, steps, out, run_name(name, repeat)))
     return calibrations, dirs
 
 

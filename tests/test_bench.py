@@ -286,9 +286,9 @@ def test_held_out_calibration_runs_at_the_start_and_halfway_through_every_round(
     calibrations, dirs = heldout.run_all(configs, 10, tmp_path, repeats=2)
     calibration = heldout.CALIBRATION[0]
     assert [name for name, _ in trained] == [
-        calibration, "c0", "c1", "c2", f"{calibration} (repeat 2)", "c3", "c4",
-        f"{calibration} (repeat 3)", "c0 (repeat 2)", "c1 (repeat 2)", "c2 (repeat 2)",
-        f"{calibration} (repeat 4)", "c3 (repeat 2)", "c4 (repeat 2)"]
+        calibration, "c0", "c1", "c2", f"{calibration} (run 2)", "c3", "c4",
+        f"{calibration} (run 3)", "c0 (run 2)", "c1 (run 2)", "c2 (run 2)",
+        f"{calibration} (run 4)", "c3 (run 2)", "c4 (run 2)"]
     assert len(calibrations) == len(set(calibrations)) == 2 * heldout.CALIBRATIONS_PER_ROUND
     assert all(steps == 20 for name, steps in trained if name.startswith(calibration))
     assert [len(d) for d in dirs.values()] == [2] * 5

@@ -99,16 +99,19 @@ def test_cpu_pins_apply_and_are_restored():
         load_config(overrides=["launcher=ray", "workers.cpus=[0]"])
 
 
-def test_a_capped_relay_tree_is_predicted_by_the_simulator_where_the_fluid_model_fails():
+def test_capped_relay_trees_and_stars_are_predicted_by_the_simulator_where_the_fluid_model_fails():
     """On a saturated relay chain of three the period is set by its head; the fluid model, charging
-    the last worker's arrival, predicts far slower. Two workers, or unlimited links, stay fluid."""
+    the last worker's arrival, predicts far slower. A capped star with S >= 1 is simulated too. Two
+    workers on a chain, S = 0, or unlimited links stay fluid."""
     cal = calibration(train_step_s=0.54, rollouts_per_s=1700.0, fetch_s=0.02, dissemination_s=0.3, full_bytes=1.8e6)
     capped = ["staleness=1", "workers.count=3", "workers.fleet=[{throughput_factor: 0.3}]", "workers.upload_mbps=8",
               "broadcast.learner_upload_mbps=8", "broadcast.encoding=full", "run.steps=40"]
     chain = load_config(overrides=capped)
     assert "relay chain of 3 workers" in fluid_model_limit(chain)
     assert "relay tree (fan-out 2)" in fluid_model_limit(load_config(overrides=[*capped, "broadcast.fan_out=2"]))
-    for fluid in (["workers.count=2"], ["broadcast.mode=star"], ["staleness=0", "protocol=sync"],
+    assert "star of 3 workers" in fluid_model_limit(load_config(overrides=[*capped, "broadcast.mode=star"]))
+    for fluid in (["workers.count=2"], ["staleness=0", "protocol=sync"], ["staleness=0", "protocol=sync",
+                  "broadcast.mode=star"], ["broadcast.mode=star", "broadcast.learner_upload_mbps=null"],
                   ["workers.upload_mbps=null", "broadcast.learner_upload_mbps=null"]):
         assert fluid_model_limit(load_config(overrides=[*capped, *fluid])) is None, fluid
     def fluid_step_s(config):
