@@ -17,9 +17,9 @@ Rows of the table (one ``check`` each):
   ~48-token prompts: ``shared 8x8`` (8 distinct prompts, each the prompt of a group of 8 rows, which
   :func:`echo2.tokens.prefill` runs once) vs ``distinct 64`` (no sharing); samples/s and
   generated tokens/s for ``max_new_tokens`` 16 and 256 (16 only with ``--quick``, 8 with
-  ``--quick --tiny``). The RNG is a CPU
-  ``torch.Generator``, as the worker passes one (the sampled distribution is copied to the CPU
-  every token); one extra row draws on the device instead.
+  ``--quick --tiny``). The RNG is a ``torch.Generator`` on the model's device, as the hf
+  engine makes it (``HfEngine.generator``); on a GPU one extra row draws with a CPU generator
+  instead, as the worker did before (each token's distribution copied to the host).
 * ``logprobs``: behaviour log-probs from sampling in bf16 (as a worker does) against
   :func:`echo2.learner.logprobs.completion_scores` on the fp32 master copy of the same weights under
   ``ComputePrecision("bfloat16", device)`` autocast (as the learner does): mean and max absolute
@@ -76,6 +76,7 @@ from echo2.lora import add_adapter  # noqa: E402
 from echo2.protocol import AdapterSpec  # noqa: E402
 from echo2.generation import Samples, sample  # noqa: E402
 from echo2.tasks import Example  # noqa: E402
+from echo2.tokens import model_device  # noqa: E402
 
 PAD_ID = 0
 NO_EOS = -1
@@ -159,21 +160,22 @@ def make_prompts(vocab: int) -> tuple[list[list[int]], list[list[int]]]:
 
 
 def draw(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, seed: int,
-         rng_device: str = "cpu") -> Samples:
-    return sample(model, prompts, max_new_tokens=new_tokens, eos_id=NO_EOS, pad_id=PAD_ID,
-                  generator=torch.Generator(rng_device).manual_seed(seed))
+         rng_device: torch.device | None = None) -> Samples:
+    """Sample with a generator on ``rng_device``, by default the model's (as ``HfEngine.generator``)."""
+    generator = torch.Generator(rng_device or model_device(model)).manual_seed(seed)
+    return sample(model, prompts, max_new_tokens=new_tokens, eos_id=NO_EOS, pad_id=PAD_ID, generator=generator)
 
 
 def generation_rows(worker: torch.nn.Module, shared: list[list[int]], distinct: list[list[int]],
                     args: argparse.Namespace) -> list[dict[str, Any]]:
     draw(worker, shared[:GROUP_SIZE], 4, seed=0)  # warm-up: kernels, allocator
-    layouts = [("shared 8x8", shared, "cpu"), ("distinct 64", distinct, "cpu")]
+    layouts = [("shared 8x8", shared, None), ("distinct 64", distinct, None)]
     if args.device.type == "cuda" and not args.quick:
-        layouts.append(("shared 8x8, device RNG", shared, args.device.type))
+        layouts.append(("shared 8x8, CPU RNG", shared, torch.device("cpu")))
     rows = []
     for new_tokens in args.new_tokens:
         for name, prompts, rng_device in layouts:
-            if rng_device != "cpu" and new_tokens != max(args.new_tokens):
+            if rng_device is not None and new_tokens != max(args.new_tokens):
                 continue
             seconds, produced = [], 0
             for rep in range(args.reps):
