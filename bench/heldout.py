@@ -14,10 +14,10 @@ configuration; no held-out configuration shares its fleet, and they span the thr
 learner-bound (the fleet keeps up, S absorbs dissemination), generation-bound (too little rollout
 throughput) and dissemination-bound (capped uplinks: a version takes several learner steps).
 
-Each held-out configuration is trained ``--repeats`` times (2; 1 with ``--quick``), in rounds over
+Each held-out configuration is trained ``--repeats`` times (3; 1 with ``--quick``), in rounds over
 all of them: the same configuration measured twice on this shared machine has differed by up to
-20% in seconds per step, so a row's figures are the mean of its runs and ``step_s_spread_pct``
-shows how far apart they lay. The calibration configuration runs at the start of every round and
+20% in seconds per step (one run's generation rate has a standard deviation of about 8.5%), so a
+row's figures are the mean of its runs and ``step_s_spread_pct`` shows how far apart they lay. The calibration configuration runs at the start of every round and
 halfway through it (``CALIBRATIONS_PER_ROUND``), and the calibration is pooled over those runs
 (:func:`pooled`): a single calibration run taken in a fast (or slow) phase of the machine was
 measured 20% off every held-out row after it, an error of the machine's, not of the model's. The
@@ -359,11 +359,11 @@ def start(description: str, default_out: str) -> tuple[argparse.Namespace, int, 
         parser.add_argument("--runs", type=Path,
                             help="reuse the run directories under this folder (its runs/) instead of training")
         parser.add_argument("--repeats", type=int, default=None,
-                            help="real runs per held-out configuration (default 2; 1 with --quick)")
+                            help="real runs per held-out configuration (default 3; 1 with --quick)")
 
     args = parse_args(description, default_out, options)
     steps = 15 if args.quick else 40
-    repeats = args.repeats or (1 if args.quick else 2)
+    repeats = args.repeats or (1 if args.quick else 3)
     runs_at = args.runs or args.out
     configs = HELD_OUT[:2] if args.quick else HELD_OUT
     calibration_runs, run_dirs = run_all(configs, steps, runs_at, repeats)
