@@ -74,6 +74,7 @@ from echo2.learner.precision import ComputePrecision, hold_master_weights  # noq
 from echo2.learner.trainer import Learner  # noqa: E402
 from echo2.lora import add_adapter  # noqa: E402
 from echo2.protocol import AdapterSpec  # noqa: E402
+from echo2.decoding import Decoder, StaticDecoder  # noqa: E402
 from echo2.generation import Samples, sample  # noqa: E402
 from echo2.tasks import Example  # noqa: E402
 from echo2.tokens import model_device  # noqa: E402
@@ -101,12 +102,16 @@ TINY = {**SMOLLM2_135M, "hidden_size": 64, "intermediate_size": 128, "num_hidden
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--tiny", action="store_true", help="2 layers, hidden 64, 4096 tokens: a CPU smoke run")
+    parser.add_argument("--recipe-model", type=Path, default=None,
+                        help="also run the SmolLM2 recipe end to end from this HF folder (config + tokenizer)")
+    parser.add_argument("--recipe-steps", type=int, default=40)
 
 
 def parse_args() -> argparse.Namespace:
     args = common.parse_args(__doc__.splitlines()[0], "bench/out/gpu_check", _options)
     args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     args.new_tokens = [16, 256] if not args.quick else [8] if args.tiny else [16]
+    args.rows = [64, 256, 1024] if not args.quick else [16]
     args.reps = 1 if args.quick else 2
     return args
 
@@ -149,48 +154,53 @@ def timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
     return out, time.perf_counter() - started
 
 
-def make_prompts(vocab: int) -> tuple[list[list[int]], list[list[int]]]:
-    """64 rows each way: ``shared`` (8 prompts x 8 rows, group by group) and ``distinct`` (64 prompts)."""
-    rng = torch.Generator().manual_seed(0)
+def make_prompts(vocab: int, rows: int) -> list[list[int]]:
+    """``rows`` prompt rows, group by group: ``rows / GROUP_SIZE`` distinct prompts of ~48 tokens, each
+    repeated for its group's ``GROUP_SIZE`` rows (as a worker's lease lays them out)."""
+    rng = torch.Generator().manual_seed(rows)
     distinct = [torch.randint(1, vocab, (int(torch.randint(PROMPT_TOKENS[0], PROMPT_TOKENS[1] + 1, (1,),
                                                            generator=rng)),), generator=rng).tolist()
-                for _ in range(GROUPS * GROUP_SIZE)]
-    shared = [distinct[g] for g in range(GROUPS) for _ in range(GROUP_SIZE)]
-    return shared, distinct
+                for _ in range(rows // GROUP_SIZE)]
+    return [prompt for prompt in distinct for _ in range(GROUP_SIZE)]
 
 
 def draw(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, seed: int,
-         rng_device: torch.device | None = None) -> Samples:
-    """Sample with a generator on ``rng_device``, by default the model's (as ``HfEngine.generator``)."""
-    generator = torch.Generator(rng_device or model_device(model)).manual_seed(seed)
-    return sample(model, prompts, max_new_tokens=new_tokens, eos_id=NO_EOS, pad_id=PAD_ID, generator=generator)
+         decoder: Decoder | None = None) -> Samples:
+    """Sample with a generator on the model's device (as ``HfEngine.generator``)."""
+    generator = torch.Generator(model_device(model)).manual_seed(seed)
+    return sample(model, prompts, max_new_tokens=new_tokens, eos_id=NO_EOS, pad_id=PAD_ID, generator=generator,
+                  decoder=decoder)
 
 
-def generation_rows(worker: torch.nn.Module, shared: list[list[int]], distinct: list[list[int]],
-                    args: argparse.Namespace) -> list[dict[str, Any]]:
-    # warm-up at the largest shapes: the first draw of 64 rows x the longest completion grows the CUDA
-    # caching allocator, which cost the first layout timed after it ~18 ms a token on an H200
-    draw(worker, distinct, max(args.new_tokens), seed=0)
-    layouts = [("shared 8x8", shared, None), ("distinct 64", distinct, None)]
-    if args.device.type == "cuda" and not args.quick:
-        layouts.append(("shared 8x8, CPU RNG", shared, torch.device("cpu")))
+def generation_rows(worker: torch.nn.Module, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Today's path (dynamic cache, one launch per kernel) against the fast path (static cache, each
+    step a replayed CUDA graph; eager on a CPU), side by side at every (rows, new tokens)."""
+    fast = StaticDecoder(graphs=args.device.type == "cuda")
+    # warm-up at the largest shapes: the first draw at a new size grows the CUDA caching allocator,
+    # which cost the first layout timed after it ~18 ms a token on an H200
+    draw(worker, make_prompts(worker.config.vocab_size, max(args.rows)), max(args.new_tokens), seed=0)
     rows = []
-    for new_tokens in args.new_tokens:
-        for name, prompts, rng_device in layouts:
-            if rng_device is not None and new_tokens != max(args.new_tokens):
-                continue
-            seconds, produced = [], 0
-            for rep in range(args.reps):
-                samples, dt = timed(lambda: draw(worker, prompts, new_tokens, rep, rng_device), args.device)
-                seconds.append(dt)
-                produced = len(samples.completion_ids)
-                tokens = samples.num_tokens
-            dt = sum(seconds) / len(seconds)
-            rows.append({"check": "generate", "variant": name, "rows": produced,
-                         "distinct_prompts": len({tuple(p) for p in prompts}), "new_tokens": new_tokens,
-                         "seconds": dt, "samples_per_s": produced / dt, "tokens_per_s": tokens / dt,
-                         "note": f"bf16, mean of {args.reps}"})
-            print(f"== generate {name} x{new_tokens}: {dt:.3f}s", flush=True)
+    for batch in args.rows:
+        prompts = make_prompts(worker.config.vocab_size, batch)
+        for new_tokens in args.new_tokens:
+            speeds: dict[str, float] = {}
+            for name, decoder in (("today (dynamic cache)", None), ("fast (static cache + CUDA graph)", fast)):
+                if decoder is not None:  # the first call of a shape captures its graph: timed apart
+                    _, capture_s = timed(lambda: draw(worker, prompts, new_tokens, 0, decoder), args.device)
+                reps = 1 if decoder is None and new_tokens == max(args.new_tokens) and not args.quick else args.reps
+                seconds = []
+                for rep in range(reps):
+                    samples, dt = timed(lambda: draw(worker, prompts, new_tokens, rep + 1, decoder), args.device)
+                    seconds.append(dt)
+                dt = sum(seconds) / len(seconds)
+                speeds[name] = samples.num_tokens / dt
+                rows.append({"check": "generate", "variant": name, "rows": batch, "new_tokens": new_tokens,
+                             "seconds": dt, "samples_per_s": batch / dt, "tokens_per_s": speeds[name],
+                             "speedup": speeds[name] / speeds["today (dynamic cache)"],
+                             "first_call_s": capture_s if decoder is not None else None,
+                             "note": f"bf16, {batch // GROUP_SIZE} prompts x {GROUP_SIZE}, mean of {reps}"})
+                print(f"== generate {name} {batch}x{new_tokens}: {dt:.3f}s, {speeds[name]:.0f} tokens/s",
+                      flush=True)
     return rows
 
 
@@ -210,8 +220,11 @@ def logprob_gap(samples: Samples, scorer: torch.nn.Module, prompts: list[list[in
 def logprob_rows(worker: torch.nn.Module, master: torch.nn.Module, shared: list[list[int]], new_tokens: int,
                  device: torch.device) -> tuple[list[dict[str, Any]], Samples]:
     bf16_samples = draw(worker, shared, new_tokens, seed=1)
+    fast_samples = draw(worker, shared, new_tokens, seed=1, decoder=StaticDecoder(graphs=device.type == "cuda"))
     fp32_samples = draw(master, shared, new_tokens, seed=1)
-    cases = [("bf16 sample vs fp32 master + bf16 autocast", bf16_samples, ComputePrecision("bfloat16", device.type)),
+    autocast = ComputePrecision("bfloat16", device.type)
+    cases = [("bf16 sample vs fp32 master + bf16 autocast", bf16_samples, autocast),
+             ("fast path: bf16 sample vs fp32 master + bf16 autocast", fast_samples, autocast),
              ("bf16 sample vs fp32 master, no autocast", bf16_samples, ComputePrecision("float32", device.type)),
              ("fp32 sample vs fp32 score (reference)", fp32_samples, ComputePrecision("float32", device.type))]
     rows = []
@@ -223,6 +236,8 @@ def logprob_rows(worker: torch.nn.Module, master: torch.nn.Module, shared: list[
                      "tolerance": LOGPROB_TOLERANCE, "ok": mean <= LOGPROB_TOLERANCE,
                      "note": f"mean behaviour logprob {mean_logprob:.2f}"})
         print(f"== logprobs {name}: mean {mean:.2e} max {worst:.2e}", flush=True)
+    same = sum(a == b for a, b in zip(fast_samples.completion_ids, bf16_samples.completion_ids))
+    rows[1]["note"] += f"; {same}/{len(shared)} completions token-identical to today's path (same seed)"
     return rows, bf16_samples
 
 
@@ -317,15 +332,51 @@ def vllm_row(shape: dict[str, Any], shared: list[list[int]], new_tokens: int, de
         return {**base, "ok": False, "note": f"vLLM failed: {type(error).__name__}: {str(error)[:200]}"}
 
 
+RECIPE = Path(__file__).parent.parent / "configs" / "smollm2-135m-chain-sum.yaml"
+
+
+def recipe_row(model_dir: Path, steps: int) -> dict[str, Any]:
+    """The SmolLM2 recipe end to end on the device (learner and one worker sharing it), from
+    ``model_dir``: an HF folder of SmolLM2-135M-Instruct's config and tokenizer. Where the folder has
+    no weights, seeded random ones are written into it (the 98 MB model file does not travel to a
+    lent GPU machine): speed, not learning — a random model never stops before ``max_new_tokens``."""
+    import re
+    import subprocess
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    weights = "real"
+    if not (model_dir / "model.safetensors").exists():
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).save_pretrained(model_dir)
+        weights = "dummy (seeded random init)"
+    command = [sys.executable, "-m", "echo2.cli", "train", "--config", str(RECIPE), f"model.name={model_dir}",
+               "learner.device=cuda", "workers.device=cuda", f"run.steps={steps}", "eval.every=1000", "eval.size=64"]
+    print("== recipe:", " ".join(command), flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    output = done.stdout + done.stderr
+    summary = re.search(r"(\d+) steps in (\d+)s \| (\d+) samples/s", output)
+    row = {"check": "recipe", "variant": f"smollm2-135m-chain-sum, {weights} weights, 1 worker, same GPU",
+           "rows": None, "new_tokens": 16, "ok": done.returncode == 0 and summary is not None,
+           "note": " | ".join(line for line in output.splitlines() if "steps in" in line or "learner util" in line)[-300:]}
+    if summary:
+        steps_done, wall, rate = map(int, summary.groups())
+        row.update(seconds=wall, samples_per_s=rate, steps=steps_done)
+    else:
+        row["note"] = output[-600:]
+    print(f"== recipe: {row}", flush=True)
+    return row
+
+
 def main() -> None:
     args = parse_args()
     device, shape = args.device, TINY if args.tiny else SMOLLM2_135M
     master = build_model(shape, device)
     worker = copy.deepcopy(master).to(torch.bfloat16)  # what a worker samples with (model.dtype bfloat16)
     master = hold_master_weights(copy.deepcopy(worker), "float32")  # the learner's fp32 copy of the same weights
-    shared, distinct = make_prompts(shape["vocab_size"])
+    shared = make_prompts(shape["vocab_size"], GROUPS * GROUP_SIZE)
     longest = max(args.new_tokens)
-    rows = generation_rows(worker, shared, distinct, args)
+    rows = generation_rows(worker, args)
     scored, samples = logprob_rows(worker, master, shared, longest, device)
     rows += scored
     del master
@@ -334,8 +385,10 @@ def main() -> None:
         for held in ("float32", "bfloat16"):
             rows.append(learner_row(worker, groups, longest, mode, held, device))
     rows.append(vllm_row(shape, shared, longest, device))
-    columns = ["check", "variant", "rows", "new_tokens", "seconds", "samples_per_s", "tokens_per_s",
-               "mean_abs_nats", "max_abs_nats", "step_s", "warm_step_s", "peak_mem_gib", "max_abs_delta",
+    if args.recipe_model:
+        rows.append(recipe_row(args.recipe_model, args.recipe_steps))
+    columns = ["check", "variant", "rows", "new_tokens", "seconds", "samples_per_s", "tokens_per_s", "speedup",
+               "first_call_s", "mean_abs_nats", "max_abs_nats", "step_s", "warm_step_s", "peak_mem_gib", "max_abs_delta",
                "unchanged_frac", "unchanged_frac_2steps", "ok", "note"]
     import transformers
 

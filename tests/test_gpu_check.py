@@ -21,17 +21,19 @@ def test_gpu_check_tiny_on_cpu(tmp_path):
     rows = report["rows"]
     assert report["meta"]["tiny"] and report["meta"]["device"] == "cpu"
 
-    generate = {r["variant"]: r for r in rows if r["check"] == "generate"}
-    shared, distinct = generate["shared 8x8"], generate["distinct 64"]
-    assert shared["rows"] == distinct["rows"] == 64  # sharing a prefill changes no row count
-    assert (shared["distinct_prompts"], distinct["distinct_prompts"]) == (8, 64)
-    for row in (shared, distinct):
+    generate = {r["variant"].split(" (")[0]: r for r in rows if r["check"] == "generate"}
+    today, fast = generate["today"], generate["fast"]
+    assert today["rows"] == fast["rows"] == 16 and today["new_tokens"] == fast["new_tokens"] == 8
+    for row in (today, fast):
         assert row["samples_per_s"] > 0 and abs(row["tokens_per_s"] / row["samples_per_s"] - row["new_tokens"]) < 1e-6
+    assert today["speedup"] == 1.0 and fast["speedup"] > 0 and fast["first_call_s"] > 0
 
     logprobs = {r["variant"].split(" (")[0]: r for r in rows if r["check"] == "logprobs"}
     assert logprobs["fp32 sample vs fp32 score"]["max_abs_nats"] < 1e-3
     mixed = logprobs["bf16 sample vs fp32 master + bf16 autocast"]
     assert mixed["ok"] and mixed["mean_abs_nats"] < report["meta"]["logprob_tolerance"]
+    fast_mixed = logprobs["fast path: bf16 sample vs fp32 master + bf16 autocast"]
+    assert fast_mixed["ok"] and "64/64 completions token-identical" in fast_mixed["note"]
 
     learner = {r["variant"]: r for r in rows if r["check"] == "learner"}
     full_master, full_bf16 = learner["full, trainable in float32"], learner["full, trainable in bfloat16"]

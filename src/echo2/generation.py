@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from echo2.decoding import Decoder, DynamicDecoder
 from echo2.tokens import model_device, prefill
 
 
@@ -42,23 +43,25 @@ def sample(
     greedy: bool = False,
     generator: torch.Generator | None = None,
     share_prompts: bool = True,
+    decoder: Decoder | None = None,
 ) -> Samples:
     """Sample one completion for every row of ``prompt_ids`` (repeat a prompt G times for a group).
 
     With ``greedy`` the argmax token is taken and ``logprobs`` are those of the
     temperature-scaled distribution all the same. ``share_prompts=False`` runs every row's
     prompt on its own (the cost without :func:`~echo2.tokens.prefill`'s sharing, for benchmarks).
+    ``decoder`` runs the per-token steps (:mod:`echo2.decoding`: dynamic by default; a
+    :class:`~echo2.decoding.StaticDecoder` replays CUDA graphs) and does not change what is sampled.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     device = model_device(model)
     start = prefill(model, prompt_ids, pad_id, share=share_prompts)
-    cache, logits, attention_mask, next_position = (start.cache, start.next_logits, start.attention_mask,
-                                                    start.next_position)
-    rows = len(prompt_ids)
+    session = (decoder or DynamicDecoder()).begin(model, start, max_new_tokens)
+    logits, rows = start.next_logits, len(prompt_ids)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens, token_logprobs = [], []
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         logp = torch.log_softmax(logits.float() / temperature, dim=-1)
         if greedy:
             token = logp.argmax(dim=-1)
@@ -70,18 +73,10 @@ def sample(
         tokens.append(token)
         token_logprobs.append(logp.gather(-1, token[:, None]).squeeze(-1))
         finished |= token == eos_id
-        if bool(finished.all()):
+        if step == max_new_tokens - 1 or (step % session.check_every == session.check_every - 1
+                                          and bool(finished.all())):
             break
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((rows, 1))], dim=1)
-        output = model(
-            input_ids=token[:, None],
-            attention_mask=attention_mask,
-            position_ids=next_position[:, None],
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache, logits = output.past_key_values, output.logits[:, -1, :]
-        next_position = next_position + 1
+        logits = session.step(token)
     token_matrix = torch.stack(tokens, dim=1).tolist()
     logprob_matrix = torch.stack(token_logprobs, dim=1).tolist()
     completions, logprobs = [], []

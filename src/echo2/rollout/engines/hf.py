@@ -3,7 +3,10 @@
 It samples with the computation the learner scores with (:mod:`echo2.generation`), so
 behaviour log-probs match the learner's to float precision; a LoRA run wraps the base model in
 the run's adapter (:mod:`echo2.lora`), each version replaces only the adapter tensors, and
-sampling runs on a :class:`~echo2.lora.MergedCopy` re-merged after each version.
+sampling runs on a :class:`~echo2.lora.MergedCopy` re-merged after each version. On a CUDA
+device each decoding step replays a captured CUDA graph over a static KV cache
+(:class:`~echo2.decoding.StaticDecoder`); new versions are copied into the same parameter tensors,
+so the graphs stay valid across versions.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from echo2.broadcast.payload import load_parameters
+from echo2.decoding import StaticDecoder
 from echo2.lora import MergedCopy, add_adapter
 from echo2.modeling import load_model, resolve_device
 from echo2.protocol import RunSpec
@@ -27,6 +31,8 @@ class HfEngine:
         self.kind = "lora" if spec.adapter else "full"
         self.merged = MergedCopy(self.model) if spec.adapter else None
         self.sampling_model = self.merged.refresh() if self.merged else self.model
+        self.decoder = StaticDecoder() if model_device(self.model).type == "cuda" else None
+        """The fast CUDA-graph path on a GPU; on a CPU the dynamic cache (no padding to a static length)."""
         self.max_context: int | None = getattr(model.config, "max_position_embeddings", None)
         """The model's window: an episode whose next turn would not fit ends (:mod:`echo2.episodes`)."""
 
@@ -38,7 +44,8 @@ class HfEngine:
 
     def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
         return sample(self.sampling_model, prompt_ids, max_new_tokens=self.spec.max_new_tokens, eos_id=self.eos_id,
-                      pad_id=self.pad_id, temperature=self.spec.temperature, generator=generator)
+                      pad_id=self.pad_id, temperature=self.spec.temperature, generator=generator,
+                      decoder=self.decoder)
 
     def load(self, payload: bytes, sha256: str) -> None:
         load_parameters(self.model, payload, sha256, self.kind)

@@ -1,0 +1,224 @@
+"""How :func:`echo2.generation.sample` runs the model once per new token: two interchangeable decoders.
+
+* :class:`DynamicDecoder` (every device's default): HF's growing ``DynamicCache`` and a 2-D mask one
+  column longer each step. Nothing is allocated ahead and attention spans only the tokens so far —
+  the cheapest on a CPU.
+* :class:`StaticDecoder` (the fast path on CUDA): the KV cache, the mask and the step's inputs live in
+  buffers allocated once per (rows, cache length) shape, so every decoding step launches the very same
+  kernels on the very same addresses and can be **captured once as a CUDA graph and replayed**
+  (``torch.cuda.CUDAGraph``). A 135M model's step is ~450 small kernels; launched one by one from
+  Python they leave an H200 idle most of the step (~25 ms/token measured, docs/real-model.md), replayed
+  as one graph they do not. On a CPU it runs the same buffers eagerly (``graphs=False``), which is
+  how the tests check it against the dynamic path.
+
+Both decode from the same :func:`echo2.tokens.prefill` (each group's shared prompt run once) and feed
+the model the same position ids, so their logits agree to float rounding: the static mask only adds
+slots whose attention weight is exactly zero. The sampling itself (temperature, RNG, log-probs) stays
+in :mod:`echo2.generation`, outside the graph, with the numerics the learner scores with.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from transformers import Cache
+
+from echo2.tokens import Prefill
+
+log = logging.getLogger(__name__)
+
+CACHE_BUCKET = 64
+"""Static cache lengths are rounded up to a multiple of this, so prompts of nearby widths share one
+captured graph (attention over a few masked slots costs less than capturing another graph)."""
+GRAPHS_KEPT = 2
+"""Captured shapes a :class:`StaticDecoder` keeps (each holds its KV cache: rows x length x layers)."""
+SUPPORTED_ATTENTION = ("sdpa", "eager")
+
+
+class DecodeSession(Protocol):
+    """One call of :func:`~echo2.generation.sample`: feed a token per row, get the next logits."""
+
+    check_every: int
+    """How many steps between checks that every row has finished (each check waits for the device)."""
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        """Run ``token`` ([rows] long) through the model; the [rows, vocab] logits of the next token."""
+
+
+class Decoder(Protocol):
+    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int) -> DecodeSession:
+        """A session that continues from ``start`` for up to ``max_new_tokens - 1`` steps."""
+
+
+class _DynamicSession:
+    check_every = 1
+
+    def __init__(self, model: torch.nn.Module, start: Prefill) -> None:
+        self.model, self.cache, self.mask, self.position = model, start.cache, start.attention_mask, start.next_position
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
+        output = self.model(input_ids=token[:, None], attention_mask=self.mask, position_ids=self.position[:, None],
+                            past_key_values=self.cache, use_cache=True)
+        self.cache, self.position = output.past_key_values, self.position + 1
+        return output.logits[:, -1, :]
+
+
+class DynamicDecoder:
+    """HF's dynamic KV cache, grown one token at a time (the portable path)."""
+
+    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int) -> DecodeSession:
+        return _DynamicSession(model, start)
+
+
+class SlotCache(Cache):
+    """A KV cache of fixed-size buffers written at one slot per step.
+
+    The slot is a one-element device tensor advanced in place, so the model's cache writes
+    (``index_copy_`` at ``slot``) read it from the device inside a replayed graph instead of baking
+    in the position the graph was captured at; every layer returns its whole buffer and the 4-D mask
+    says which slots are real.
+    """
+
+    is_compileable = True
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], slot: torch.Tensor) -> None:
+        super().__init__(layers=[])
+        self.keys, self.values, self.slot = keys, values, slot
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: object,
+               **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys[layer_idx].index_copy_(2, self.slot, key_states)
+        self.values[layer_idx].index_copy_(2, self.slot, value_states)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.keys[layer_idx].shape[2]
+
+
+@dataclass
+class _Buffers:
+    """Everything one decoding step reads and writes, allocated once for a (rows, length) shape."""
+
+    cache: SlotCache
+    token: torch.Tensor  # [rows, 1] the step's input token
+    position: torch.Tensor  # [rows, 1] its position id
+    visible: torch.Tensor  # [rows, 1, 1, length] bool: which cache slots each row attends to
+    logits: torch.Tensor | None = None  # [rows, vocab] the step's output (a graph's output buffer)
+    graph: torch.cuda.CUDAGraph | None = None
+
+
+def _layer_kv(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's (keys, values) of a filled ``DynamicCache``."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+class _StaticSession:
+    check_every = 16
+    """Checking for all-finished rows waits for the device; a few steps past the last EOS are cheaper."""
+
+    def __init__(self, model: torch.nn.Module, buffers: _Buffers, start: Prefill, width: int,
+                 additive_mask: bool) -> None:
+        self.model, self.buffers, self.additive_mask = model, buffers, additive_mask
+        b = buffers
+        b.visible.zero_()
+        b.visible[:, 0, 0, :width] = start.attention_mask.bool()
+        b.position.copy_(start.next_position[:, None])
+        b.cache.slot.fill_(width)
+        for (keys, values), (k, v) in zip(_layer_kv(start.cache), zip(b.cache.keys, b.cache.values)):
+            k[:, :, :width].copy_(keys)
+            v[:, :, :width].copy_(values)
+        self.first = True
+
+    def forward(self) -> torch.Tensor:
+        """The step on the buffers as they stand (what a graph captures)."""
+        b = self.buffers
+        mask = b.visible
+        if self.additive_mask:  # eager attention adds its mask to the scores
+            mask = torch.zeros(mask.shape, dtype=b.cache.keys[0].dtype, device=mask.device).masked_fill_(
+                ~b.visible, torch.finfo(b.cache.keys[0].dtype).min)
+        output = self.model(input_ids=b.token, attention_mask=mask, position_ids=b.position, past_key_values=b.cache,
+                            use_cache=True)
+        return output.logits[:, -1, :]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        b = self.buffers
+        if not self.first:
+            b.position.add_(1)
+            b.cache.slot.add_(1)
+        self.first = False
+        b.token.copy_(token[:, None])
+        b.visible.index_fill_(3, b.cache.slot, True)
+        if b.graph is None:
+            return self.forward()
+        b.graph.replay()
+        return b.logits
+
+
+class StaticDecoder:
+    """Preallocated KV cache; with ``graphs`` each step replays a CUDA graph captured once per shape.
+
+    Keep one per model (a rollout engine does): captured graphs hold the model's parameter
+    addresses, which stay valid because new versions are copied into the parameters in place
+    (:func:`echo2.broadcast.payload.load_parameters`, :meth:`echo2.lora.MergedCopy.refresh`).
+    """
+
+    def __init__(self, graphs: bool = True) -> None:
+        self.graphs = graphs
+        self._shapes: OrderedDict[tuple[int, int, int], _Buffers] = OrderedDict()
+
+    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int) -> DecodeSession:
+        attention = getattr(model.config, "_attn_implementation", "sdpa")
+        if attention not in SUPPORTED_ATTENTION:
+            raise ValueError(f"static decoding needs attention {SUPPORTED_ATTENTION}, the model uses {attention!r}: "
+                             "use the dynamic decoder")
+        rows, width = start.attention_mask.shape
+        length = -(-(width + max_new_tokens) // CACHE_BUCKET) * CACHE_BUCKET
+        buffers = self._buffers(model, start, rows, length)
+        session = _StaticSession(model, buffers, start, width, additive_mask=attention == "eager")
+        if self.graphs and buffers.graph is None and start.next_logits.device.type == "cuda":
+            try:
+                self._capture(session)
+            except RuntimeError as error:  # an op the graph cannot hold: decode eagerly from now on
+                log.warning("CUDA graph capture failed (%s); decoding without graphs", str(error)[:300])
+                self.graphs, buffers.graph, buffers.logits = False, None, None
+        return session
+
+    def _buffers(self, model: torch.nn.Module, start: Prefill, rows: int, length: int) -> _Buffers:
+        key = (id(model), rows, length)
+        if key in self._shapes:
+            self._shapes.move_to_end(key)
+            return self._shapes[key]
+        while len(self._shapes) >= GRAPHS_KEPT:
+            self._shapes.popitem(last=False)
+        layers = _layer_kv(start.cache)
+        device = start.next_logits.device
+        keys = [k.new_zeros((rows, k.shape[1], length, k.shape[3])) for k, _ in layers]
+        values = [v.new_zeros((rows, v.shape[1], length, v.shape[3])) for _, v in layers]
+        buffers = _Buffers(cache=SlotCache(keys, values, torch.zeros(1, dtype=torch.long, device=device)),
+                           token=torch.zeros((rows, 1), dtype=torch.long, device=device),
+                           position=torch.zeros((rows, 1), dtype=torch.long, device=device),
+                           visible=torch.zeros((rows, 1, 1, length), dtype=torch.bool, device=device))
+        self._shapes[key] = buffers
+        return buffers
+
+    @staticmethod
+    def _capture(session: _StaticSession) -> None:
+        """Warm the step up on a side stream (lazy CUDA state, cuBLAS workspaces), then capture it.
+
+        The warm-up writes one step's keys at the first free slot, which the first real step overwrites.
+        """
+        b = session.buffers
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                session.forward()
+        torch.cuda.current_stream().wait_stream(stream)
+        b.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(b.graph):
+            b.logits = session.forward()
