@@ -105,6 +105,8 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe-model", type=Path, default=None,
                         help="also run the SmolLM2 recipe end to end from this HF folder (config + tokenizer)")
     parser.add_argument("--recipe-steps", type=int, default=40)
+    parser.add_argument("--profile", action="store_true",
+                        help="print the fast path's costliest operations at 256 rows (torch.profiler)")
 
 
 def parse_args() -> argparse.Namespace:
@@ -332,6 +334,20 @@ def vllm_row(shape: dict[str, Any], shared: list[list[int]], new_tokens: int, de
         return {**base, "ok": False, "note": f"vLLM failed: {type(error).__name__}: {str(error)[:200]}"}
 
 
+def profile_fast_path(worker: torch.nn.Module, out: Path) -> None:
+    """Where a fast-path step's time goes (device kernels and host calls), 256 rows x 32 tokens."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prompts, decoder = make_prompts(worker.config.vocab_size, 256), StaticDecoder()
+    draw(worker, prompts, 32, 0, decoder)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+        draw(worker, prompts, 32, 1, decoder)
+    table = trace.key_averages().table(sort_by="self_cuda_time_total", row_limit=15)
+    (out / "profile.txt").parent.mkdir(parents=True, exist_ok=True)
+    (out / "profile.txt").write_text(table)
+    print(table, flush=True)
+
+
 RECIPE = Path(__file__).parent.parent / "configs" / "smollm2-135m-chain-sum.yaml"
 
 
@@ -377,6 +393,8 @@ def main() -> None:
     shared = make_prompts(shape["vocab_size"], GROUPS * GROUP_SIZE)
     longest = max(args.new_tokens)
     rows = generation_rows(worker, args)
+    if args.profile and args.device.type == "cuda":
+        profile_fast_path(worker, args.out)
     scored, samples = logprob_rows(worker, master, shared, longest, device)
     rows += scored
     del master

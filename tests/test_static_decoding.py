@@ -77,7 +77,7 @@ def test_lengths_are_bucketed_and_few_shapes_are_kept():
     model, decoder = tiny(), StaticDecoder(graphs=False)
     for new_tokens in (8, 8 + CACHE_BUCKET, 8 + 2 * CACHE_BUCKET):
         draw(model, decoder, new_tokens=new_tokens)
-    lengths = sorted(length for _, _, length in decoder._shapes)
+    lengths = sorted(length for _, _, length, _ in decoder._shapes)
     assert all(length % CACHE_BUCKET == 0 for length in lengths)
     assert len(lengths) == 2  # the oldest shape was dropped
 
@@ -103,7 +103,7 @@ def test_lora_merged_copy_decodes_alike_and_follows_new_adapter_weights():
 def test_unsupported_attention_is_refused_with_a_clear_error():
     flash = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"))
     with pytest.raises(ValueError, match="static decoding needs attention"):
-        StaticDecoder().begin(flash, start=None, max_new_tokens=8)
+        StaticDecoder().begin(flash, start=None, max_new_tokens=8, choice=None)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")

@@ -39,40 +39,88 @@ GRAPHS_KEPT = 2
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
 
-class DecodeSession(Protocol):
-    """One call of :func:`~echo2.generation.sample`: feed a token per row, get the next logits."""
+@dataclass(frozen=True)
+class Choice:
+    """How every row's next token is chosen from its logits: the one sampling rule of both decoders
+    (the static one captures it inside its graph)."""
 
+    temperature: float
+    greedy: bool
+    eos_id: int
+    pad_id: int
+
+    def __call__(self, logits: torch.Tensor, noise: torch.Tensor,
+                 finished: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(token, its log-prob under ``softmax(logits / T)``, finished after it) for every row.
+
+        Sampling is the exponential race ``argmax(p / E)`` with ``E ~ Exp(1)`` drawn into ``noise``
+        by the caller: an exact draw from ``p`` and the very computation of ``torch.multinomial(p, 1)``
+        (ATen's one-sample path, so the same generator gives the same tokens), written out so that
+        no random-number call sits inside a captured graph. A finished row emits ``pad_id``.
+        """
+        logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+        token = logp.argmax(dim=-1) if self.greedy else (logp.exp() / noise).argmax(dim=-1)
+        token = torch.where(finished, self.pad_id, token)
+        return token, logp.gather(-1, token[:, None]).squeeze(-1), finished | (token == self.eos_id)
+
+
+class DecodeSession(Protocol):
+    """One call of :func:`~echo2.generation.sample`: a token per row per step, from the prefill on."""
+
+    noise: torch.Tensor
+    """[rows, vocab] float32: the caller fills it with Exp(1) draws before each sampled step."""
+    finished: torch.Tensor
+    """[rows] bool: which rows have emitted EOS."""
     check_every: int
     """How many steps between checks that every row has finished (each check waits for the device)."""
 
-    def step(self, token: torch.Tensor) -> torch.Tensor:
-        """Run ``token`` ([rows] long) through the model; the [rows, vocab] logits of the next token."""
+    def step(self, last: bool) -> None:
+        """Choose every row's next token; unless ``last``, run it through the model."""
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """[rows, steps] tokens and their log-probs."""
 
 
 class Decoder(Protocol):
-    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int) -> DecodeSession:
-        """A session that continues from ``start`` for up to ``max_new_tokens - 1`` steps."""
+    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int, choice: Choice) -> DecodeSession:
+        """A session that continues from ``start`` for up to ``max_new_tokens`` tokens."""
+
+
+def _noise_like(logits: torch.Tensor) -> torch.Tensor:
+    return torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
 
 
 class _DynamicSession:
     check_every = 1
 
-    def __init__(self, model: torch.nn.Module, start: Prefill) -> None:
-        self.model, self.cache, self.mask, self.position = model, start.cache, start.attention_mask, start.next_position
+    def __init__(self, model: torch.nn.Module, start: Prefill, choice: Choice) -> None:
+        self.model, self.choice, self.logits = model, choice, start.next_logits
+        self.cache, self.mask, self.position = start.cache, start.attention_mask, start.next_position
+        self.noise = _noise_like(start.next_logits)
+        self.finished = torch.zeros(len(start.next_position), dtype=torch.bool, device=start.next_logits.device)
+        self.tokens: list[torch.Tensor] = []
+        self.logprobs: list[torch.Tensor] = []
 
-    def step(self, token: torch.Tensor) -> torch.Tensor:
+    def step(self, last: bool) -> None:
+        token, logprob, self.finished = self.choice(self.logits, self.noise, self.finished)
+        self.tokens.append(token)
+        self.logprobs.append(logprob)
+        if last:
+            return
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
         output = self.model(input_ids=token[:, None], attention_mask=self.mask, position_ids=self.position[:, None],
                             past_key_values=self.cache, use_cache=True)
-        self.cache, self.position = output.past_key_values, self.position + 1
-        return output.logits[:, -1, :]
+        self.cache, self.position, self.logits = output.past_key_values, self.position + 1, output.logits[:, -1, :]
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.stack(self.tokens, dim=1), torch.stack(self.logprobs, dim=1)
 
 
 class DynamicDecoder:
     """HF's dynamic KV cache, grown one token at a time (the portable path)."""
 
-    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int) -> DecodeSession:
-        return _DynamicSession(model, start)
+    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int, choice: Choice) -> DecodeSession:
+        return _DynamicSession(model, start, choice)
 
 
 class SlotCache(Cache):
@@ -102,13 +150,19 @@ class SlotCache(Cache):
 
 @dataclass
 class _Buffers:
-    """Everything one decoding step reads and writes, allocated once for a (rows, length) shape."""
+    """Everything one decoding step reads and writes, allocated once for a (rows, length) shape: the
+    graph replays against these addresses."""
 
     cache: SlotCache
-    token: torch.Tensor  # [rows, 1] the step's input token
+    logits: torch.Tensor  # [rows, vocab] the logits the next token is chosen from
+    noise: torch.Tensor  # [rows, vocab] float32 Exp(1) draws, filled by the caller each step
+    finished: torch.Tensor  # [rows] bool
+    token: torch.Tensor  # [rows, 1] the chosen token, the model's next input
     position: torch.Tensor  # [rows, 1] its position id
     visible: torch.Tensor  # [rows, 1, 1, length] bool: which cache slots each row attends to
-    logits: torch.Tensor | None = None  # [rows, vocab] the step's output (a graph's output buffer)
+    step: torch.Tensor  # [1] long: the output column this step writes
+    tokens: torch.Tensor  # [rows, length] chosen tokens, column by column
+    logprobs: torch.Tensor  # [rows, length] their log-probs
     graph: torch.cuda.CUDAGraph | None = None
 
 
@@ -121,42 +175,60 @@ class _StaticSession:
     check_every = 16
     """Checking for all-finished rows waits for the device; a few steps past the last EOS are cheaper."""
 
-    def __init__(self, model: torch.nn.Module, buffers: _Buffers, start: Prefill, width: int,
+    def __init__(self, model: torch.nn.Module, buffers: _Buffers, start: Prefill, choice: Choice,
                  additive_mask: bool) -> None:
-        self.model, self.buffers, self.additive_mask = model, buffers, additive_mask
-        b = buffers
+        self.model, self.buffers, self.start, self.choice, self.additive_mask = (model, buffers, start, choice,
+                                                                                  additive_mask)
+        self.noise, self.finished = buffers.noise, buffers.finished
+        self.steps = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Load the prefill into the buffers (again after a graph's warm-up steps)."""
+        b, start = self.buffers, self.start
+        width = start.attention_mask.shape[1]
         b.visible.zero_()
         b.visible[:, 0, 0, :width] = start.attention_mask.bool()
         b.position.copy_(start.next_position[:, None])
         b.cache.slot.fill_(width)
+        b.step.zero_()
+        b.finished.zero_()
+        b.logits.copy_(start.next_logits)
         for (keys, values), (k, v) in zip(_layer_kv(start.cache), zip(b.cache.keys, b.cache.values)):
             k[:, :, :width].copy_(keys)
             v[:, :, :width].copy_(values)
-        self.first = True
 
-    def forward(self) -> torch.Tensor:
-        """The step on the buffers as they stand (what a graph captures)."""
+    def run(self) -> None:
+        """One whole step on the buffers (what a graph captures): choose, record, run the model, advance."""
         b = self.buffers
-        mask = b.visible
-        if self.additive_mask:  # eager attention adds its mask to the scores
-            mask = torch.zeros(mask.shape, dtype=b.cache.keys[0].dtype, device=mask.device).masked_fill_(
-                ~b.visible, torch.finfo(b.cache.keys[0].dtype).min)
-        output = self.model(input_ids=b.token, attention_mask=mask, position_ids=b.position, past_key_values=b.cache,
-                            use_cache=True)
-        return output.logits[:, -1, :]
-
-    def step(self, token: torch.Tensor) -> torch.Tensor:
-        b = self.buffers
-        if not self.first:
-            b.position.add_(1)
-            b.cache.slot.add_(1)
-        self.first = False
+        token, logprob, finished = self.choice(b.logits, b.noise, b.finished)
+        b.finished.copy_(finished)
+        b.tokens.index_copy_(1, b.step, token[:, None])
+        b.logprobs.index_copy_(1, b.step, logprob[:, None])
         b.token.copy_(token[:, None])
         b.visible.index_fill_(3, b.cache.slot, True)
-        if b.graph is None:
-            return self.forward()
-        b.graph.replay()
-        return b.logits
+        mask = b.visible
+        if self.additive_mask:  # eager attention adds its mask to the scores
+            dtype = b.cache.keys[0].dtype
+            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~b.visible,
+                                                                                       torch.finfo(dtype).min)
+        output = self.model(input_ids=b.token, attention_mask=mask, position_ids=b.position, past_key_values=b.cache,
+                            use_cache=True)
+        b.logits.copy_(output.logits[:, -1, :])
+        b.position.add_(1)
+        b.cache.slot.add_(1)
+        b.step.add_(1)
+
+    def step(self, last: bool) -> None:
+        """The last step runs the model as well: one spare forward keeps a single graph per shape."""
+        if self.buffers.graph is None:
+            self.run()
+        else:
+            self.buffers.graph.replay()
+        self.steps += 1
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.buffers.tokens[:, : self.steps], self.buffers.logprobs[:, : self.steps]
 
 
 class StaticDecoder:
@@ -171,54 +243,58 @@ class StaticDecoder:
         self.graphs = graphs
         self._shapes: OrderedDict[tuple[int, int, int], _Buffers] = OrderedDict()
 
-    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int) -> DecodeSession:
+    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int, choice: Choice) -> DecodeSession:
         attention = getattr(model.config, "_attn_implementation", "sdpa")
         if attention not in SUPPORTED_ATTENTION:
             raise ValueError(f"static decoding needs attention {SUPPORTED_ATTENTION}, the model uses {attention!r}: "
                              "use the dynamic decoder")
         rows, width = start.attention_mask.shape
         length = -(-(width + max_new_tokens) // CACHE_BUCKET) * CACHE_BUCKET
-        buffers = self._buffers(model, start, rows, length)
-        session = _StaticSession(model, buffers, start, width, additive_mask=attention == "eager")
+        buffers = self._buffers(model, start, rows, length, choice)
+        session = _StaticSession(model, buffers, start, choice, additive_mask=attention == "eager")
         if self.graphs and buffers.graph is None and start.next_logits.device.type == "cuda":
             try:
                 self._capture(session)
             except RuntimeError as error:  # an op the graph cannot hold: decode eagerly from now on
                 log.warning("CUDA graph capture failed (%s); decoding without graphs", str(error)[:300])
-                self.graphs, buffers.graph, buffers.logits = False, None, None
+                self.graphs, buffers.graph = False, None
+            session.reset()
         return session
 
-    def _buffers(self, model: torch.nn.Module, start: Prefill, rows: int, length: int) -> _Buffers:
-        key = (id(model), rows, length)
+    def _buffers(self, model: torch.nn.Module, start: Prefill, rows: int, length: int, choice: Choice) -> _Buffers:
+        key = (id(model), rows, length, choice)
         if key in self._shapes:
             self._shapes.move_to_end(key)
             return self._shapes[key]
         while len(self._shapes) >= GRAPHS_KEPT:
             self._shapes.popitem(last=False)
         layers = _layer_kv(start.cache)
-        device = start.next_logits.device
-        keys = [k.new_zeros((rows, k.shape[1], length, k.shape[3])) for k, _ in layers]
-        values = [v.new_zeros((rows, v.shape[1], length, v.shape[3])) for _, v in layers]
-        buffers = _Buffers(cache=SlotCache(keys, values, torch.zeros(1, dtype=torch.long, device=device)),
-                           token=torch.zeros((rows, 1), dtype=torch.long, device=device),
-                           position=torch.zeros((rows, 1), dtype=torch.long, device=device),
-                           visible=torch.zeros((rows, 1, 1, length), dtype=torch.bool, device=device))
+        logits = start.next_logits
+        device = logits.device
+
+        def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        buffers = _Buffers(
+            cache=SlotCache([k.new_zeros((rows, k.shape[1], length, k.shape[3])) for k, _ in layers],
+                            [v.new_zeros((rows, v.shape[1], length, v.shape[3])) for _, v in layers], zeros(1)),
+            logits=torch.zeros_like(logits), noise=_noise_like(logits), finished=zeros(rows, dtype=torch.bool),
+            token=zeros(rows, 1), position=zeros(rows, 1), visible=zeros(rows, 1, 1, length, dtype=torch.bool),
+            step=zeros(1), tokens=zeros(rows, length), logprobs=zeros(rows, length, dtype=torch.float32))
         self._shapes[key] = buffers
         return buffers
 
     @staticmethod
     def _capture(session: _StaticSession) -> None:
-        """Warm the step up on a side stream (lazy CUDA state, cuBLAS workspaces), then capture it.
-
-        The warm-up writes one step's keys at the first free slot, which the first real step overwrites.
-        """
+        """Warm the step up on a side stream (lazy CUDA state, cuBLAS workspaces), then capture it;
+        the caller resets the buffers the warm-up steps moved on."""
         b = session.buffers
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
-                session.forward()
+                session.run()
         torch.cuda.current_stream().wait_stream(stream)
         b.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(b.graph):
-            b.logits = session.forward()
+            session.run()

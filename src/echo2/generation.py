@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from echo2.decoding import Decoder, DynamicDecoder
-from echo2.tokens import model_device, prefill
+from echo2.decoding import Choice, Decoder, DynamicDecoder
+from echo2.tokens import prefill
 
 
 @dataclass
@@ -29,6 +29,15 @@ class Samples:
     @property
     def num_tokens(self) -> int:
         return sum(len(c) for c in self.completion_ids)
+
+
+def draw_exponential(noise: torch.Tensor, generator: torch.Generator | None) -> None:
+    """Fill ``noise`` with Exp(1) draws from ``generator``, drawn where the generator lives (a CPU
+    generator for a model on a GPU draws on the host): the same stream on any device."""
+    if generator is None or generator.device == noise.device:
+        noise.exponential_(generator=generator)
+    else:
+        noise.copy_(torch.empty(noise.shape, dtype=noise.dtype).exponential_(generator=generator))
 
 
 @torch.no_grad()
@@ -55,30 +64,17 @@ def sample(
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    device = model_device(model)
     start = prefill(model, prompt_ids, pad_id, share=share_prompts)
-    session = (decoder or DynamicDecoder()).begin(model, start, max_new_tokens)
-    logits, rows = start.next_logits, len(prompt_ids)
-    finished = torch.zeros(rows, dtype=torch.bool, device=device)
-    tokens, token_logprobs = [], []
+    choice = Choice(temperature=temperature, greedy=greedy, eos_id=eos_id, pad_id=pad_id)
+    session = (decoder or DynamicDecoder()).begin(model, start, max_new_tokens, choice)
     for step in range(max_new_tokens):
-        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-        if greedy:
-            token = logp.argmax(dim=-1)
-        else:
-            # drawn where the generator lives (a CPU generator for a model on a GPU): same stream anywhere
-            probs = logp.exp() if generator is None else logp.exp().to(generator.device)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1).to(device)
-        token = torch.where(finished, torch.full_like(token, pad_id), token)
-        tokens.append(token)
-        token_logprobs.append(logp.gather(-1, token[:, None]).squeeze(-1))
-        finished |= token == eos_id
-        if step == max_new_tokens - 1 or (step % session.check_every == session.check_every - 1
-                                          and bool(finished.all())):
+        if not greedy:
+            draw_exponential(session.noise, generator)
+        session.step(last=step == max_new_tokens - 1)
+        if step % session.check_every == session.check_every - 1 and bool(session.finished.all()):
             break
-        logits = session.step(token)
-    token_matrix = torch.stack(tokens, dim=1).tolist()
-    logprob_matrix = torch.stack(token_logprobs, dim=1).tolist()
+    tokens, token_logprobs = session.result()
+    token_matrix, logprob_matrix = tokens.tolist(), token_logprobs.tolist()
     completions, logprobs = [], []
     for row_tokens, row_logprobs in zip(token_matrix, logprob_matrix):
         length = row_tokens.index(eos_id) + 1 if eos_id in row_tokens else len(row_tokens)
