@@ -105,6 +105,8 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe-model", type=Path, default=None,
                         help="also run the SmolLM2 recipe end to end from this HF folder (config + tokenizer)")
     parser.add_argument("--recipe-steps", type=int, default=40)
+    parser.add_argument("--checks", default="generate,logprobs,learner,vllm",
+                        help="comma-separated checks to run (a lent GPU's time is short)")
     parser.add_argument("--profile", action="store_true",
                         help="print the fast path's costliest operations at 256 rows (torch.profiler)")
 
@@ -367,6 +369,7 @@ def recipe_row(model_dir: Path, steps: int) -> dict[str, Any]:
         AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).save_pretrained(model_dir)
         weights = "dummy (seeded random init)"
     command = [sys.executable, "-m", "echo2.cli", "train", "--config", str(RECIPE), f"model.name={model_dir}",
+               f"task.options.chat_template={model_dir}",
                "learner.device=cuda", "workers.device=cuda", f"run.steps={steps}", "eval.every=1000", "eval.size=64"]
     print("== recipe:", " ".join(command), flush=True)
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
@@ -392,17 +395,21 @@ def main() -> None:
     master = hold_master_weights(copy.deepcopy(worker), "float32")  # the learner's fp32 copy of the same weights
     shared = make_prompts(shape["vocab_size"], GROUPS * GROUP_SIZE)
     longest = max(args.new_tokens)
-    rows = generation_rows(worker, args)
+    checks = set(args.checks.split(","))
+    rows = generation_rows(worker, args) if "generate" in checks else []
     if args.profile and args.device.type == "cuda":
         profile_fast_path(worker, args.out)
-    scored, samples = logprob_rows(worker, master, shared, longest, device)
-    rows += scored
+    if checks & {"logprobs", "learner"}:
+        scored, samples = logprob_rows(worker, master, shared, longest, device)
+        rows += scored
     del master
-    groups = make_groups(shared, samples)
-    for mode in ("full", "lora"):
-        for held in ("float32", "bfloat16"):
-            rows.append(learner_row(worker, groups, longest, mode, held, device))
-    rows.append(vllm_row(shape, shared, longest, device))
+    if "learner" in checks:
+        groups = make_groups(shared, samples)
+        for mode in ("full", "lora"):
+            for held in ("float32", "bfloat16"):
+                rows.append(learner_row(worker, groups, longest, mode, held, device))
+    if "vllm" in checks:
+        rows.append(vllm_row(shape, shared, longest, device))
     if args.recipe_model:
         rows.append(recipe_row(args.recipe_model, args.recipe_steps))
     columns = ["check", "variant", "rows", "new_tokens", "seconds", "samples_per_s", "tokens_per_s", "speedup",
