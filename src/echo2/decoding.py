@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import Cache
 
 from echo2.tokens import Prefill
@@ -38,10 +37,6 @@ captured graph (attention over a few masked slots costs less than capturing anot
 GRAPHS_KEPT = 2
 """Captured shapes a :class:`StaticDecoder` keeps (each holds its KV cache: rows x length x layers)."""
 SUPPORTED_ATTENTION = ("sdpa", "eager")
-DECODE_ATTENTION = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
-"""SDPA kernels for a one-token step over the masked static cache. cuDNN's is left out: on an H200
-it took 50 us a layer for 256 rows, and two copies of the cache's keys and values per layer
-(43 us each) came with it (torch.profiler, ``bench/gpu_check.py --profile``)."""
 
 
 @dataclass(frozen=True)
@@ -217,9 +212,8 @@ class _StaticSession:
             dtype = b.cache.keys[0].dtype
             mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~b.visible,
                                                                                        torch.finfo(dtype).min)
-        with sdpa_kernel(DECODE_ATTENTION):
-            output = self.model(input_ids=b.token, attention_mask=mask, position_ids=b.position,
-                                past_key_values=b.cache, use_cache=True)
+        output = self.model(input_ids=b.token, attention_mask=mask, position_ids=b.position, past_key_values=b.cache,
+                            use_cache=True)
         b.logits.copy_(output.logits[:, -1, :])
         b.position.add_(1)
         b.cache.slot.add_(1)
