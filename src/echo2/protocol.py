@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 #: Header carrying the run token (register), the worker's session credential (later calls) or,
 #: to relays and the learner's chunk server, the broadcast credential (:mod:`echo2.guard`).
 AUTH_HEADER = "X-Echo2-Token"
+MIN_LOGPROB = -50.0
+"""The lowest behaviour log-prob a submission may carry. A sampler draws a token of probability
+e^-50 (2e-22) about never — over a 49k vocabulary less than once in 10^17 draws — while one
+log-prob of -1000 from an untrusted worker made ``exp(logprob - behaviour)`` overflow and the
+learner's gradient NaN (docs/security.md)."""
 
 #: A relay URL: scheme, host and port, nothing else (no user, path, query or fragment).
 _RELAY_URL = re.compile(r"https?://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?):([0-9]{1,5})")
@@ -167,6 +172,9 @@ class Completion(Message):
     def _finite_logprobs(cls, values: list[float]) -> list[float]:
         if any(not math.isfinite(v) or v > 1e-4 for v in values):
             raise ValueError("log-probs must be finite and <= 0")
+        lowest = min(values)
+        if lowest < MIN_LOGPROB:
+            raise ValueError(f"log-prob {lowest:g} is below {MIN_LOGPROB:g}: no sampler draws a token that unlikely")
         return values
 
     @model_validator(mode="after")

@@ -25,7 +25,7 @@ from echo2.evaluation import EvalResult, evaluate
 from echo2.exchange import Group, RolloutSource, RunStats
 from echo2.learner.checkpoint import save_checkpoint
 from echo2.learner.sampling import informative_batch
-from echo2.learner.trainer import Learner
+from echo2.learner.trainer import Learner, require_finite
 from echo2.learner.verification import AuditPolicy, Verifier
 from echo2.learner.version_cache import VersionCache
 from echo2.tasks import Example, Task
@@ -106,6 +106,13 @@ class LearnerLoop:
                 self.state.quarantine(worker_id, why, taken=[g for g in batch if g.worker_id == worker_id])
             kept += [g for g in batch if g.worker_id not in suspects]
         return kept
+
+    def _quarantine_suspects(self, trained: list[Group]) -> None:
+        """Quarantine the workers of the groups the step left out (implausible log-probs, or a
+        refused non-finite update); those groups' prompts go back to the queue."""
+        for index, why in self.learner.suspects.items():
+            group = trained[index]
+            self.state.quarantine(group.worker_id, why, taken=[group])
 
     def _batch(self, step: int) -> tuple[list[Group], list[Group], dict[str, float]]:
         """The step's batch; under DAPO's dynamic sampling also the groups it filtered out (EchoClip
@@ -221,7 +228,9 @@ class LearnerLoop:
             batch, filtered, sampling = self._batch(step)
             train_start = time.time()
             record = self.learner.step(batch, version=step, echo_groups=filtered)
+            self._quarantine_suspects([*batch, *filtered])
             version = step + 1
+            require_finite(self.learner.policy, version)
             published = self.publisher.publish(version, self.learner.policy)
             state.publish(published)
             self.verifier.published(version, self.learner.policy)

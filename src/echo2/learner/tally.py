@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from echo2.learner.objectives import LossTerms, RatioStats
+
+
+IMPLAUSIBLE = "behaviour log-probs implausible under the policy (a log-ratio beyond 20 nats)"
+NONFINITE = "its group was in an optimizer update whose gradient was not finite (the update was refused)"
 
 
 @dataclass
@@ -19,10 +25,15 @@ class Tally:
     """Report the mean token entropy (computed only with an entropy bonus)."""
     echoclip: bool = False
     """Report the EchoClip auxiliary loss."""
+    suspects: dict[int, str] = field(default_factory=dict)
+    """Rows left out of the step, and why: implausible behaviour log-probs, or a refused update."""
+    refused_updates: int = 0
+    """Optimizer updates not applied because the gradient was not finite."""
 
     def add(self, terms: LossTerms) -> None:
         self.stats.merge(terms.stats)
-        self.loss += terms.loss.item()
+        loss = terms.loss.item()
+        self.loss += loss if math.isfinite(loss) else 0.0  # such an update is refused (see suspects)
         self.kl_sum += terms.kl_sum
         self.entropy_sum += terms.entropy_sum
         self.echoclip_loss += terms.echoclip_loss
@@ -34,6 +45,7 @@ class Tally:
         self.kl_sum += other.kl_sum
         self.entropy_sum += other.entropy_sum
         self.echoclip_loss += other.echoclip_loss
+        self.suspects.update(other.suspects)
 
     def metrics(self, updates: int) -> dict[str, float]:
         """Per-token means over every trained token, losses per optimizer update (of ``updates``).
@@ -54,7 +66,9 @@ class Tally:
             "behaviour_weight_max": s.weight_max if trained else 1.0,
             "behaviour_weight_truncated_fraction": s.truncated / tokens,
             "kl": self.kl_sum / tokens,
-            "grad_norm": sum(self.grad_norms) / len(self.grad_norms),
+            "grad_norm": sum(self.grad_norms) / len(self.grad_norms) if self.grad_norms else 0.0,
+            "implausible_rows": float(sum(why == IMPLAUSIBLE for why in self.suspects.values())),
+            "refused_updates": float(self.refused_updates),
         }
         if self.entropies:
             values["entropy"] = self.entropy_sum / tokens

@@ -13,9 +13,10 @@ Under torchrun every rank runs the same step on its share of the sequences
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -34,12 +35,13 @@ from echo2.learner.objectives import (
     degeneration,
     delimiter_ids,
     group_advantages,
+    implausible_rows,
     objective_loss,
     overlong_penalty,
 )
 from echo2.learner.optimizer import build_optimizer
 from echo2.learner.precision import ComputePrecision
-from echo2.learner.tally import Tally
+from echo2.learner.tally import IMPLAUSIBLE, NONFINITE, Tally
 from echo2.lora import MergedCopy, has_adapter
 
 
@@ -71,6 +73,14 @@ def objective_settings(config: LearnerConfig, tokenizer: PreTrainedTokenizerBase
     return ObjectiveSettings(name=config.loss, clip_low=config.clip_low, clip_high=config.clip_high,
                              ratio_cap=config.ratio_cap, correction=config.correction,
                              kl_coef=config.kl_coef, entropy_coef=config.entropy_coef, echoclip=echoclip)
+
+
+def require_finite(model: torch.nn.Module, version: int) -> None:
+    """Refuse to publish ``version`` if any parameter is not finite: workers would sample from it
+    and crash, and the run could not go on (the last line of defence after the step's own checks)."""
+    finite = torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()
+    if not bool(finite):
+        raise RuntimeError(f"a parameter is not finite after the step to version {version}: not publishing it")
 
 
 @dataclass
@@ -140,6 +150,8 @@ class Learner:
         self._merged: MergedCopy | None = None
         self.settings = objective_settings(config, tokenizer)
         self.optimizer = build_optimizer(self.model, config, model_dir, shard)
+        self.suspects: dict[int, str] = {}
+        """After a step: the groups it left out, and why (see :meth:`train_step`)."""
         warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
@@ -178,7 +190,9 @@ class Learner:
         self.optimizer.load_state_dict({**state, "state": place_state(state["state"], parameters, self.shard)})
 
     def train_step(self, groups: list[Group], version: int, echo_groups: Sequence[Group] = ()) -> dict[str, float]:
-        """:meth:`step` on this rank's share of the sequences (every rank calls it)."""
+        """:meth:`step` on this rank's share of the sequences (every rank calls it). Afterwards
+        ``suspects`` maps the index (in ``[*groups, *echo_groups]``) of every group left out of the
+        step to why: the caller quarantines their workers."""
         started = time.perf_counter()
         rollouts = Rollouts.from_groups(groups, self.tokenizer, echo_groups)
         trained, total = rollouts.trained, len(rollouts.completions)
@@ -204,6 +218,10 @@ class Learner:
         if self.shard.world > 1:
             for other in self.shard.gather(tally)[1:]:
                 tally.absorb(other)
+        owner = [g for g, group in enumerate([*groups, *echo_groups]) for _ in group.token_ids]
+        self.suspects = {}
+        for row, why in sorted(tally.suspects.items()):
+            self.suspects.setdefault(owner[row], why)
         rewards = rollouts.rewards[: len(groups)]
         degenerate = degeneration(rewards, self.config.success_reward)
         staleness = [version - g.version for g in groups]
@@ -274,13 +292,33 @@ class Learner:
             if not rows:
                 idle_pass(self.model, backward=True)
                 continue
-            terms = objective_loss(self._token_batch(rollouts, advantages, rows, anchors), self.settings, totals)
+            batch = self._token_batch(rollouts, advantages, rows, anchors)
+            batch = self._without_implausible(batch, rows, tally)
+            terms = objective_loss(batch, self.settings, totals)
             self.shard.scaled(terms.loss).backward()
             tally.add(terms)
         self.shard.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        tally.grad_norms.append(float(self.shard.full(norm)))
+        norm = float(self.shard.full(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)))
+        if not math.isfinite(norm):  # whatever slipped past the checks: never applied
+            self.optimizer.zero_grad(set_to_none=True)
+            tally.refused_updates += 1
+            tally.suspects.update({row: NONFINITE for row in chunk + echo_chunk if row in active})
+            return
+        tally.grad_norms.append(norm)
         self.optimizer.step()
+
+    @staticmethod
+    def _without_implausible(batch: TokenBatch, rows: list[int], tally: Tally) -> TokenBatch:
+        """``batch`` with its implausible rows (:func:`implausible_rows`) masked out, noted in ``tally``:
+        they take no part in the loss, and their workers are quarantined after the step."""
+        real = batch.mask if batch.clip_mask is None else torch.maximum(batch.mask, batch.clip_mask)
+        bad = implausible_rows(batch.logprobs, batch.behaviour, real)
+        if not bool(bad.any()):
+            return batch
+        tally.suspects.update({rows[k]: IMPLAUSIBLE for k in bad.nonzero().flatten().tolist()})
+        keep = (~bad)[:, None].to(batch.mask.dtype)
+        return replace(batch, mask=batch.mask * keep,
+                       clip_mask=None if batch.clip_mask is None else batch.clip_mask * keep)
 
     def _token_batch(self, rollouts: Rollouts, advantages: torch.Tensor, rows: list[int],
                      anchors: Anchors) -> TokenBatch:

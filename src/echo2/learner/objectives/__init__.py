@@ -17,7 +17,7 @@ from echo2.learner.objectives.registry import (
     Totals,
     objective_loss,
 )
-from echo2.learner.objectives.surrogate import RatioStats
+from echo2.learner.objectives.surrogate import RatioStats, implausible_rows
 
 __all__ = [
     "OBJECTIVES",
@@ -33,6 +33,7 @@ __all__ = [
     "degeneration",
     "delimiter_ids",
     "group_advantages",
+    "implausible_rows",
     "is_degenerate",
     "objective_loss",
     "overlong_penalty",

@@ -34,7 +34,7 @@ from typing import Literal
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from echo2.learner.objectives.surrogate import clipped_surrogate, sequence_mean
+from echo2.learner.objectives.surrogate import LOG_RATIO_LIMIT, clipped_surrogate, sequence_mean
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,6 @@ def echoclip_loss(logprobs: torch.Tensor, anchor: torch.Tensor, clip_mask: torch
     if settings.objective == "nll":
         per_token = -logprobs
     else:
-        ratio = torch.exp(logprobs - anchor)
+        ratio = torch.exp((logprobs - anchor).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
         per_token = -clipped_surrogate(ratio, torch.ones_like(ratio), settings.clip, settings.clip)
     return settings.weight * sequence_mean(per_token, clip_mask).sum() / max(clips, 1)

@@ -31,6 +31,20 @@ from dataclasses import dataclass
 import torch
 
 
+LOG_RATIO_LIMIT = 20.0
+"""Log-ratios are clamped to +-20 (a factor 5e8) before ``exp``: the ratio of a token whose
+behaviour log-prob came from an untrusted worker can then never overflow to inf (whose product
+with a zero mask is NaN). An honest ratio is within a few nats of 1 even at the largest staleness;
+a row beyond the limit is excluded from the step as implausible (:func:`implausible_rows`)."""
+
+
+def implausible_rows(logprobs: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[N] bool: rows with a real token whose behaviour log-prob is more than ``LOG_RATIO_LIMIT``
+    nats from the learner's — no sampler of a policy a few versions old produces that."""
+    gap = (logprobs.detach() - behaviour).abs().masked_fill(~mask.bool(), 0.0)
+    return gap.amax(dim=1) > LOG_RATIO_LIMIT
+
+
 @dataclass
 class Ratios:
     """[N, T] ratios of one micro-batch."""
@@ -59,7 +73,8 @@ def importance_ratios(logprobs: torch.Tensor, behaviour: torch.Tensor, proximal:
     if sequence_level:
         log_policy = sequence_mean(log_policy, mask)[:, None].expand_as(mask)
         log_behaviour = sequence_mean(log_behaviour, mask)[:, None].expand_as(mask)
-    return Ratios(policy=torch.exp(log_policy), behaviour=torch.exp(log_behaviour))
+    return Ratios(policy=torch.exp(log_policy.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)),
+                  behaviour=torch.exp(log_behaviour.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)))
 
 
 def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float,
