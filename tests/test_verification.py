@@ -10,7 +10,7 @@ from conftest import make_state, submit_all
 from echo2.coordinator.records import Rejected
 from echo2.exchange import Group
 from echo2.generation import sample
-from echo2.learner.verification import AuditPolicy, AuditRates, Verifier
+from echo2.learner.verification import AuditResult, AuditPolicy, AuditRates, Verifier
 from echo2.learner.version_cache import VersionCache
 from echo2.lora import MergedCopy, add_adapter
 from echo2.modeling import SHIPPED_MODEL, load_model, load_tokenizer
@@ -69,13 +69,13 @@ def test_a_group_claiming_an_older_version_is_audited_under_that_version(shipped
     # v4's tokens, log-probs made up (near-certain tokens give near-1 importance weights)
     invented = Group(**{**honest_old.__dict__, "worker_id": "invented",
                         "logprobs": [[-0.01] * len(row) for row in honest_old.logprobs]})
-    suspects = verifier.check([honest_old, honest_new, other_weights, invented])
+    suspects = verifier.check([honest_old, honest_new, other_weights, invented]).suspects
     assert set(suspects) == {"other-weights", "invented"}
     assert all("v4" in why and "nats/token" in why for why in suspects.values())
     assert verifier.pop_metrics()["audited_groups"] == 4
     # the old version is what made the honest group pass: against v5 it fails too
     assert Verifier(audit_policy(), new, tokenizer, _only(5, new), seed=0).check(
-        [Group(**{**honest_old.__dict__, "version": 5})]) != {}
+        [Group(**{**honest_old.__dict__, "version": 5})]).suspects != {}
 
 
 def _only(version, model) -> VersionCache:
@@ -102,7 +102,7 @@ def test_lora_audits_load_the_claimed_versions_adapter_into_a_merged_copy():
     liar = Group(**{**groups[1].__dict__, "version": 4, "worker_id": "liar"})  # v5's rollouts, claimed as v4's
     verifier = Verifier(audit_policy(), policy, tokenizer, versions, seed=0)
     trained = [parameter.detach().clone() for parameter in policy.parameters()]
-    assert set(verifier.check([*groups, liar])) == {"liar"}
+    assert set(verifier.check([*groups, liar]).suspects) == {"liar"}
     assert all(torch.equal(a, b) for a, b in zip(policy.parameters(), trained))  # audits leave the policy alone
 
 
@@ -119,7 +119,7 @@ def test_the_audit_rate_starts_at_one_and_decays_to_the_floor_for_a_clean_worker
     honest = sampled_group(shipped[1], shipped[2], version=5, worker_id="clean")
     steps = []
     for _ in range(150):
-        assert verifier.check([honest]) == {}
+        assert verifier.check([honest]).suspects == {}
         steps.append(verifier.pop_metrics())
     audit_rates = [m["audit_rate_mean"] for m in steps]
     assert audit_rates[:5] == [1.0] * 5 and audit_rates[-1] == 0.05
@@ -127,7 +127,7 @@ def test_the_audit_rate_starts_at_one_and_decays_to_the_floor_for_a_clean_worker
     assert sum(m["audited_groups"] for m in steps) < 40 and all(m["audit_seconds"] >= 0 for m in steps)
     # rates move group by group, not batch by batch: probation then decay inside one large batch
     fresh = learner_at_v5(shipped, probation_groups=4, decay=0.5, floor=0.05)
-    assert fresh.check([honest] * 40) == {}
+    assert fresh.check([honest] * 40).suspects == {}
     first = fresh.pop_metrics()
     assert 5 <= first["audited_groups"] <= 12 and first["audit_rate_mean"] < 0.5  # batch by batch: 1.0
     assert fresh.rates.rate("clean") < 1.0
@@ -151,10 +151,25 @@ def test_the_version_cache_keeps_exactly_s_plus_one_versions(shipped):
     assert {t.dtype for t in halved.get(0).values()} == {torch.bfloat16}  # as it travelled
 
 
-def test_a_group_whose_version_is_no_longer_kept_is_not_audited(shipped):
+def test_a_drawn_group_whose_version_is_not_kept_is_left_out_not_trained_unaudited(shipped):
     verifier = learner_at_v5(shipped)
-    stale = sampled_group(shipped[0], shipped[2], version=3, worker_id="w")
-    assert verifier.check([stale]) == {} and verifier.totals["audits_unavailable"] == 1
+    lost = sampled_group(shipped[0], shipped[2], version=3, worker_id="w")  # e.g. v3's weights lost in a restart
+    audit = verifier.check([lost])
+    assert audit.suspects == {} and audit.unauditable == [lost]
+    assert verifier.totals["groups_unauditable"] == 1 and verifier.pop_metrics()["groups_unauditable"] == 1
+
+
+def test_the_audit_versions_survive_a_restart(shipped):
+    """The window's versions travel with the resume state: a group claiming v4 is still audited at
+    v4 after a restart at v5 (before: only v5 was kept, v4 claims went unaudited)."""
+    before = learner_at_v5(shipped)
+    restarted = VersionCache(keep=2)
+    restarted.restore(before.versions.state())
+    assert restarted.versions() == before.versions.versions() == [4, 5]
+    verifier = Verifier(audit_policy(), shipped[1], shipped[2], restarted, seed=0)
+    liar = Group(**{**sampled_group(shipped[1], shipped[2], version=5, worker_id="liar").__dict__, "version": 4})
+    audit = verifier.check([liar])
+    assert set(audit.suspects) == {"liar"} and audit.unauditable == []
 
 
 def test_quarantine_discards_buffered_groups_requeues_prompts_and_refuses_the_worker():
@@ -194,7 +209,18 @@ class FlagsOne:
         self.worker_id = worker_id
 
     def check(self, batch):
-        return {self.worker_id: "fabricated"} if any(g.worker_id == self.worker_id for g in batch) else {}
+        flagged = any(g.worker_id == self.worker_id for g in batch)
+        return AuditResult(suspects={self.worker_id: "fabricated"} if flagged else {}, unauditable=[])
+
+
+class CannotAudit:
+    """A verifier stub that has lost the version of ``worker_id``'s groups (as after a restart)."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+
+    def check(self, batch):
+        return AuditResult(suspects={}, unauditable=[g for g in batch if g.worker_id == self.worker_id])
 
 
 def test_a_batch_cut_by_a_quarantine_is_topped_up_to_a_full_step():
@@ -216,6 +242,27 @@ def test_a_batch_cut_by_a_quarantine_is_topped_up_to_a_full_step():
     # the window counts what is outstanding: 4 trained + 2 re-queued prompts' slots freed -> (S+1)*B - 4 grantable
     again = state.lease(honest, worker_version=0, max_groups=100, wait_s=0)
     assert len(again.prompts) == 4
+
+
+def test_unauditable_groups_are_left_out_their_prompts_requeued_and_counted():
+    from types import SimpleNamespace
+
+    from echo2.coordinator.reliability import reliability_report
+    from echo2.learner.loop import LearnerLoop
+
+    state = make_state(staleness=1, groups_per_step=4)
+    claimant, honest = state.register("claims-a-lost-version"), state.register("honest")
+    submit_all(state, claimant, state.lease(claimant, worker_version=0, max_groups=2, wait_s=0))
+    submit_all(state, honest, state.lease(honest, worker_version=0, max_groups=4, wait_s=0))
+    loop = SimpleNamespace(state=state, verifier=CannotAudit(claimant.worker_id),
+                           config=SimpleNamespace(coordinator=SimpleNamespace(data_timeout_s=5)))
+    batch = LearnerLoop._verified_batch(loop, step=0, count=4)
+    assert {g.worker_id for g in batch} == {honest.worker_id}  # none trained unaudited
+    assert not state.registry.workers[claimant.worker_id].quarantined  # an honest worker may have sampled it
+    with state.cond:
+        report = reliability_report(state)
+    assert report["groups_discarded_unauditable"] == 2 and report["prompts_unaccounted"] == 0
+    assert report["prompts_requeued"] >= 2
 
 
 def test_an_episode_spanning_two_versions_is_audited_turn_by_turn(shipped):
@@ -247,6 +294,6 @@ def test_an_episode_spanning_two_versions_is_audited_turn_by_turn(shipped):
     honest = group(play([old, new]), "honest")
     assert all(0 in m for m in honest.masks)  # feedback was inserted
     stale_second_turn = group(play([old, old]), "claims-v5-for-v4")  # turn 2 sampled at v4, claimed v5
-    suspects = verifier.check([honest, stale_second_turn])
+    suspects = verifier.check([honest, stale_second_turn]).suspects
     assert set(suspects) == {"claims-v5-for-v4"} and "v5" in suspects["claims-v5-for-v4"]
     assert verifier.pop_metrics()["audited_groups"] == 2

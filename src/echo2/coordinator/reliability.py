@@ -32,6 +32,7 @@ def reliability_report(state: CoordinatorState) -> dict[str, int | dict[str, int
         "duplicate_submissions": counters["duplicate_submissions"],
         "groups_dropped_stale": ledger.dropped_stale,
         "groups_discarded_quarantined": counters["groups_discarded_quarantined"],
+        "groups_discarded_unauditable": counters["groups_discarded_unauditable"],
         "groups_filtered_degenerate": counters["groups_filtered"],
         "groups_buffered": len(ledger),
         "workers_registered": counters["workers_registered"],

@@ -276,6 +276,15 @@ class CoordinatorState:
             self.counters["groups_filtered"] += len(groups)
             self.cond.notify_all()
 
+    def leave_out(self, groups: list[Group]) -> None:
+        """Groups the learner took but cannot audit (their version was lost in a restart): never
+        trained unaudited, their prompts re-queued for a fresh sample, counted in the report."""
+        with self.cond:
+            self.ledger.discard_taken([group.example for group in groups], requeue=True)
+            self._untrain(groups)
+            self.counters["groups_discarded_unauditable"] += len(groups)
+            self.cond.notify_all()
+
     def _untrain(self, groups: list[Group]) -> None:
         """``groups`` left the learner's batch untrained (quarantined or filtered after they were taken)."""
         for group in groups:

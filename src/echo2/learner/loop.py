@@ -101,10 +101,14 @@ class LearnerLoop:
         while len(kept) < count:
             batch = self.state.take_batch(step, timeout_s=self.config.coordinator.data_timeout_s,
                                           count=count - len(kept))
-            suspects = self.verifier.check(batch)
-            for worker_id, why in suspects.items():
+            audit = self.verifier.check(batch)
+            for worker_id, why in audit.suspects.items():
                 self.state.quarantine(worker_id, why, taken=[g for g in batch if g.worker_id == worker_id])
-            kept += [g for g in batch if g.worker_id not in suspects]
+            unauditable = [g for g in audit.unauditable if g.worker_id not in audit.suspects]
+            if unauditable:
+                self.state.leave_out(unauditable)
+            left_out = {id(g) for g in audit.unauditable}
+            kept += [g for g in batch if g.worker_id not in audit.suspects and id(g) not in left_out]
         return kept
 
     def _quarantine_suspects(self, trained: list[Group]) -> None:
@@ -186,6 +190,7 @@ class LearnerLoop:
             "coordinator": self.state.resume_snapshot(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                     "verifier": self.verifier.rng.getstate()},
+            "audit_versions": self.verifier.versions.state(),
         }
 
     def _restore(self, resume: dict[str, Any], result: LoopResult) -> None:
@@ -198,6 +203,8 @@ class LearnerLoop:
         torch.set_rng_state(resume["rng"]["torch"])
         random.setstate(resume["rng"]["python"])
         self.verifier.rng.setstate(resume["rng"]["verifier"])
+        self.verifier.versions.restore(resume.get("audit_versions", {}))
+        log.info("audits can check versions %s after the restart", self.verifier.versions.versions())
 
     def _checkpoint(self, version: int, result: LoopResult) -> None:
         save_checkpoint(self.learner, self.run_dir, version, resume=self._resume_state(version, result))

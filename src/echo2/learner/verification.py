@@ -54,6 +54,14 @@ class AuditPolicy:
     temperature: float
 
 
+@dataclass
+class AuditResult:
+    suspects: dict[str, str]
+    """Worker id -> why its group failed an audit (the loop quarantines it)."""
+    unauditable: list[Group]
+    """Drawn groups whose version is not kept: left out of the batch, their prompts re-queued."""
+
+
 class AuditRates:
     """Each worker's audit rate: 1 for its first ``probation_groups`` audits (every one of its
     groups until then), then ``decay`` to the power of its clean audits since, never below ``floor``."""
@@ -86,7 +94,7 @@ class Verifier:
         self._loaded: tuple[int, int] | None = None  # (version, id of its parameters) in the scratch copy
         self._tally: Counter[str] = Counter()
         self.totals: Counter[str] = Counter()
-        """Audited groups, groups whose version was no longer kept, failed audits (whole run)."""
+        """Audited groups, groups left out because their version was not kept, failed audits (whole run)."""
 
     def published(self, version: int, model: torch.nn.Module) -> None:
         """Keep ``version`` (just published from ``model``) for audits; its cost counts as audit time."""
@@ -94,11 +102,14 @@ class Verifier:
         self.versions.put(version, model)
         self._tally["audit_seconds"] += time.perf_counter() - started
 
-    def check(self, batch: list[Group]) -> dict[str, str]:
-        """Suspect worker ids -> why, from the audits of the groups of ``batch`` drawn at their
-        workers' rates (group by group, in order, each rate as the audits drawn before it left it)."""
+    def check(self, batch: list[Group]) -> AuditResult:
+        """The suspect workers (id -> why), from the audits of the groups of ``batch`` drawn at their
+        workers' rates (group by group, in order, each rate as the audits drawn before it left it),
+        and the drawn groups that could not be audited: their version is not kept (a restart that
+        lost it), and such a group is never trained unaudited."""
         started = time.perf_counter()
         drawn: dict[int, list[Group]] = defaultdict(list)
+        unauditable: list[Group] = []
         for group in batch:
             rate = self.rates.rate(group.worker_id)
             self._tally["rate_sum"] += rate
@@ -106,8 +117,10 @@ class Verifier:
             if self.rng.random() >= rate:
                 continue
             versions = group.versions()  # an episode's turns may span versions: each is audited at its own
-            if any(version not in self.versions for version in versions):  # stale, or from before a resume
-                self.totals["audits_unavailable"] += 1
+            if any(version not in self.versions for version in versions):
+                self.totals["groups_unauditable"] += 1
+                self._tally["groups_unauditable"] += 1
+                unauditable.append(group)
                 continue
             for version in versions:
                 drawn[version].append(group)
@@ -130,14 +143,16 @@ class Verifier:
                         f"behaviour log-probs differ by {gap:.3f} nats/token from v{version}'s, the version the "
                         f"group claims (tolerance {self.policy.logprob_tolerance})")
         self._tally["audit_seconds"] += time.perf_counter() - started
-        return suspects
+        return AuditResult(suspects=suspects, unauditable=unauditable)
 
     def pop_metrics(self) -> dict[str, float]:
         """Audit metrics since the last call (one learner step): ``audit_rate_mean`` (the mean
-        probability with which the step's groups were audited), ``audited_groups``, ``audit_seconds``."""
+        probability with which the step's groups were audited), ``audited_groups``, ``audit_seconds``,
+        ``groups_unauditable`` (drawn for an audit whose version is not kept: left out)."""
         tally, self._tally = self._tally, Counter()
         return {"audit_rate_mean": tally["rate_sum"] / max(tally["groups"], 1),
-                "audited_groups": tally["audited_groups"], "audit_seconds": tally["audit_seconds"]}
+                "audited_groups": tally["audited_groups"], "audit_seconds": tally["audit_seconds"],
+                "groups_unauditable": tally["groups_unauditable"]}
 
     @torch.no_grad()
     def _audit_model(self, version: int, parameters: dict[str, torch.Tensor]) -> torch.nn.Module:

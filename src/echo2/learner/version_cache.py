@@ -6,7 +6,9 @@ one: otherwise a worker could claim an older version and never be checked. The l
 for each version it publishes, exactly what that version's payload carries (every parameter, or
 a LoRA run's adapter only: :func:`echo2.broadcast.payload.wire_parameters`) in the dtype it
 travels in (``broadcast.dtype``), as CPU clones: the weights an honest worker holds. Only the
-newest S + 1 are kept; a group older than that is stale and never trained on.
+newest S + 1 are kept; a group older than that is stale and never trained on. They travel with
+a resumable checkpoint (:meth:`VersionCache.state`), so that after a restart a group claiming an
+earlier version of the window is still audited at it.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ class VersionCache:
     def versions(self) -> list[int]:
         """The versions kept, oldest put first."""
         return list(self._versions)
+
+    def state(self) -> dict[int, dict[str, torch.Tensor]]:
+        """Every kept version's parameters, for a resumable checkpoint."""
+        return dict(self._versions)
+
+    def restore(self, state: dict[int, dict[str, torch.Tensor]]) -> None:
+        """Keep the versions of :meth:`state` (the newest ``keep`` of them), as before a restart."""
+        for version in sorted(state)[-self.keep:]:
+            self._versions.pop(version, None)
+            self._versions[version] = state[version]
 
     def __contains__(self, version: int) -> bool:
         return version in self._versions
