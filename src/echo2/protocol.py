@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 #: Header carrying the run token (register), the worker's session credential (later calls) or,
 #: to relays and the learner's chunk server, the broadcast credential (:mod:`echo2.guard`).
 AUTH_HEADER = "X-Echo2-Token"
+LEARNER_SOURCE = "learner"
+"""Stands for the coordinator's own chunk server in :attr:`VersionInfo.sources` (no worker's name)."""
 MIN_LOGPROB = -50.0
 """The lowest behaviour log-prob a submission may carry. A sampler draws a token of probability
 e^-50 (2e-22) about never — over a 49k vocabulary less than once in 10^17 draws — while one
@@ -34,13 +36,31 @@ def relay_url_problem(url: str) -> str | None:
     return None
 
 
+WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+-]{0,63}")
+"""What a worker may call itself (or its cost class): it is printed in logs, metrics keys, the
+dashboard and file names, so no spaces, newlines or markup (a newline in a name forged log lines)."""
+
+
+def worker_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a worker's name or class, or None ("" lets the coordinator choose)."""
+    if name and WORKER_NAME.fullmatch(name) is None:
+        return (f"a worker name is 1-64 letters, digits and . _ @ : + - starting with a letter or digit, "
+                f"not {name[:80]!r}")
+    if name == LEARNER_SOURCE:
+        return f"{LEARNER_SOURCE!r} is the learner's own name"
+    return None
+
+
 class Message(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and +-inf are refused in every float a peer sends: one infinite timeline time made the
+    # dashboard fail and the run directory unreadable for good
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class RegisterRequest(Message):
-    name: str = Field(max_length=128)
-    """Human-readable worker name (host, device)."""
+    name: str = Field(max_length=64)
+    """Human-readable worker name (host, device): :data:`WORKER_NAME`; "" = the worker id. A name
+    a live worker already has gets a ``#N`` suffix."""
     protocol_version: int = 1
     relay_url: str | None = Field(None, max_length=256)
     """Where this worker serves weight chunks to peers, ``http(s)://host:port``; None = not
@@ -56,6 +76,13 @@ class RegisterRequest(Message):
     @classmethod
     def _plain_relay_url(cls, value: str | None) -> str | None:
         if value is not None and (problem := relay_url_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("name", "worker_class")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if (problem := worker_name_problem(value)) is not None:
             raise ValueError(problem)
         return value
 
@@ -112,9 +139,15 @@ class TimelineEvent(Message):
     kind: Literal["generate", "fetch"]
     start: float
     end: float
-    version: int
+    version: int = Field(ge=0)
     delta: bool = False
     """A fetch that rebuilt the version from its delta (``broadcast.encoding: delta``)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimelineEvent:
+        if self.end < self.start:
+            raise ValueError(f"an event ends ({self.end}) before it starts ({self.start})")
+        return self
 
 
 class Heartbeat(Message):
@@ -223,8 +256,6 @@ class SubmitResponse(Message):
     duplicate: bool = False
 
 
-#: Stands for the coordinator's own chunk server in :attr:`VersionInfo.sources`.
-LEARNER_SOURCE = "learner"
 
 
 class VersionInfo(Message):

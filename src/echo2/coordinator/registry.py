@@ -33,7 +33,8 @@ class WorkerRegistry:
     def add(self, name: str, relay_url: str | None, upload_bytes_per_s: float | None, price_per_hour: float,
             worker_class: str) -> WorkerRecord:
         worker_id = f"w{len(self.workers)}-{secrets.token_hex(3)}"
-        record = WorkerRecord(worker_id=worker_id, name=name or worker_id,
+        name = self._unique(name or worker_id)
+        record = WorkerRecord(worker_id=worker_id, name=name,
                               session_token=f"{worker_id}.{secrets.token_urlsafe(24)}",
                               relay_url=relay_url, upload_bytes_per_s=upload_bytes_per_s,
                               price_per_hour=price_per_hour, worker_class=worker_class or name or worker_id)
@@ -41,6 +42,16 @@ class WorkerRegistry:
         log.info("worker %s joined as %s (relay %s, $%.2f/h)", record.name, worker_id, relay_url or "none",
                  price_per_hour)
         return record
+
+    def _unique(self, name: str) -> str:
+        """``name``, or ``name#N`` when a live worker has it: two workers under one name would
+        write over each other's metrics and log lines."""
+        taken = {record.name for record in self.live()}
+        candidate, n = name, 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{name}#{n}"
+        return candidate
 
     def admits(self, run_token: str | None) -> bool:
         """Is ``run_token`` the run's token? (Compared in constant time.)"""

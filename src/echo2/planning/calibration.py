@@ -41,7 +41,7 @@ from pydantic import Field, ValidationError
 from echo2.config import Config, ConfigError, Section, WorkerClass, first_error, load_config, read_yaml
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.planning.inventory import Inventory, LearnerSpec
-from echo2.telemetry.metrics import read_jsonl
+from echo2.telemetry.metrics import read_intervals, read_jsonl
 from echo2.units import MIB, link_bytes_per_s
 
 #: Learner steps left out at the start of a calibration run (first loads, first versions).
@@ -128,7 +128,7 @@ def calibrate_run(run_dir: Path) -> Calibration:
     steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner_busy_s" in r]
     if len(steps) <= WARMUP_STEPS + 2:
         raise ConfigError(f"{run_dir}: {len(steps)} learner steps; a calibration needs more than {WARMUP_STEPS + 2}")
-    timeline = read_jsonl(run_dir / "timeline.jsonl")
+    timeline = read_intervals(run_dir / "timeline.jsonl")
     train = [i["end"] - i["start"] for i in timeline if i["who"] == "learner"][WARMUP_STEPS:]
     by_worker: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for interval in timeline:

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from echo2.redact import REDACTED, redact_config
-from echo2.telemetry.metrics import read_jsonl
+from echo2.telemetry.metrics import read_intervals, read_jsonl
 
 
 @dataclass
@@ -101,7 +101,7 @@ def load_run(run_dir: Path) -> RunData:
     return RunData(
         run_dir=run_dir,
         records=read_jsonl(run_dir / "metrics.jsonl"),
-        timeline=read_jsonl(run_dir / "timeline.jsonl"),
+        timeline=read_intervals(run_dir / "timeline.jsonl"),
         reliability=_json(run_dir / "reliability.json"),
         config_text=redacted_config_text(config.read_text()) if config.is_file() else "",
         summary_text=(run_dir / "summary.txt").read_text() if (run_dir / "summary.txt").is_file() else "",

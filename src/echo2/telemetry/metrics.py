@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -39,7 +40,7 @@ class MetricsWriter:
         self._trackers = list(trackers)
 
     def log(self, step: int, values: dict[str, Any]) -> None:
-        record = {"step": step, "time": time.time(), **values}
+        record = finite_only({"step": step, "time": time.time(), **values})
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         numbers = scalars(values)
@@ -78,6 +79,8 @@ class TimelineWriter:
         self._lock = threading.Lock()
 
     def interval(self, who: str, kind: str, start: float, end: float, version: int) -> None:
+        if not (math.isfinite(start) and math.isfinite(end)):
+            return
         line = json.dumps({"who": who, "kind": kind, "start": start, "end": end, "version": version})
         with self._lock:
             self._file.write(line + "\n")
@@ -88,14 +91,33 @@ class TimelineWriter:
             self._file.close()
 
 
+_NOT_FINITE = object()
+
+
+def finite_only(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` without its NaN and infinite numbers: JSON has none, and one made every reader of
+    a run directory (report, dashboard, plots) fail for good."""
+    return {key: value for key, value in record.items()
+            if value is not _NOT_FINITE and not (isinstance(value, float) and not math.isfinite(value))}
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of ``path``; a torn last line (the writer was killed mid-write) is skipped."""
+    """The records of ``path``; a torn last line (the writer was killed mid-write) and anything
+    that is not a JSON object are skipped, NaN and infinite values dropped (:func:`finite_only`)."""
     if not path.exists():
         return []
     records = []
     for line in path.read_text().splitlines():
         try:
-            records.append(json.loads(line))
+            record = json.loads(line, parse_constant=lambda _: _NOT_FINITE)
         except json.JSONDecodeError:
             continue
+        if isinstance(record, dict):
+            records.append(finite_only(record))
     return records
+
+
+def read_intervals(path: Path) -> list[dict[str, Any]]:
+    """The intervals of a ``timeline.jsonl`` that have a finite start no later than their end."""
+    return [r for r in read_jsonl(path) if isinstance(r.get("start"), (int, float)) and
+            isinstance(r.get("end"), (int, float)) and r["start"] <= r["end"] and "kind" in r and "who" in r]

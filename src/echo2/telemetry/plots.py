@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from echo2.telemetry.metrics import read_jsonl  # noqa: E402
+from echo2.telemetry.metrics import read_intervals, read_jsonl  # noqa: E402
 
 TIMELINE_COLOURS = {"train": "tab:blue", "generate": "tab:green", "fetch": "tab:orange", "disseminate": "tab:purple"}
 TIMELINE_LABELS = {"train": "learner step", "generate": "generation", "fetch": "weight fetch",
@@ -112,7 +112,7 @@ def plot_timeline(run_dir: Path, max_seconds: float | None = 60.0) -> Path:
     Only the first ``max_seconds`` after the first learner interval are drawn, so that
     individual intervals stay visible.
     """
-    intervals = read_jsonl(run_dir / "timeline.jsonl")
+    intervals = read_intervals(run_dir / "timeline.jsonl")
     origin = min((i["start"] for i in intervals), default=0.0)
     rows = ["learner"] + sorted({i["who"] for i in intervals} - {"learner", "broadcast"})
     rows += ["broadcast"] if any(i["who"] == "broadcast" for i in intervals) else []
