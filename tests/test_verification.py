@@ -196,10 +196,11 @@ def test_deregistering_worker_hands_its_leases_back():
     state = make_state(staleness=1, groups_per_step=2)
     leaving, staying = state.register("preempted"), state.register("staying")
     held = state.lease(leaving, worker_version=0, max_groups=4, wait_s=0)
+    assert len(held.prompts) == 2  # half the window while another worker is live
     state.deregister(leaving)
     assert not leaving.alive and state.reliability()["workers_left"] == 1
     taken = state.lease(staying, worker_version=0, max_groups=4, wait_s=0)
-    assert {p.prompt for p in held.prompts} == {p.prompt for p in taken.prompts}
+    assert {p.prompt for p in held.prompts} <= {p.prompt for p in taken.prompts}  # its share: 2 of the 4 slots
 
 
 class FlagsOne:

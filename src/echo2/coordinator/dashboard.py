@@ -47,14 +47,15 @@ MAX_POINTS, MAX_VERSIONS, UTILIZATION_BINS = 400, 40, 60
 #: A refusal's reason is cut to this many characters (it may quote what the worker sent).
 ERROR_CHARS = 200
 
-WorkerState = Literal["active", "slow", "stale", "parked", "quarantined", "left", "dead"]
+WorkerState = Literal["active", "slow", "stale", "parked", "throttled", "quarantined", "left", "dead"]
 
 
 class WorkerRow(BaseModel):
     name: str
     worker_id: str
     worker_class: str
-    state: WorkerState = Field(description="quarantined, left, dead (no heartbeat), parked (cost-aware "
+    state: WorkerState = Field(description="quarantined, left, dead (no heartbeat), throttled (leases expired "
+                                           "unfulfilled), parked (cost-aware "
                                            "activation), stale (generating with weights more than S versions "
                                            "old), slow (under half the active fleet's median), else active")
     version: int = Field(description="the version it last said it generates with")
@@ -110,6 +111,8 @@ def _state(record: WorkerRecord, oldest_usable: int, median: float | None) -> Wo
         return "left"
     if not record.alive:
         return "dead"
+    if record.unfulfilled:
+        return "throttled"
     if not record.active:
         return "parked"
     if record.version < oldest_usable:

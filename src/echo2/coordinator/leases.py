@@ -123,6 +123,8 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
         raise Rejected(404, f"lease {request.lease_id!r} is not one of yours", "unknown_lease")
     if lease.state == "expired":
         raise Rejected(409, "lease expired; its prompts were re-issued", "expired_lease")
+    if time.monotonic() > lease.deadline:  # the deadline itself, not the sweeper's next pass
+        raise Rejected(409, "lease deadline passed; its prompts go to another worker", "expired_lease")
     if request.version != lease.version:
         raise Rejected(422, f"version {request.version} differs from the lease's {lease.version}", "bad_version")
     if sorted(g.slot for g in request.groups) != sorted(lease.examples):

@@ -51,6 +51,10 @@ class WorkerRecord:
     """Its results failed verification: no more leases or submissions."""
     left: bool = False
     """Deregistered itself (preemption, SIGTERM)."""
+    unfulfilled: int = 0
+    """Its leases that expired unsubmitted since its last submission (:mod:`echo2.shares`)."""
+    parked_until: float = 0.0
+    """``time.monotonic()`` before which it gets no lease: its leases kept expiring unfulfilled."""
     throughput: float | None = None
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
     last_error: str = ""

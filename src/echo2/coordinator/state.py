@@ -27,6 +27,7 @@ from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord
 from echo2.coordinator.registry import WorkerRegistry
 from echo2.coordinator.reliability import reliability_report
 from echo2.coordinator.scoring import Environment, Scorer, Scoring
+from echo2.shares import SharePolicy, lease_size, parked_for
 from echo2.coordinator.versions import VersionBook
 from echo2.exchange import Group, RunStats
 from echo2.pacing import PacingLedger
@@ -66,8 +67,10 @@ class CoordinatorState:
         on_event: Callable[[str, TimelineEvent], None] = lambda worker, event: None,
         planner: Planner = star_plan,
         fleet: Fleet | None = None,
+        window_share: float = 0.5,
     ) -> None:
         self.spec, self.limits = spec, limits
+        self.shares = SharePolicy(groups_per_lease=spec.groups_per_lease, window_share=window_share)
         self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.heartbeat_timeout_s = heartbeat_timeout_s
@@ -137,9 +140,22 @@ class CoordinatorState:
                 record.alive = False
                 self.counters["workers_dead"] += 1
                 self._replan(f"{record.name} died")
+            overdue = self.leases.overdue()
             for lease in self.leases.active():
-                if lease in self.leases.overdue() or not self.registry.workers[lease.worker_id].alive:
+                record = self.registry.workers[lease.worker_id]
+                if lease in overdue:
+                    self._unfulfilled(record)
+                if lease in overdue or not record.alive:
                     self._expire(lease)
+
+    def _unfulfilled(self, record: WorkerRecord) -> None:
+        """One more of ``record``'s leases expired unsubmitted: slow it down, then park it a while."""
+        record.unfulfilled += 1
+        parked_s = parked_for(self.shares, record.unfulfilled, self.leases.timeout_s)
+        if parked_s:
+            record.parked_until = time.monotonic() + parked_s
+            log.warning("worker %s let %d leases in a row expire: parked for %.0f s", record.name,
+                        record.unfulfilled, parked_s)
 
     def deregister(self, record: WorkerRecord) -> None:
         """A worker leaving on purpose (preemption): its unfinished leases go back to the queue now."""
@@ -200,18 +216,28 @@ class CoordinatorState:
             if worker_version > self.version:
                 raise Rejected(409, f"version {worker_version} is newer than the published {self.version}", "bad_version")
             self._wait(deadline, lambda: record.active or self.finished)
-            if not record.active and not self.finished:
+            if (not record.active or time.monotonic() < record.parked_until) and not self.finished:
                 return LeaseResponse(status="parked", latest_version=self.version)
             self._wait(deadline, lambda: self._grantable(worker_version) != "wait")
             status = self._grantable(worker_version)
             if status != "granted":
                 return LeaseResponse(status=status, latest_version=self.version)
-            examples = self.ledger.grant(worker_version, max_groups, lambda: next(self.examples))
+            size = self._lease_size(record, max_groups)
+            if size == 0:  # it holds its share of the window already
+                return LeaseResponse(status="wait", latest_version=self.version)
+            examples = self.ledger.grant(worker_version, size, lambda: next(self.examples))
             lease = self.leases.issue(record.worker_id, worker_version, examples)
             self.counters["leases_issued"] += 1
             return LeaseResponse(status="granted", latest_version=self.version, lease_id=lease.lease_id,
                                  version=worker_version, deadline_s=self.leases.timeout_s,
                                  prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()])
+
+    def _lease_size(self, record: WorkerRecord, requested: int) -> int:
+        """How many groups ``record``'s lease may take (:func:`echo2.shares.lease_size`)."""
+        held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
+        others = any(r is not record and r.active and not r.quarantined for r in self.registry.live())
+        return lease_size(self.shares, requested, held, (self.staleness + 1) * self.groups_per_step, others,
+                          record.unfulfilled)
 
     # ---------------------------------------------------------------- submissions
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
@@ -226,6 +252,7 @@ class CoordinatorState:
         with self.cond:
             self.leases.settle(lease, record, rewards)
             self.counters["leases_completed"] += 1
+            record.unfulfilled, record.parked_until = 0, 0.0
             self.fleet.observe(record, sum(len(g.completions) for g in request.groups),
                                time.monotonic() - lease.granted_at)
             for group in accepted_groups(lease, record.worker_id, request, rewards):

@@ -25,6 +25,7 @@ from collections import Counter, deque
 
 from echo2.broadcast.downloader import default_patience_s
 from echo2.pacing import PacingLedger
+from echo2.shares import SharePolicy, lease_size, parked_for
 from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide, profile
 from echo2.planning.billing import Billing
 from echo2.planning.broadcast_time import broadcast_seconds
@@ -61,6 +62,7 @@ class Simulation(WorkerLoop, FetchRouting):
         self.workers: list[SimWorker] = build_fleet(scenario, self.rng)
         self.protocol = recipe.protocol
         self.group_size, self.groups_per_lease = recipe.group_size, recipe.groups_per_lease
+        self.shares = SharePolicy(groups_per_lease=recipe.groups_per_lease, window_share=recipe.window_share)
         self.train_s = scenario.train_step_s()
         self.payload = scenario.model.payload_bytes
         self.learner_upload = mbps(scenario.learner.upload_mbps)
@@ -218,6 +220,9 @@ class Simulation(WorkerLoop, FetchRouting):
         if not worker.active:
             self._park(worker, epoch, version)
             return
+        if self.queue.now < worker.parked_until:  # its leases kept expiring: held back a while
+            self.queue.at(worker.parked_until, self._lease_arrives, worker, epoch, version)
+            return
         status = self.ledger.grantable(version)
         if status == "wait":
             worker.phase = "wait_window"
@@ -232,7 +237,11 @@ class Simulation(WorkerLoop, FetchRouting):
         if status == "refresh":
             self.queue.at(reply, self._refreshed, worker, worker.epoch)
             return
-        slots = list(self.ledger.grant(version, self.groups_per_lease, lambda: None))
+        others = any(w is not worker and w.active for w in self.running.values())
+        size = lease_size(self.shares, self.groups_per_lease, held=0, others_live=others,
+                          window=(self.ledger.staleness + 1) * self.ledger.groups_per_step,
+                          unfulfilled=worker.unfulfilled)  # one lease at a time: it holds none now
+        slots = list(self.ledger.grant(version, size, lambda: None))
         self.counters["leases_issued"] += 1
         generate = lognormal(self.rng, len(slots) * self.group_size / worker.rate, worker.spec.throughput_cv)
         lease = Lease(worker, version, slots, granted_at=now, ends_at=reply + generate + worker.rtt_s / 2)
@@ -253,6 +262,7 @@ class Simulation(WorkerLoop, FetchRouting):
             self.recorder.waste("late", rollouts)
         else:
             lease.state = "done"
+            worker.unfulfilled, worker.parked_until = 0, 0.0
             for slot in lease.slots:
                 self.ledger.admit(slot, lease.version, lease.version)
             self.counters["leases_completed"] += 1
@@ -267,6 +277,10 @@ class Simulation(WorkerLoop, FetchRouting):
         lease.state = "expired"
         self.ledger.release(lease.slots)
         self.counters["leases_expired"] += 1
+        lease.worker.unfulfilled += 1
+        parked_s = parked_for(self.shares, lease.worker.unfulfilled, self.scenario.recipe.lease_timeout_s)
+        if parked_s:
+            lease.worker.parked_until = self.queue.now + parked_s
         self._open_window()
 
     def _open_window(self) -> None:

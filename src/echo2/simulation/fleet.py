@@ -60,6 +60,10 @@ class SimWorker:
     """Booted and registered: in the relay plan, preemptible."""
     epoch: int = 0
     """Bumped when the worker goes down: events scheduled for an older epoch are void."""
+    unfulfilled: int = 0
+    """Its leases that expired unsubmitted since its last submission (:mod:`echo2.shares`)."""
+    parked_until: float = 0.0
+    """Simulated time before which the coordinator grants it nothing (its leases kept expiring)."""
     version: int = -1
     counted_version: int | None = None
     """The version this worker stands for in the dissemination census (None: not counted)."""

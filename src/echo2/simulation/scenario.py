@@ -94,6 +94,8 @@ class RecipeSpec(Section):
     otherwise; ``sync`` requires 0 (the same rule as a run's config)."""
     lease_timeout_s: float = Field(3600.0, gt=0)
     """A lease not submitted within this time expires and its prompts are re-issued."""
+    window_share: float = Field(0.5, gt=0, le=1)
+    """The most of the window one worker may hold while others are live (``coordinator.window_share``)."""
     heartbeat_timeout_s: float = Field(30.0, gt=0)
     """A worker killed without notice is declared dead (its lease re-issued) this long after."""
     heartbeat_interval_s: float = Field(2.0, gt=0)

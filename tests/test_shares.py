@@ -1,0 +1,71 @@
+"""Fair shares of the staleness window (security hole: a worker asking for 4096 groups held the
+whole window, let it expire, took it again, and stalled the learner for a minute unpunished), and
+late submissions refused by the deadline itself."""
+
+import pytest
+from conftest import make_state, submit_all, valid_submission
+
+from echo2.coordinator.records import Rejected
+from echo2.shares import SharePolicy, lease_size, parked_for
+
+POLICY = SharePolicy(groups_per_lease=8, window_share=0.5)
+
+
+def test_a_lease_never_exceeds_groups_per_lease_nor_a_workers_share():
+    assert lease_size(POLICY, requested=4096, held=0, window=64, others_live=False, unfulfilled=0) == 8
+    assert lease_size(POLICY, requested=4, held=0, window=64, others_live=False, unfulfilled=0) == 4
+    assert lease_size(POLICY, requested=8, held=28, window=64, others_live=True, unfulfilled=0) == 4
+    assert lease_size(POLICY, requested=8, held=32, window=64, others_live=True, unfulfilled=0) == 0
+    assert lease_size(POLICY, requested=8, held=32, window=64, others_live=False, unfulfilled=0) == 8  # alone
+
+
+def test_a_worker_whose_leases_expire_is_slowed_then_parked_for_longer_each_time():
+    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=False, unfulfilled=1) == 1
+    assert [parked_for(POLICY, n, lease_timeout_s=60) for n in range(6)] == [0, 0, 0, 60, 120, 240]
+
+
+def hoarder_and_honest(staleness=1, groups_per_step=4):
+    state = make_state(staleness=staleness, groups_per_step=groups_per_step)
+    return state, state.register("hoarder"), state.register("honest")
+
+
+def test_a_hoarder_holds_at_most_its_share_and_the_others_keep_working():
+    state, hoarder, honest = hoarder_and_honest()  # window (S + 1) B = 8 slots, groups_per_lease 8
+    first = state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
+    assert len(first.prompts) == 4  # half the window
+    assert state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).status == "wait"
+    assert len(state.lease(honest, worker_version=0, max_groups=8, wait_s=0).prompts) == 4
+
+
+def test_expiring_leases_throttle_then_park_a_worker_and_a_submission_clears_it():
+    state, hoarder, honest = hoarder_and_honest()
+
+    def expire_all():
+        for lease in state.leases.active(hoarder.worker_id):
+            lease.deadline = 0
+        state.reap()
+
+    state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
+    expire_all()
+    assert hoarder.unfulfilled == 1
+    assert len(state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1  # slowed
+    expire_all()
+    state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
+    expire_all()
+    assert hoarder.unfulfilled == 3 and state.lease(hoarder, worker_version=0, max_groups=1, wait_s=0).status == "parked"
+    from echo2.coordinator.dashboard import _state
+
+    assert _state(hoarder, oldest_usable=0, median=None) == "throttled"
+    hoarder.parked_until = 0.0  # its parking is over
+    lease = state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
+    submit_all(state, hoarder, lease)
+    assert hoarder.unfulfilled == 0 and len(state.lease(hoarder, 0, 4096, wait_s=0).prompts) == 4
+
+
+def test_a_submission_after_its_deadline_is_refused_before_any_sweep():
+    state, _, honest = hoarder_and_honest()
+    lease = state.lease(honest, worker_version=0, max_groups=2, wait_s=0)
+    state.leases.get(lease.lease_id).deadline = 0  # passed; no reap has run
+    with pytest.raises(Rejected, match="deadline passed") as refused:
+        state.submit(honest, valid_submission(lease))
+    assert refused.value.status == 409 and state.reliability()["groups_accepted"] == 0
