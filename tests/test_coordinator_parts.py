@@ -28,6 +28,11 @@ def test_registry_issues_distinct_sessions_and_refuses_unknown_or_dead_ones():
     with pytest.raises(Rejected) as dead:
         registry.authenticate(b.session_token)
     assert dead.value.status == 410 and registry.live() == [a]
+    assert "declared dead" in dead.value.reason
+    a.alive, a.left = False, True  # deregistered itself: told so, not that it was declared dead
+    with pytest.raises(Rejected) as left:
+        registry.authenticate(a.session_token)
+    assert left.value.status == 410 and left.value.code == "left" and "deregistered" in left.value.reason
 
 
 def test_registry_finds_silent_workers_and_lists_reachable_relays():

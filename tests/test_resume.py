@@ -99,3 +99,27 @@ def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
     assert report["prompts_unaccounted"] == 0 and report["groups_trained_twice"] == 0
     assert report["groups_trained"] == 10 * 8
     assert "registered again" in (tmp_path / "remote.log").read_text()  # the hand-started worker rejoined
+
+
+def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_the_reports(tmp_path):
+    """SIGTERM used to leave no final checkpoint and no reliability report for that segment."""
+    run_dir = tmp_path / "run"
+    overrides = SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=1000", "checkpoint.every=0",
+                         "eval.every=1000", "workers.count=1"]
+    learner = subprocess.Popen([sys.executable, "-m", "echo2.cli", "train", *overrides],
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (run_dir / "metrics.jsonl").exists() and
+                 sum("reward_mean" in r for r in _records(run_dir)) >= 3, 240, "a few learner steps")
+        learner.send_signal(signal.SIGTERM)
+        assert learner.wait(timeout=120) == 0
+    finally:
+        if learner.poll() is None:
+            learner.kill()
+    stopped_at = int(latest_resumable(run_dir).name.removeprefix("step_"))
+    steps = [r["version"] for r in _records(run_dir) if "reward_mean" in r]
+    assert stopped_at == steps[-1] >= 3  # the last finished step, checkpointed and resumable
+    report = json.loads((run_dir / "reliability.json").read_text())
+    assert report["groups_trained"] == stopped_at * 8 and report["prompts_unaccounted"] == 0
+    assert "stopped by a signal after step" in (run_dir / "summary.txt").read_text()

@@ -6,12 +6,12 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from echo2 import interrupts
 from echo2.config import ConfigError, load_config
 
 if TYPE_CHECKING:
@@ -28,13 +28,9 @@ def _train(args: argparse.Namespace) -> int:
         if not (resume / "config.yaml").is_file():
             raise ConfigError(f"--resume {resume}: not a run directory (no config.yaml)")
     config = load_config(str(resume / "config.yaml") if resume else args.config, args.overrides)
-    signal.signal(signal.SIGTERM, _interrupt)  # so that local workers and the coordinator are shut down
+    interrupts.install()  # a stop ends the step in hand, checkpoints it and shuts workers and coordinator down
     run_training(config, resume_dir=resume)
     return 0
-
-
-def _interrupt(signum, frame) -> None:  # noqa: ARG001
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def worker_options(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> WorkerOptions:
@@ -139,7 +135,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     else:
         from echo2.launch.train import run_training
 
-        signal.signal(signal.SIGTERM, _interrupt)
+        interrupts.install()
         run_dir = run_training(load_config(args.config, args.overrides)).run_dir
     calibration = calibrate_run(run_dir)
     out = Path(args.out) if args.out else run_dir / "calibration.yaml"

@@ -76,6 +76,8 @@ class WorkerRegistry:
         record = self.knows(session_token)
         if record is None:
             raise Rejected(401, "unknown or missing session credential; register first", "unauthorized")
+        if record.left:
+            raise Rejected(410, "this worker deregistered (left the run); register again to rejoin", "left")
         if not record.alive:
             raise Rejected(410, "this worker was declared dead (no heartbeat); register again", "dead")
         return record

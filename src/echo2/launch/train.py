@@ -86,6 +86,8 @@ class RunSummary:
             f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
             *self.format_lines(),
             self.reliability_line(),
+            *([f"stopped by a signal after step {r.steps}: checkpointed; continue with echo2 train --resume "
+               f"{self.run_dir}"] if r.interrupted else []),
         ] + ([] if not self.costs["cost_centralized_usd"] else [
             f"cost ${self.costs['cost_usd']:.4f} (${self.costs['cost_usd'] / max(r.steps, 1):.5f} per step; "
             f"workers: {by_class or 'none'}; learner ${self.costs['cost_learner_usd']:.4f}) | centralized "

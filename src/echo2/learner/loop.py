@@ -23,6 +23,7 @@ from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
 from echo2.evaluation import EvalResult, evaluate
 from echo2.exchange import Group, RolloutSource, RunStats
+from echo2 import interrupts
 from echo2.learner.checkpoint import save_checkpoint
 from echo2.learner.sampling import informative_batch
 from echo2.learner.trainer import Learner, require_finite
@@ -45,6 +46,8 @@ class LoopResult:
     samples: int
     startup_seconds: float = 0.0
     evals: list[tuple[int, EvalResult]] = field(default_factory=list)
+    interrupted: bool = False
+    """Stopped by a signal (SIGTERM, Ctrl-C) before ``run.steps``, at a step boundary, checkpointed."""
 
     @property
     def utilization(self) -> float:
@@ -209,6 +212,58 @@ class LearnerLoop:
     def _checkpoint(self, version: int, result: LoopResult) -> None:
         save_checkpoint(self.learner, self.run_dir, version, resume=self._resume_state(version, result))
 
+    def _step(self, step: int, batch: list[Group], filtered: list[Group], sampling: dict[str, float], waited: float,
+              started: float, start_version: int, result: LoopResult) -> int:
+        """Train on ``batch``, publish the new version, log, evaluate, checkpoint; returns the version."""
+        config, state = self.config, self.state
+        train_start = time.time()
+        record = self.learner.step(batch, version=step, echo_groups=filtered)
+        self._quarantine_suspects([*batch, *filtered])
+        version = step + 1
+        require_finite(self.learner.policy, version)
+        published = self.publisher.publish(version, self.learner.policy)
+        state.publish(published)
+        self.verifier.published(version, self.learner.policy)
+        train_end = time.time()
+        self.timeline.interval("learner", "train", train_start, train_end, version)
+        if step == start_version:
+            result.startup_seconds += train_start - waited
+        else:
+            result.idle_seconds += train_start - waited
+        result.busy_seconds += train_end - train_start
+        self._activation(train_end - train_start, version)
+        result.samples += int(record["samples"])
+        result.steps += 1
+        elapsed = result.wall_seconds = time.time() - started
+        record.update(
+            version=version,
+            learner_busy_s=result.busy_seconds,
+            learner_idle_s=result.idle_seconds,
+            startup_s=result.startup_seconds,
+            utilization=result.utilization,
+            samples_per_s=result.samples / max(elapsed, 1e-9),
+            broadcast_bytes=published.size_bytes,
+            **({"delta_bytes": published.delta_bytes, "delta_encode_s": self.publisher.encode_s}
+               if published.delta_bytes is not None else {}),
+            **sampling,
+            **self.verifier.pop_metrics(),
+            **self._dissemination(),
+            **self._run_metrics(state.stats(config.activation.learner_price_per_hour, time.time() - started)),
+        )
+        accuracy = None
+        if version % config.eval.every == 0 or version == config.run.steps:
+            evaluation = self._evaluate(version)
+            result.evals.append((version, evaluation))
+            record.update(evaluation.metrics())
+            accuracy = evaluation.accuracy
+        self.metrics.log(version, record)
+        self.metrics.histogram("staleness", [step - g.version for g in batch], version)
+        self.progress.update(version, version, record["reward_mean"], accuracy, result.utilization,
+                             int(record["workers_alive"]), record["samples_per_s"])
+        if config.checkpoint.every and version % config.checkpoint.every == 0:
+            self._checkpoint(version, result)
+        return version
+
     def run(self, resume: dict[str, Any] | None = None) -> LoopResult:
         """Train to ``run.steps``; ``resume`` (from a checkpoint) continues a crashed run at its version."""
         config, state = self.config, self.state
@@ -227,58 +282,22 @@ class LearnerLoop:
         deadline = started + 60 * config.run.max_minutes if config.run.max_minutes else float("inf")
         version = start_version
         self.verifier.published(version, self.learner.policy)  # audits need every version a group may claim
-        for step in range(start_version, config.run.steps):
-            if time.time() > deadline:
-                log.info("run.max_minutes=%s reached at step %d; stopping", config.run.max_minutes, step)
-                break
-            waited = time.time()
-            batch, filtered, sampling = self._batch(step)
-            train_start = time.time()
-            record = self.learner.step(batch, version=step, echo_groups=filtered)
-            self._quarantine_suspects([*batch, *filtered])
-            version = step + 1
-            require_finite(self.learner.policy, version)
-            published = self.publisher.publish(version, self.learner.policy)
-            state.publish(published)
-            self.verifier.published(version, self.learner.policy)
-            train_end = time.time()
-            self.timeline.interval("learner", "train", train_start, train_end, version)
-            if step == start_version:
-                result.startup_seconds += train_start - waited
-            else:
-                result.idle_seconds += train_start - waited
-            result.busy_seconds += train_end - train_start
-            self._activation(train_end - train_start, version)
-            result.samples += int(record["samples"])
-            result.steps += 1
-            elapsed = result.wall_seconds = time.time() - started
-            record.update(
-                version=version,
-                learner_busy_s=result.busy_seconds,
-                learner_idle_s=result.idle_seconds,
-                startup_s=result.startup_seconds,
-                utilization=result.utilization,
-                samples_per_s=result.samples / max(elapsed, 1e-9),
-                broadcast_bytes=published.size_bytes,
-                **({"delta_bytes": published.delta_bytes, "delta_encode_s": self.publisher.encode_s}
-                   if published.delta_bytes is not None else {}),
-                **sampling,
-                **self.verifier.pop_metrics(),
-                **self._dissemination(),
-                **self._run_metrics(state.stats(config.activation.learner_price_per_hour, time.time() - started)),
-            )
-            accuracy = None
-            if version % config.eval.every == 0 or version == config.run.steps:
-                evaluation = self._evaluate(version)
-                result.evals.append((version, evaluation))
-                record.update(evaluation.metrics())
-                accuracy = evaluation.accuracy
-            self.metrics.log(version, record)
-            self.metrics.histogram("staleness", [step - g.version for g in batch], version)
-            self.progress.update(version, version, record["reward_mean"], accuracy, result.utilization,
-                                 int(record["workers_alive"]), record["samples_per_s"])
-            if config.checkpoint.every and version % config.checkpoint.every == 0:
-                self._checkpoint(version, result)
+        try:
+            for step in range(start_version, config.run.steps):
+                if time.time() > deadline:
+                    log.info("run.max_minutes=%s reached at step %d; stopping", config.run.max_minutes, step)
+                    break
+                waited = time.time()
+                batch, filtered, sampling = self._batch(step)  # a stop while waiting for data ends the run here
+                with interrupts.deferred():  # a stop signal during the step takes effect once it is done
+                    version = self._step(step, batch, filtered, sampling, waited, started, start_version, result)
+        except KeyboardInterrupt as stop:
+            log.warning("%s: stopping at version %d; checkpointed (continue with: echo2 train --resume %s)",
+                        stop, version, self.run_dir)
+            result.wall_seconds, result.interrupted = time.time() - started, True
+            self._checkpoint(version, result)
+            self.progress.newline()
+            return result
         result.wall_seconds = time.time() - started
         if result.evals[-1][0] != version:
             evaluation = self._evaluate(version)

@@ -1,0 +1,45 @@
+"""SIGTERM (and Ctrl-C) stop a run at a step boundary, never inside one.
+
+A signal raises ``KeyboardInterrupt`` in the main thread. Inside :func:`deferred` (the learner
+loop wraps each step: train, publish, log, evaluate, checkpoint) it is held until the step ends,
+so the run stops on a consistent version, which it checkpoints, and still writes its reliability
+report and summary; a second signal while one is held stops at once. Outside, e.g. while the
+learner waits for data, it is raised at once (nothing is half-done then).
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_depth = 0
+_pending: int | None = None
+
+
+def interrupt(signum: int, frame: object) -> None:  # noqa: ARG001 - a signal handler's signature
+    global _pending
+    if _depth and _pending is None:
+        _pending = signum
+        return
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def install() -> None:
+    """Route SIGTERM and SIGINT through :func:`interrupt` (main thread only)."""
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold a stop signal until the block ends, then raise it."""
+    global _depth, _pending
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+    if _depth == 0 and _pending is not None:
+        signum, _pending = _pending, None
+        raise KeyboardInterrupt(f"signal {signum} (held until the step ended)")
