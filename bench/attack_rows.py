@@ -203,6 +203,60 @@ def amplification_row(run: Outcome, spec: Attack, clean: Outcome) -> dict[str, A
                    f"of honest generation wasted"}
 
 
+def poison_row(run: Outcome, spec: Attack) -> dict[str, Any]:
+    """One behaviour log-prob of -1000 (refused at the door), then one of -45 in an otherwise honest
+    lease: left out of the step as implausible (or failed at an audit), the worker quarantined."""
+    wid = run.worker_id(spec)
+    refused = {e["what"]: e["status"] for e in run.events(spec, "submit_refused") if e.get("what")}
+    inside = [e for e in run.events(spec, "submitted") if e.get("what") == "inside the floor" and e["accepted"]]
+    slots = {s for e in inside for s in e["slots"]}
+    q = run.quarantine(wid)
+    in_batch = [g for g in run.trained_by(wid) if g["slot"] in slots]
+    left_out = sum(r.get("implausible_rows", 0) for r in run.records)
+    ok = refused.get("below the floor") == 422 and q is not None
+    return {"detected": "yes" if ok else "no", "groups_to_quarantine": len(slots),
+            "attacker_groups_trained": len(run.trained_by(wid)) - len(in_batch),
+            "attacker_groups_trained_after": sum(1 for g in in_batch if q is None or g["t"] >= q["t"]),
+            "poisoned_in_batch": len(in_batch), "implausible_rows_left_out": left_out,
+            "quarantine_reason": q["reason"] if q else None, "params_finite": run.steps > 0,
+            "how": f"-1000 -> {refused.get('below the floor')}; -45 accepted in {len(slots)} groups, "
+                   f"{len(in_batch)} reached a batch, {left_out:.0f} rows left out as implausible; "
+                   f"quarantined: {(q or {}).get('reason', 'no')[:60]}; every version published finite"}
+
+
+def hoarder_row(run: Outcome, spec: Attack, clean: Outcome) -> dict[str, Any]:
+    """Asks for 4096 groups a lease and never delivers: capped, throttled, parked; the run goes on."""
+    hoards = run.events(spec, "hoard")
+    granted = [e["granted"] for e in hoards if e["status"] == "granted"]
+    parked = sum(e["status"] == "parked" for e in hoards)
+    ratio = run.step_s / clean.step_s
+    wall = (run.wall_s / run.steps) / (clean.wall_s / clean.steps)
+    biggest = max(granted, default=0)
+    ok = biggest <= 4 and parked > 0 and wall <= 1.2
+    return {"detected": "yes" if ok else "no", "attacker_groups_trained": 0, "attacker_groups_trained_after": 0,
+            "hoard_leases": len(granted), "hoard_groups": sum(granted), "hoard_max_lease": biggest,
+            "hoard_parked_answers": parked, "leases_expired": run.reliability["leases_expired"],
+            "run_s_per_step_vs_clean": wall,
+            "how": f"asked 4096 a lease: {len(granted)} leases of at most {biggest} groups ({sum(granted)} in all, "
+                   f"{granted[:6]}...), then parked ({parked} answers); median step x{ratio:.2f}, "
+                   f"s/step over the run x{wall:.2f} of clean"}
+
+
+def telemetry_row(run: Outcome, spec: Attack) -> dict[str, Any]:
+    """NaN/inf/disordered timeline events, an infinite upload rate, forged and reserved names."""
+    probes = run.events(spec, "probe")
+    twin = (run.events(spec, "twin") or [{}])[0]
+    twin_name = run.workers.get(twin.get("worker_id"), "")
+    forged = "forged" in run.train_log
+    ok = bool(probes) and all(p["status"] == p["expected"] for p in probes) and twin_name.startswith("local-0#") \
+        and not forged
+    statuses = ",".join(str(p["status"]) for p in probes)
+    return {"detected": "yes" if ok else "no", "attacker_groups_trained": 0, "attacker_groups_trained_after": 0,
+            "probes": probes, "twin_named": twin_name, "forged_line_in_log": forged,
+            "how": f"{len(probes)} probes -> {statuses}; a second 'local-0' became {twin_name!r}; "
+                   f"forged log line: {'yes' if forged else 'no'}; the run's report renders"}
+
+
 def make_row(spec: Attack, run: Outcome, clean: Outcome) -> dict[str, Any]:
     if spec.kind in AUDIT_KINDS:
         row = audit_row(run, spec)
@@ -212,9 +266,11 @@ def make_row(spec: Attack, run: Outcome, clean: Outcome) -> dict[str, Any]:
         row = slowloris_row(run, spec, clean)
     elif spec.kind == "sybil_fabricate":
         row = amplification_row(run, spec, clean)
+    elif spec.kind == "hoarder":
+        row = hoarder_row(run, spec, clean)
     else:
         row = {"reward": reward_row, "duplicate": duplicate_row, "late_lease": late_lease_row, "relay": relay_row,
-               "oversize": oversize_row}[spec.kind](run, spec)
+               "oversize": oversize_row, "poison_logprob": poison_row, "telemetry": telemetry_row}[spec.kind](run, spec)
     crashed = run.events(spec, "crashed")
     if crashed:  # an attacker that fell over proves nothing
         row["detected"], row["attacker_crashed"] = "no", crashed[0]["error"]

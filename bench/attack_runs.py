@@ -46,6 +46,9 @@ ROWS = {
     "flood": "9 200 registrations",
     "slowloris": "10 slow-loris",
     "sybil_fabricate": "11 quarantine amplification",
+    "poison_logprob": "12 one poisoned log-prob",
+    "hoarder": "13 lease hoarder",
+    "telemetry": "14 telemetry + name poison",
 }
 AUDIT_KINDS = ("fabricate", "late_cheater", "fabricate_old", "replay")
 
@@ -179,6 +182,10 @@ class Outcome:
     workers: dict[str, str]  # worker id -> name
     train_log: str
     attacks: list[Attack]
+    records: list[dict[str, Any]]
+    """The run's metrics.jsonl."""
+    wall_s: float
+    """The learner loop's wall time (first step to last)."""
 
     def events(self, attack: Attack, kind: str | None = None) -> list[dict[str, Any]]:
         path = self.run_dir / "attackers" / f"{attack.name}.jsonl"
@@ -234,7 +241,8 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
     OBSERVER.reset(reward_scorer(load_task(config.task.name, config.task.options), config.model.name))
     with Attackers(run_dir, attacks):
         summary = run_training(config)
-    step_times = [r["time"] for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    step_times = [r["time"] for r in records if "loss" in r]
     gaps = [b - a for a, b in zip(step_times, step_times[1:])]
     workers = {wid: record.name for wid, record in OBSERVER.state.registry.workers.items()}
     return Outcome(name=name, run_dir=run_dir, steps=summary.result.steps,
@@ -243,4 +251,5 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
                    reliability=summary.reliability,
                    trained=list(OBSERVER.trained), accepted=list(OBSERVER.accepted),
                    quarantines=list(OBSERVER.quarantines), workers=workers,
-                   train_log=(run_dir / "train.log").read_text(), attacks=attacks)
+                   train_log=(run_dir / "train.log").read_text(), attacks=attacks, records=records,
+                   wall_s=summary.result.wall_seconds)

@@ -68,6 +68,22 @@ length as the **clean** run, which has no attackers. Rows:
     older versions, then dropped as stale.) The row counts groups dropped as stale against the
     clean run.
 
+12. ``poison_logprob`` (engine, full only): samples honestly for 12 accepted groups (in a run whose
+    probation is 4 groups and audit decay 0.5, so that its audit rate is near the floor by then),
+    then submits each lease once with one token's behaviour log-prob at -1000 (below the protocol's
+    floor: 422 expected) and once at -45 (inside it, ~40 nats from the policy's): the learner must
+    leave that row out of its step or fail its audit, quarantine the worker, and publish only finite
+    versions. ``how`` counts the poisoned groups that reached a batch and the rows left out;
+13. ``hoarder`` (full only, alone in its run, ``coordinator.lease_timeout_s=8``): asks for 4096
+    groups in every lease request and never submits. Expected: no lease above
+    ``rollout.groups_per_lease`` (4), at most half the window, throttled then parked, and the run's
+    steps/s within 20% of the clean run's (``step_s_vs_clean`` is the median step; ``how`` gives
+    the whole run's wall time against the clean one's too);
+14. ``telemetry``: heartbeats with NaN, +inf and -inf times, an interval that ends before it
+    starts, an infinite upload rate (422 each); registrations named with a newline and a forged
+    log line, ``learner`` and markup (422 each); and a second ``local-0`` (an honest worker's
+    name), which must be renamed ``local-0#N``. No forged line may reach ``train.log``.
+
 Rows 8 and 10 need a peer's relay URL. They take the first source in their own version info
 when the plan puts them below a relay; otherwise they read one from the run's train.log.
 Relay URLs are no secret (the plan hands each worker its parent's), but only the first worker
@@ -114,8 +130,8 @@ from common import format_table, parse_args, write_results
 #: learner steps of a full run (times its ``LENGTH``)
 FULL_STEPS = 300
 #: run name -> (its attacks, its extra overrides). Every plan also has a clean run.
-QUICK_PLAN = {"attacks": ([attack("fabricate"), attack("fabricate_old"), attack("duplicate"), attack("oversize")],
-                          [])}
+QUICK_PLAN = {"attacks": ([attack("fabricate"), attack("fabricate_old"), attack("duplicate"), attack("oversize"),
+                           attack("telemetry")], [])}
 FULL_PLAN = {
     "audit": ([attack("fabricate"), attack("fabricate_old"), attack("replay")], []),
     # alone: its audit rate then follows its own groups only, and no other attacker's quarantine
@@ -126,6 +142,12 @@ FULL_PLAN = {
     "flood": ([attack("flood")], []),
     "slowloris": ([attack("slowloris")], ["coordinator.body_timeout_s=30"]),
     "amplify": ([attack("sybil_fabricate", count=8, spacing_s=3.0)], []),
+    # its own run: its step-time cost is the row's measure
+    "hoard": ([attack("hoarder")], ["coordinator.lease_timeout_s=8"]),
+    # probation shortened and its decay steepened in this run, so that the poisoner is past its
+    # probation and rarely audited within the run's length (the hole: a group no audit looked at)
+    "trust": ([attack("poison_logprob", honest_groups=12), attack("telemetry")],
+              ["verification.probation_groups=4", "verification.audit_decay=0.5"]),
 }
 #: run name -> how many times the plan's steps it trains (1 when absent). ``late`` three times: a
 #: third sampler on two cores gets ~2.5% of the leases, 60 groups in 300 steps, short of the 64

@@ -224,20 +224,26 @@ class CannotAudit:
         return AuditResult(suspects={}, unauditable=[g for g in batch if g.worker_id == self.worker_id])
 
 
-def test_a_batch_cut_by_a_quarantine_is_topped_up_to_a_full_step():
-    """A step trains B groups even when a suspect's groups are cut from it; a short step would
-    leave the lease window (which counts B per step) wider for the rest of the run."""
+def batch_with_a_suspect(name: str, verifier: type):
+    """A learner batch of 4 drawn from 2 groups of worker ``name`` and 4 of an honest one, through
+    the loop's :meth:`_verified_batch` with ``verifier(name's id)`` as its verifier."""
     from types import SimpleNamespace
 
     from echo2.learner.loop import LearnerLoop
 
     state = make_state(staleness=1, groups_per_step=4)
-    liar, honest = state.register("liar"), state.register("honest")
-    submit_all(state, liar, state.lease(liar, worker_version=0, max_groups=2, wait_s=0))
+    suspect, honest = state.register(name), state.register("honest")
+    submit_all(state, suspect, state.lease(suspect, worker_version=0, max_groups=2, wait_s=0))
     submit_all(state, honest, state.lease(honest, worker_version=0, max_groups=4, wait_s=0))
-    loop = SimpleNamespace(state=state, verifier=FlagsOne(liar.worker_id),
+    loop = SimpleNamespace(state=state, verifier=verifier(suspect.worker_id),
                            config=SimpleNamespace(coordinator=SimpleNamespace(data_timeout_s=5)))
-    batch = LearnerLoop._verified_batch(loop, step=0, count=4)
+    return state, suspect, honest, LearnerLoop._verified_batch(loop, step=0, count=4)
+
+
+def test_a_batch_cut_by_a_quarantine_is_topped_up_to_a_full_step():
+    """A step trains B groups even when a suspect's groups are cut from it; a short step would
+    leave the lease window (which counts B per step) wider for the rest of the run."""
+    state, liar, honest, batch = batch_with_a_suspect("liar", FlagsOne)
     assert len(batch) == 4 and {g.worker_id for g in batch} == {honest.worker_id}
     assert state.registry.workers[liar.worker_id].quarantined
     # the window counts what is outstanding: 4 trained + 2 re-queued prompts' slots freed -> (S+1)*B - 4 grantable
@@ -246,18 +252,9 @@ def test_a_batch_cut_by_a_quarantine_is_topped_up_to_a_full_step():
 
 
 def test_unauditable_groups_are_left_out_their_prompts_requeued_and_counted():
-    from types import SimpleNamespace
-
     from echo2.coordinator.reliability import reliability_report
-    from echo2.learner.loop import LearnerLoop
 
-    state = make_state(staleness=1, groups_per_step=4)
-    claimant, honest = state.register("claims-a-lost-version"), state.register("honest")
-    submit_all(state, claimant, state.lease(claimant, worker_version=0, max_groups=2, wait_s=0))
-    submit_all(state, honest, state.lease(honest, worker_version=0, max_groups=4, wait_s=0))
-    loop = SimpleNamespace(state=state, verifier=CannotAudit(claimant.worker_id),
-                           config=SimpleNamespace(coordinator=SimpleNamespace(data_timeout_s=5)))
-    batch = LearnerLoop._verified_batch(loop, step=0, count=4)
+    state, claimant, honest, batch = batch_with_a_suspect("claims-a-lost-version", CannotAudit)
     assert {g.worker_id for g in batch} == {honest.worker_id}  # none trained unaudited
     assert not state.registry.workers[claimant.worker_id].quarantined  # an honest worker may have sampled it
     with state.cond:

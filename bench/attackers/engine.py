@@ -1,5 +1,6 @@
 """Engine attackers: a real RolloutWorker that samples honestly and misbehaves around its
-submissions (reward claims, the same lease three times, fabricating after an honest start)."""
+submissions (reward claims, the same lease three times, fabricating after an honest start, one
+poisoned log-prob after an honest start)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 from typing import Any
 
 from attackers.session import EventLog, fabricated_groups
+from attackers.trust import POISON_BELOW_FLOOR, POISON_IMPLAUSIBLE, poisoned
 
 
 def engine_attacker(kind: str, url: str, token: str, name: str, log: EventLog, params: dict[str, Any]) -> None:
@@ -47,6 +49,23 @@ def engine_attacker(kind: str, url: str, token: str, name: str, log: EventLog, p
 
         def _attack_submit(self, request):
             slots = [g.slot for g in request.groups]
+            if kind == "poison_logprob" and self.honest_accepted >= params["honest_groups"]:
+                self.malicious = True  # one token of one completion; the rest of the lease is honest
+                below = self._post(poisoned(request, POISON_BELOW_FLOOR))
+                log.emit("submit_refused" if below.status_code != 200 else "submitted", what="below the floor",
+                         status=below.status_code, detail=below.text[:200], slots=slots, version=request.version,
+                         malicious=True, accepted=0, duplicate=False)
+                inside = self._post(poisoned(request, POISON_IMPLAUSIBLE))
+                reply = inside.json()
+                if inside.status_code != 200:
+                    log.emit("submit_refused", what="inside the floor", status=inside.status_code,
+                             detail=inside.text[:200], slots=slots, version=request.version, malicious=True)
+                    if inside.status_code == 403:
+                        self.quarantined = True
+                    raise RequestRefused(inside.status_code, inside.text[:200])
+                log.emit("submitted", what="inside the floor", malicious=True, accepted=reply["accepted"],
+                         duplicate=reply.get("duplicate", False), slots=slots, version=request.version)
+                return SubmitResponse(**reply)
             if kind == "reward":
                 claims = json.loads(request.model_dump_json())
                 for group in claims["groups"]:

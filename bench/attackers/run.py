@@ -12,6 +12,7 @@ from attackers.engine import engine_attacker
 from attackers.protocol import attack_fabricate, attack_late_lease, attack_replay, attack_sybil_fabricate
 from attackers.relay import attack_relay
 from attackers.session import TOKEN_ENV, EventLog, Session, wait_for_training
+from attackers.trust import attack_hoarder, attack_telemetry
 from attackers.wire import attack_flood, attack_oversize, attack_slowloris
 
 
@@ -32,14 +33,14 @@ def attacker_main(argv: list[str]) -> None:
     # the slow imports (torch, transformers) now, while the learner starts: the attack begins with training
     from echo2.rollout.client import CoordinatorUnreachable
 
-    if args.kind in ("reward", "duplicate", "late_cheater", "replay"):
+    if args.kind in ("reward", "duplicate", "late_cheater", "replay", "poison_logprob"):
         import echo2.rollout.worker  # noqa: F401
     if args.kind in ("fabricate", "fabricate_old", "late_lease", "sybil_fabricate"):
         from echo2.modeling import load_tokenizer
     wait_for_training(args.run_dir)
     log.emit("start", kind=args.kind)
     try:
-        if args.kind in ("reward", "duplicate", "late_cheater"):
+        if args.kind in ("reward", "duplicate", "late_cheater", "poison_logprob"):
             engine_attacker(args.kind, url, token, name, log, params)
         elif args.kind == "relay":
             attack_relay(url, token, name, log)
@@ -61,6 +62,10 @@ def attacker_main(argv: list[str]) -> None:
                 attack_oversize(session, args.run_dir)
             elif args.kind == "slowloris":
                 attack_slowloris(session, args.run_dir)
+            elif args.kind == "hoarder":
+                attack_hoarder(session)
+            elif args.kind == "telemetry":
+                attack_telemetry(session, url, token, log)
             else:
                 raise ValueError(f"unknown attack kind {args.kind!r}")
     except CoordinatorUnreachable as error:  # the run is over and its coordinator gone

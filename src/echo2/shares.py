@@ -6,7 +6,8 @@ delivers stalls the learner until its leases expire, and could take the window a
 expiry (measured: 1.35 learner steps/s fell to 0 for a minute). So a lease grants at most
 ``groups_per_lease``; while other workers are live, one worker holds at most ``window_share`` of
 the window; and a worker whose leases keep expiring unfulfilled is slowed to one group per lease,
-then parked for a while that doubles with each further miss.
+then parked for a while that grows fourfold with each further miss: every slot a hoarder holds
+stalls the learner's step that needs it for up to ``lease_timeout_s``, so it must get few.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class SharePolicy:
     """The most of the window one worker may hold while other workers are live (``coordinator.window_share``)."""
     slow_after: int = 1
     """Consecutive unfulfilled leases after which a worker gets one group per lease."""
-    park_after: int = 3
+    park_after: int = 2
     """Consecutive unfulfilled leases after which a worker is parked for a while."""
 
 
@@ -43,4 +44,4 @@ def parked_for(policy: SharePolicy, unfulfilled: int, lease_timeout_s: float) ->
     """Seconds a worker with ``unfulfilled`` consecutive expired leases is parked (0: not parked)."""
     if unfulfilled < policy.park_after:
         return 0.0
-    return lease_timeout_s * 2 ** min(unfulfilled - policy.park_after, 6)
+    return lease_timeout_s * 4 ** min(unfulfilled - policy.park_after, 5)

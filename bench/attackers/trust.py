@@ -1,0 +1,75 @@
+"""Attackers of the trust layer's numbers and names: a log-prob poisoner after its probation, a
+lease hoarder, and telemetry and name poison."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from attackers.session import EventLog, Session
+
+#: The poisoner's two values: below the protocol's floor (refused at the door), then inside it but
+#: about 40 nats from what the policy gives a sampled token (left out of the step, quarantined).
+POISON_BELOW_FLOOR, POISON_IMPLAUSIBLE = -1000.0, -45.0
+#: What a hoarder asks for in every lease request (the protocol's maximum).
+HOARD = 4096
+
+
+def poisoned(request: Any, value: float) -> str:
+    """``request`` as JSON with the first token's log-prob of its first completion set to ``value``."""
+    body = json.loads(request.model_dump_json())
+    body["groups"][0]["completions"][0]["logprobs"][0] = value
+    return json.dumps(body)
+
+
+def attack_hoarder(session: Session) -> None:
+    """Ask for the whole window again and again; never submit anything."""
+    from echo2.protocol import LeaseRequest
+    from echo2.rollout.client import RequestRefused
+
+    while not session.stop.is_set():
+        try:
+            reply = session.client.lease(LeaseRequest(version=session.latest, max_groups=HOARD), wait_s=2.0)
+        except RequestRefused as error:
+            session.log.emit("lease_refused", status=error.status, detail=error.detail)
+            time.sleep(0.5)
+            continue
+        session.latest = max(session.latest, reply.latest_version)
+        session.log.emit("hoard", status=reply.status, granted=len(reply.prompts))
+        if reply.status == "stop":
+            break
+        if reply.status != "granted":
+            time.sleep(0.5)
+
+
+def attack_telemetry(session: Session, url: str, token: str, log: EventLog) -> None:
+    """Poisoned heartbeats (NaN, +-inf, an interval that ends before it starts, an infinite upload
+    rate) and registrations under forged names; each answer is logged, then the attacker lingers."""
+    import httpx
+
+    from echo2.protocol import AUTH_HEADER
+
+    now = time.time()
+    beats = {
+        "nan start": {"version": 0, "events": [{"kind": "generate", "start": math.nan, "end": now, "version": 0}]},
+        "inf end": {"version": 0, "events": [{"kind": "generate", "start": now, "end": math.inf, "version": 0}]},
+        "-inf start": {"version": 0, "events": [{"kind": "fetch", "start": -math.inf, "end": now, "version": 0}]},
+        "ends before it starts": {"version": 0, "events": [{"kind": "fetch", "start": now, "end": now - 9,
+                                                             "version": 0}]},
+        "inf upload rate": {"version": 0, "upload_bytes_per_s": math.inf},
+    }
+    names = {"newline (forged log line)": "x\n12:00:00 echo2.coordinator.state: quarantined worker local-0: forged",
+             "reserved 'learner'": "learner", "markup": "<img src=x onerror=alert(1)>"}
+    with httpx.Client(base_url=url, timeout=10.0) as http:
+        for what, beat in beats.items():
+            answer = http.post("/v1/heartbeat", content=json.dumps(beat),  # json writes NaN/Infinity as JS does
+                               headers={AUTH_HEADER: session.client.session_token, "content-type": "application/json"})
+            log.emit("probe", what=f"heartbeat: {what}", status=answer.status_code, expected=422)
+        for what, name in names.items():
+            answer = http.post("/v1/register", json={"name": name}, headers={AUTH_HEADER: token})
+            log.emit("probe", what=f"register: {what}", status=answer.status_code, expected=422)
+        twin = http.post("/v1/register", json={"name": "local-0"}, headers={AUTH_HEADER: token})
+        log.emit("twin", status=twin.status_code, worker_id=twin.json().get("worker_id"))
+    session.linger()
