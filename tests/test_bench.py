@@ -180,7 +180,7 @@ def test_attacks_bench_quick(tmp_path):
     result = run_quick("attacks", tmp_path)
     data = json.loads((tmp_path / "results.json").read_text())
     rows = {r["kind"]: r for r in data["rows"]}
-    assert set(rows) == {"fabricate", "fabricate_old", "duplicate", "oversize"}
+    assert set(rows) == {"fabricate", "fabricate_old", "duplicate", "oversize", "telemetry"}
     for row in rows.values():
         assert row["detected"] == "yes", row
         assert row["attacker_groups_trained_after"] == 0, row
@@ -197,6 +197,9 @@ def test_attacks_bench_quick(tmp_path):
     assert probes["coordinator, no credential, Content-Length 64 MiB"]["status"] == 401
     chunked = probes["coordinator, session credential, chunked 64 MiB"]
     assert chunked["status"] == 413 and chunked["body_bytes_sent"] < 40 * 1024 * 1024
+    telemetry = rows["telemetry"]  # NaN/inf/disordered events, forged and reserved names: 422 each
+    assert {p["status"] for p in telemetry["probes"]} == {422} and len(telemetry["probes"]) == 8
+    assert telemetry["twin_named"].startswith("local-0#") and not telemetry["forged_line_in_log"]
     assert "attacker_groups_trained_after" in result.stdout and (tmp_path / "attacks.png").stat().st_size > 10_000
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -45,3 +46,25 @@ def parked_for(policy: SharePolicy, unfulfilled: int, lease_timeout_s: float) ->
     if unfulfilled < policy.park_after:
         return 0.0
     return lease_timeout_s * 4 ** min(unfulfilled - policy.park_after, 5)
+
+
+class Holder(Protocol):
+    """A worker as the coordinator and the simulator each keep it."""
+
+    unfulfilled: int
+    parked_until: float
+
+
+def missed(policy: SharePolicy, holder: Holder, now: float, lease_timeout_s: float) -> float:
+    """One more of ``holder``'s leases expired unsubmitted: count it and park the holder if it is
+    time to; returns how long it is parked from ``now`` (0: not parked)."""
+    holder.unfulfilled += 1
+    parked_s = parked_for(policy, holder.unfulfilled, lease_timeout_s)
+    if parked_s:
+        holder.parked_until = now + parked_s
+    return parked_s
+
+
+def delivered(holder: Holder) -> None:
+    """``holder`` submitted a lease: whatever it missed before is forgiven."""
+    holder.unfulfilled, holder.parked_until = 0, 0.0

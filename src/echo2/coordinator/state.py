@@ -5,7 +5,8 @@ The HTTP handlers (threads of the server) and the learner loop (main thread) sha
 (:mod:`~echo2.coordinator.registry`), leases and submission checks
 (:mod:`~echo2.coordinator.leases`), slots, buffer and re-queue (:mod:`echo2.pacing`, the same
 ledger the simulator keeps), versions and relay plans (:mod:`~echo2.coordinator.versions`),
-activation and billing (:mod:`~echo2.coordinator.fleet`); this class only sequences them, waits
+activation and billing (:mod:`~echo2.coordinator.fleet`), lease shares (:mod:`echo2.shares`), the
+learner's batches (:mod:`~echo2.coordinator.batches`); this class only sequences them, waits
 (every wait bounded) and counts. The learner sees it through :class:`echo2.exchange.RolloutSource`.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from echo2.broadcast.topology import Node, Planner, star_plan
 from echo2.coordinator import snapshot
+from echo2.coordinator.batches import LearnerSide
 from echo2.coordinator.cursor import CountingStream, TrainedDraws
 from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.leases import LeaseBook, accepted_groups
@@ -27,7 +29,6 @@ from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord
 from echo2.coordinator.registry import WorkerRegistry
 from echo2.coordinator.reliability import reliability_report
 from echo2.coordinator.scoring import Environment, Scorer, Scoring
-from echo2.shares import SharePolicy, lease_size, parked_for
 from echo2.coordinator.versions import VersionBook
 from echo2.exchange import Group, RunStats
 from echo2.pacing import PacingLedger
@@ -44,12 +45,13 @@ from echo2.protocol import (
     TimelineEvent,
     VersionInfo,
 )
+from echo2.shares import SharePolicy, delivered, lease_size, missed
 from echo2.tasks import Example
 
 log = logging.getLogger("echo2")
 
 
-class CoordinatorState:
+class CoordinatorState(LearnerSide):
     """Books of one run. ``examples`` is the task's endless training stream (the data cursor)."""
 
     def __init__(
@@ -150,10 +152,7 @@ class CoordinatorState:
 
     def _unfulfilled(self, record: WorkerRecord) -> None:
         """One more of ``record``'s leases expired unsubmitted: slow it down, then park it a while."""
-        record.unfulfilled += 1
-        parked_s = parked_for(self.shares, record.unfulfilled, self.leases.timeout_s)
-        if parked_s:
-            record.parked_until = time.monotonic() + parked_s
+        if parked_s := missed(self.shares, record, time.monotonic(), self.leases.timeout_s):
             log.warning("worker %s let %d leases in a row expire: parked for %.0f s", record.name,
                         record.unfulfilled, parked_s)
 
@@ -173,9 +172,7 @@ class CoordinatorState:
         its active leases re-issued, its buffered groups — and ``taken``, its groups already in the
         learner's batch — discarded (prompts re-queued). Returns how many groups were discarded."""
         with self.cond:
-            self.ledger.discard_taken([group.example for group in taken], requeue=True)
-            self._untrain(taken)
-            self.counters["groups_discarded_quarantined"] += len(taken)
+            self._drop_taken(taken, requeue=True, counter="groups_discarded_quarantined")
             record = self.registry.workers[worker_id]
             if record.quarantined:
                 return 0
@@ -252,7 +249,7 @@ class CoordinatorState:
         with self.cond:
             self.leases.settle(lease, record, rewards)
             self.counters["leases_completed"] += 1
-            record.unfulfilled, record.parked_until = 0, 0.0
+            delivered(record)
             self.fleet.observe(record, sum(len(g.completions) for g in request.groups),
                                time.monotonic() - lease.granted_at)
             for group in accepted_groups(lease, record.worker_id, request, rewards):
@@ -272,51 +269,6 @@ class CoordinatorState:
         with self.cond:
             lease.answers.update(((i.slot, tuple(i.replies)), a) for i, a in zip(request.items, answers, strict=True))
         return RespondResponse(observations=answers)
-
-    # ---------------------------------------------------------------- learner side
-    def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
-        """Block until ``count`` (default ``groups_per_step``) groups fresh for ``step`` are
-        buffered; return them (oldest versions first; stale ones dropped, see :mod:`echo2.pacing`)."""
-        count = self.groups_per_step if count is None else count
-        deadline = time.monotonic() + timeout_s
-        with self.cond:
-            while (batch := self.ledger.take(step, count)) is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(
-                        f"waited {timeout_s:.0f}s for {count} rollout groups for step {step} "
-                        f"(have {len(self.ledger)}; {len(self.registry.live())} live workers)")
-                self.cond.wait(min(remaining, 0.5))
-                self.reap()
-            for group in batch:
-                self.counters["groups_trained_twice"] += not self.trained.add(group.example)
-            self.counters["groups_trained"] += len(batch)
-            return batch
-
-    def filter_taken(self, groups: list[Group]) -> None:
-        """Groups the learner took but filters out instead of training on (DAPO's dynamic sampling
-        drops groups whose rewards are all equal): their slots stop counting against the pacing
-        window, so that replacements are leased at once; their prompts are used up, not re-queued."""
-        with self.cond:
-            self.ledger.discard_taken([group.example for group in groups], requeue=False)
-            self._untrain(groups)
-            self.counters["groups_filtered"] += len(groups)
-            self.cond.notify_all()
-
-    def leave_out(self, groups: list[Group]) -> None:
-        """Groups the learner took but cannot audit (their version was lost in a restart): never
-        trained unaudited, their prompts re-queued for a fresh sample, counted in the report."""
-        with self.cond:
-            self.ledger.discard_taken([group.example for group in groups], requeue=True)
-            self._untrain(groups)
-            self.counters["groups_discarded_unauditable"] += len(groups)
-            self.cond.notify_all()
-
-    def _untrain(self, groups: list[Group]) -> None:
-        """``groups`` left the learner's batch untrained (quarantined or filtered after they were taken)."""
-        for group in groups:
-            self.trained.discard(group.example)
-        self.counters["groups_trained"] -= len(groups)
 
     def publish(self, info: VersionInfo) -> None:
         """Announce ``info.version`` (its chunks, and its delta's if any, are already served) and

@@ -25,7 +25,7 @@ from collections import Counter, deque
 
 from echo2.broadcast.downloader import default_patience_s
 from echo2.pacing import PacingLedger
-from echo2.shares import SharePolicy, lease_size, parked_for
+from echo2.shares import SharePolicy, delivered, lease_size, missed
 from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide, profile
 from echo2.planning.billing import Billing
 from echo2.planning.broadcast_time import broadcast_seconds
@@ -262,7 +262,7 @@ class Simulation(WorkerLoop, FetchRouting):
             self.recorder.waste("late", rollouts)
         else:
             lease.state = "done"
-            worker.unfulfilled, worker.parked_until = 0, 0.0
+            delivered(worker)
             for slot in lease.slots:
                 self.ledger.admit(slot, lease.version, lease.version)
             self.counters["leases_completed"] += 1
@@ -277,10 +277,7 @@ class Simulation(WorkerLoop, FetchRouting):
         lease.state = "expired"
         self.ledger.release(lease.slots)
         self.counters["leases_expired"] += 1
-        lease.worker.unfulfilled += 1
-        parked_s = parked_for(self.shares, lease.worker.unfulfilled, self.scenario.recipe.lease_timeout_s)
-        if parked_s:
-            lease.worker.parked_until = self.queue.now + parked_s
+        missed(self.shares, lease.worker, self.queue.now, self.scenario.recipe.lease_timeout_s)
         self._open_window()
 
     def _open_window(self) -> None:

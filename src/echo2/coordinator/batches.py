@@ -1,0 +1,58 @@
+"""The learner's side of the coordinator's books: taking a batch, and giving back the groups of
+it that are not trained after all (filtered, unauditable, or from a quarantined worker)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from echo2.exchange import Group
+
+if TYPE_CHECKING:
+    from echo2.coordinator.state import CoordinatorState
+
+
+class LearnerSide:
+    """Mixed into :class:`echo2.coordinator.state.CoordinatorState` (which owns the state used here)."""
+
+    def take_batch(self: CoordinatorState, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
+        """Block until ``count`` (default ``groups_per_step``) groups fresh for ``step`` are
+        buffered; return them (oldest versions first; stale ones dropped, see :mod:`echo2.pacing`)."""
+        count = self.groups_per_step if count is None else count
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            while (batch := self.ledger.take(step, count)) is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"waited {timeout_s:.0f}s for {count} rollout groups for step {step} "
+                        f"(have {len(self.ledger)}; {len(self.registry.live())} live workers)")
+                self.cond.wait(min(remaining, 0.5))
+                self.reap()
+            for group in batch:
+                self.counters["groups_trained_twice"] += not self.trained.add(group.example)
+            self.counters["groups_trained"] += len(batch)
+            return batch
+
+    def filter_taken(self: CoordinatorState, groups: list[Group]) -> None:
+        """Groups the learner took but filters out instead of training on (DAPO's dynamic sampling
+        drops groups whose rewards are all equal): their slots stop counting against the pacing
+        window, so that replacements are leased at once; their prompts are used up, not re-queued."""
+        with self.cond:
+            self._drop_taken(groups, requeue=False, counter="groups_filtered")
+
+    def leave_out(self: CoordinatorState, groups: list[Group]) -> None:
+        """Groups the learner took but cannot audit (their version was lost in a restart): never
+        trained unaudited, their prompts re-queued for a fresh sample, counted in the report."""
+        with self.cond:
+            self._drop_taken(groups, requeue=True, counter="groups_discarded_unauditable")
+
+    def _drop_taken(self: CoordinatorState, groups: list[Group], requeue: bool, counter: str) -> None:
+        """``groups`` left the learner's batch untrained (filtered, unauditable, or their worker
+        quarantined): their slots free the window, their prompts ``requeue``d or used up (call locked)."""
+        self.ledger.discard_taken([group.example for group in groups], requeue=requeue)
+        for group in groups:
+            self.trained.discard(group.example)
+        self.counters["groups_trained"] -= len(groups)
+        self.counters[counter] += len(groups)
+        self.cond.notify_all()
