@@ -37,7 +37,7 @@ def audit_row(run: Outcome, spec: Attack) -> dict[str, Any]:
     }
     gap = re.search(r"differ by ([0-9.]+) nats/token from v(\d+)'s.*tolerance ([0-9.]+)", q["reason"]) if q else None
     caught = (f"audit gap {gap.group(1)} nats/tok vs v{gap.group(2)} (tol {gap.group(3)})" if gap
-              else "never quarantined")
+              else f"quarantined by the learner's step: {q['reason']}" if q else "never quarantined")
     if spec.kind == "fabricate_old":
         lags = [e["published"] - e["version"] for e in submitted]
         row["claimed_lag_max"] = max(lags, default=None)

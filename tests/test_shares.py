@@ -14,8 +14,8 @@ POLICY = SharePolicy(groups_per_lease=8, window_share=0.5)
 def test_a_lease_never_exceeds_groups_per_lease_nor_a_workers_share():
     assert lease_size(POLICY, requested=4096, held=0, window=64, others_live=False, unfulfilled=0) == 8
     assert lease_size(POLICY, requested=4, held=0, window=64, others_live=False, unfulfilled=0) == 4
-    assert lease_size(POLICY, requested=8, held=28, window=64, others_live=True, unfulfilled=0) == 4
-    assert lease_size(POLICY, requested=8, held=32, window=64, others_live=True, unfulfilled=0) == 0
+    assert lease_size(POLICY, requested=8, held=0, window=8, others_live=True, unfulfilled=0) == 4  # half of 8
+    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, unfulfilled=0) == 0  # one at a time
     assert lease_size(POLICY, requested=8, held=32, window=64, others_live=False, unfulfilled=0) == 8  # alone
 
 
@@ -33,7 +33,7 @@ def test_a_hoarder_holds_at_most_its_share_and_the_others_keep_working():
     state, hoarder, honest = hoarder_and_honest()  # window (S + 1) B = 8 slots, groups_per_lease 8
     first = state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
     assert len(first.prompts) == 4  # half the window
-    assert state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).status == "wait"
+    assert state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).status == "wait"  # one at a time
     assert len(state.lease(honest, worker_version=0, max_groups=8, wait_s=0).prompts) == 4
 
 

@@ -4,8 +4,9 @@ the simulator both grant through here).
 The window holds ``(S + 1) * B`` group slots. A worker that asks for all of them and never
 delivers stalls the learner until its leases expire, and could take the window again at each
 expiry (measured: 1.35 learner steps/s fell to 0 for a minute). So a lease grants at most
-``groups_per_lease``; while other workers are live, one worker holds at most ``window_share`` of
-the window; and a worker whose leases keep expiring unfulfilled is slowed to one group per lease,
+``groups_per_lease``; while other workers are live, one worker holds one lease at a time (an echo2
+worker submits a lease before it asks for the next) and at most ``window_share`` of the window;
+and a worker whose leases keep expiring unfulfilled is slowed to one group per lease,
 then parked for a while that grows fourfold with each further miss: every slot a hoarder holds
 stalls the learner's step that needs it for up to ``lease_timeout_s``, so it must get few.
 """
@@ -37,7 +38,7 @@ def lease_size(policy: SharePolicy, requested: int, held: int, window: int, othe
     if unfulfilled >= policy.slow_after:
         size = min(size, 1)
     if others_live:
-        size = min(size, max(1, math.ceil(policy.window_share * window)) - held)
+        size = 0 if held else min(size, max(1, math.ceil(policy.window_share * window)))
     return max(size, 0)
 
 

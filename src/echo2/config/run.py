@@ -194,8 +194,9 @@ class CoordinatorConfig(Section):
     lease_timeout_s: float = Field(60.0, gt=0)
     """A lease not submitted within this time is re-issued to another worker."""
     window_share: float = Field(0.5, gt=0, le=1)
-    """The most of the staleness window's ``(S + 1) * B`` group slots one worker may hold while
-    other workers are live (a lease also never grants more than ``rollout.groups_per_lease``)."""
+    """The most of the staleness window's ``(S + 1) * B`` group slots one lease may take while
+    other workers are live (each worker then holds one lease at a time, and a lease never grants
+    more than ``rollout.groups_per_lease``)."""
     lease_wait_s: float = Field(2.0, ge=0)
     """How long a lease request may wait (long-poll) for the staleness window to open."""
     heartbeat_timeout_s: float = Field(30.0, gt=0)
