@@ -25,7 +25,8 @@ def poisoned(request: Any, value: float) -> str:
 
 
 def attack_hoarder(session: Session) -> None:
-    """Ask for the whole window again and again; never submit anything."""
+    """Ask for the whole window again and again, always claiming the newest version (it needs no
+    weights: it never generates); never submit anything."""
     from echo2.protocol import LeaseRequest
     from echo2.rollout.client import RequestRefused
 
@@ -40,7 +41,7 @@ def attack_hoarder(session: Session) -> None:
         session.log.emit("hoard", status=reply.status, granted=len(reply.prompts))
         if reply.status == "stop":
             break
-        if reply.status != "granted":
+        if reply.status in ("wait", "parked"):  # "refresh": ask again at once, claiming the newest version
             time.sleep(0.5)
 
 
