@@ -235,8 +235,9 @@ def batch_with_a_suspect(name: str, verifier: type):
     suspect, honest = state.register(name), state.register("honest")
     submit_all(state, suspect, state.lease(suspect, worker_version=0, max_groups=2, wait_s=0))
     submit_all(state, honest, state.lease(honest, worker_version=0, max_groups=4, wait_s=0))
-    loop = SimpleNamespace(state=state, verifier=verifier(suspect.worker_id),
+    loop = SimpleNamespace(state=state, verifier=verifier(suspect.worker_id), _taken_this_step=False,
                            config=SimpleNamespace(coordinator=SimpleNamespace(data_timeout_s=5)))
+    loop._take = lambda step, count: LearnerLoop._take(loop, step, count)
     return state, suspect, honest, LearnerLoop._verified_batch(loop, step=0, count=4)
 
 

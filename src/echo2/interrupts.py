@@ -1,10 +1,11 @@
 """SIGTERM (and Ctrl-C) stop a run at a step boundary, never inside one.
 
 A signal raises ``KeyboardInterrupt`` in the main thread. Inside :func:`deferred` (the learner
-loop wraps each step: train, publish, log, evaluate, checkpoint) it is held until the step ends,
-so the run stops on a consistent version, which it checkpoints, and still writes its reliability
-report and summary; a second signal while one is held stops at once. Outside, e.g. while the
-learner waits for data, it is raised at once (nothing is half-done then).
+loop wraps each step: take the batch, train, publish, log, evaluate, checkpoint) it is held until
+the step ends, so the run stops on a consistent version, which it checkpoints, and still writes
+its reliability report and summary; a second signal while one is held stops at once. A wait for
+data that has taken nothing yet polls :func:`requested` and stops at once (a batch taken but not
+trained would otherwise count as trained). Outside, e.g. while the run starts, it is raised at once.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ def install() -> None:
     """Route SIGTERM and SIGINT through :func:`interrupt` (main thread only)."""
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGINT, interrupt)
+
+
+def requested() -> bool:
+    """Is a stop signal held?"""
+    return _pending is not None
 
 
 @contextmanager

@@ -56,6 +56,8 @@ class LoopResult:
 
 #: Weight of the newest value in the step-time and dissemination averages fed to activation.
 EMA_WEIGHT = 0.2
+#: Seconds between looks at a held stop signal while the learner waits for data.
+STOP_POLL_S = 1.0
 
 
 class LearnerLoop:
@@ -102,8 +104,7 @@ class LearnerLoop:
         step would leave it wider for the rest of the run (more slots granted, then dropped stale)."""
         kept: list[Group] = []
         while len(kept) < count:
-            batch = self.state.take_batch(step, timeout_s=self.config.coordinator.data_timeout_s,
-                                          count=count - len(kept))
+            batch = self._take(step, count - len(kept))
             audit = self.verifier.check(batch)
             for worker_id, why in audit.suspects.items():
                 self.state.quarantine(worker_id, why, taken=[g for g in batch if g.worker_id == worker_id])
@@ -121,9 +122,29 @@ class LearnerLoop:
             group = trained[index]
             self.state.quarantine(group.worker_id, why, taken=[group])
 
+    def _take(self, step: int, count: int) -> list[Group]:
+        """``count`` groups for ``step`` within ``coordinator.data_timeout_s``, waited for in short
+        slices: while this step has taken nothing yet, a held stop signal ends the run at once."""
+        timeout_s = self.config.coordinator.data_timeout_s
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                batch = self.state.take_batch(step, timeout_s=min(STOP_POLL_S, max(0.0, deadline - time.monotonic())),
+                                              count=count)
+            except TimeoutError as error:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"no batch for step {step} within coordinator.data_timeout_s="
+                                       f"{timeout_s:g}s ({error})") from None
+                if interrupts.requested() and not self._taken_this_step:
+                    raise KeyboardInterrupt("stop signal while waiting for data") from None
+                continue
+            self._taken_this_step = True
+            return batch
+
     def _batch(self, step: int) -> tuple[list[Group], list[Group], dict[str, float]]:
         """The step's batch; under DAPO's dynamic sampling also the groups it filtered out (EchoClip
         still learns from them) and their count."""
+        self._taken_this_step = False
         learner = self.config.learner
         if not learner.dynamic_sampling:
             return self._verified_batch(step, learner.groups_per_step), [], {}
@@ -287,9 +308,9 @@ class LearnerLoop:
                 if time.time() > deadline:
                     log.info("run.max_minutes=%s reached at step %d; stopping", config.run.max_minutes, step)
                     break
-                waited = time.time()
-                batch, filtered, sampling = self._batch(step)  # a stop while waiting for data ends the run here
-                with interrupts.deferred():  # a stop signal during the step takes effect once it is done
+                with interrupts.deferred():  # a stop signal takes effect once the step is done
+                    waited = time.time()
+                    batch, filtered, sampling = self._batch(step)  # or while it waits for data, nothing taken
                     version = self._step(step, batch, filtered, sampling, waited, started, start_version, result)
         except KeyboardInterrupt as stop:
             log.warning("%s: stopping at version %d; checkpointed (continue with: echo2 train --resume %s)",
