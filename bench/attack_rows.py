@@ -257,6 +257,34 @@ def telemetry_row(run: Outcome, spec: Attack) -> dict[str, Any]:
                    f"forged log line: {'yes' if forged else 'no'}; the run's report renders"}
 
 
+def resume_row(run: Outcome, spec: Attack) -> dict[str, Any]:
+    """Fabricated groups claiming v-1 the moment the learner resumed: audited at v-1 (its weights
+    kept with the checkpoint) or left out, never trained unaudited."""
+    wid = run.worker_id(spec)
+    back = (run.events(spec, "learner_back") or [{}])[0]
+    resumed = back.get("version")
+    row = audit_row(run, spec)
+    audited = {(a["slot"], a["version"]) for a in run.audited if a["worker_id"] == wid}
+    unaudited = [g for g in run.trained_by(wid) if (g["slot"], g["version"]) not in audited]
+    resumed_t = min((e["t"] for e in run.events(spec, "registered")), default=float("inf"))
+    after = [r for r in run.records if r.get("time", 0) >= resumed_t]
+    unauditable = sum(r.get("groups_unauditable", 0) for r in after)
+    claims = sorted({e["version"] for e in run.events(spec, "submitted") if e.get("malicious")})
+    kept = re.search(r"audits can check versions (\[[0-9, ]*\]) after the restart", run.train_log)
+    row.update({
+        "resumed_at": resumed, "claimed_versions": claims, "trained_unaudited_after_resume": len(unaudited),
+        "groups_unauditable_after_resume": unauditable, "audit_versions_after_resume": kept.group(1) if kept else None,
+        "attacker_groups_trained_after": row["attacker_groups_trained_after"] + len(unaudited),
+    })
+    row["detected"] = "yes" if row["detected"] == "yes" and not unaudited else "no"
+    gap = re.search(r"differ by ([0-9.]+) nats/token from v(\d+)'s", row["quarantine_reason"] or "")
+    caught = f"audited at v{gap.group(2)}, gap {gap.group(1)} nats/tok: quarantined" if gap else "never quarantined"
+    row["how"] = (f"resumed at v{resumed} (audits keep {row['audit_versions_after_resume']}); claimed {claims}: "
+                  f"{caught}; trained unaudited after the resume: {len(unaudited)}; drawn but unauditable "
+                  f"(left out): {unauditable:.0f}")
+    return row
+
+
 def make_row(spec: Attack, run: Outcome, clean: Outcome) -> dict[str, Any]:
     if spec.kind in AUDIT_KINDS:
         row = audit_row(run, spec)
@@ -270,7 +298,8 @@ def make_row(spec: Attack, run: Outcome, clean: Outcome) -> dict[str, Any]:
         row = hoarder_row(run, spec, clean)
     else:
         row = {"reward": reward_row, "duplicate": duplicate_row, "late_lease": late_lease_row, "relay": relay_row,
-               "oversize": oversize_row, "poison_logprob": poison_row, "telemetry": telemetry_row}[spec.kind](run, spec)
+               "oversize": oversize_row, "poison_logprob": poison_row, "telemetry": telemetry_row,
+               "resume_claim": resume_row}[spec.kind](run, spec)
     crashed = run.events(spec, "crashed")
     if crashed:  # an attacker that fell over proves nothing
         row["detected"], row["attacker_crashed"] = "no", crashed[0]["error"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,7 @@ ROWS = {
     "poison_logprob": "12 one poisoned log-prob",
     "hoarder": "13 lease hoarder",
     "telemetry": "14 telemetry + name poison",
+    "resume_claim": "15 claims v-1 after a resume",
 }
 AUDIT_KINDS = ("fabricate", "late_cheater", "fabricate_old", "replay")
 
@@ -58,7 +60,7 @@ def attack(kind: str, **params: Any) -> Attack:
 
 
 class Observer:
-    """Wraps three methods in this process (see the module docstring); what they did is unchanged."""
+    """Wraps five methods in this process (see the module docstring); what they did is unchanged."""
 
     def __init__(self) -> None:
         self.reset(None)
@@ -67,21 +69,23 @@ class Observer:
         self.trained: list[dict[str, Any]] = []
         self.accepted: list[dict[str, Any]] = []
         self.quarantines: list[dict[str, Any]] = []
-        self.state: Any = None
+        self.audited: list[dict[str, Any]] = []
+        self.states: list[Any] = []
         self.score = score
 
     def install(self) -> None:
         from echo2.coordinator.state import CoordinatorState
         from echo2.learner.loop import LearnerLoop
+        from echo2.learner.verification import Verifier
         from echo2.protocol import Completion
 
         observer = self
         init, quarantine, batch = CoordinatorState.__init__, CoordinatorState.quarantine, LearnerLoop._batch
-        submit = CoordinatorState.submit
+        submit, gaps = CoordinatorState.submit, Verifier._gaps
 
         def observed_init(state, *args, **kwargs):
             init(state, *args, **kwargs)
-            observer.state = state
+            observer.states.append(state)  # a run restarted with --resume has two
 
         def observed_quarantine(state, worker_id, reason, taken=()):
             already = state.registry.workers[worker_id].quarantined
@@ -110,6 +114,13 @@ class Observer:
                     "audit_rate": loop.verifier.rates.rate(g.worker_id)})
             return groups, filtered, counts
 
+        def observed_gaps(verifier, model, groups, version):
+            found = gaps(verifier, model, groups, version)
+            observer.audited += [{"t": time.time(), "worker_id": g.worker_id, "slot": g.slot, "version": version,
+                                  "gap": gap} for g, gap in zip(groups, found)]
+            return found
+
+        Verifier._gaps = observed_gaps
         CoordinatorState.__init__ = observed_init
         CoordinatorState.quarantine = observed_quarantine
         CoordinatorState.submit = observed_submit
@@ -179,6 +190,8 @@ class Outcome:
     trained: list[dict[str, Any]]
     accepted: list[dict[str, Any]]
     quarantines: list[dict[str, Any]]
+    audited: list[dict[str, Any]]
+    """Every group an audit re-scored: worker id, slot, the version it was audited at, its gap."""
     workers: dict[str, str]  # worker id -> name
     train_log: str
     attacks: list[Attack]
@@ -222,13 +235,32 @@ class Outcome:
                 if self.workers.get(q["worker_id"]) not in attackers]
 
 
-def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: list[str]) -> Outcome:
+def stop_at(run_dir: Path, version: int, timeout_s: float = 1800.0) -> None:
+    """SIGTERM this process (a preempted learner) once the run has logged training ``version``."""
+    from echo2.telemetry.metrics import read_jsonl
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        path = run_dir / "metrics.jsonl"
+        if path.exists() and any("loss" in r and r["version"] >= version for r in read_jsonl(path)):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        time.sleep(0.2)
+
+
+def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: list[str],
+             restart_at: int | None = None) -> Outcome:
+    """Train ``steps`` with ``attacks`` joining; ``restart_at``: SIGTERM the learner there (it
+    checkpoints at the step's end, its leases in flight lost) and continue to ``steps`` with
+    ``--resume``, as ``echo2 train --resume`` would."""
+    from echo2 import interrupts
     from echo2.config import load_config
     from echo2.launch.train import reward_scorer, run_training
     from echo2.tasks import load_task
     from echo2.telemetry.metrics import read_jsonl
 
-    print(f"== {name}: {', '.join(a.name for a in attacks) or 'no attackers'}", flush=True)
+    print(f"== {name}: {', '.join(a.name for a in attacks) or 'no attackers'}"
+          f"{f' (restarted at step {restart_at})' if restart_at else ''}", flush=True)
     config = load_config(overrides=[
         f"run.steps={steps}", "workers.count=2", "eval.every=1000", "eval.size=100", "eval.show=0",
         "learner.groups_per_step=8", "rollout.groups_per_lease=4", f"run.dir={out / 'runs'}", f"run.name={name}",
@@ -240,16 +272,20 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
         shutil.rmtree(run_dir)
     OBSERVER.reset(reward_scorer(load_task(config.task.name, config.task.options), config.model.name))
     with Attackers(run_dir, attacks):
-        summary = run_training(config)
+        if restart_at:
+            interrupts.install()
+            threading.Thread(target=stop_at, args=(run_dir, restart_at), daemon=True, name="preempt").start()
+            assert run_training(config).result.interrupted, f"the learner was not stopped at step {restart_at}"
+        summary = run_training(config, resume_dir=run_dir if restart_at else None)
     records = read_jsonl(run_dir / "metrics.jsonl")
     step_times = [r["time"] for r in records if "loss" in r]
     gaps = [b - a for a, b in zip(step_times, step_times[1:])]
-    workers = {wid: record.name for wid, record in OBSERVER.state.registry.workers.items()}
+    workers = {wid: record.name for state in OBSERVER.states for wid, record in state.registry.workers.items()}
     return Outcome(name=name, run_dir=run_dir, steps=summary.result.steps,
                    final_accuracy=summary.result.evals[-1][1].accuracy,
                    step_s=statistics.median(gaps) if gaps else float("nan"), last_step_t=step_times[-1],
                    reliability=summary.reliability,
                    trained=list(OBSERVER.trained), accepted=list(OBSERVER.accepted),
-                   quarantines=list(OBSERVER.quarantines), workers=workers,
+                   quarantines=list(OBSERVER.quarantines), audited=list(OBSERVER.audited), workers=workers,
                    train_log=(run_dir / "train.log").read_text(), attacks=attacks, records=records,
                    wall_s=summary.result.wall_seconds)

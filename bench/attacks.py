@@ -82,7 +82,17 @@ length as the **clean** run, which has no attackers. Rows:
 14. ``telemetry``: heartbeats with NaN, +inf and -inf times, an interval that ends before it
     starts, an infinite upload rate (422 each); registrations named with a newline and a forged
     log line, ``learner`` and markup (422 each); and a second ``local-0`` (an honest worker's
-    name), which must be renamed ``local-0#N``. No forged line may reach ``train.log``.
+    name), which must be renamed ``local-0#N``. No forged line may reach ``train.log``. Then finite
+    but absurd numbers: times of 1e308 and an upload rate of 1e300 (422), a held or fetched version of
+    10**30 (409, newer than any published);
+15. ``resume_claim`` (full only, alone in its run, which stops halfway and continues with
+    ``--resume``): waits for the open ``/v1/health`` to go silent and answer again, registers at
+    once and fabricates as in row 1, but every lease and submission claims the version before the
+    newest: right after the restart, the one before the version resumed at, which an audit could
+    not check before the window's versions travelled with the checkpoint. Expected: audited at that
+    version and quarantined, **0 groups trained unaudited after the resume**
+    (``trained_unaudited_after_resume``: its trained groups that no audit re-scored), and the
+    groups drawn for an audit whose version was lost (``groups_unauditable``, left out) counted.
 
 Rows 8 and 10 need a peer's relay URL. They take the first source in their own version info
 when the plan puts them below a relay; otherwise they read one from the run's train.log.
@@ -106,12 +116,14 @@ How trained groups are attributed. The run directory records quarantines (train.
 ``quarantined worker NAME`` line, ``reliability.json``'s ``workers_quarantined`` and
 ``groups_discarded_quarantined``) and per-worker throughput, but not which worker each trained
 group came from. So the bench, which runs ``run_training`` in its own process as
-``bench/chaos.py`` does, wraps three methods there without changing what they do:
+``bench/chaos.py`` does, wraps five methods there without changing what they do:
 ``LearnerLoop._batch`` logs the worker id, slot, version and rewards of every group handed to
 the optimizer (and recomputes the verifier's rewards for them); ``CoordinatorState.quarantine``
-logs when each worker was quarantined; ``CoordinatorState.__init__`` keeps the state so that
-worker names and refusal counts can be read at the end. Each attacker also writes its own log
-(``RUN/attackers/NAME.jsonl``) of what it sent and what was answered: slots, versions, statuses.
+logs when each worker was quarantined; ``CoordinatorState.submit`` logs each accepted submission;
+``Verifier._gaps`` logs every group an audit re-scored; ``CoordinatorState.__init__`` keeps the
+state (two in a resumed run) so that worker names and refusal counts can be read at the end.
+Each attacker also writes its own log (``RUN/attackers/NAME.jsonl``) of what it sent and what was
+answered: slots, versions, statuses.
 """
 
 from __future__ import annotations
@@ -148,11 +160,15 @@ FULL_PLAN = {
     # probation and rarely audited within the run's length (the hole: a group no audit looked at)
     "trust": ([attack("poison_logprob", honest_groups=12), attack("telemetry")],
               ["verification.probation_groups=4", "verification.audit_decay=0.5"]),
+    # stopped halfway and resumed: the claim targets the restart
+    "resume": ([attack("resume_claim")], []),
 }
 #: run name -> how many times the plan's steps it trains (1 when absent). ``late`` three times: a
 #: third sampler on two cores gets ~2.5% of the leases, 60 groups in 300 steps, short of the 64
 #: honest ones it must deliver before it cheats
 LENGTH = {"late": 3}
+#: run name -> the share of its steps after which the learner stops and resumes (``--resume``)
+RESTART = {"resume": 0.5}
 
 
 def main() -> None:
@@ -167,7 +183,9 @@ def main() -> None:
     clean = run_once("clean", [], steps, args.out, [])
     rows, runs = [], {"clean": clean}
     for name, (attacks, extra) in plan.items():
-        run = runs[name] = run_once(name, attacks, steps * LENGTH.get(name, 1), args.out, extra)
+        length = steps * LENGTH.get(name, 1)
+        restart_at = int(length * RESTART[name]) if name in RESTART else None
+        run = runs[name] = run_once(name, attacks, length, args.out, extra, restart_at)
         rows += [make_row(spec, run, clean) for spec in attacks]
     order = list(ROWS)
     rows.sort(key=lambda r: order.index(r["kind"]))

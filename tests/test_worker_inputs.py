@@ -70,3 +70,45 @@ def test_an_infinite_upload_rate_is_refused(client):
     response = client[1].post("/v1/heartbeat", content=body, headers={AUTH_HEADER: session,
                                                                        "content-type": "application/json"})
     assert response.status_code == 422
+
+
+def heartbeat(http, session: str, body: dict):
+    import json
+
+    return http.post("/v1/heartbeat", content=json.dumps(body), headers={AUTH_HEADER: session,
+                                                                         "content-type": "application/json"})
+
+
+@pytest.mark.parametrize("body, status, why", [
+    ({"version": 10**30}, 409, "newer than the published"),
+    ({"version": 0, "events": [{"kind": "fetch", "start": 1.0, "end": 2.0, "version": 7}]}, 409,
+     "newer than the published"),
+    ({"version": 0, "events": [{"kind": "generate", "start": 1e308, "end": 1e308, "version": 0}]}, 422,
+     "from the coordinator's clock"),
+    ({"version": 0, "events": [{"kind": "generate", "start": 0.0, "end": 1.0, "version": 0}]}, 422,
+     "from the coordinator's clock"),
+    ({"version": 0, "upload_bytes_per_s": 1e300}, 422, "less than or equal to"),
+])
+def test_absurd_finite_numbers_in_a_heartbeat_are_refused(client, body, status, why):
+    """Finite but impossible: a version no learner published, a time centuries away, a rate no
+    network carries. Each is refused with a reason, and the worker's record is left as it was."""
+    state, http = client
+    session = register(http, "w").json()["session_token"]
+    response = heartbeat(http, session, body)
+    assert response.status_code == status, response.text
+    assert why in response.text
+    record = state.registry.records()[0]
+    assert record.version == 0 and record.fetches == 0 and record.upload_bytes_per_s is None
+
+
+def test_an_honest_heartbeat_with_a_fetch_is_recorded(client):
+    import time
+
+    state, http = client
+    session = register(http, "w").json()["session_token"]
+    now = time.time()
+    response = heartbeat(http, session, {"version": 0, "upload_bytes_per_s": 1e8,
+                                         "events": [{"kind": "fetch", "start": now - 1, "end": now, "version": 0}]})
+    assert response.status_code == 200, response.text
+    record = state.registry.records()[0]
+    assert record.fetches == 1 and record.upload_bytes_per_s == 1e8

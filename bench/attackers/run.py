@@ -12,7 +12,7 @@ from attackers.engine import engine_attacker
 from attackers.protocol import attack_fabricate, attack_late_lease, attack_replay, attack_sybil_fabricate
 from attackers.relay import attack_relay
 from attackers.session import TOKEN_ENV, EventLog, Session, wait_for_training
-from attackers.trust import attack_hoarder, attack_telemetry
+from attackers.trust import attack_hoarder, attack_resume_claim, attack_telemetry
 from attackers.wire import attack_flood, attack_oversize, attack_slowloris
 
 
@@ -35,7 +35,7 @@ def attacker_main(argv: list[str]) -> None:
 
     if args.kind in ("reward", "duplicate", "late_cheater", "replay", "poison_logprob"):
         import echo2.rollout.worker  # noqa: F401
-    if args.kind in ("fabricate", "fabricate_old", "late_lease", "sybil_fabricate"):
+    if args.kind in ("fabricate", "fabricate_old", "late_lease", "sybil_fabricate", "resume_claim"):
         from echo2.modeling import load_tokenizer
     wait_for_training(args.run_dir)
     log.emit("start", kind=args.kind)
@@ -46,6 +46,8 @@ def attacker_main(argv: list[str]) -> None:
             attack_relay(url, token, name, log)
         elif args.kind == "flood":
             attack_flood(url, token, log)
+        elif args.kind == "resume_claim":
+            attack_resume_claim(url, token, name, log)
         elif args.kind == "sybil_fabricate":
             attack_sybil_fabricate(url, token, name, log, params["count"], params["spacing_s"])
         else:

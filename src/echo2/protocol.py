@@ -22,6 +22,9 @@ MIN_LOGPROB = -50.0
 e^-50 (2e-22) about never — over a 49k vocabulary less than once in 10^17 draws — while one
 log-prob of -1000 from an untrusted worker made ``exp(logprob - behaviour)`` overflow and the
 learner's gradient NaN (docs/security.md)."""
+MAX_UPLOAD_BYTES_PER_S = 1e12
+"""The highest relay upload rate a worker may declare or report: 8 Tb/s, past any network card. An
+unbounded finite rate (1e300) would make every sum of rates in the relay plan infinite."""
 
 #: A relay URL: scheme, host and port, nothing else (no user, path, query or fragment).
 _RELAY_URL = re.compile(r"https?://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?):([0-9]{1,5})")
@@ -65,7 +68,7 @@ class RegisterRequest(Message):
     relay_url: str | None = Field(None, max_length=256)
     """Where this worker serves weight chunks to peers, ``http(s)://host:port``; None = not
     reachable (a leaf)."""
-    upload_bytes_per_s: float | None = Field(None, gt=0)
+    upload_bytes_per_s: float | None = Field(None, gt=0, le=MAX_UPLOAD_BYTES_PER_S)
     """Declared upload bandwidth of the relay (orders the broadcast plan; None = unknown)."""
     price_per_hour: float = Field(0.0, ge=0, le=1e4)
     """What this worker costs while active, dollars per hour (drives cost-aware activation)."""
@@ -153,7 +156,7 @@ class TimelineEvent(Message):
 class Heartbeat(Message):
     version: int = Field(ge=0)
     events: list[TimelineEvent] = Field(default_factory=list, max_length=1000)
-    upload_bytes_per_s: float | None = Field(None, gt=0)
+    upload_bytes_per_s: float | None = Field(None, gt=0, le=MAX_UPLOAD_BYTES_PER_S)
     """Upload rate this worker's relay achieved so far (measured; orders the relay plan)."""
 
 

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord
+from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord, check_telemetry
 from echo2.episodes import segments
 from echo2.exchange import Group
 from echo2.protocol import RespondRequest, SubmitRequest
@@ -147,6 +147,7 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
                 raise Rejected(422, f"slot {group.slot}: {problem}", "bad_version")
             if min(c.token_ids) < 0 or max(c.token_ids) >= limits.vocab_size:
                 raise Rejected(422, f"slot {group.slot}: token id outside the vocabulary", "bad_token")
+    check_telemetry(lease.version, request.events, latest, time.time())
     return lease
 
 

@@ -23,6 +23,27 @@ class Rejected(Exception):
         self.status, self.reason, self.code = status, reason, code
 
 
+#: How far a worker's timeline times may be from the coordinator's clock (seconds): a day of clock
+#: skew is generous for a synced host, and a time of 1e308 (finite, so past the schema) is refused.
+MAX_CLOCK_SKEW_S = 86_400.0
+
+
+def check_telemetry(version: int, events: list[TimelineEvent], latest: int, now: float) -> None:
+    """Refuse a worker's report of what it holds (``version``) and did (``events``) unless every
+    number is one an honest worker can send: no version past the newest published (``latest``),
+    no time more than :data:`MAX_CLOCK_SKEW_S` from the coordinator's wall clock ``now``."""
+    if version > latest:
+        raise Rejected(409, f"version {version} is newer than the published {latest}", "bad_version")
+    for event in events:
+        if event.version > latest:
+            raise Rejected(409, f"a {event.kind} event of version {event.version}, newer than the published "
+                           f"{latest}", "bad_version")
+        if abs(event.start - now) > MAX_CLOCK_SKEW_S or abs(event.end - now) > MAX_CLOCK_SKEW_S:
+            raise Rejected(422, f"a {event.kind} event from {event.start:.0f} to {event.end:.0f} is more than "
+                           f"{MAX_CLOCK_SKEW_S:.0f}s from the coordinator's clock ({now:.0f}): check the "
+                           "worker's clock", "bad_time")
+
+
 @dataclass
 class WorkerRecord:
     worker_id: str
@@ -67,12 +88,13 @@ class WorkerRecord:
         self.last_fetch_seconds = event.end - event.start
         self.loaded_version = max(self.loaded_version, event.version)
 
-    def count(self, request: SubmitRequest) -> None:
-        """Add an accepted submission to this worker's totals."""
+    def count(self, request: SubmitRequest, wall_s: float) -> None:
+        """Add an accepted submission to this worker's totals. Its claimed generation time counts
+        up to ``wall_s``, the time from its lease's grant to now: an honest one fits inside."""
         self.samples += sum(len(g.completions) for g in request.groups)
         self.tokens += sum(len(c.token_ids) for g in request.groups for c in g.completions)
         self.groups += len(request.groups)
-        self.generate_seconds += request.generate_seconds
+        self.generate_seconds += min(request.generate_seconds, wall_s)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from echo2.coordinator.batches import LearnerSide
 from echo2.coordinator.cursor import CountingStream, TrainedDraws
 from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.leases import LeaseBook, accepted_groups
-from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord
+from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord, check_telemetry
 from echo2.coordinator.registry import WorkerRegistry
 from echo2.coordinator.reliability import reliability_report
 from echo2.coordinator.scoring import Environment, Scorer, Scoring
@@ -122,6 +122,7 @@ class CoordinatorState(LearnerSide):
                   upload_bytes_per_s: float | None = None) -> HeartbeatResponse:
         with self.cond:
             record.last_seen = time.monotonic()
+            check_telemetry(version, events, self.version, time.time())
             record.version = version
             if upload_bytes_per_s is not None:  # measured beats declared
                 record.upload_bytes_per_s = upload_bytes_per_s
@@ -250,11 +251,11 @@ class CoordinatorState(LearnerSide):
             self.leases.settle(lease, record, rewards)
             self.counters["leases_completed"] += 1
             delivered(record)
-            self.fleet.observe(record, sum(len(g.completions) for g in request.groups),
-                               time.monotonic() - lease.granted_at)
+            wall_s = time.monotonic() - lease.granted_at
+            self.fleet.observe(record, sum(len(g.completions) for g in request.groups), wall_s)
             for group in accepted_groups(lease, record.worker_id, request, rewards):
                 self.ledger.admit(group.slot, group.version, group)
-            record.count(request)
+            record.count(request, wall_s)
             self.counters["groups_accepted"] += len(request.groups)
             self._record_events(record, request.events)
             self.cond.notify_all()

@@ -169,6 +169,8 @@ class RolloutWorker:
             self._staged = None
         for store in (self.store, self.deltas):
             store.clear()
+        with self._events_lock:  # they name versions of a learner that is gone (the coordinator refuses them)
+            self._events.clear()
         self.version, self.latest_version = -1, 0
         log.info("registered again with %s as %s", self.client.url, registration.worker_id)
         self._fetch_first_weights()
