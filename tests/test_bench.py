@@ -197,8 +197,9 @@ def test_attacks_bench_quick(tmp_path):
     assert probes["coordinator, no credential, Content-Length 64 MiB"]["status"] == 401
     chunked = probes["coordinator, session credential, chunked 64 MiB"]
     assert chunked["status"] == 413 and chunked["body_bytes_sent"] < 40 * 1024 * 1024
-    telemetry = rows["telemetry"]  # NaN/inf/disordered events, forged and reserved names: 422 each
-    assert {p["status"] for p in telemetry["probes"]} == {422} and len(telemetry["probes"]) == 8
+    telemetry = rows["telemetry"]  # NaN/inf/absurd events and rates, forged names: 422; unpublished versions: 409
+    assert all(p["status"] == p["expected"] for p in telemetry["probes"]) and len(telemetry["probes"]) == 12
+    assert {p["expected"] for p in telemetry["probes"]} == {409, 422}
     assert telemetry["twin_named"].startswith("local-0#") and not telemetry["forged_line_in_log"]
     assert "attacker_groups_trained_after" in result.stdout and (tmp_path / "attacks.png").stat().st_size > 10_000
 

@@ -1,4 +1,4 @@
-"""Command line: ``echo2 train | worker | calibrate | plan | eval | simulate | report``."""
+"""Command line: ``echo2 train | worker | calibrate | plan | eval | simulate | report | lab``."""
 
 from __future__ import annotations
 
@@ -309,6 +309,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_dir", help="run directory (echo2 train or echo2 simulate output)")
     report.add_argument("--out", help="HTML file to write (default RUN_DIR/report.html)")
     report.set_defaults(handler=_report)
+
+    from echo2.lab.cli import add_lab_parser
+
+    add_lab_parser(commands)
     return parser
 
 

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("echo2")
 
+#: How long a local worker retries its learner's coordinator: it dies with its learner (a resumed
+#: run starts its own), so it must not outlive one that is gone for good.
+LOCAL_GIVE_UP_S = 120.0
 #: Where a run keeps its coordinator's address and run token (owner-readable only).
 COORDINATOR_FILE = "coordinator.json"
 #: The run token alone (owner-readable only), for ``echo2 worker --token-file``.
@@ -186,7 +189,7 @@ def local_worker_options(config: Config, url: str, token: str, name_prefix: str 
             device=workers.device, relay=workers.relay,
             upload_mbps=spec.upload_mbps if spec.upload_mbps is not None else workers.upload_mbps,
             latency_ms=spec.latency_ms, price_per_hour=spec.price_per_hour, worker_class=spec.worker_class,
-            throughput_factor=spec.throughput_factor, **secure,
+            throughput_factor=spec.throughput_factor, give_up_after_s=LOCAL_GIVE_UP_S, **secure,
         ))
     return options
 

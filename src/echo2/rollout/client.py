@@ -1,7 +1,8 @@
 """HTTP client of the coordinator API, with timeouts and retry-with-backoff on every call.
 
 A worker that cannot reach the coordinator says so (URL, what it was doing, the error) and
-retries with exponential backoff until ``give_up_after_s``; a 4xx is never retried: it carries
+retries with exponential backoff (capped at :data:`MAX_RETRY_DELAY_S`) until ``give_up_after_s``,
+by default for ever: a worker started by hand outlives an outage of any length; a 4xx is never retried: it carries
 the coordinator's reason and is raised as :class:`RequestRefused`. Neither is a coordinator that
 fails TLS verification (``verify``: see :mod:`echo2.tls`): :class:`CoordinatorUntrusted` at once.
 """
@@ -34,6 +35,8 @@ from echo2.protocol import (
 from echo2.tls import verification_failure
 
 log = logging.getLogger("echo2.worker")
+#: The longest wait between two tries: a worker notices a healed link within about this long.
+MAX_RETRY_DELAY_S = 10.0
 Reply = TypeVar("Reply", bound=BaseModel)
 
 
@@ -60,9 +63,10 @@ class SessionLost(RequestRefused):
 
 
 class CoordinatorClient:
-    def __init__(self, url: str, run_token: str, *, timeout_s: float = 30.0, give_up_after_s: float = 120.0,
+    def __init__(self, url: str, run_token: str, *, timeout_s: float = 30.0, give_up_after_s: float | None = 120.0,
                  verify: ssl.SSLContext | bool = True) -> None:
-        """``verify``: how an ``https://`` coordinator's certificate is checked (:func:`echo2.tls.client_context`)."""
+        """``give_up_after_s``: how long a call retries an unreachable coordinator (None: for ever).
+        ``verify``: how an ``https://`` coordinator's certificate is checked (:func:`echo2.tls.client_context`)."""
         self.url = url.rstrip("/")
         self.run_token = run_token
         self.session_token: str | None = None
@@ -105,11 +109,13 @@ class CoordinatorClient:
                     raise RequestRefused(response.status_code, detail)
                 problem = f"coordinator at {self.url} failed ({what}): {response.status_code} {detail}"
             elapsed = time.monotonic() - started
-            if elapsed + delay > self.give_up_after_s:
+            if self.give_up_after_s is not None and elapsed + delay > self.give_up_after_s:
                 raise CoordinatorUnreachable(f"{problem}; gave up after {elapsed:.0f}s")
-            log.warning("%s; retrying in %.1fs", problem, delay)
+            log.warning("%s; retrying in %.1fs (%s)", problem, delay,
+                        f"for {elapsed:.0f}s now; until it answers" if self.give_up_after_s is None
+                        else f"for {elapsed:.0f}s of at most {self.give_up_after_s:.0f}s")
             time.sleep(delay)
-            delay = min(delay * 2, 10.0)
+            delay = min(delay * 2, MAX_RETRY_DELAY_S)
 
     def _call(self, path: str, what: str, body: BaseModel, reply: type[Reply], read_timeout_s: float | None = None
               ) -> Reply:

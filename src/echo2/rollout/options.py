@@ -55,8 +55,10 @@ class WorkerOptions(BaseModel):
     """Torch threads."""
     device: str = "cpu"
     """hf engine device: cpu, cuda, cuda:N or auto."""
-    give_up_after_s: float = Field(120.0, gt=0)
-    """Seconds to keep retrying an unreachable coordinator before exiting."""
+    give_up_after_s: float | None = Field(None, gt=0)
+    """Seconds to keep retrying an unreachable coordinator before exiting; None: retry for ever
+    with capped backoff, so that a worker comes back by itself after an outage of any length (a
+    home link's, a partition's, a learner's restart)."""
     relay: bool = True
     """Serve the weight chunks this worker holds to its peers (off: a worker nobody can reach, e.g. behind NAT)."""
     relay_host: str = "127.0.0.1"

@@ -95,7 +95,7 @@ class RelayOptions:
 
 class RolloutWorker:
     def __init__(self, url: str, token: str, *, name: str | None = None, threads: int = 1,
-                 fetch_timeout_s: float = 120.0, give_up_after_s: float = 120.0,
+                 fetch_timeout_s: float = 120.0, give_up_after_s: float | None = None,
                  relay: RelayOptions | None = RelayOptions(), price_per_hour: float = 0.0,
                  worker_class: str = "", throughput_factor: float = 1.0, device: str = "cpu",
                  verify: ssl.SSLContext | bool = True) -> None:
