@@ -36,8 +36,9 @@ length as the **clean** run, which has no attackers. Rows:
     run) and submits 2.5 s late, twice (409 expected). A third probe submits only 0.2 s past
     the deadline and is reported but not scored here: a lease expires when the coordinator
     reaps it, not at its deadline;
- 7. ``relay``: registers a fake relay (its URL, declared and heartbeated upload 1e12 B/s, so the
-    planner puts it at the head of every chain). For even versions it serves a substituted
+ 7. ``relay``: registers a fake relay (its URL, answering the coordinator's reachability check as
+    itself, declared and heartbeated upload 1e12 B/s, so the planner puts it at the head of every
+    chain). For even versions it serves a substituted
     manifest and chunks: the real payload with the low byte of every float flipped, which makes
     a self-consistent manifest of other weights. For odd versions it serves the real manifest
     with one bit flipped in every chunk. Evidence comes from the peers' logs (workers' and
@@ -50,8 +51,9 @@ length as the **clean** run, which has no attackers. Rows:
     limit is passed). On the relay: no credential (401), or the broadcast credential with a 4 KiB
     body (413);
  9. ``flood``: 200 registrations with the run token, 8 at a time. Half of them name a relay
-    URL on a closed loopback port and declare 1e12 B/s, a Sybil attack on the relay plan. None
-    of them ever heartbeats. Expected: past the per-address allowance
+    URL on a closed loopback port and declare 1e12 B/s, a Sybil attack on the relay plan (those
+    relays never answer the coordinator's reachability check, so none enters it). None of them
+    ever heartbeats. Expected: past the per-address allowance
     (``coordinator.registrations_burst``, then ``registrations_per_minute``) each is answered 429;
 10. ``slowloris``: 50 connections to the coordinator that dribble their headers at one byte a
     second, 50 with a session credential that dribble a body, and 50 that dribble headers to a
@@ -149,8 +151,11 @@ FULL_PLAN = {
     # alone: its audit rate then follows its own groups only, and no other attacker's quarantine
     # shares its batches
     "late": ([attack("late_cheater", honest_groups=64)], []),
+    # full versions only: the fake relay serves substitutes of those (a delta is verified the same way,
+    # by the sha256 of the version it rebuilds, but the fake relay has no delta routes: peers would
+    # just fail over on its 404s)
     "door": ([attack("reward"), attack("duplicate"), attack("late_lease"), attack("oversize"), attack("relay")],
-             ["coordinator.lease_timeout_s=8"]),
+             ["coordinator.lease_timeout_s=8", "broadcast.encoding=full"]),
     "flood": ([attack("flood")], []),
     "slowloris": ([attack("slowloris")], ["coordinator.body_timeout_s=30"]),
     "amplify": ([attack("sybil_fabricate", count=8, spacing_s=3.0)], []),

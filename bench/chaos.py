@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import subprocess
 import sys
@@ -32,15 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import coordinator_endpoint, format_table, parse_args, write_results  # noqa: E402
+from common import coordinator_endpoint, format_table, ledger, parse_args, write_results  # noqa: E402
 
 from echo2.config import load_config  # noqa: E402
 from echo2.launch.train import run_training  # noqa: E402
 from echo2.telemetry.metrics import read_jsonl  # noqa: E402
-
-#: The line a worker logs for each accepted submission (``echo2.rollout.worker``).
-ACCEPTED = re.compile(r"lease \S+: (\d+) groups accepted")
-
 
 class ChaosMonkey:
     """Starts ``count`` workers against the run in ``run_dir`` and, when ``kill_every`` is set, kills a
@@ -129,25 +124,15 @@ def main() -> None:
         with ChaosMonkey(run_dir, workers, every, last_kill=steps // 2) as monkey:
             summary = run_training(config)
         report = summary.reliability
-        ledger = report["leases_completed"] + report["leases_expired"] + report["leases_outstanding"]
-        # the independent count: what the workers logged as accepted vs what the learner logged as trained;
-        # the difference must be what the coordinator still holds or dropped (buffered, stale, quarantined)
-        logged = sum(int(m.group(1)) for log in run_dir.glob("chaos-worker-*.log")
-                     for m in ACCEPTED.finditer(log.read_text()))
-        trained = sum(r["samples"] for r in read_jsonl(run_dir / "metrics.jsonl") if "samples" in r) // group_size
-        held = report["groups_buffered"] + report["groups_dropped_stale"] + report["groups_discarded_quarantined"]
+        books = ledger(run_dir, list(run_dir.glob("chaos-worker-*.log")), report, group_size)
         rows.append({
             "run": name, "steps": summary.result.steps, "wall_s": summary.result.wall_seconds,
             "sigkill": monkey.kills["SIGKILL"], "sigterm": monkey.kills["SIGTERM"],
             "workers_dead": report["workers_dead"], "workers_left": report["workers_left"],
-            "prompts_drawn": report["prompts_drawn"], "prompts_lost": report["prompts_unaccounted"],
-            "trained_twice": report["groups_trained_twice"], "groups_trained": report["groups_trained"],
+            "prompts_drawn": report["prompts_drawn"], "groups_trained": report["groups_trained"],
             "leases_issued": report["leases_issued"], "leases_completed": report["leases_completed"],
             "leases_expired": report["leases_expired"], "leases_outstanding": report["leases_outstanding"],
-            "leases_unaccounted": report["leases_issued"] - ledger,
-            "late_results_refused": report["groups_rejected"].get("expired_lease", 0),
-            "workers_logged_accepted": logged, "learner_logged_trained": trained, "coordinator_held": held,
-            "ledger_gap": logged - trained - held,
+            "late_results_refused": report["groups_rejected"].get("expired_lease", 0), **books,
         })
     calm = rows[0]["wall_s"]
     for row in rows:

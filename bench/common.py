@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
@@ -125,3 +126,24 @@ def coordinator_endpoint(run_dir: Path, done: threading.Event) -> dict[str, Any]
         if done.wait(0.1):
             return None
     return json.loads(path.read_text())
+
+
+#: The line a worker logs for each accepted submission (``echo2.rollout.worker``).
+ACCEPTED = re.compile(r"lease \S+: (\d+) groups accepted")
+
+
+def ledger(run_dir: Path, worker_logs: Sequence[Path], report: dict[str, Any], group_size: int) -> dict[str, int]:
+    """The coordinator's books against an independent count: the groups the workers logged as
+    accepted (their own logs) less the groups the learner logged as trained (``metrics.jsonl``)
+    must be what the coordinator still held or dropped at the end (buffered, stale, from a
+    quarantined worker): ``ledger_gap`` = 0. Also the lease ledger (issued = completed + expired +
+    outstanding) and the report's prompts lost and groups trained twice."""
+    from echo2.telemetry.metrics import read_jsonl
+
+    logged = sum(int(m.group(1)) for log in worker_logs for m in ACCEPTED.finditer(log.read_text(errors="replace")))
+    trained = sum(r["samples"] for r in read_jsonl(run_dir / "metrics.jsonl") if "samples" in r) // group_size
+    held = report["groups_buffered"] + report["groups_dropped_stale"] + report["groups_discarded_quarantined"]
+    closed = report["leases_completed"] + report["leases_expired"] + report["leases_outstanding"]
+    return {"prompts_lost": report["prompts_unaccounted"], "trained_twice": report["groups_trained_twice"],
+            "leases_unaccounted": report["leases_issued"] - closed, "workers_logged_accepted": logged,
+            "learner_logged_trained": trained, "coordinator_held": held, "ledger_gap": logged - trained - held}

@@ -1,4 +1,5 @@
-"""A relay that serves substituted or corrupted weights to the peers the plan sends it."""
+"""A relay that serves substituted or corrupted weights to the peers the plan sends it (it answers
+the coordinator's reachability check as itself, so the plan does send them)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def attack_relay(url: str, token: str, name: str, log: EventLog) -> None:
     from echo2.broadcast.chunk_store import ChunkStore
     from echo2.broadcast.downloader import fetch_version
     from echo2.broadcast.manifest import build_manifest
+    from echo2.broadcast.relay import IDENTITY_PATH
     from echo2.serving import BackgroundServer
 
     prepared: dict[int, tuple] = {}
@@ -45,6 +47,11 @@ def attack_relay(url: str, token: str, name: str, log: EventLog) -> None:
             return prepared[version]
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get(IDENTITY_PATH)  # it answers as itself, as an honest relay does: the plan then uses it
+    def identity() -> JSONResponse:
+        session = holder.get("session")
+        return JSONResponse({"worker_id": session.worker_id} if session else {}, status_code=200 if session else 404)
 
     @app.get("/v1/broadcast/status")
     def status() -> JSONResponse:

@@ -317,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s.%(msecs)03d %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
     for noisy in ("httpx", "uvicorn", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     parser = build_parser()

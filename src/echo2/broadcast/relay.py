@@ -5,7 +5,10 @@ as the root source; :class:`RelayServer` runs them alone on a worker):
 
 * ``GET /v1/broadcast/{version}/manifest?wait_s=`` — the version's :class:`Manifest` (JSON);
 * ``GET /v1/broadcast/{version}/chunks/{index}?wait_s=`` — one chunk's bytes;
-* ``GET /v1/broadcast/status`` — versions held and how many chunks of each.
+* ``GET /v1/broadcast/status`` — versions held and how many chunks of each;
+* ``GET /v1/relay/identity`` (a :class:`RelayServer` only) — ``{"worker_id"}`` of the worker it
+  serves, so that the coordinator can tell that an advertised address really reaches it
+  (:mod:`echo2.coordinator.relay_check`); 404 until the worker has registered.
 
 A request for something not held yet waits for it up to ``wait_s`` (capped by ``max_wait_s``):
 a relay is usually still receiving the very chunk its child asks for, and answering when it
@@ -42,6 +45,8 @@ from echo2.protocol import AUTH_HEADER
 from echo2.serving import BackgroundServer
 
 PREFIX = "/v1/broadcast"
+#: Where a relay says whose it is (the coordinator's reachability check).
+IDENTITY_PATH = "/v1/relay/identity"
 #: Where a node serves delta versions (:mod:`echo2.broadcast.delta`): the same routes, its delta store.
 DELTA_PREFIX = PREFIX + "/delta"
 HELD_HEADER = "X-Echo2-Held"
@@ -159,6 +164,16 @@ class RelayServer(BackgroundServer):
             expected = _expected(token)
             return None if expected is None or same_secret(credential, expected) else \
                 unauthorized("broadcast credential")
+
+        self.identity: str | None = None
+        """The id of the worker this relay serves, once it has one (its worker sets it at registration)."""
+
+        @self.app.get(IDENTITY_PATH)
+        async def relay_identity() -> Response:
+            if self.identity is None:
+                return JSONResponse({"detail": "this relay's worker has not registered yet", "code": "unknown"},
+                                    status_code=404)
+            return JSONResponse({"worker_id": self.identity})
 
         self.app.add_middleware(Guard, authorize=authorize, max_body_bytes=MAX_BODY_BYTES)
         super().__init__(self.app, host, port, what="relay", advertise_host=advertise_host, lifespan="off",

@@ -32,9 +32,13 @@ The algorithm (``plan_tree``):
    ahead of it; only then is the order sorted afresh;
 2. assign parents breadth-first: the learner takes the first ``learner_fan_out`` nodes, then
    each reachable node in turn takes up to ``fan_out`` children; unreachable nodes never get
-   children (they are leaves);
-3. nodes left when no parent has a free slot (everything unreachable, or ``fan_out = 0``)
-   attach to the learner directly.
+   children (they are leaves). A relay with a ``scope`` (an address that means "this host")
+   takes only children of its own site, and no chain names it to a node of another site;
+3. nodes left when no parent has a free slot are unreachable leaves (reachable nodes always
+   open slots of their own): each goes to the relay it may use with the fewest children, the
+   deepest on a tie (it slows the fewest nodes below it), beyond ``fan_out``: with half the
+   workers behind NAT the learner still sends each version about once. Only when there is no
+   such relay (everything unreachable, or ``fan_out = 0``) does a node fetch from the learner.
 
 Pure functions; ``star_plan`` is the baseline where everyone fetches from the learner.
 """
@@ -42,7 +46,6 @@ Pure functions; ``star_plan`` is the baseline where everyone fetches from the le
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -62,6 +65,15 @@ class Node:
     """Measured or declared uplink; only the order matters."""
     reachable: bool = True
     """False: can download but not serve (e.g. behind NAT); only ever a leaf."""
+    site: str = ""
+    """Where the node is, as the coordinator saw it connect (its source address)."""
+    scope: str | None = None
+    """None: its relay can be reached from anywhere; else only by nodes whose ``site`` is this
+    (a relay on a loopback or link-local address serves its own host alone)."""
+
+    def can_fetch_from(self, parent: str | Node) -> bool:
+        """Whether this node may be sent to ``parent`` (the learner, or another node) for chunks."""
+        return parent == LEARNER or parent.scope is None or parent.scope == self.site
 
 
 Plan = dict[str, list[str]]
@@ -109,18 +121,31 @@ def plan_tree(nodes: list[Node], fan_out: int = 1, learner_fan_out: int = 1, inc
     if fan_out < 0 or learner_fan_out < 1:
         raise ValueError(f"need fan_out >= 0 and learner_fan_out >= 1 (got {fan_out}, {learner_fan_out})")
     plan: Plan = {}
-    open_parents: deque[tuple[str, int]] = deque([(LEARNER, learner_fan_out)])  # (id, free child slots)
+    by_id: dict[str, str | Node] = {LEARNER: LEARNER, **{n.id: n for n in nodes}}
+    open_parents: list[list] = [[LEARNER, learner_fan_out]]  # [id, free child slots], breadth-first
     for node in relay_order(nodes, incumbent):
-        if open_parents:
-            parent, free = open_parents.popleft()
-            if free > 1:
-                open_parents.appendleft((parent, free - 1))
-            plan[node.id] = [parent] + ([] if parent == LEARNER else plan[parent])
+        slot = next((entry for entry in open_parents if node.can_fetch_from(by_id[entry[0]])), None)
+        if slot is not None:
+            parent = slot[0]
+            slot[1] -= 1
+            if slot[1] == 0:
+                open_parents.remove(slot)
         else:
-            plan[node.id] = [LEARNER]
+            parent = _overflow_parent(node, plan, by_id) if fan_out > 0 else LEARNER
+        inherited = [] if parent == LEARNER else plan[parent]
+        plan[node.id] = [parent] + [s for s in inherited if node.can_fetch_from(by_id[s])]
         if node.reachable and fan_out > 0:
-            open_parents.append((node.id, fan_out))
+            open_parents.append([node.id, fan_out])
     return plan
+
+
+def _overflow_parent(leaf: Node, plan: Plan, by_id: dict[str, str | Node]) -> str:
+    """Step 3: the relay ``leaf`` may use with the fewest children, the deepest on a tie; else the learner."""
+    relays = [n for n in plan if by_id[n].reachable and leaf.can_fetch_from(by_id[n])]
+    if not relays:
+        return LEARNER
+    children = children_of(plan)
+    return min(relays, key=lambda n: (len(children[n]), -len(plan[n])))
 
 
 def parent_of(plan: Plan) -> dict[str, str]:

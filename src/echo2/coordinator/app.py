@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from echo2.coordinator import dashboard
-from echo2.coordinator.records import Rejected
+from echo2.coordinator.records import Rejected, session_refusal
 from echo2.coordinator.state import CoordinatorState
 from echo2.guard import Guard, Refusal, unauthorized
 from echo2.ratelimit import RateLimiter
@@ -97,14 +97,15 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
         return {"ok": True, "version": state.version, "finished": state.finished}
 
     @app.post("/v1/register")
-    def register(body: RegisterRequest, x_echo2_token: str | None = Header(None)) -> RegisterResponse:
+    def register(body: RegisterRequest, request: Request, x_echo2_token: str | None = Header(None)
+                 ) -> RegisterResponse:
         if not registry.admits(x_echo2_token):
             raise Rejected(401, f"wrong or missing run token in the {AUTH_HEADER} header", "unauthorized")
         if https_relays_only and body.relay_url is not None and not body.relay_url.startswith("https://"):
             raise Rejected(422, "this run is served over TLS: relay_url must be https:// (start the worker "
                                 "with --relay-certfile and --relay-keyfile) or leave it out (--no-relay)", "invalid")
         record = state.register(body.name, body.relay_url, body.upload_bytes_per_s, body.price_per_hour,
-                                body.worker_class)
+                                body.worker_class, site=request.client.host if request.client else "")
         return RegisterResponse(worker_id=record.worker_id, session_token=record.session_token, spec=state.spec,
                                 broadcast_token=registry.broadcast_token)
 
@@ -127,7 +128,12 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
 
     @app.post("/v1/submit")
     def submit(body: SubmitRequest, x_echo2_token: str | None = Header(None)) -> SubmitResponse:
-        return state.submit(worker(x_echo2_token), body)
+        # a worker declared dead may still learn that a submission whose answer it lost was kept
+        # (the leases' check refuses anything else from it with the usual 410)
+        record = registry.knows(x_echo2_token)
+        if record is None:
+            raise session_refusal(None)
+        return state.submit(record, body)
 
     @app.get("/v1/version")
     def version(x_echo2_token: str | None = Header(None)) -> VersionInfo:

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 class LearnerSide:
     """Mixed into :class:`echo2.coordinator.state.CoordinatorState` (which owns the state used here)."""
 
+    waiting_since: tuple[int, float] | None = None
+    """(step, ``time.monotonic()``) while the learner waits for that step's batch."""
+
     def take_batch(self: CoordinatorState, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
         """Block until ``count`` (default ``groups_per_step``) groups fresh for ``step`` are
         buffered; return them (oldest versions first; stale ones dropped, see :mod:`echo2.pacing`)."""
@@ -22,6 +25,8 @@ class LearnerSide:
         deadline = time.monotonic() + timeout_s
         with self.cond:
             while (batch := self.ledger.take(step, count)) is None:
+                if self.waiting_since is None or self.waiting_since[0] != step:
+                    self.waiting_since = (step, time.monotonic())
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(
@@ -29,10 +34,23 @@ class LearnerSide:
                         f"(have {len(self.ledger)}; {len(self.registry.live())} live workers)")
                 self.cond.wait(min(remaining, 0.5))
                 self.reap()
+            self.waiting_since = None
             for group in batch:
                 self.counters["groups_trained_twice"] += not self.trained.add(group.example)
             self.counters["groups_trained"] += len(batch)
             return batch
+
+    def data_wait(self: CoordinatorState) -> str | None:
+        """Why the learner is not training, while it waits for a batch (None while it is not): the
+        progress line and the dashboard say it, so that a run cut off from its workers waits visibly."""
+        with self.cond:
+            if self.waiting_since is None:
+                return None
+            step, since = self.waiting_since
+            silent = sum(1 for r in self.registry.records() if not r.alive and not r.left and not r.quarantined)
+            return (f"waiting {time.monotonic() - since:.0f}s for step {step}'s data: {len(self.ledger)} groups "
+                    f"buffered (a step takes {self.groups_per_step}), {len(self.registry.live())} live workers"
+                    + (f", {silent} declared dead (silent)" if silent else ""))
 
     def filter_taken(self: CoordinatorState, groups: list[Group]) -> None:
         """Groups the learner took but filters out instead of training on (DAPO's dynamic sampling

@@ -91,6 +91,7 @@ class DashboardData(BaseModel):
     version: int = Field(description="newest published version (= learner steps taken)")
     steps_total: int | None
     finished: bool
+    learner_waiting: str | None = Field(description="why the learner is not training, while it waits for data")
     workers: list[WorkerRow]
     utilization: float | None = Field(description="learner busy / (busy + idle) so far")
     utilization_bins: list[float] = Field(description="busy share of equal time bins since the run started")
@@ -162,7 +163,7 @@ def collect(state: CoordinatorState, run: LiveRun | None) -> DashboardData:
     with state.cond:
         workers, versions = _workers(state), _versions(state, learner)
         worker_hours, by_class = state.fleet.spent()
-        version, finished = state.version, state.finished
+        version, finished, waiting = state.version, state.finished, state.data_wait()
     steps = learner.steps if learner is not None else []
     evals = learner.evals if learner is not None else []
     bin_s, shares = learner.busy_shares(UTILIZATION_BINS) if learner is not None else (0.0, [])
@@ -170,7 +171,8 @@ def collect(state: CoordinatorState, run: LiveRun | None) -> DashboardData:
     workers_usd, learner_usd = sum(by_class.values()), last.get("cost_learner_usd", 0.0)
     return DashboardData(
         run=run.run_dir.name if run is not None else "", time=time.time(), version=version,
-        steps_total=run.steps_total if run is not None else None, finished=finished, workers=workers,
+        steps_total=run.steps_total if run is not None else None, finished=finished, learner_waiting=waiting,
+        workers=workers,
         utilization=last.get("utilization"), utilization_bins=shares, bin_s=bin_s,
         staleness=list(learner.staleness_counts().items()) if learner is not None else [], versions=versions,
         reward=_thin([(r["version"], r["reward_mean"]) for r in steps if "reward_mean" in r]),

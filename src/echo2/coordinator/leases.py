@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord, check_telemetry
+from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord, check_telemetry, session_refusal
 from echo2.episodes import segments
 from echo2.exchange import Group
 from echo2.protocol import RespondRequest, SubmitRequest
@@ -86,7 +86,9 @@ class LeaseBook:
             if record.quarantined:
                 raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
             if lease is not None and lease.worker_id == record.worker_id and (lease.state == "done" or lease.scoring):
-                return None
+                return None  # also to a worker declared dead since: it learns that its first copy was kept
+            if (refusal := session_refusal(record)) is not None:
+                raise refusal
             lease = check_submission(lease, record.worker_id, request, limits, latest)
         except Rejected as refusal:
             raise self._refused(record, refusal) from None

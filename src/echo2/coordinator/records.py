@@ -23,6 +23,17 @@ class Rejected(Exception):
         self.status, self.reason, self.code = status, reason, code
 
 
+def session_refusal(record: WorkerRecord | None) -> Rejected | None:
+    """Why the holder of a session credential (``record``; None: unknown) may not act now, or None."""
+    if record is None:
+        return Rejected(401, "unknown or missing session credential; register first", "unauthorized")
+    if record.left:
+        return Rejected(410, "this worker deregistered (left the run); register again to rejoin", "left")
+    if not record.alive:
+        return Rejected(410, "this worker was declared dead (no heartbeat); register again", "dead")
+    return None
+
+
 #: How far a worker's timeline times may be from the coordinator's clock (seconds): a day of clock
 #: skew is generous for a synced host, and a time of 1e308 (finite, so past the schema) is refused.
 MAX_CLOCK_SKEW_S = 86_400.0
@@ -62,6 +73,11 @@ class WorkerRecord:
     """Fetches that rebuilt the version from its delta (``broadcast.encoding: delta``)."""
     last_fetch_seconds: float = 0.0
     relay_url: str | None = None
+    relay_reachable: bool | None = None
+    """Whether its relay answered the coordinator as this worker (None: not asked yet, or no
+    check in this setup): only then do peers get sent there (:mod:`echo2.coordinator.relay_check`)."""
+    site: str = ""
+    """The address it connected to the coordinator from (a host-scoped relay serves only its site)."""
     upload_bytes_per_s: float | None = None
     loaded_version: int = -1
     price_per_hour: float = 0.0

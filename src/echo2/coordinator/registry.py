@@ -14,7 +14,9 @@ import logging
 import secrets
 import time
 
-from echo2.coordinator.records import Rejected, WorkerRecord
+from echo2.broadcast.topology import Node
+from echo2.coordinator.records import WorkerRecord, session_refusal
+from echo2.coordinator.relay_check import host_scoped
 from echo2.exchange import WorkerStats
 from echo2.guard import broadcast_credential, same_secret, viewer_credential
 
@@ -31,12 +33,14 @@ class WorkerRegistry:
         self.workers: dict[str, WorkerRecord] = {}
 
     def add(self, name: str, relay_url: str | None, upload_bytes_per_s: float | None, price_per_hour: float,
-            worker_class: str) -> WorkerRecord:
+            worker_class: str, site: str = "", relay_checked: bool = False) -> WorkerRecord:
+        """``relay_checked``: its relay counts only once a check says it answers (else at its word)."""
         worker_id = f"w{len(self.workers)}-{secrets.token_hex(3)}"
         name = self._unique(name or worker_id)
         record = WorkerRecord(worker_id=worker_id, name=name,
                               session_token=f"{worker_id}.{secrets.token_urlsafe(24)}",
-                              relay_url=relay_url, upload_bytes_per_s=upload_bytes_per_s,
+                              relay_url=relay_url, upload_bytes_per_s=upload_bytes_per_s, site=site,
+                              relay_reachable=None if relay_checked or relay_url is None else True,
                               price_per_hour=price_per_hour, worker_class=worker_class or name or worker_id)
         self.workers[worker_id] = record
         log.info("worker %s joined as %s (relay %s, $%.2f/h)", record.name, worker_id, relay_url or "none",
@@ -74,12 +78,8 @@ class WorkerRegistry:
     def authenticate(self, session_token: str | None) -> WorkerRecord:
         """The live worker holding ``session_token``, or a 401/410 refusal."""
         record = self.knows(session_token)
-        if record is None:
-            raise Rejected(401, "unknown or missing session credential; register first", "unauthorized")
-        if record.left:
-            raise Rejected(410, "this worker deregistered (left the run); register again to rejoin", "left")
-        if not record.alive:
-            raise Rejected(410, "this worker was declared dead (no heartbeat); register again", "dead")
+        if (refusal := session_refusal(record)) is not None:
+            raise refusal
         return record
 
     def records(self) -> list[WorkerRecord]:
@@ -92,6 +92,18 @@ class WorkerRegistry:
         """Live workers not heard from for ``timeout_s``."""
         now = time.monotonic()
         return [record for record in self.live() if now - record.last_seen > timeout_s]
+
+    def relay_checked(self, worker_id: str, reachable: bool, why: str) -> None:
+        record = self.workers[worker_id]
+        record.relay_reachable = reachable
+        log.info("relay of %s at %s %s: %s", record.name, record.relay_url,
+                 "answered: peers may fetch there" if reachable else "is unreachable: a leaf of the plan", why)
+
+    def plan_nodes(self) -> list[Node]:
+        """The live workers as the broadcast planner sees them: a relay only once it answered as
+        its worker, one on a host-scoped address for its own site alone."""
+        return [Node(r.worker_id, r.upload_bytes_per_s or 0.0, reachable=r.relay_reachable is True, site=r.site,
+                     scope=r.site if r.relay_url and host_scoped(r.relay_url) else None) for r in self.live()]
 
     def relay_urls(self) -> dict[str, str]:
         """Worker id -> relay URL of the live workers that serve chunks to peers."""

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from echo2.broadcast.topology import Node, Planner, star_plan
+from echo2.broadcast.topology import Planner, star_plan
 from echo2.coordinator import snapshot
 from echo2.coordinator.batches import LearnerSide
 from echo2.coordinator.cursor import CountingStream, TrainedDraws
@@ -27,6 +27,7 @@ from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.leases import LeaseBook, accepted_groups
 from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord, check_telemetry
 from echo2.coordinator.registry import WorkerRegistry
+from echo2.coordinator.relay_check import RelayChecker
 from echo2.coordinator.reliability import reliability_report
 from echo2.coordinator.scoring import Environment, Scorer, Scoring
 from echo2.coordinator.versions import VersionBook
@@ -52,7 +53,8 @@ log = logging.getLogger("echo2")
 
 
 class CoordinatorState(LearnerSide):
-    """Books of one run. ``examples`` is the task's endless training stream (the data cursor)."""
+    """Books of one run. ``examples`` is the task's endless training stream (the data cursor);
+    ``check_relays``: peers go to a relay only once it answered as its worker (:mod:`.relay_check`)."""
 
     def __init__(
         self,
@@ -70,6 +72,7 @@ class CoordinatorState(LearnerSide):
         planner: Planner = star_plan,
         fleet: Fleet | None = None,
         window_share: float = 0.5,
+        check_relays: bool = False,
     ) -> None:
         self.spec, self.limits = spec, limits
         self.shares = SharePolicy(groups_per_lease=spec.groups_per_lease, window_share=window_share)
@@ -83,6 +86,7 @@ class CoordinatorState(LearnerSide):
         self.examples = examples if isinstance(examples, CountingStream) else CountingStream(examples)
         self.trained = TrainedDraws()
         self.registry = WorkerRegistry(run_token)
+        self.relay_checker = RelayChecker(self.registry.broadcast_token, self._relay_verdict) if check_relays else None
         self.leases = LeaseBook(lease_timeout_s)
         self.ledger: PacingLedger[Example, Group] = PacingLedger(spec.staleness, groups_per_step)
         self.versions = VersionBook(planner, spec.staleness)
@@ -96,13 +100,21 @@ class CoordinatorState(LearnerSide):
 
     # ---------------------------------------------------------------- workers
     def register(self, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None,
-                 price_per_hour: float = 0.0, worker_class: str = "") -> WorkerRecord:
+                 price_per_hour: float = 0.0, worker_class: str = "", site: str = "") -> WorkerRecord:
         with self.cond:
-            record = self.registry.add(name, relay_url, upload_bytes_per_s, price_per_hour, worker_class)
+            checker = self.relay_checker
+            record = self.registry.add(name, relay_url, upload_bytes_per_s, price_per_hour, worker_class, site,
+                                       relay_checked=checker is not None)
+            if checker is not None and relay_url is not None:
+                checker.check(record.worker_id, relay_url)
             self.counters["workers_registered"] += 1
             self._replan(f"{record.name} joined")
             self.cond.notify_all()
             return record
+
+    def _relay_verdict(self, worker_id: str, reachable: bool, why: str) -> None:
+        with self.cond:
+            self.registry.relay_checked(worker_id, reachable, why)
 
     def authenticate(self, session_token: str | None) -> WorkerRecord:
         with self.cond:
@@ -141,6 +153,7 @@ class CoordinatorState(LearnerSide):
         with self.cond:
             for record in self.registry.silent(self.heartbeat_timeout_s):
                 record.alive = False
+                log.warning("worker %s silent for %.0fs: declared dead", record.name, self.heartbeat_timeout_s)
                 self.counters["workers_dead"] += 1
                 self._replan(f"{record.name} died")
             overdue = self.leases.overdue()
@@ -275,9 +288,7 @@ class CoordinatorState(LearnerSide):
         """Announce ``info.version`` (its chunks, and its delta's if any, are already served) and
         plan who relays it to whom."""
         with self.cond:
-            live = [Node(r.worker_id, r.upload_bytes_per_s or 0.0, reachable=r.relay_url is not None)
-                    for r in self.registry.live()]
-            self.versions.publish(info, live)
+            self.versions.publish(info, self.registry.plan_nodes())
             self.ledger.version = info.version
             self.cond.notify_all()
 
@@ -334,4 +345,6 @@ class CoordinatorState(LearnerSide):
     def finish(self) -> None:
         with self.cond:
             self.finished = True
+            if self.relay_checker is not None:
+                self.relay_checker.close()
             self.cond.notify_all()

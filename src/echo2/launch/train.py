@@ -284,6 +284,7 @@ def _lead(config: Config, resume_dir: Path | None, shard: Shard, worker_cpus: li
         lease_timeout_s=config.coordinator.lease_timeout_s,
         heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
         window_share=config.coordinator.window_share,
+        check_relays=True,
         score=reward_scorer(task, weights),
         environment=task.respond if task.max_turns > 1 else None,
         on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),

@@ -137,6 +137,7 @@ class LearnerLoop:
                                        f"{timeout_s:g}s ({error})") from None
                 if interrupts.requested() and not self._taken_this_step:
                     raise KeyboardInterrupt("stop signal while waiting for data") from None
+                self.progress.waiting(self.state.data_wait(), timeout_s - (deadline - time.monotonic()))
                 continue
             self._taken_this_step = True
             return batch

@@ -48,6 +48,7 @@ from echo2.protocol import (
     LeaseRequest,
     LeaseResponse,
     RegisterRequest,
+    RegisterResponse,
     RespondItem,
     RespondRequest,
     RunSpec,
@@ -136,7 +137,7 @@ class RolloutWorker:
                                      throttle=Throttle(options.upload_bytes_per_s, latency_s=options.latency_s),
                                      advertise_host=options.advertise_host, certfile=options.certfile,
                                      keyfile=options.keyfile, deltas=self.deltas).start()
-        registration = self.client.register(self._registration())
+        registration = self._register()
         spec = registration.spec
         log.info("registered with %s as %s (protocol %s, S=%d)", self.client.url, registration.worker_id,
                  spec.protocol, spec.staleness)
@@ -157,12 +158,20 @@ class RolloutWorker:
                                upload_bytes_per_s=options.upload_bytes_per_s if options else None,
                                price_per_hour=self.price_per_hour, worker_class=self.worker_class)
 
+    def _register(self) -> RegisterResponse:
+        """Register (again), and have the relay answer as this worker from then on: the coordinator
+        asks it who it is before it sends any peer there (:mod:`echo2.coordinator.relay_check`)."""
+        registration = self.client.register(self._registration())
+        if self.relay is not None:
+            self.relay.identity = registration.worker_id
+        return registration
+
     def _rejoin(self) -> None:
         """Register again after the coordinator forgot this worker (a resumed learner, or a
         heartbeat gap long enough to be declared dead), and start over from its current version:
         after a resume, version numbers repeat with other weights, so nothing held is kept."""
         self._session_lost.clear()
-        registration = self.client.register(self._registration())
+        registration = self._register()
         self._epoch += 1
         self._cancel_fetches()
         with self._staged_ready:
@@ -363,17 +372,20 @@ class RolloutWorker:
         if lease.status != "granted":
             return True
         try:
-            reply = self.client.submit(self._generate(lease))
+            request = self._generate(lease)
+            reply = self.client.submit(request)
         except SessionLost:
             raise
         except RequestRefused as error:
             # e.g. the lease expired while we generated: its prompts went to another worker
             log.warning("submission of lease %s refused: %s", lease.lease_id, error.detail)
             return True
-        if reply.duplicate:
-            log.warning("lease %s was already submitted; the coordinator kept the first copy", lease.lease_id)
-        else:  # the worker's own ledger (bench/chaos.py checks it against what the learner trained)
-            log.info("lease %s: %d groups accepted", lease.lease_id, reply.accepted)
+        # the worker's own ledger (bench/chaos.py and bench/partitions.py check it against what the
+        # learner trained). A duplicate here is this very submission sent again by the client's retry
+        # after its answer was lost (a partition, a timeout): the coordinator had kept the first copy.
+        kept = len(request.groups) if reply.duplicate else reply.accepted
+        log.info("lease %s: %d groups accepted%s", lease.lease_id, kept,
+                 " (its first copy, whose answer was lost)" if reply.duplicate else "")
         return True
 
     def run(self) -> None:

@@ -7,6 +7,8 @@ import sys
 import time
 
 log = logging.getLogger("echo2")
+#: Without a terminal, a wait for data is logged once every this many seconds.
+WAIT_LOG_EVERY_S = 15.0
 
 
 class Progress:
@@ -16,6 +18,7 @@ class Progress:
         self.total, self.enabled, self.every = total_steps, enabled, every
         self.tty = sys.stderr.isatty()
         self.started = time.time()
+        self._wait_logged = -WAIT_LOG_EVERY_S
 
     def update(self, step: int, version: int, reward: float, accuracy: float | None, utilization: float,
                workers: int, samples_per_s: float) -> None:
@@ -30,6 +33,18 @@ class Progress:
             sys.stderr.flush()
         elif step % self.every == 0 or step == self.total:
             log.info(line)
+
+    def waiting(self, why: str | None, waited_s: float) -> None:
+        """The learner has waited ``waited_s`` for data (``why``, from the coordinator): rewritten in
+        place on a terminal, else logged once every :data:`WAIT_LOG_EVERY_S` of a long wait."""
+        if not self.enabled or why is None:
+            return
+        if self.tty:
+            sys.stderr.write("\r" + why + "\x1b[K")
+            sys.stderr.flush()
+        elif waited_s >= WAIT_LOG_EVERY_S and time.monotonic() - self._wait_logged >= WAIT_LOG_EVERY_S:
+            self._wait_logged = time.monotonic()
+            log.info(why)
 
     def newline(self) -> None:
         if self.enabled and self.tty:

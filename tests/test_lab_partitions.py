@@ -1,0 +1,35 @@
+"""Silent partitions never hang anything: the five cases of ``bench/partitions.py --quick`` on a
+real run across lab hosts, each noticed within its timeout, each healed, the books whole."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from lab_support import lab_or_skip
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Seconds past the timeout that applies within which a case must be noticed (a heartbeat period,
+#: a reaper pass, a retry's backoff, and two cores shared by five processes).
+SLACK_S = {"mid_lease": 8.0, "learner_download": 10.0, "relay_download": 10.0, "relay_serving": 10.0,
+           "learner_all": 25.0}
+TIMEOUT_S = {"mid_lease": 8.0, "learner_download": 6.0, "relay_download": 6.0, "relay_serving": 6.0,
+             "learner_all": 8.0}
+
+
+def test_every_partition_is_noticed_in_time_and_healed_with_the_books_whole(tmp_path):
+    lab_or_skip(nat=False)
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "partitions.py"), "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {r["case"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
+    assert set(rows) == set(SLACK_S)
+    for name, row in rows.items():
+        assert row["detected_s"] is not None and row["detected_s"] <= TIMEOUT_S[name] + SLACK_S[name], row
+        assert row["recovered_s"] is not None and row["recovered_s"] <= 60, row  # back by itself after the heal
+        assert row["prompts_lost"] == 0 and row["trained_twice"] == 0 and row["ledger_gap"] == 0, row
+        assert row["run_finished"] == "yes", row
+    assert rows["relay_download"]["recovered_s"] < 0  # a relay's child falls back without waiting for the heal
+    assert rows["learner_all"]["learner_said_why"], rows["learner_all"]  # it waited visibly

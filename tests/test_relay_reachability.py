@@ -1,0 +1,115 @@
+"""The coordinator does not take an advertised relay address at its word: a relay counts once it
+answered as its own worker, and one on an address that means "this host" serves its host alone."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from conftest import make_state
+
+from echo2.broadcast.chunk_store import ChunkStore
+from echo2.broadcast.relay import RelayServer
+from echo2.broadcast.topology import LEARNER, Node, children_of, plan_tree
+from echo2.coordinator.relay_check import RelayChecker, host_scoped
+
+
+@pytest.mark.parametrize("url, scoped", [
+    ("http://127.0.0.1:9000", True), ("http://localhost:9000", True), ("http://[::1]:9000", True),
+    ("http://169.254.3.4:9000", True), ("http://0.0.0.0:9000", True), ("https://[fe80::1]:443", True),
+    ("http://10.77.2.2:9000", False), ("https://relay.example.org:8443", False), ("http://203.0.113.9:1", False),
+])
+def test_addresses_that_mean_this_host_are_host_scoped(url, scoped):
+    assert host_scoped(url) is scoped
+
+
+def test_a_host_scoped_relay_never_reaches_a_node_of_another_site():
+    """The learner's host has two workers on loopback relays; two remote workers, one reachable:
+    remote nodes never get the loopback relays as parent or fallback, local ones may."""
+    local = [Node(f"l{i}", 100.0, site="127.0.0.1", scope="127.0.0.1") for i in range(2)]
+    remote = [Node("r0", 50.0, site="10.77.2.2"), Node("r1", 40.0, reachable=False, site="10.77.3.2")]
+    plan = plan_tree(local + remote, fan_out=1)
+    for node in ("r0", "r1"):
+        assert not {"l0", "l1"} & set(plan[node]), plan
+        assert plan[node][-1] == LEARNER
+    assert plan["r1"] == ["r0", LEARNER]  # the NAT'd one hangs below the reachable remote relay
+    assert plan["l1"] == ["l0", LEARNER]  # a local worker may fetch from its neighbour's loopback relay
+
+
+def test_nodes_without_sites_plan_as_before():
+    nodes = [Node(f"w{i}", 10.0 + i) for i in range(4)]
+    plan = plan_tree(nodes, fan_out=1)
+    assert plan["w3"] == [LEARNER] and plan["w0"] == ["w1", "w2", "w3", LEARNER]
+
+
+@pytest.fixture()
+def relay():
+    with RelayServer(ChunkStore(keep=2), token="broadcast-secret") as server:
+        yield server
+
+
+def check(url: str, worker_id: str, credential: str = "broadcast-secret") -> tuple[bool, str]:
+    verdicts: list[tuple[bool, str]] = []
+    done = threading.Event()
+    checker = RelayChecker(credential, lambda wid, ok, why: (verdicts.append((ok, why)), done.set()),
+                           delays_s=(0.0, 0.1, 0.2), timeout_s=1.0)
+    checker.check(worker_id, url)
+    assert done.wait(10), "no verdict"
+    return verdicts[0]
+
+
+def test_a_relay_counts_once_it_answers_as_its_worker(relay):
+    assert check(relay.url, "w1-abc") == (False, check(relay.url, "w1-abc")[1])  # not registered yet: 404
+    relay.identity = "w1-abc"
+    ok, why = check(relay.url, "w1-abc")
+    assert ok and "answered as w1-abc" in why
+
+
+def test_another_workers_relay_or_a_closed_port_does_not_count(relay):
+    relay.identity = "w2-def"
+    ok, why = check(relay.url, "w1-abc")
+    assert not ok and "not as 'w1-abc'" in why
+    ok, why = check("http://127.0.0.1:9", "w1-abc")
+    assert not ok and "ConnectError" in why
+    ok, why = check(relay.url, "w2-def", credential="wrong")
+    assert not ok and "401" in why
+
+
+class RecordingChecker:
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str]] = []
+
+    def check(self, worker_id: str, url: str) -> None:
+        self.asked.append((worker_id, url))
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_plan_waits_for_the_check():
+    """A registered relay is a leaf until its check passes; without a checker (tests, the
+    simulator) a relay is taken at its word."""
+    state = make_state(staleness=1)
+    trusted = state.register("w", relay_url="http://10.0.0.2:9000", site="10.0.0.2")
+    assert trusted.relay_reachable is True
+    state.relay_checker = RecordingChecker()
+    checked = state.register("v", relay_url="http://10.0.0.3:9000", site="10.0.0.3")
+    assert state.relay_checker.asked == [(checked.worker_id, "http://10.0.0.3:9000")]
+    assert checked.relay_reachable is None
+    assert not {n.id: n for n in state.registry.plan_nodes()}[checked.worker_id].reachable
+    state._relay_verdict(checked.worker_id, True, "answered")
+    assert {n.id: n for n in state.registry.plan_nodes()}[checked.worker_id].reachable
+
+
+@pytest.mark.parametrize("fan_out", [1, 2])
+def test_with_half_the_workers_behind_nat_the_learner_sends_once(fan_out):
+    """Leaves past the relays' fan-out go to the relay with the fewest children (the deepest on
+    a tie), not to the learner: its uplink carries each version once."""
+    public = [Node(f"p{i}", 10.0) for i in range(4)]
+    private = [Node(f"n{i}", 10.0, reachable=False) for i in range(4)]
+    plan = plan_tree(public + private, fan_out=fan_out)
+    children = children_of(plan)
+    assert children[LEARNER] == ["p0"]
+    assert all(plan[n.id][0].startswith("p") for n in private)
+    assert max(len(children[p.id]) for p in public) <= fan_out + 1  # the overflow is spread out
+    assert plan_tree(private, fan_out=fan_out) == {n.id: [LEARNER] for n in private}  # no relay at all
