@@ -19,6 +19,13 @@ must leave the root once). Expected: star ≈ N, pipelined ≈ 1 + (N - 1) * chu
 ``B`` is kept low (8 MiB/s) so that even a 16-node chain (every node sending and receiving at
 ``B``) stays far below what two CPU cores can move through Python HTTP. The full run takes
 about 25 minutes (the star rows dominate: sum(N) * M / B); ``--quick`` takes ~15 s.
+
+``--lab`` (root) runs every node on its own host of the network lab (:mod:`echo2.lab`, docs/wan.md)
+instead: no cap in echo2's code, each host's link shaped by the kernel to ``--link-mbps`` both ways
+(real TCP on a narrow bottleneck), and ``--nat K`` more hosts behind NAT. Its extra row,
+``pipelined+nat``, sends the payload to max(N) receivers of which K are behind NAT (their relays
+unreachable: leaves of the plan, fed by the reachable relays); ``root_sent_mib`` is what the
+learner's uplink carried.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +47,7 @@ import common  # noqa: E402
 from common import format_table, write_results  # noqa: E402
 
 from echo2.broadcast.topology import LEARNER, Node, plan_tree, star_plan  # noqa: E402
+from echo2.lab import HostSpec, Lab  # noqa: E402
 from echo2.units import MIB  # noqa: E402
 
 
@@ -50,26 +59,38 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", nargs="+", default=["star", "pipelined"], choices=["star", "pipelined"])
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added delay per response")
     parser.add_argument("--in-flight", type=int, default=2, help="concurrent chunk requests per receiver")
+    parser.add_argument("--lab", action="store_true", help="nodes on network-lab hosts, links shaped by the "
+                                                            "kernel (root; docs/wan.md)")
+    parser.add_argument("--link-mbps", type=float, default=50.0, help="with --lab: every host's link, both ways")
+    parser.add_argument("--nat", type=int, default=4, help="with --lab: hosts behind NAT in the pipelined+nat row")
 
 
 def parse_args() -> argparse.Namespace:
     args = common.parse_args(__doc__.splitlines()[0], "bench/out/broadcast", _options)
     args.chunk_kib = args.chunk_kib or (256 if args.quick else 1024)
     args.sizes_mib = args.sizes_mib or ([4] if args.quick else [64, 256])
-    args.receivers = sorted(args.receivers or ([1, 2, 4] if args.quick else [1, 2, 4, 8, 16]))
+    default_receivers = [2, 4, 8] if args.lab else [1, 2, 4, 8, 16]
+    args.receivers = sorted(args.receivers or ([1, 2, 4] if args.quick else default_receivers))
+    if args.lab:
+        args.sizes_mib = args.sizes_mib if args.sizes_mib else [4 if args.quick else 32]
+        args.cap_mib_s = args.link_mbps * 1e6 / 8 / MIB  # the bound's B: the kernel's rate
+        args.nat = min(args.nat, max(args.receivers) // 2)  # half of the largest N at most: relays remain
     return args
 
 
 class NodeProcess:
     """One ``echo2.broadcast.node`` process, spoken to in JSON lines; its stderr goes to a log file."""
 
-    def __init__(self, name: str, cap_bytes_s: float, latency_s: float, log_dir: Path) -> None:
+    def __init__(self, name: str, cap_bytes_s: float | None, latency_s: float, log_dir: Path,
+                 lab: Lab | None = None) -> None:
+        """``lab``: run on the lab host ``name``, bound to its own address, uncapped (the kernel shapes it)."""
         self.name = name
         self._log = open(log_dir / f"{name}.log", "w")  # noqa: SIM115 - closed in close()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "echo2.broadcast.node", "--cap-bytes-s", str(cap_bytes_s),
-             "--latency-s", str(latency_s)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
+        command = [sys.executable, "-m", "echo2.broadcast.node", "--latency-s", str(latency_s)]
+        command += ["--cap-bytes-s", str(cap_bytes_s)] if cap_bytes_s else []
+        command += ["--host", lab.own_address(name)] if lab else []
+        self.process = (lab.popen if lab else lambda _, argv, **kw: subprocess.Popen(argv, **kw))(
+            name, command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
         self._lines: queue.Queue[dict[str, Any]] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.url = ""
@@ -109,7 +130,8 @@ def run_one(root: NodeProcess, receivers: list[NodeProcess], version: int, paylo
     cap = args.cap_mib_s * MIB
     root.send({"cmd": "publish", "version": version, "chunk_size": args.chunk_kib * 1024, **payload})
     published = root.expect("published", 120)
-    nodes = [Node(f"r{i}", cap) for i in range(len(receivers))]
+    # a receiver behind NAT (lab hosts n*) can fetch but not serve: a leaf of the plan
+    nodes = [Node(f"r{i}", cap, reachable=not proc.name.startswith("n")) for i, proc in enumerate(receivers)]
     plan = star_plan(nodes) if mode == "star" else plan_tree(nodes, fan_out=1)
     url = {LEARNER: root.url, **{node.id: proc.url for node, proc in zip(nodes, receivers)}}
     bound = published["total_bytes"] / cap
@@ -125,7 +147,8 @@ def run_one(root: NodeProcess, receivers: list[NodeProcess], version: int, paylo
         proc.expect("dropped", 30)
     from_root = sum(r["bytes_by_source"].get(root.url, 0) for r in results)
     return {
-        "N": len(receivers), "mode": mode, "seconds": seconds, "bound_s": bound,
+        "N": len(receivers), "mode": mode + ("+nat" if any(not n.reachable for n in nodes) else ""),
+        "behind_nat": sum(not n.reachable for n in nodes), "seconds": seconds, "bound_s": bound,
         "ratio_to_bound": seconds / bound, "mean_receiver_s": sum(r["seconds"] for r in results) / len(results),
         "root_sent_mib": from_root / MIB, "chunk_kib": args.chunk_kib, "cap_mib_s": args.cap_mib_s,
         "failovers": sum(len(r["failovers"]) for r in results),
@@ -136,38 +159,52 @@ def run_one(root: NodeProcess, receivers: list[NodeProcess], version: int, paylo
 def main() -> None:
     args = parse_args()
     (args.out / "nodes").mkdir(parents=True, exist_ok=True)
-    cap = args.cap_mib_s * MIB
-    nodes = [NodeProcess("root", cap, args.latency_ms / 1000, args.out / "nodes")]
-    nodes += [NodeProcess(f"r{i}", cap, args.latency_ms / 1000, args.out / "nodes") for i in range(max(args.receivers))]
-    rows = []
-    try:
-        for node in nodes:
-            node.url = node.expect("ready", 60)["url"]
-        root, receivers = nodes[0], nodes[1:]
-        version = 0
-        for payload_mib in args.sizes_mib:
-            for n in args.receivers:
-                for mode in args.modes:
-                    version += 1
-                    row = {"M_mib": payload_mib, **run_one(root, receivers[:n], version,
-                                                            {"payload_bytes": payload_mib * MIB, "seed": version},
-                                                            mode, args)}
-                    print(f"== M={payload_mib} MiB N={n} {mode}: {row['seconds']:.2f}s "
-                          f"({row['ratio_to_bound']:.2f}x M/B)", flush=True)
-                    rows.append(row)
-    finally:
-        for node in nodes:
-            node.close()
-    columns = ["M_mib", "N", "mode", "seconds", "bound_s", "ratio_to_bound", "mean_receiver_s", "root_sent_mib",
-               "failovers", "verified"]
-    print(f"\nevery node's upload capped at B = {args.cap_mib_s:g} MiB/s; chunk {args.chunk_kib} KiB; "
-          f"bound = M / B")
+    public, private = [f"r{i}" for i in range(max(args.receivers))], [f"n{i}" for i in range(args.nat if args.lab else 0)]
+    lab = Lab([HostSpec(name, args.link_mbps, args.link_mbps, nat=name in private)
+               for name in ["root", *public, *private]]) if args.lab else None
+    with lab or nullcontext():
+        rows = measure(args, lab, public, private)
+    columns = ["M_mib", "N", "mode", "behind_nat", "seconds", "bound_s", "ratio_to_bound", "mean_receiver_s",
+               "root_sent_mib", "failovers", "verified"]
+    where = (f"lab hosts, every link shaped by the kernel to {args.link_mbps:g} Mbit/s both ways" if lab else
+             f"every node's upload capped at B = {args.cap_mib_s:g} MiB/s")
+    print(f"\n{where}; chunk {args.chunk_kib} KiB; bound = M / B")
     print(format_table(rows, columns))
     meta = {"quick": args.quick, "cap_mib_s": args.cap_mib_s, "chunk_kib": args.chunk_kib,
-            "latency_ms": args.latency_ms, "in_flight": args.in_flight}
+            "latency_ms": args.latency_ms, "in_flight": args.in_flight, "lab": args.lab,
+            "link_mbps": args.link_mbps if args.lab else None}
     path = write_results(args.out, rows, meta, models=())  # random payloads, no model
     plot(rows, args.out)
     print(f"\nwrote {path} and {args.out / 'broadcast.png'}")
+
+
+def measure(args: argparse.Namespace, lab: Lab | None, public: list[str], private: list[str]) -> list[dict]:
+    """Every row: each payload to each N in each mode (and, with NAT hosts, the pipelined+nat row)."""
+    cap = None if lab else args.cap_mib_s * MIB
+    nodes = {name: NodeProcess(name, cap, args.latency_ms / 1000, args.out / "nodes", lab)
+             for name in ["root", *public, *private]}
+    rows, version = [], 0
+    try:
+        for node in nodes.values():
+            node.url = node.expect("ready", 60)["url"]
+        receivers = [nodes[name] for name in public]
+        runs = [(n, mode, receivers[:n]) for n in args.receivers for mode in args.modes]
+        if private:  # the largest N, its last K hosts behind NAT
+            n = max(args.receivers)
+            runs.append((n, "pipelined", receivers[: n - len(private)] + [nodes[name] for name in private]))
+        for payload_mib in args.sizes_mib:
+            for n, mode, chosen in runs:
+                version += 1
+                row = {"M_mib": payload_mib, **run_one(nodes["root"], chosen, version,
+                                                        {"payload_bytes": payload_mib * MIB, "seed": version},
+                                                        mode, args)}
+                print(f"== M={payload_mib} MiB N={n} {row['mode']}: {row['seconds']:.2f}s "
+                      f"({row['ratio_to_bound']:.2f}x M/B, root sent {row['root_sent_mib']:.1f} MiB)", flush=True)
+                rows.append(row)
+    finally:
+        for node in nodes.values():
+            node.close()
+    return rows
 
 
 def plot(rows: list[dict], out: Path) -> None:
@@ -184,6 +221,9 @@ def plot(rows: list[dict], out: Path) -> None:
             points = sorted((r["N"], r["seconds"]) for r in subset if r["mode"] == mode)
             if points:
                 ax.plot(*zip(*points), style, label=mode)
+        for row in (r for r in subset if r["mode"].endswith("+nat")):
+            ax.plot([row["N"]], [row["seconds"]], "rx", markersize=10,
+                    label=f"pipelined, {row['behind_nat']} behind NAT (root sent {row['root_sent_mib'] / size:.2f} M)")
         ns = sorted({r["N"] for r in subset})
         ax.plot(ns, [subset[0]["bound_s"]] * len(ns), "k--", label="M / B (lower bound)")
         ax.set_xscale("log", base=2)

@@ -11,7 +11,7 @@ import pytest
 from echo2.cli import build_parser, worker_options
 from echo2.config import ConfigError, load_config
 from echo2.launch.local import LocalWorkers
-from echo2.launch.train import local_worker_options
+from echo2.launch.train import LOCAL_GIVE_UP_S, local_worker_options
 from echo2.rollout.options import OPTIONS_ENV, TOKEN_ENV, WorkerOptions
 
 URL, TOKEN = "http://127.0.0.1:9", "f00dfeedc0ffee0123456789abcdef42"
@@ -35,8 +35,9 @@ def test_options_from_flags_equal_options_from_the_config(tmp_path):
         "upload_mbps: 8}, {price_per_hour: 0.2}]"])
     slow, cheap, slow_again = local_worker_options(config, URL, TOKEN)
     token_file = _private_file(tmp_path / "token", TOKEN + "\n")
+    # a local worker dies with its learner: it gives up where a worker started by hand retries for ever
     common = ["--coordinator", URL, "--token-file", str(token_file), "--threads", "2", "--device", "cuda:1",
-              "--no-relay"]
+              "--no-relay", "--give-up-after", str(LOCAL_GIVE_UP_S)]
     assert slow == _cli(*common, "--name", "local-0", "--price-per-hour", "1.5", "--throughput-factor", "0.5",
                         "--worker-class", "slow", "--latency-ms", "20", "--upload-mbps", "8")
     assert cheap == _cli(*common, "--name", "local-1", "--price-per-hour", "0.2", "--upload-mbps", "40")

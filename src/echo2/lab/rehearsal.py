@@ -19,8 +19,11 @@ class LabRun:
     """``echo2 train`` inside ``learner_host`` (no local workers; its coordinator on the host's own
     address), writing ``run_dir``; :meth:`worker` starts ``echo2 worker`` inside another host."""
 
-    def __init__(self, lab: Lab, learner_host: str, run_dir: Path, overrides: list[str]) -> None:
+    def __init__(self, lab: Lab, learner_host: str, run_dir: Path, overrides: list[str],
+                 env: dict[str, str] | None = None) -> None:
+        """``env``: the processes' environment (default: this one's)."""
         self.lab, self.learner_host, self.run_dir, self.overrides = lab, learner_host, run_dir, overrides
+        self.env = env
         self.logs = run_dir.parent / f"{run_dir.name}-processes"
         self.learner: subprocess.Popen | None = None
         self.workers: dict[str, subprocess.Popen] = {}
@@ -33,7 +36,8 @@ class LabRun:
                    f"run.name={self.run_dir.name}", "workers.count=0",
                    f"coordinator.host={self.lab.own_address(self.learner_host)}", *self.overrides]
         with (self.logs / "learner.log").open("w") as log:
-            self.learner = self.lab.popen(self.learner_host, command, stdout=log, stderr=subprocess.STDOUT)
+            self.learner = self.lab.popen(self.learner_host, command, stdout=log, stderr=subprocess.STDOUT,
+                                          env=self.env)
         saved, deadline = self.run_dir / "coordinator.json", time.monotonic() + timeout_s
         while not saved.exists():
             if self.learner.poll() is not None:
@@ -53,7 +57,7 @@ class LabRun:
         command += ["--relay-host", "0.0.0.0", "--advertise-host", self.lab.own_address(host)] if relay \
             else ["--no-relay"]
         with (self.logs / f"{name}.log").open("w") as log:
-            self.workers[name] = self.lab.popen(host, command, stdout=log, stderr=subprocess.STDOUT)
+            self.workers[name] = self.lab.popen(host, command, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         return self.workers[name]
 
     def worker_log(self, name: str) -> str:

@@ -109,6 +109,8 @@ class RayWorkers:
                 name=worker.name, namespace=self.namespace, num_cpus=options.cpus_per_worker,
                 num_gpus=options.gpus_per_worker, max_restarts=options.max_restarts,
                 max_task_retries=options.max_restarts,
+                # on a cluster, over as many nodes as there are: one node's death takes the fewest workers
+                scheduling_strategy="SPREAD" if remote_nodes else "DEFAULT",
             ).remote(worker, str(self.log_dir / f"{worker.name}.log"), remote_nodes)
             self.actors.append(actor)
             self.runs.append(actor.run.remote())
