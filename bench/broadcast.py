@@ -68,11 +68,10 @@ def _options(parser: argparse.ArgumentParser) -> None:
 def parse_args() -> argparse.Namespace:
     args = common.parse_args(__doc__.splitlines()[0], "bench/out/broadcast", _options)
     args.chunk_kib = args.chunk_kib or (256 if args.quick else 1024)
-    args.sizes_mib = args.sizes_mib or ([4] if args.quick else [64, 256])
+    args.sizes_mib = args.sizes_mib or ([4] if args.quick else [64] if args.lab else [64, 256])
     default_receivers = [2, 4, 8] if args.lab else [1, 2, 4, 8, 16]
     args.receivers = sorted(args.receivers or ([1, 2, 4] if args.quick else default_receivers))
     if args.lab:
-        args.sizes_mib = args.sizes_mib if args.sizes_mib else [4 if args.quick else 32]
         args.cap_mib_s = args.link_mbps * 1e6 / 8 / MIB  # the bound's B: the kernel's rate
         args.nat = min(args.nat, max(args.receivers) // 2)  # half of the largest N at most: relays remain
     return args
