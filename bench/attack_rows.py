@@ -239,7 +239,7 @@ def hoarder_row(run: Outcome, spec: Attack, clean: Outcome) -> dict[str, Any]:
             "run_s_per_step_vs_clean": wall,
             "how": f"asked 4096 a lease: {len(granted)} leases of at most {biggest} groups ({sum(granted)} in all, "
                    f"{granted[:6]}...), then parked ({parked} answers); median step x{ratio:.2f}, "
-                   f"s/step over the run x{wall:.2f} of clean"}
+                   f"s/step over the run x{wall:.2f} of a clean run of the same settings just before"}
 
 
 def telemetry_row(run: Outcome, spec: Attack) -> dict[str, Any]:

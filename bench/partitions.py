@@ -12,9 +12,13 @@ each version: ``r1`` fetches from the learner and relays to ``r2`` and ``r3`` (`
 other, each a blackhole (packets dropped silently: a NAT that timed out, a cloud firewall) held
 for ``outage_s`` — longer than every timeout that applies — then healed:
 
-1. ``mid_lease``: ``r2`` cut off from every host while it generates (it holds a lease nearly all
-   the time). Detected when the coordinator declares it dead (``coordinator.heartbeat_timeout_s``;
-   its lease expires with it); recovered at its first accepted submission after the heal;
+1. ``mid_lease``: ``r2`` cut off from every host while it works (generating, or fetching the next
+   version to generate with). Detected when the coordinator declares it dead (``coordinator.heartbeat_timeout_s``;
+   its lease expires with it); recovered once it has registered again and loaded a version after
+   the heal (``at_work_s``: its first accepted lease after the heal, which depends on the window as
+   well: r2 and r3 get each version through r1 some 8-12 s after it is published, about the
+   window's length at S=2, so most of their versions arrive too old for a lease; a few minutes at
+   worst);
 2. ``learner_download``: ``r1`` cut off from the learner one second after a version is
    published, mid-download (star-free: the learner is its only source). Detected when its download
    stalls (``broadcast.stall_s``); recovered at its first complete version after the heal;
@@ -31,7 +35,8 @@ for ``outage_s`` — longer than every timeout that applies — then healed:
    holds it for 180 s: a worker used to give up after 120 s of retries and exit for good.
 
 Columns: ``detected_s`` from the cut, ``recovered_s`` from the heal (negative: before it, by a
-fallback), the timeout that applies, whether the learner said why it waited (case 5), and, for
+fallback), ``at_work_s`` (the cut worker's first accepted lease after the heal), the timeout that
+applies, whether the learner said why it waited (case 5), and, for
 the whole run (the same in every row): prompts lost, groups trained twice, the independent
 ledger gap (the groups the workers logged as accepted, less the groups the learner trained,
 less what the coordinator held or dropped: 0) and whether the run went on to a clean stop. Log
@@ -93,7 +98,7 @@ LOADED = r"v\d+: \d+ chunks in"
 STALL = "broadcast.stall_s=4 (+ the 2 s long poll)"
 CASES = [
     Case("mid_lease", "r2", None, False, "coordinator.heartbeat_timeout_s=8 (lease_timeout_s=15)",
-         [("learner", r"worker r2 silent for \S+: declared dead")], [("r2", r"groups accepted")]),
+         [("learner", r"worker r2 silent for \S+: declared dead")], [("r2", r"registered again"), ("r2", LOADED)]),
     Case("learner_download", "r1", "learner", True, STALL,
          [("r1", r"chunk \d+ from \S+: |fetch(ing)? .*failed")], [("r1", LOADED)]),
     Case("relay_download", "r3", "r1", True, STALL, [("r3", rf"from {R1}: .*moving on to")], [("r3", LOADED)]),
@@ -197,6 +202,7 @@ def main() -> None:
                 run.worker(worker, worker, "--upload-mbps", str(mbps))
             logs = Logs(run, datetime.now())
             wait_until(lambda: len(learner_steps(run_dir)) >= 5, 600, "the first 5 learner steps")
+            wait_until(lambda: re.search(LOADED, run.worker_log("r2")) is not None, 600, "r2's first weights")
             for case in CASES:
                 rows.append(play(case, lab, run, logs, long_outage_s if case.name == "learner_all" else outage_s,
                                  settle_s))
@@ -206,11 +212,13 @@ def main() -> None:
     report = json.loads((run_dir / "reliability.json").read_text()) if finished else {}
     group_size = load_config(str(run_dir / "config.yaml")).rollout.group_size
     books = ledger(run_dir, [run.logs / f"{w}.log" for w in UPLOAD_CAP], report, group_size) if report else {}
-    for row in rows:
+    for row, case in zip(rows, CASES):
+        at_work = logs.first(case.host, r"groups accepted", row["healed_at"]) if case.host in UPLOAD_CAP else None
         row.update({k: books.get(k) for k in ("prompts_lost", "trained_twice", "ledger_gap")},
+                   at_work_s=None if at_work is None else at_work - row["healed_at"],
                    run_finished="yes" if finished else "no")
-    columns = ["case", "cut", "outage_s", "timeout", "detected_s", "recovered_s", "learner_said_why", "prompts_lost",
-               "trained_twice", "ledger_gap", "run_finished"]
+    columns = ["case", "cut", "outage_s", "timeout", "detected_s", "recovered_s", "at_work_s", "learner_said_why",
+               "prompts_lost", "trained_twice", "ledger_gap", "run_finished"]
     print(f"\n{steps_before_stop} learner steps, links {LINK_MBPS:g} Mbit/s both ways, 3 workers; "
           f"ledger: {books}")
     print(format_table(rows, columns))

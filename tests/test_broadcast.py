@@ -338,6 +338,26 @@ def test_corrupt_chunk_is_refetched_from_the_next_source(peers):
     assert stats.chunks_by_source[liar.url] >= 3 and stats.chunks_by_source[root.url] >= 1
 
 
+class ClearedMidFetchStore(ChunkStore):
+    """A worker's store that starts over (it registered again) while a chunk is on its way."""
+
+    def put_chunk(self, version, index, data):
+        self.clear()
+        return super().put_chunk(version, index, data)
+
+
+def test_a_store_cleared_under_a_fetch_cancels_it_with_a_broadcast_error(peers):
+    """A rejoining worker clears its store while its background fetch is in flight: the fetch must
+    end as cancelled (which the fetcher handles), not with a lookup error that kills its thread."""
+    payload = random_payload(256 * KIB)
+    root = peers(None)
+    root.store.publish(1, payload, chunk_size=64 * KIB)
+    receiver = peers(None, ClearedMidFetchStore()).fetch(1, [root.url])
+    receiver.thread.join(10)
+    assert isinstance(receiver.error, BroadcastCancelled), receiver.error
+    assert "dropped from this node's store" in str(receiver.error)
+
+
 def test_a_source_that_never_answers_is_dropped_after_the_stall_budget(peers):
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))

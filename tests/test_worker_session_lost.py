@@ -29,3 +29,27 @@ def test_a_lost_session_cancels_the_fetch_in_flight_and_the_wait_for_it(monkeypa
     assert waited < 5, f"waited {waited:.1f}s for a fetch from a learner that is gone"
     assert in_flight.is_set() and not worker._fetches_cancelled.is_set()  # the next fetches start uncancelled
     assert worker._session_lost.is_set() and worker.version == -1  # nothing swapped in: it registers again
+
+
+def test_a_worker_declared_dead_during_its_first_download_registers_again_and_goes_on(monkeypatch):
+    """A partition while a worker fetches its first weights outlasts the dead-worker timeout: the
+    coordinator answers 410 when it is back, and the worker must register again, not exit."""
+    worker = RolloutWorker("http://127.0.0.1:9", "token", relay=None, fetch_timeout_s=60)
+    outcomes = [SessionLost(410, "this worker was declared dead (no heartbeat); register again"), True]
+
+    def fetch(what: str) -> bool:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    registrations = []
+    monkeypatch.setattr(worker, "_try_fetch_newest", fetch)
+    monkeypatch.setattr(worker, "_register", lambda: registrations.append(1) or SimpleNamespace(worker_id="w1"))
+    try:
+        worker._fetch_first_weights()
+    finally:
+        worker.client.close()
+        worker.http.close()
+    assert registrations == [1] and outcomes == []  # registered once more, then fetched
+    assert worker._epoch == 1 and not worker._session_lost.is_set()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import httpx
 from pydantic import ValidationError
 
-from echo2.broadcast.chunk_store import ChunkStore
+from echo2.broadcast.chunk_store import ChunkStore, UnknownVersion
 from echo2.broadcast.integrity import CorruptPayload
 from echo2.broadcast.manifest import Manifest
 from echo2.broadcast.relay import HELD_HEADER, PREFIX
@@ -131,6 +131,8 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
     http = client or httpx.Client(limits=httpx.Limits(max_connections=2 * in_flight + 4), verify=verify)
     try:
         return fetch.run(http, assemble)
+    except UnknownVersion:  # the node started over under it (a worker registering anew clears its store)
+        raise BroadcastCancelled(f"v{version} was dropped from this node's store while it was fetched") from None
     finally:
         if client is None:
             http.close()

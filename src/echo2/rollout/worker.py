@@ -170,6 +170,10 @@ class RolloutWorker:
         """Register again after the coordinator forgot this worker (a resumed learner, or a
         heartbeat gap long enough to be declared dead), and start over from its current version:
         after a resume, version numbers repeat with other weights, so nothing held is kept."""
+        self._register_anew()
+        self._fetch_first_weights()
+
+    def _register_anew(self) -> None:
         self._session_lost.clear()
         registration = self._register()
         self._epoch += 1
@@ -182,7 +186,6 @@ class RolloutWorker:
             self._events.clear()
         self.version, self.latest_version = -1, 0
         log.info("registered again with %s as %s", self.client.url, registration.worker_id)
-        self._fetch_first_weights()
 
     def _cancel_fetches(self) -> None:
         """Stop the fetches in flight, and the wait for one (:meth:`_swap_in_staged`): once the
@@ -241,9 +244,16 @@ class RolloutWorker:
         fetch is retried as the lease loop retries one — at once when the version was only
         outdated (a relay went on to a newer one while this worker loaded its model), else after a
         pause — until it succeeds or the worker is asked to stop: without weights there is nothing
-        to do, and a worker must not die of a relay that moved on."""
-        while not self.stop.is_set() and not self._try_fetch_newest("the first weights"):
-            pass
+        to do, and a worker must not die of a relay that moved on, nor of being declared dead
+        meanwhile (a partition during its first download): it registers again and goes on."""
+        while not self.stop.is_set():
+            try:
+                if self._try_fetch_newest("the first weights"):
+                    return
+            except SessionLost as error:
+                log.warning("the coordinator forgot this worker before it had its first weights (%s); "
+                            "registering again", error.detail)
+                self._register_anew()
 
     def _try_fetch_newest(self, what: str) -> bool:
         """One blocking fetch of the newest version; on a failure the next try can mend (corrupt
@@ -272,6 +282,10 @@ class RolloutWorker:
             except (CoordinatorUnreachable, RequestRefused, CorruptPayload, BroadcastError) as error:
                 log.warning("background fetch of v%d failed (%s); will retry", target, error)
                 self.stop.wait(_retry_pause_s(error))
+                continue
+            except Exception:  # noqa: BLE001 - were this thread to end, the worker would hold one version for good
+                log.exception("background fetch of v%d failed unexpectedly; will retry", target)
+                self.stop.wait(1.0)
                 continue
             if staged is None or epoch != self._epoch:
                 self.stop.wait(0.01)
