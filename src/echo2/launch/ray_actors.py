@@ -4,9 +4,10 @@ Each actor requests ``ray.cpus_per_worker`` CPUs and ``ray.gpus_per_worker`` GPU
 puts it on a node that has them, and runs the very worker ``echo2 worker`` runs (built from the
 same :class:`~echo2.rollout.options.WorkerOptions`, which the actor receives pickled, by
 :func:`echo2.rollout.options.build_worker`), talking to the coordinator over the same HTTP protocol; Ray is only the placement and restart layer. An actor that dies is
-restarted by Ray (``max_restarts``) and its ``run`` call retried (``max_task_retries``): the
-new worker registers again, while the coordinator expires the dead one's leases as for any
-dead worker (Ray fault tolerance: https://docs.ray.io/en/latest/ray-core/fault_tolerance/actors.html).
+restarted by Ray (``max_restarts``), on any node with room when its own node died, and echo2 calls
+its ``run`` again (:meth:`RayWorkers._rerun_lost_calls`): the new worker registers again, while
+the coordinator expires the dead one's leases as for any dead worker (Ray fault tolerance:
+https://docs.ray.io/en/latest/ray-core/fault_tolerance/actors.html).
 
 Without ``ray.address`` a local Ray is started for the run and shut down after it. Ray 2.59+
 turns token authentication on for local clusters
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,7 +84,10 @@ class RayWorkers:
         """Actors are named ``ray-<i>`` in this Ray namespace (``ray.get_actor(name, namespace)``)."""
         self.actors: list[Any] = []
         self.runs: list[Any] = []
+        """Each actor's ``run`` call in progress (replaced when it is called again)."""
+        self.reruns = [0] * len(self.options)
         self.started_ray = False
+        self._stopping = threading.Event()
 
     def _connect(self) -> None:
         ray, options = _ray(), self.config.ray
@@ -108,7 +113,6 @@ class RayWorkers:
             actor = actor_class.options(
                 name=worker.name, namespace=self.namespace, num_cpus=options.cpus_per_worker,
                 num_gpus=options.gpus_per_worker, max_restarts=options.max_restarts,
-                max_task_retries=options.max_restarts,
                 # on a cluster, over as many nodes as there are: one node's death takes the fewest workers
                 scheduling_strategy="SPREAD" if remote_nodes else "DEFAULT",
             ).remote(worker, str(self.log_dir / f"{worker.name}.log"), remote_nodes)
@@ -116,14 +120,46 @@ class RayWorkers:
             self.runs.append(actor.run.remote())
         log.info("placed %d worker actors on Ray (%s; logs in %s)", len(self.actors),
                  options.address or "a local Ray", self.log_dir)
+        threading.Thread(target=self._rerun_lost_calls, daemon=True, name="echo2-ray-reruns").start()
+
+    def _rerun_lost_calls(self) -> None:
+        """Call ``run`` again on an actor Ray restarted, up to ``ray.max_restarts`` times each.
+
+        Ray's own retry of an actor call (``max_task_retries``) did not happen when the actor's
+        node died (Ray 2.60, network lab: the actor was restarted on the other node within a second
+        and sat idle for minutes), so the call is made again here, where it is seen to fail with the
+        actor (``RayActorError``; a call on a restarting actor waits for it to be back)."""
+        ray, watching = _ray(), set(range(len(self.runs)))
+        while watching and not self._stopping.is_set():
+            done, _ = ray.wait([self.runs[i] for i in watching], num_returns=1, timeout=1.0)
+            for ref in done:
+                index = self.runs.index(ref)
+                watching.discard(index)
+                try:
+                    ray.get(ref)  # the run is over for this worker
+                except ray.exceptions.RayActorError as error:
+                    name, why = self.options[index].name, str(error).splitlines()[0]
+                    if self._stopping.is_set() or self.reruns[index] >= self.config.ray.max_restarts:
+                        log.warning("worker actor %s is gone for good: %s", name, why)
+                        continue
+                    self.reruns[index] += 1
+                    log.warning("worker actor %s died (%s); Ray restarts it, echo2 calls its run again (%d of %d)",
+                                name, why, self.reruns[index], self.config.ray.max_restarts)
+                    self.runs[index] = self.actors[index].run.remote()
+                    watching.add(index)
+                except Exception:  # noqa: BLE001, S112 - the worker's own error: check() and its log say it
+                    continue
 
     def check(self) -> None:
-        """Raise if a worker actor failed for good while starting up."""
+        """Raise if a worker actor failed for good while starting up (an actor that died is called
+        again by :meth:`_rerun_lost_calls`)."""
         ray = _ray()
-        done, _ = ray.wait(self.runs, num_returns=len(self.runs), timeout=0)
+        done, _ = ray.wait(list(self.runs), num_returns=len(self.runs), timeout=0)
         for ref in done:
             try:
                 ray.get(ref)
+            except ray.exceptions.RayActorError:
+                continue
             except Exception as error:  # noqa: BLE001 - Ray wraps the worker's exception
                 raise RuntimeError(f"a Ray worker actor failed: {error}") from None
 
@@ -132,7 +168,8 @@ class RayWorkers:
         local Ray if this run started it."""
         ray = _ray()
         if self.runs:
-            ray.wait(self.runs, num_returns=len(self.runs), timeout=timeout_s)
+            ray.wait(list(self.runs), num_returns=len(self.runs), timeout=timeout_s)
+        self._stopping.set()
         for actor in self.actors:
             ray.kill(actor)
         if self.started_ray:
