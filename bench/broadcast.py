@@ -53,7 +53,7 @@ from echo2.units import MIB  # noqa: E402
 
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cap-mib-s", type=float, default=8.0, help="upload cap B of every node (MiB/s)")
-    parser.add_argument("--chunk-kib", type=int, default=None, help="chunk size (default 1024; quick 256)")
+    parser.add_argument("--chunk-kib", type=int, default=None, help="chunk size (default 1024; quick, lab 256)")
     parser.add_argument("--sizes-mib", type=int, nargs="+", default=None, help="payloads M (default 64 256)")
     parser.add_argument("--receivers", type=int, nargs="+", default=None, help="N values (default 1 2 4 8 16)")
     parser.add_argument("--modes", nargs="+", default=["star", "pipelined"], choices=["star", "pipelined"])
@@ -67,7 +67,10 @@ def _options(parser: argparse.ArgumentParser) -> None:
 
 def parse_args() -> argparse.Namespace:
     args = common.parse_args(__doc__.splitlines()[0], "bench/out/broadcast", _options)
-    args.chunk_kib = args.chunk_kib or (256 if args.quick else 1024)
+    # each hop of the chain delays the last receiver by at least chunk / B: with 1 MiB chunks on the
+    # lab's 50 Mbit/s links 0.17 s a hop, (N - 1) * 0.17 = 1.2 s of a 10.7 s M/B at N = 8 (more with two
+    # chunks in flight sharing the link); 256 KiB chunks a quarter of that
+    args.chunk_kib = args.chunk_kib or (256 if args.quick or args.lab else 1024)
     args.sizes_mib = args.sizes_mib or ([4] if args.quick else [64] if args.lab else [64, 256])
     default_receivers = [2, 4, 8] if args.lab else [1, 2, 4, 8, 16]
     args.receivers = sorted(args.receivers or ([1, 2, 4] if args.quick else default_receivers))
