@@ -10,6 +10,7 @@ import time
 import pytest
 from conftest import make_state, submit_all
 
+from echo2.coordinator.batches import WAIT_WORTH_SAYING_S
 from echo2.coordinator.dashboard import collect
 from echo2.telemetry.progress import WAIT_LOG_EVERY_S, Progress
 
@@ -20,6 +21,8 @@ def test_the_coordinator_says_why_the_learner_waits(caplog):
     worker = state.register("gpu-1")
     with pytest.raises(TimeoutError):
         state.take_batch(0, timeout_s=0.05)
+    assert state.data_wait() is None  # a short wait between steps is not news
+    state.waiting_since = (0, time.monotonic() - WAIT_WORTH_SAYING_S)  # as if it had waited that long
     why = state.data_wait()
     assert "for step 0's data: 0 groups buffered (a step takes 2), 1 live workers" in why
     worker.last_seen = time.monotonic() - 60  # silent for a minute: the next pass declares it dead

@@ -12,6 +12,11 @@ if TYPE_CHECKING:
     from echo2.coordinator.state import CoordinatorState
 
 
+#: How long the learner waits for a batch before the dashboard says so: waits of a second or two
+#: between steps are a starved learner's normal, not news.
+WAIT_WORTH_SAYING_S = 5.0
+
+
 class LearnerSide:
     """Mixed into :class:`echo2.coordinator.state.CoordinatorState` (which owns the state used here)."""
 
@@ -41,10 +46,11 @@ class LearnerSide:
             return batch
 
     def data_wait(self: CoordinatorState) -> str | None:
-        """Why the learner is not training, while it waits for a batch (None while it is not): the
-        progress line and the dashboard say it, so that a run cut off from its workers waits visibly."""
+        """Why the learner is not training, once it has waited :data:`WAIT_WORTH_SAYING_S` for a
+        batch (None before): the progress line and the dashboard say it, so that a run cut off from
+        its workers waits visibly."""
         with self.cond:
-            if self.waiting_since is None:
+            if self.waiting_since is None or time.monotonic() - self.waiting_since[1] < WAIT_WORTH_SAYING_S:
                 return None
             step, since = self.waiting_since
             silent = sum(1 for r in self.registry.records() if not r.alive and not r.left and not r.quarantined)

@@ -32,6 +32,8 @@ from echo2.config import Config
 from echo2.rollout.options import WorkerOptions
 
 log = logging.getLogger("echo2")
+#: Seconds before an actor found temporarily unavailable (its node just died) is called again.
+UNAVAILABLE_RETRY_S = 2.0
 
 
 def _ray() -> Any:
@@ -137,6 +139,12 @@ class RayWorkers:
                 watching.discard(index)
                 try:
                     ray.get(ref)  # the run is over for this worker
+                except ray.exceptions.ActorUnavailableError:
+                    # its node is gone and Ray has not yet restarted it elsewhere: call again shortly,
+                    # which waits for the restart or fails for good (ActorDiedError) once Ray gives up
+                    self._stopping.wait(UNAVAILABLE_RETRY_S)
+                    self.runs[index] = self.actors[index].run.remote()
+                    watching.add(index)
                 except ray.exceptions.RayActorError as error:
                     name, why = self.options[index].name, str(error).splitlines()[0]
                     if self._stopping.is_set() or self.reruns[index] >= self.config.ray.max_restarts:
