@@ -138,13 +138,12 @@ class RayWorkers:
                 index = self.runs.index(ref)
                 watching.discard(index)
                 try:
-                    ray.get(ref)  # the run is over for this worker
+                    ray.get(ref)
+                    continue  # the run is over for this worker
                 except ray.exceptions.ActorUnavailableError:
                     # its node is gone and Ray has not yet restarted it elsewhere: call again shortly,
                     # which waits for the restart or fails for good (ActorDiedError) once Ray gives up
                     self._stopping.wait(UNAVAILABLE_RETRY_S)
-                    self.runs[index] = self.actors[index].run.remote()
-                    watching.add(index)
                 except ray.exceptions.RayActorError as error:
                     name, why = self.options[index].name, str(error).splitlines()[0]
                     if self._stopping.is_set() or self.reruns[index] >= self.config.ray.max_restarts:
@@ -153,10 +152,11 @@ class RayWorkers:
                     self.reruns[index] += 1
                     log.warning("worker actor %s died (%s); Ray restarts it, echo2 calls its run again (%d of %d)",
                                 name, why, self.reruns[index], self.config.ray.max_restarts)
-                    self.runs[index] = self.actors[index].run.remote()
-                    watching.add(index)
                 except Exception:  # noqa: BLE001, S112 - the worker's own error: check() and its log say it
                     continue
+                if not self._stopping.is_set():
+                    self.runs[index] = self.actors[index].run.remote()
+                    watching.add(index)
 
     def check(self) -> None:
         """Raise if a worker actor failed for good while starting up (an actor that died is called
