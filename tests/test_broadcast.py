@@ -26,6 +26,7 @@ from echo2.broadcast.downloader import (
 from echo2.broadcast.manifest import Manifest, assemble, build_manifest
 from echo2.broadcast.payload import CorruptPayload, load_parameters, serialize_parameters
 from echo2.broadcast.relay import HELD_HEADER, RelayServer, add_broadcast_routes
+from echo2.broadcast.suspects import SuspectSources
 from echo2.broadcast.throttle import Throttle
 from echo2.protocol import AUTH_HEADER
 from echo2.units import MIB
@@ -375,6 +376,35 @@ def test_a_source_that_never_answers_is_dropped_after_the_stall_budget(peers):
         assert any("no answer" in line or "stalled" in line for line in receiver.result.stats.failovers)
     finally:
         silent.close()
+
+
+def test_a_relay_that_stalled_is_skipped_by_the_next_fetches_until_its_suspicion_lapses():
+    """A silent partition lasts longer than one version: the next version's fetch goes straight to
+    the learner instead of spending the stall budget on the same relay again."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    relay_url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    root = ChunkStore()
+    for version in (1, 2):
+        root.publish(version, random_payload(64 * KIB, version), chunk_size=16 * KIB)
+    now = [0.0]
+    suspects = SuspectSources(suspect_s=30.0, clock=lambda: now[0])
+    try:
+        with RelayServer(root) as learner:
+            first = fetch_version(1, [relay_url, learner.url], ChunkStore(), stall_s=0.3, poll_s=0.2, suspects=suspects)
+            assert first.stats.failovers and relay_url not in first.stats.chunks_by_source
+            started = time.monotonic()
+            second = fetch_version(2, [relay_url, learner.url], ChunkStore(), stall_s=0.3, poll_s=0.2, suspects=suspects)
+            assert second.stats.failovers == [] and second.stats.manifest_source == learner.url
+            assert time.monotonic() - started < 0.5  # no stall budget spent on the silent relay
+    finally:
+        silent.close()
+    assert suspects.chain([relay_url, "http://learner"]) == ["http://learner"]
+    now[0] = 31.0  # the suspicion lapsed: the relay is tried first again
+    assert suspects.chain([relay_url, "http://learner"]) == [relay_url, "http://learner"]
+    suspects.failed("http://learner/")  # the learner, the last resort, is never left out
+    assert suspects.chain(["http://learner"]) == ["http://learner"]
 
 
 def test_errors_are_bounded_and_say_what_failed():

@@ -6,7 +6,9 @@ receives chunk *i* from its parent as soon as the parent has it (the pipeline). 
 source fails for a chunk — connection refused or reset, a stall, a corrupt chunk, a refusal —
 that chunk and every later one move to the next source; chunks already verified stay in the
 store, so a failover costs at most the chunks in flight, and a corrupt chunk is simply asked
-for again elsewhere. The last source (the learner) is retried until the deadline.
+for again elsewhere. The last source (the learner) is retried until the deadline. A relay that
+failed at the transport level is left out of the node's next fetches a while
+(:mod:`echo2.broadcast.suspects`).
 
 "Stalled" has two forms. A source that stops sending mid-response, or never answers, is dropped
 after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed). A source that answers "not yet"
@@ -39,6 +41,7 @@ from echo2.broadcast.chunk_store import ChunkStore, UnknownVersion
 from echo2.broadcast.integrity import CorruptPayload
 from echo2.broadcast.manifest import Manifest
 from echo2.broadcast.relay import HELD_HEADER, PREFIX
+from echo2.broadcast.suspects import SuspectSources
 from echo2.protocol import AUTH_HEADER
 
 log = logging.getLogger("echo2.broadcast")
@@ -75,9 +78,10 @@ class VersionSuperseded(BroadcastError):
 
 
 class _SourceFailed(Exception):
-    def __init__(self, reason: str, gone: bool = False) -> None:
+    def __init__(self, reason: str, gone: bool = False, suspect: bool = False) -> None:
         super().__init__(reason)
         self.gone = gone  # the source says the version will never come (evicted)
+        self.suspect = suspect  # no answer, no bytes, a broken connection, bad bytes: skip it a while
 
 
 class _Abort(Exception):
@@ -109,14 +113,15 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
                   patience_s: float | None = None, in_flight: int = 2, expected_sha256: str | None = None,
                   assemble: bool = True, cancel: threading.Event | None = None,
                   client: httpx.Client | None = None, verify: ssl.SSLContext | bool = True,
-                  prefix: str = PREFIX) -> FetchResult:
+                  prefix: str = PREFIX, suspects: SuspectSources | None = None) -> FetchResult:
     """Fetch ``version`` into ``store`` from ``sources`` (base URLs, parent first, learner last);
     ``prefix``: the routes asked (``/v1/broadcast``; a delta version's: ``DELTA_PREFIX``).
 
     Returns the manifest, the verified payload (None with ``assemble=False``: the store then
     holds the complete, whole-hash-verified version) and :class:`FetchStats`. ``in_flight``
     chunk requests run at once to hide per-request latency. ``expected_sha256`` (the learner's
-    announced hash) rejects a manifest describing anything else. Raises
+    announced hash) rejects a manifest describing anything else. ``suspects``: the node's relays
+    out of reach lately, left out of ``sources`` and told of every relay that fails now. Raises
     :class:`BroadcastTimeout`, :class:`BroadcastCancelled`, :class:`BroadcastError`, or
     :class:`CorruptPayload` when the chunks verify but the whole does not (a forged manifest;
     the version is then dropped from the store).
@@ -125,9 +130,13 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
         raise ValueError("fetch_version needs at least one source (the learner)")
     if min(timeout_s, stall_s, poll_s) <= 0 or in_flight < 1:
         raise ValueError("timeout_s, stall_s and poll_s must be > 0 and in_flight >= 1")
-    fetch = _Fetch(version, [s.rstrip("/") for s in sources], store, token, timeout_s, stall_s, poll_s,
+    sources = [s.rstrip("/") for s in sources]
+    chain = suspects.chain(sources) if suspects is not None else sources
+    if skipped := [s for s in sources if s not in chain]:
+        log.info("v%d: skipping %s (out of reach lately); fetching from %s", version, ", ".join(skipped), chain)
+    fetch = _Fetch(version, chain, store, token, timeout_s, stall_s, poll_s,
                    patience_s if patience_s is not None else default_patience_s(stall_s, poll_s), in_flight, expected_sha256,
-                   cancel, prefix)
+                   cancel, prefix, suspects)
     http = client or httpx.Client(limits=httpx.Limits(max_connections=2 * in_flight + 4), verify=verify)
     try:
         return fetch.run(http, assemble)
@@ -141,8 +150,8 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
 class _Fetch:
     def __init__(self, version: int, sources: list[str], store: ChunkStore, token: str | None, timeout_s: float,
                  stall_s: float, poll_s: float, patience_s: float, in_flight: int, expected_sha256: str | None,
-                 cancel: threading.Event | None, prefix: str) -> None:
-        self.version, self.sources, self.store, self.prefix = version, sources, store, prefix
+                 cancel: threading.Event | None, prefix: str, suspects: SuspectSources | None) -> None:
+        self.version, self.sources, self.store, self.prefix, self.suspects = version, sources, store, prefix, suspects
         self.headers = {AUTH_HEADER: token} if token else {}
         self.timeout_s, self.stall_s, self.poll_s, self.patience_s = timeout_s, stall_s, poll_s, patience_s
         self.in_flight, self.expected_sha256, self.cancel = in_flight, expected_sha256, cancel
@@ -223,6 +232,7 @@ class _Fetch:
                     manifest = self._manifest_from(url)
                 except _SourceFailed as failure:
                     self.stats.failovers.append(f"v{self.version} manifest from {url}: {failure}")
+                    self._suspect(url, failure)
                     if failure.gone:
                         raise self._superseded(url, failure) from None
                     continue
@@ -237,9 +247,9 @@ class _Fetch:
             response = self.http.get(f"{url}{self.prefix}/{self.version}/manifest", params={"wait_s": poll},
                                      headers=self.headers, timeout=timeout)
         except httpx.TimeoutException as error:
-            raise _SourceFailed(f"no answer within {timeout.read:g}s ({type(error).__name__})") from None
+            raise _SourceFailed(f"no answer within {timeout.read:g}s ({type(error).__name__})", suspect=True) from None
         except httpx.TransportError as error:
-            raise _SourceFailed(f"{type(error).__name__}: {error}") from None
+            raise _SourceFailed(f"{type(error).__name__}: {error}", suspect=True) from None
         if response.status_code != 200:
             raise self._refusal(response)
         try:
@@ -299,15 +309,18 @@ class _Fetch:
                     data += piece
                     self.progress_at[level] = time.monotonic()
                     if len(data) > size:
-                        raise _SourceFailed(f"sent more than the chunk's {size} bytes")
+                        raise _SourceFailed(f"sent more than the chunk's {size} bytes", suspect=True)
+        except httpx.ConnectTimeout:
+            raise _SourceFailed(f"stalled: no connection within {timeout.connect:g}s", suspect=True) from None
         except httpx.TimeoutException as error:
-            raise _SourceFailed(f"stalled: no bytes for {timeout.read:g}s ({type(error).__name__})") from None
+            raise _SourceFailed(f"stalled: no bytes for {timeout.read:g}s ({type(error).__name__})",
+                                suspect=True) from None
         except httpx.TransportError as error:
-            raise _SourceFailed(f"{type(error).__name__}: {error or 'connection lost'}") from None
+            raise _SourceFailed(f"{type(error).__name__}: {error or 'connection lost'}", suspect=True) from None
         try:
             self.store.put_chunk(self.version, index, bytes(data))
         except CorruptPayload as error:
-            raise _SourceFailed(f"corrupt chunk ({error})") from None
+            raise _SourceFailed(f"corrupt chunk ({error})", suspect=True) from None
         with self.lock:
             self.stats.bytes_by_source[url] = self.stats.bytes_by_source.get(url, 0) + len(data)
             self.stats.chunks_by_source[url] = self.stats.chunks_by_source.get(url, 0) + 1
@@ -330,6 +343,7 @@ class _Fetch:
         url = self.sources[level]
         line = f"v{self.version} chunk {index} from {url}: {failure}"
         last = len(self.sources) - 1
+        self._suspect(url, failure)
         with self.lock:
             self.stats.failovers.append(line)
             if failure.gone:
@@ -343,6 +357,10 @@ class _Fetch:
             self.progress_at[level] = time.monotonic()
         log.warning("%s; retrying (no further source)", line)
         self._pause(0.5)
+
+    def _suspect(self, url: str, failure: _SourceFailed) -> None:
+        if failure.suspect and self.suspects is not None:
+            self.suspects.failed(url)
 
     def _superseded(self, url: str, failure: _SourceFailed) -> VersionSuperseded:
         return VersionSuperseded(f"v{self.version} is no longer served by {url} ({failure}); fetch a newer version")

@@ -35,6 +35,7 @@ import torch
 from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.delta_fetch import fetch_by_delta
 from echo2.broadcast.downloader import BroadcastError, VersionSuperseded, fetch_version
+from echo2.broadcast.suspects import SuspectSources
 from echo2.broadcast.payload import CorruptPayload
 from echo2.broadcast.relay import RelayServer
 from echo2.broadcast.throttle import Throttle
@@ -109,6 +110,7 @@ class RolloutWorker:
         self.device = device
         self.store = ChunkStore()
         self.deltas = ChunkStore()  # delta versions (broadcast.encoding: delta), relayed like the rest
+        self.suspects = SuspectSources()  # relays this worker could not reach lately, skipped a while
         self.relay: RelayServer | None = None
         self.http = httpx.Client(limits=httpx.Limits(max_connections=8), verify=verify)  # every chunk fetch
         self.name = name or f"{socket.gethostname()}-{id(self) % 10000}"
@@ -219,7 +221,8 @@ class RolloutWorker:
         started = time.time()
         sources = [self.client.url if source == LEARNER_SOURCE else source for source in info.sources]
         options = {"token": self.client.broadcast_token, "timeout_s": self.spec.broadcast_timeout_s,
-                   "stall_s": self.spec.broadcast_stall_s, "client": self.http, "cancel": self._fetches_cancelled}
+                   "stall_s": self.spec.broadcast_stall_s, "client": self.http, "cancel": self._fetches_cancelled,
+                   "suspects": self.suspects}
         payload = fetch_by_delta(info, sources, self.store, self.deltas, **options)
         by_delta = payload is not None
         if payload is None:

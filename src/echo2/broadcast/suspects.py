@@ -1,0 +1,44 @@
+"""Relays a node could not reach lately, skipped for a while.
+
+A relay a node could not reach (a silent partition, a NAT mapping gone, a host down) is usually
+still out of reach for the next version, which the coordinator's plan, unaware of one cut link,
+routes through it again. Each new fetch would then spend the stall budget on it first, and where a
+version takes longer to arrive than the learner takes to publish the next, the node's fetches are
+outdated before they complete and it loads nothing until the link heals (seen in
+``bench/partitions.py``'s ``relay_download`` case on a slower machine: a relay's child cut from its
+relay loaded its first version 9.5 s after the heal instead of from the learner during the
+outage). So a relay that failed at the transport level (no answer, no bytes, connection refused or
+reset, a corrupt chunk) is left out of this node's chains for :data:`SUSPECT_S`. The learner, the
+chain's last source, is never left out: it is the source of last resort.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+#: Seconds a relay that failed at the transport level is left out of a node's chains: a few
+#: versions' time, short enough that a healed relay is soon used again.
+SUSPECT_S = 30.0
+
+
+class SuspectSources:
+    """The relays one node could not reach lately (shared by its fetches, thread-safe)."""
+
+    def __init__(self, suspect_s: float = SUSPECT_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.suspect_s, self.clock = suspect_s, clock
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, url: str) -> None:
+        """``url`` could not be reached: leave it out until ``suspect_s`` from now."""
+        with self._lock:
+            self._until[url.rstrip("/")] = self.clock() + self.suspect_s
+
+    def chain(self, sources: list[str]) -> list[str]:
+        """``sources`` without the relays suspected now; the last source (the learner) is always kept."""
+        now = self.clock()
+        with self._lock:
+            self._until = {url: until for url, until in self._until.items() if until > now}
+            return [s for s in sources[:-1] if s.rstrip("/") not in self._until] + sources[-1:]
