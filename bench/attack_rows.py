@@ -14,6 +14,15 @@ from attack_runs import AUDIT_KINDS, Attack, Outcome
 from attackers.session import INVENTED_LOGPROB, MIB
 
 
+def nothing_trained(run: Outcome, spec: Attack) -> dict[str, int]:
+    """The two trained columns of an attacker that submits no group of its own: measured (every
+    identity it registered, looked up among the trained groups), 0 unless the books are wrong."""
+    ids = {e["worker_id"] for e in run.events(spec) if "worker_id" in e}
+    ids.update(w for e in run.events(spec) for w in e.get("worker_ids", []))
+    trained = sum(len(run.trained_by(wid)) for wid in ids)
+    return {"attacker_groups_trained": trained, "attacker_groups_trained_after": trained}
+
+
 def audit_row(run: Outcome, spec: Attack) -> dict[str, Any]:
     wid = run.worker_id(spec)
     submitted = [e for e in run.events(spec, "submitted") if e.get("malicious") and e["accepted"]]
@@ -130,8 +139,9 @@ def relay_row(run: Outcome, spec: Attack) -> dict[str, Any]:
                 credited += sum(int(n) for n in re.findall(rf"(\d+) from {re.escape(evil)}\b", match.group(1)))
     bad = sum(v for k, v in served.items() if k != "t" and k != "event" and k != "manifests_real")
     honest_q = run.honest_quarantined()
-    ok = failovers > 0 and credited == 0 and not honest_q and run.steps > 0
-    return {"detected": "yes" if ok else "no", "attacker_groups_trained": 0, "attacker_groups_trained_after": 0,
+    # detected: it really served bad manifests or chunks, and peers accepted none of its chunks
+    ok = bad > 0 and credited == 0 and not honest_q and run.steps > 0
+    return {"detected": "yes" if ok else "no", **nothing_trained(run, spec),
             "relay_bad_items_served": bad, "relay_failovers": failovers, "relay_chunks_accepted": credited,
             "peer_version_loads": loads, "honest_quarantined": honest_q,
             "how": f"served {bad} bad manifests/chunks; peers failed over {failovers}x, accepted 0 of its chunks "
@@ -144,7 +154,7 @@ def oversize_row(run: Outcome, spec: Attack) -> dict[str, Any]:
     chunked = next((p for p in probes if p["what"] == "coordinator, session credential, chunked 64 MiB"), None)
     cut = f"413 after {chunked['body_bytes_sent'] / MIB:.1f} MiB sent" if chunked else "-"
     statuses = ",".join(str(p["status"]) for p in probes)
-    return {"detected": "yes" if ok else "no", "attacker_groups_trained": 0, "attacker_groups_trained_after": 0,
+    return {"detected": "yes" if ok else "no", **nothing_trained(run, spec),
             "probes": probes,
             "how": f"{len(probes)} probes -> {statuses} (expected {','.join(str(p['expected']) for p in probes)}); "
                    f"announced bodies refused with 0 bytes sent; chunked: {cut}"}
@@ -156,7 +166,7 @@ def flood_row(run: Outcome, spec: Attack, clean: Outcome) -> dict[str, Any]:
     admitted, limited = statuses.get("200", 0), statuses.get("429", 0)
     ratio = run.step_s / clean.step_s
     return {"detected": "yes" if limited and admitted + limited == flood.get("count") else "no",
-            "attacker_groups_trained": 0, "attacker_groups_trained_after": 0,
+            **nothing_trained(run, spec),
             "registrations": statuses, "workers_dead": run.reliability["workers_dead"],
             "how": f"{admitted}/{flood.get('count')} registered, {limited} refused 429 in "
                    f"{flood.get('seconds', 0):.1f}s (p50 {1000 * flood.get('latency_p50_s', 0):.0f} ms); "
@@ -173,8 +183,8 @@ def slowloris_row(run: Outcome, spec: Attack, clean: Outcome) -> dict[str, Any]:
     ratio = run.step_s / clean.step_s
     during = sum(closed.values())
     statuses = Counter(s for t in targets.values() for s, n in t["statuses"].items() for _ in range(n))
-    return {"detected": "yes" if opened and during == opened else "no", "attacker_groups_trained": 0,
-            "attacker_groups_trained_after": 0, "slowloris_opened": {k: t["opened"] for k, t in targets.items()},
+    return {"detected": "yes" if opened and during == opened else "no", **nothing_trained(run, spec),
+            "slowloris_opened": {k: t["opened"] for k, t in targets.items()},
             "slowloris_closed_during_training": closed,
             "slowloris_held_s_max": {k: round(v[-1], 1) if v else None for k, v in held.items()},
             "how": f"{opened} connections dribbling 1 B/s, {during} closed while training ({dict(statuses)}); "
@@ -184,18 +194,20 @@ def slowloris_row(run: Outcome, spec: Attack, clean: Outcome) -> dict[str, Any]:
 
 
 def amplification_row(run: Outcome, spec: Attack, clean: Outcome) -> dict[str, Any]:
-    ids = [wid for wid, name in run.workers.items() if name.startswith(f"{spec.name}-")]
+    ids = [e["worker_id"] for e in run.events(spec, "registered")]  # the identities its process registered
     quarantines = [q for q in (run.quarantine(wid) for wid in ids) if q is not None]
+    after = sum(1 for wid in ids for g in run.trained_by(wid) if (q := run.quarantine(wid)) and g["t"] >= q["t"])
     first = min((a["t"] for a in run.accepted if a["worker_id"] in ids), default=None)
     last = max((q["t"] for q in quarantines), default=None)
     taken = run.steps * 8 - run.reliability["groups_trained"]  # groups discarded from the learner's batches
     stale, clean_stale = run.reliability["groups_dropped_stale"], clean.reliability["groups_dropped_stale"]
-    honest = sum(v["accepted"] for name, v in run.per_worker().items() if not name.startswith("attacker-"))
+    attackers = run.attacker_ids()
+    honest = sum(len(a["slots"]) for a in run.accepted if a["worker_id"] not in attackers)
     return {"detected": "yes" if ids and len(quarantines) == len(ids) else "no",
             "seconds_to_quarantine": last - first if first is not None and last is not None else None,
             "groups_to_quarantine": sum(len(a["slots"]) for a in run.accepted if a["worker_id"] in ids),
             "attacker_groups_trained": sum(len(run.trained_by(wid)) for wid in ids),
-            "attacker_groups_trained_after": 0, "sybils": len(ids), "sybils_quarantined": len(quarantines),
+            "attacker_groups_trained_after": after, "sybils": len(ids), "sybils_quarantined": len(quarantines),
             "discarded_from_batches": taken, "groups_dropped_stale": stale, "clean_groups_dropped_stale": clean_stale,
             "honest_groups_accepted": honest,
             "how": f"{len(quarantines)}/{len(ids)} identities quarantined, {taken} groups cut from batches; then "
@@ -232,8 +244,9 @@ def hoarder_row(run: Outcome, spec: Attack, clean: Outcome) -> dict[str, Any]:
     ratio = run.step_s / clean.step_s
     wall = (run.wall_s / run.steps) / (clean.wall_s / clean.steps)
     biggest = max(granted, default=0)
-    ok = biggest <= 4 and parked > 0 and wall <= 1.2
-    return {"detected": "yes" if ok else "no", "attacker_groups_trained": 0, "attacker_groups_trained_after": 0,
+    # the goal: the run's steps/s within 20% of the clean run's, i.e. its seconds a step at most 1/0.8 of them
+    ok = biggest <= 1 and parked > 0 and wall <= 1 / 0.8
+    return {"detected": "yes" if ok else "no", **nothing_trained(run, spec),
             "hoard_leases": len(granted), "hoard_groups": sum(granted), "hoard_max_lease": biggest,
             "hoard_parked_answers": parked, "leases_expired": run.reliability["leases_expired"],
             "run_s_per_step_vs_clean": wall,
@@ -251,7 +264,7 @@ def telemetry_row(run: Outcome, spec: Attack) -> dict[str, Any]:
     ok = bool(probes) and all(p["status"] == p["expected"] for p in probes) and twin_name.startswith("local-0#") \
         and not forged
     statuses = ",".join(str(p["status"]) for p in probes)
-    return {"detected": "yes" if ok else "no", "attacker_groups_trained": 0, "attacker_groups_trained_after": 0,
+    return {"detected": "yes" if ok else "no", **nothing_trained(run, spec),
             "probes": probes, "twin_named": twin_name, "forged_line_in_log": forged,
             "how": f"{len(probes)} probes -> {statuses}; a second 'local-0' became {twin_name!r}; "
                    f"forged log line: {'yes' if forged else 'no'}; the run's report renders"}

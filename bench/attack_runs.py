@@ -229,10 +229,18 @@ class Outcome:
             table[who(g["worker_id"])]["trained"] += 1
         return table
 
+    def attacker_ids(self) -> set[str]:
+        """Every worker id an attacker process registered (by role: what it logged, not its name)."""
+        ids: set[str] = set()
+        for attack in self.attacks:
+            for event in self.events(attack):
+                ids.update([event["worker_id"]] if "worker_id" in event else event.get("worker_ids", []))
+        return ids
+
     def honest_quarantined(self) -> list[str]:
-        attackers = {a.name for a in self.attacks}
+        attackers = self.attacker_ids()
         return [self.workers.get(q["worker_id"], q["worker_id"]) for q in self.quarantines
-                if self.workers.get(q["worker_id"]) not in attackers]
+                if q["worker_id"] not in attackers]
 
 
 def stop_at(run_dir: Path, version: int, timeout_s: float = 1800.0) -> None:

@@ -77,11 +77,10 @@ length as the **clean** run, which has no attackers. Rows:
     leave that row out of its step or fail its audit, quarantine the worker, and publish only finite
     versions. ``how`` counts the poisoned groups that reached a batch and the rows left out;
 13. ``hoarder`` (full only, alone in its run, ``coordinator.lease_timeout_s=8``): asks for 4096
-    groups in every lease request and never submits. Expected: no lease above
-    ``rollout.groups_per_lease`` (4), at most half the window, throttled then parked, and the run's
-    steps/s within 20% of those of ``hoard-clean``, a run of the same settings without it played just
-    before (``step_s_vs_clean`` is the median step; ``how`` gives the whole run's wall time against
-    that one's too);
+    groups in every lease request and never submits. Expected: one group a lease while it has
+    delivered nothing (its trial), parked from its first miss, and the run's steps/s (over the
+    whole run: ``run_s_per_step_vs_clean`` at most 1/0.8) within 20% of those of ``hoard-clean``, a
+    run of the same settings without it played just before (``step_s_vs_clean``: the median step);
 14. ``telemetry``: heartbeats with NaN, +inf and -inf times, an interval that ends before it
     starts, an infinite upload rate (422 each); registrations named with a newline and a forged
     log line, ``learner`` and markup (422 each); and a second ``local-0`` (an honest worker's

@@ -1,5 +1,6 @@
 """The coordinator's parts on their own: registry and credentials, lease checks, scoring, the reliability books."""
 
+import math
 import threading
 import time
 
@@ -117,6 +118,22 @@ def test_the_coordinator_scores_every_group_itself():
     assert state.submit(worker, _answers(lease, [True, False])).accepted == 2
     assert [g.rewards for g in state.take_batch(0, timeout_s=1)] == [[1.0, 0.0], [1.0, 0.0]]
     assert state.stats(0.0, 1.0).reward_seconds > 0
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_verifier_giving_a_non_finite_reward_refuses_the_submission_and_trains_nothing(bad):
+    """A task's verifier that returns NaN or infinity (a bug, or odd tokens) must not put a
+    non-finite reward into an advantage: the submission is refused as unscorable, nothing enters
+    the buffer, and the lease stays open for an honest retry until it expires."""
+    state = make_state(staleness=1, score=lambda example, completions, answered: [bad] + [1.0] * (len(completions) - 1))
+    worker = state.register("w")
+    lease = state.lease(worker, 0, 1, wait_s=0)
+    with pytest.raises(Rejected, match="not one finite reward per completion") as refused:
+        state.submit(worker, _answers(lease, [True, True]))
+    assert refused.value.status == 422 and refused.value.code == "unscorable"
+    assert state.reliability()["groups_accepted"] == 0
+    with pytest.raises(TimeoutError):  # nothing was buffered
+        state.take_batch(0, timeout_s=0.05, count=1)
 
 
 class GatedScore:

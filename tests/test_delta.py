@@ -48,6 +48,16 @@ def test_a_delta_refuses_the_wrong_base_a_corrupt_body_and_another_layout():
         apply_delta(base, b"not a delta at all, really not")
 
 
+def test_a_delta_whose_body_rebuilds_other_bytes_is_refused_by_its_result_check():
+    """A well-formed delta (it decompresses) whose rebuilt bytes are not the version it announces:
+    only the final sha256 check stands between it and the worker's model."""
+    base, new = versions()
+    delta = bytearray(encode_delta(base, new, word=4))
+    delta[8 + 32:8 + 64] = bytes.fromhex(sha256(b"another version"))  # the header's result hash
+    with pytest.raises(CorruptPayload, match="does not match its announced sha256"):
+        apply_delta(base, bytes(delta))
+
+
 # ---------------------------------------------------------------- delta versions through relays
 import torch  # noqa: E402
 

@@ -78,15 +78,50 @@ def test_a_snapshot_requeues_what_was_in_flight_and_restores_the_rest():
     assert restored.take(0, 1) == ["g0"]
 
 
+class Oracle:
+    """The pacing rules written out from their definitions (ECHO-2's bounded staleness; see
+    :mod:`echo2.staleness`) with no code of echo2's: the reference both sides must match, so that a
+    wrong rule in the shared ledger fails as surely as a wrong use of it."""
+
+    def __init__(self, staleness: int, groups_per_step: int) -> None:
+        self.s, self.b = staleness, groups_per_step
+        self.version = self.useful = self.next_slot = 0
+        self.buffer: list[tuple[int, int]] = []  # (version, slot) of submitted groups
+
+    def status(self, worker_version: int) -> str:
+        if self.useful >= (self.s + self.version + 1) * self.b:  # the window: S + 1 steps ahead of the learner
+            return "wait"
+        if self.useful // self.b - worker_version > self.s:  # the next slot's step is too far for its weights
+            return "refresh"
+        return "granted"
+
+    def grant(self, worker_version: int, wanted: int) -> list[int]:
+        slots = []
+        while len(slots) < wanted and self.status(worker_version) == "granted":
+            slots.append(self.next_slot)
+            self.next_slot, self.useful = self.next_slot + 1, self.useful + 1
+        return slots
+
+    def take(self, step: int, count: int) -> list[int] | None:
+        fresh = [(v, slot) for v, slot in self.buffer if step - v <= self.s]
+        self.useful -= len(self.buffer) - len(fresh)  # stale groups dropped: their slots stop counting
+        self.buffer = sorted(fresh)
+        if len(self.buffer) < count:
+            return None
+        taken, self.buffer = self.buffer[:count], self.buffer[count:]
+        return [v for v, _ in taken]
+
+
 @pytest.mark.parametrize("staleness", [0, 1, 3])
 def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(staleness):
     """One random event sequence (lease requests at various worker versions, submissions, expiries,
-    learner steps) through the live coordinator and through the simulator's books: same answers,
-    same slots, same batches."""
+    learner steps) through the live coordinator, through the simulator's books and through
+    :class:`Oracle`: same answers, same slots, same batches."""
     rng = random.Random(staleness)
     state = make_state(staleness=staleness, groups_per_step=3)
     sim = Simulation(scenario(recipe__staleness=staleness, recipe__groups_per_step=3))
     assert type(sim.ledger) is type(state.ledger)
+    oracle = Oracle(staleness, 3)
     worker = state.register("w")
     live_leases, sim_leases, step = [], [], 0
     decisions = 0
@@ -98,8 +133,8 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
             live = state.lease(worker, version, wanted, wait_s=0)
             status = sim.ledger.grantable(version)
             slots = list(sim.ledger.grant(version, wanted, lambda: None)) if status == "granted" else []
-            assert live.status == status
-            assert [p.slot for p in live.prompts] == slots
+            assert live.status == status == oracle.status(version)
+            assert [p.slot for p in live.prompts] == slots == oracle.grant(version, wanted)
             decisions += 1
             if slots:
                 live_leases.append(live)
@@ -111,10 +146,12 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
                 submit_all(state, worker, live)
                 for slot in slots:
                     sim.ledger.admit(slot, version, version)
+                    oracle.buffer.append((version, slot))
             else:
                 state.leases.get(live.lease_id).deadline = 0
                 state.reap()
                 sim.ledger.release(slots, front=True)
+                oracle.useful -= len(slots)
                 worker.unfulfilled, worker.parked_until = 0, 0.0  # pacing alone: shares are tested apart
         elif event == "take":
             sim_batch = sim.ledger.take(step, 3)
@@ -122,11 +159,12 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
                 live_batch = [g.version for g in state.take_batch(step, timeout_s=0)]
             except TimeoutError:
                 live_batch = None
-            assert live_batch == sim_batch
+            assert live_batch == sim_batch == oracle.take(step, 3)
             if live_batch is not None:
                 step += 1
                 publish(state, step)
-                sim.ledger.version = step
+                sim.ledger.version = oracle.version = step
         assert (state.ledger.useful_slots, state.ledger.dropped_stale) == (sim.ledger.useful_slots,
                                                                            sim.ledger.dropped_stale)
+        assert state.ledger.useful_slots == oracle.useful
     assert step >= 5 and decisions >= 100  # the sequence went through many steps, not one corner

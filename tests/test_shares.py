@@ -2,6 +2,8 @@
 whole window, let it expire, took it again, and stalled the learner for a minute unpunished), and
 late submissions refused by the deadline itself."""
 
+from dataclasses import dataclass
+
 import pytest
 from conftest import make_state, submit_all, valid_submission
 
@@ -11,22 +13,61 @@ from echo2.shares import SharePolicy, lease_size, parked_for
 POLICY = SharePolicy(groups_per_lease=8, window_share=0.5)
 
 
+@dataclass
+class Holder:
+    unfulfilled: int = 0
+    parked_until: float = 0.0
+    proven: bool = True
+
+
 def test_a_lease_never_exceeds_groups_per_lease_nor_a_workers_share():
-    assert lease_size(POLICY, requested=4096, held=0, window=64, others_live=False, unfulfilled=0) == 8
-    assert lease_size(POLICY, requested=4, held=0, window=64, others_live=False, unfulfilled=0) == 4
-    assert lease_size(POLICY, requested=8, held=0, window=8, others_live=True, unfulfilled=0) == 4  # half of 8
-    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, unfulfilled=0) == 0  # one at a time
-    assert lease_size(POLICY, requested=8, held=32, window=64, others_live=False, unfulfilled=0) == 8  # alone
+    proven = Holder()
+    assert lease_size(POLICY, requested=4096, held=0, window=64, others_live=False, holder=proven) == 8
+    assert lease_size(POLICY, requested=4, held=0, window=64, others_live=False, holder=proven) == 4
+    assert lease_size(POLICY, requested=8, held=0, window=8, others_live=True, holder=proven) == 4  # half of 8
+    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, holder=proven) == 0  # one at a time
+    assert lease_size(POLICY, requested=8, held=32, window=64, others_live=False, holder=proven) == 8  # alone
 
 
 def test_a_worker_whose_leases_expire_is_slowed_then_parked_for_longer_each_time():
-    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=False, unfulfilled=1) == 1
+    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=False, holder=Holder(unfulfilled=1)) == 1
     assert [parked_for(POLICY, n, lease_timeout_s=60) for n in range(5)] == [0, 0, 60, 240, 960]
 
 
+def test_a_newcomer_gets_one_group_until_it_delivers_and_is_parked_at_its_first_miss():
+    newcomer = Holder(proven=False)
+    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=True, holder=newcomer) == 1
+    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=False, holder=newcomer) == 8  # no one else
+    assert [parked_for(POLICY, n, lease_timeout_s=60, proven=False) for n in range(4)] == [0, 60, 240, 960]
+
+
 def hoarder_and_honest(staleness=1, groups_per_step=4):
+    """Two workers past their trial (each as if it had delivered a lease before)."""
     state = make_state(staleness=staleness, groups_per_step=groups_per_step)
-    return state, state.register("hoarder"), state.register("honest")
+    hoarder, honest = state.register("hoarder"), state.register("honest")
+    hoarder.proven = honest.proven = True
+    return state, hoarder, honest
+
+
+def expire_all(state, worker):
+    for lease in state.leases.active(worker.worker_id):
+        lease.deadline = 0
+    state.reap()
+
+
+def test_a_new_name_gains_a_hoarder_nothing_one_group_then_parked_until_it_delivers():
+    state = make_state(staleness=3, groups_per_step=4)  # a 16-slot window: room for a full lease of 8
+    newcomer, other = state.register("newcomer"), state.register("other")
+    assert len(state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1
+    expire_all(state, newcomer)
+    assert state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).status == "parked"  # first miss
+    newcomer.parked_until = 0.0
+    submit_all(state, newcomer, state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0))
+    assert newcomer.proven and len(state.lease(newcomer, 0, 4096, wait_s=0).prompts) == 8  # half the window
+    state.deregister(other)
+    state.deregister(newcomer)
+    latecomer = state.register("latecomer")  # alone in the run: nobody else could do the work
+    assert len(state.lease(latecomer, 0, 4096, wait_s=0).prompts) == 8
 
 
 def test_a_hoarder_holds_at_most_its_share_and_the_others_keep_working():
@@ -40,16 +81,11 @@ def test_a_hoarder_holds_at_most_its_share_and_the_others_keep_working():
 def test_expiring_leases_throttle_then_park_a_worker_and_a_submission_clears_it():
     state, hoarder, honest = hoarder_and_honest()
 
-    def expire_all():
-        for lease in state.leases.active(hoarder.worker_id):
-            lease.deadline = 0
-        state.reap()
-
     state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
-    expire_all()
+    expire_all(state, hoarder)
     assert hoarder.unfulfilled == 1
     assert len(state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1  # slowed
-    expire_all()
+    expire_all(state, hoarder)
     assert hoarder.unfulfilled == 2 and state.lease(hoarder, worker_version=0, max_groups=1, wait_s=0).status == "parked"
     from echo2.coordinator.dashboard import _state
 

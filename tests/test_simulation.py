@@ -162,7 +162,8 @@ def test_a_saturated_star_runs_at_the_capacity_models_period(staleness):
 def test_preempted_workers_leases_are_reissued_and_every_step_is_full():
     result = simulate(scenario(recipe__steps=60, recipe__heartbeat_timeout_s=2.0,
                                fleet=[{"name": "steady", "count": 2, "rollouts_per_s": 40.0},
-                                      {"name": "spot", "count": 2, "rollouts_per_s": 40.0, "preemption_per_hour": 400,
+                                      # slower than the steady pair, so that a preemption often cuts a lease
+                                      {"name": "spot", "count": 2, "rollouts_per_s": 10.0, "preemption_per_hour": 400,
                                        "recovery_s": 3.0}]))
     books = result.reliability
     assert books["workers_dead"] > 0 and books["leases_expired"] > 0 and result.wasted.get("preempted", 0) > 0

@@ -175,6 +175,7 @@ def test_the_audit_versions_survive_a_restart(shipped):
 def test_quarantine_discards_buffered_groups_requeues_prompts_and_refuses_the_worker():
     state = make_state(staleness=1, groups_per_step=2)
     liar, honest = state.register("liar"), state.register("honest")
+    liar.proven = honest.proven = True  # both past their trial of one group per lease (echo2.shares)
     lease = state.lease(liar, worker_version=0, max_groups=2, wait_s=0)
     submit_all(state, liar, lease)
     pending = state.lease(liar, worker_version=0, max_groups=2, wait_s=0)
@@ -195,6 +196,7 @@ def test_quarantine_discards_buffered_groups_requeues_prompts_and_refuses_the_wo
 def test_deregistering_worker_hands_its_leases_back():
     state = make_state(staleness=1, groups_per_step=2)
     leaving, staying = state.register("preempted"), state.register("staying")
+    leaving.proven = staying.proven = True  # both past their trial of one group per lease (echo2.shares)
     held = state.lease(leaving, worker_version=0, max_groups=4, wait_s=0)
     assert len(held.prompts) == 2  # half the window while another worker is live
     state.deregister(leaving)
@@ -233,6 +235,7 @@ def batch_with_a_suspect(name: str, verifier: type):
 
     state = make_state(staleness=1, groups_per_step=4)
     suspect, honest = state.register(name), state.register("honest")
+    suspect.proven = honest.proven = True  # both past their trial of one group per lease (echo2.shares)
     submit_all(state, suspect, state.lease(suspect, worker_version=0, max_groups=2, wait_s=0))
     submit_all(state, honest, state.lease(honest, worker_version=0, max_groups=4, wait_s=0))
     loop = SimpleNamespace(state=state, verifier=verifier(suspect.worker_id), _taken_this_step=False,
@@ -296,3 +299,23 @@ def test_an_episode_spanning_two_versions_is_audited_turn_by_turn(shipped):
     suspects = verifier.check([honest, stale_second_turn]).suspects
     assert set(suspects) == {"claims-v5-for-v4"} and "v5" in suspects["claims-v5-for-v4"]
     assert verifier.pop_metrics()["audited_groups"] == 2
+
+
+@pytest.mark.parametrize("staleness", [0, 2])
+def test_the_learner_keeps_the_versions_of_the_whole_window_for_its_audits(shipped, tmp_path, staleness):
+    """S + 1 versions: every version a group still fresh for the learner's step can claim (one
+    fewer, and a claim of the window's oldest version could not be audited: the 'claim an older
+    version' attack)."""
+    from types import SimpleNamespace
+
+    from echo2.config import load_config
+    from echo2.learner.loop import LearnerLoop
+    from echo2.staleness import is_fresh
+
+    old, _, tokenizer = shipped
+    config = load_config(overrides=[f"staleness={staleness}", "telemetry.progress=false"])
+    loop = LearnerLoop(config, state=None, publisher=SimpleNamespace(kind="full"),
+                       learner=SimpleNamespace(policy=old, tokenizer=tokenizer), task=None, eval_examples=[],
+                       run_dir=tmp_path, metrics=None, timeline=None)
+    claimable = [v for v in range(10) if is_fresh(9, v, staleness)]
+    assert loop.verifier.versions.keep == len(claimable) == staleness + 1

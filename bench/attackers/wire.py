@@ -121,6 +121,7 @@ def attack_flood(url: str, token: str, log: EventLog, count: int = 200, parallel
         probe.bind(("127.0.0.1", 0))
         closed_port = probe.getsockname()[1]
     results: list[tuple[int, float]] = []
+    worker_ids: list[str] = []
 
     def register(i: int) -> None:
         body: dict[str, Any] = {"name": f"sybil-{i}"}
@@ -128,7 +129,10 @@ def attack_flood(url: str, token: str, log: EventLog, count: int = 200, parallel
             body.update(relay_url=f"http://127.0.0.1:{closed_port}", upload_bytes_per_s=HUGE_UPLOAD)
         started = time.perf_counter()
         try:
-            status = httpx.post(f"{url}/v1/register", json=body, headers={AUTH_HEADER: token}, timeout=30).status_code
+            reply = httpx.post(f"{url}/v1/register", json=body, headers={AUTH_HEADER: token}, timeout=30)
+            status = reply.status_code
+            if status == 200:
+                worker_ids.append(reply.json()["worker_id"])
         except httpx.HTTPError:
             status = 0
         results.append((status, time.perf_counter() - started))
@@ -140,7 +144,7 @@ def attack_flood(url: str, token: str, log: EventLog, count: int = 200, parallel
     log.emit("flood", count=count, seconds=time.perf_counter() - started,
              statuses=dict(Counter(str(status) for status, _ in results)),
              latency_p50_s=latencies[len(latencies) // 2], latency_max_s=latencies[-1],
-             sybil_relays=(count + 1) // 2, closed_port=closed_port)
+             sybil_relays=(count + 1) // 2, closed_port=closed_port, worker_ids=worker_ids)
 
 
 def attack_slowloris(session: Session, run_dir: Path, per_target: int = 50) -> None:

@@ -8,7 +8,12 @@ expiry (measured: 1.35 learner steps/s fell to 0 for a minute). So a lease grant
 worker submits a lease before it asks for the next) and at most ``window_share`` of the window;
 and a worker whose leases keep expiring unfulfilled is slowed to one group per lease,
 then parked for a while that grows fourfold with each further miss: every slot a hoarder holds
-stalls the learner's step that needs it for up to ``lease_timeout_s``, so it must get few.
+is out of the window for up to ``lease_timeout_s``, so it must get few. A worker that has not
+delivered a lease yet is on trial: while other workers are live, one group per lease, and parked
+at its first miss (a new name costs nothing, so a hoarder that registers again and again must gain
+nothing from being new); an honest newcomer pays one small first lease. Even one slot counts: in
+the attack bench a hoarder holding one slot of a 16-slot window cut the learner's steps/s by about
+40% while it held it (the honest workers' 4-group leases no longer fit the window twice).
 """
 
 from __future__ import annotations
@@ -31,22 +36,24 @@ class SharePolicy:
 
 
 def lease_size(policy: SharePolicy, requested: int, held: int, window: int, others_live: bool,
-               unfulfilled: int) -> int:
-    """Groups to grant a worker that asks for ``requested`` while holding ``held`` in-flight slots
-    of a ``window``-slot window (0: it must wait for its own leases to finish first)."""
+               holder: Holder) -> int:
+    """Groups to grant ``holder`` when it asks for ``requested`` while holding ``held`` in-flight
+    slots of a ``window``-slot window (0: it must wait for its own leases to finish first)."""
     size = min(requested, policy.groups_per_lease)
-    if unfulfilled >= policy.slow_after:
+    if holder.unfulfilled >= policy.slow_after or (not holder.proven and others_live):
         size = min(size, 1)
     if others_live:
         size = 0 if held else min(size, max(1, math.ceil(policy.window_share * window)))
     return max(size, 0)
 
 
-def parked_for(policy: SharePolicy, unfulfilled: int, lease_timeout_s: float) -> float:
-    """Seconds a worker with ``unfulfilled`` consecutive expired leases is parked (0: not parked)."""
-    if unfulfilled < policy.park_after:
+def parked_for(policy: SharePolicy, unfulfilled: int, lease_timeout_s: float, proven: bool = True) -> float:
+    """Seconds a worker with ``unfulfilled`` consecutive expired leases is parked (0: not parked);
+    one that never delivered (not ``proven``) is parked from its first miss."""
+    park_after = policy.park_after if proven else 1
+    if unfulfilled < park_after:
         return 0.0
-    return lease_timeout_s * 4 ** min(unfulfilled - policy.park_after, 5)
+    return lease_timeout_s * 4 ** min(unfulfilled - park_after, 5)
 
 
 class Holder(Protocol):
@@ -54,13 +61,15 @@ class Holder(Protocol):
 
     unfulfilled: int
     parked_until: float
+    proven: bool
+    """It has delivered a lease (since it registered)."""
 
 
 def missed(policy: SharePolicy, holder: Holder, now: float, lease_timeout_s: float) -> float:
     """One more of ``holder``'s leases expired unsubmitted: count it and park the holder if it is
     time to; returns how long it is parked from ``now`` (0: not parked)."""
     holder.unfulfilled += 1
-    parked_s = parked_for(policy, holder.unfulfilled, lease_timeout_s)
+    parked_s = parked_for(policy, holder.unfulfilled, lease_timeout_s, holder.proven)
     if parked_s:
         holder.parked_until = now + parked_s
     return parked_s
@@ -68,4 +77,4 @@ def missed(policy: SharePolicy, holder: Holder, now: float, lease_timeout_s: flo
 
 def delivered(holder: Holder) -> None:
     """``holder`` submitted a lease: whatever it missed before is forgiven."""
-    holder.unfulfilled, holder.parked_until = 0, 0.0
+    holder.unfulfilled, holder.parked_until, holder.proven = 0, 0.0, True

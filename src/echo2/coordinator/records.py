@@ -90,6 +90,8 @@ class WorkerRecord:
     """Deregistered itself (preemption, SIGTERM)."""
     unfulfilled: int = 0
     """Its leases that expired unsubmitted since its last submission (:mod:`echo2.shares`)."""
+    proven: bool = False
+    """It has submitted a lease: out of its trial of one group per lease (:mod:`echo2.shares`)."""
     parked_until: float = 0.0
     """``time.monotonic()`` before which it gets no lease: its leases kept expiring unfulfilled."""
     throughput: float | None = None

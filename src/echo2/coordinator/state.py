@@ -247,8 +247,7 @@ class CoordinatorState(LearnerSide):
         """How many groups ``record``'s lease may take (:func:`echo2.shares.lease_size`)."""
         held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
         others = any(r is not record and r.active and not r.quarantined for r in self.registry.live())
-        return lease_size(self.shares, requested, held, (self.staleness + 1) * self.groups_per_step, others,
-                          record.unfulfilled)
+        return lease_size(self.shares, requested, held, (self.staleness + 1) * self.groups_per_step, others, record)
 
     # ---------------------------------------------------------------- submissions
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:

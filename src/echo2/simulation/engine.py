@@ -240,7 +240,7 @@ class Simulation(WorkerLoop, FetchRouting):
         others = any(w is not worker and w.active for w in self.running.values())
         size = lease_size(self.shares, self.groups_per_lease, held=0, others_live=others,
                           window=(self.ledger.staleness + 1) * self.ledger.groups_per_step,
-                          unfulfilled=worker.unfulfilled)  # one lease at a time: it holds none now
+                          holder=worker)  # one lease at a time: it holds none now
         slots = list(self.ledger.grant(version, size, lambda: None))
         self.counters["leases_issued"] += 1
         generate = lognormal(self.rng, len(slots) * self.group_size / worker.rate, worker.spec.throughput_cv)

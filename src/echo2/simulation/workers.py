@@ -203,10 +203,11 @@ class WorkerLoop:
             self._request_replan("death")
 
     def _registered(self: Simulation, worker: SimWorker, epoch: int) -> None:
-        """The replacement registers: a new worker, unmeasured, hence active on probation. (The
+        """The replacement registers: a new worker, unmeasured, hence active on probation, and on
+        trial for its lease size (:mod:`echo2.shares`). (The
         coordinator re-plans on a join too, but that cannot change the set until the newcomer is
         measured; the next periodic re-plan sees it.)"""
         if epoch != worker.epoch or self.finished:
             return
-        worker.alive, worker.active, worker.throughput = True, True, None
+        worker.alive, worker.active, worker.throughput, worker.proven = True, True, None, False
         self._run_worker(worker)
