@@ -9,7 +9,14 @@ follows it with the rows of ``docs/results/NAME.json`` in those columns and a la
 which commit, machine and model (hash) the figures came from, and whether the code has changed
 since: the package and the bench that wrote the file (its script and the bench modules it
 imports) at that commit against ``HEAD``, so a table measured on older code says so until it is
-measured again. ``--check`` changes nothing and exits 1 when a document and the results
+measured again.
+
+A figure quoted in prose is generated the same way: the number sits right before a marker
+``<!-- fig: NAME PATH FORMAT -->`` (README.md and docs/*.md), e.g.
+``1.13<!-- fig: attacks rows[kind=hoarder].run_s_per_step_vs_clean .2f -->x``, and is rewritten as
+the value at ``PATH`` in ``docs/results/NAME.json`` formatted with ``FORMAT`` (a Python format
+spec; ``PATH``: dotted keys, ``[i]`` for a list item, ``[field=value]`` for the first row whose
+field prints as value). ``--check`` changes nothing and exits 1 when a document and the results
 disagree (the test suite runs it).
 """
 
@@ -31,6 +38,9 @@ RESULTS = ROOT / "docs" / "results"
 MARKER = re.compile(r"^<!-- table: (?P<name>[\w-]+)(?:\.(?P<key>\w+))? (?P<columns>[\w,]+) -->\n```\n.*?```\n",
                     re.M | re.S)
 
+FIGURE = re.compile(r"(?P<value>[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?)?"
+                    r"(?P<marker><!-- fig: (?P<name>[\w-]+) (?P<path>\S+) (?P<format>\S+) -->)")
+STEP = re.compile(r"\.?(?P<key>[^.\[\]]+)|\[(?P<index>\d+)\]|\[(?P<field>\w+)=(?P<value>[^\]]+)\]")
 
 BENCH = ROOT / "bench"
 LOCAL_IMPORT = re.compile(r"^\s*(?:from|import) (\w+)", re.M)
@@ -100,24 +110,48 @@ def render(name: str, key: str | None, columns: list[str]) -> str:
     return f"```\n{body}\n{provenance(data['meta'], name)}\n```\n"
 
 
+def lookup(data: object, path: str) -> object:
+    """The value at ``path`` (see the module's docstring) in a results file's ``data``."""
+    for step in STEP.finditer(path):
+        if step.group("key") is not None:
+            data = data[step.group("key")]  # type: ignore[index]
+        elif step.group("index") is not None:
+            data = data[int(step.group("index"))]  # type: ignore[index]
+        else:
+            field, value = step.group("field"), step.group("value")
+            data = next(row for row in data if str(row.get(field)) == value)  # type: ignore[union-attr]
+    return data
+
+
+def figure(match: re.Match) -> str:
+    """A quoted figure rewritten from its results file (a missing file, path or row: an error naming it)."""
+    name, path, spec = match.group("name"), match.group("path"), match.group("format")
+    try:
+        value = lookup(json.loads((RESULTS / f"{name}.json").read_text()), path)
+    except (OSError, KeyError, IndexError, StopIteration, TypeError) as error:
+        raise SystemExit(f"figure {name} {path}: not in docs/results/{name}.json ({type(error).__name__}: {error})")
+    return f"{format(value, spec)}{match.group('marker')}"
+
+
 def regenerate(text: str) -> str:
     def table(match: re.Match) -> str:
         head = match.group(0).split("\n", 1)[0]
         return f"{head}\n{render(match.group('name'), match.group('key'), match.group('columns').split(','))}"
 
-    return MARKER.sub(table, text)
+    return FIGURE.sub(figure, MARKER.sub(table, text))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a document is not up to date")
     args = parser.parse_args()
-    tables = current = 0
+    tables = current = figures = 0
     stale = []
-    for doc in sorted(DOCS.glob("*.md")):
+    for doc in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
         text = doc.read_text()
         new = regenerate(text)
         tables += len(MARKER.findall(text))
+        figures += len(FIGURE.findall(text))
         current += new.count("| current code |")
         if new != text:
             stale.append(doc)
@@ -127,10 +161,10 @@ def main() -> int:
         for doc in stale:
             print(f"{doc} differs from docs/results/: run python bench/tables.py", file=sys.stderr)
         if not stale:
-            print(f"{tables} tables match their results files")
+            print(f"{tables} tables and {figures} quoted figures match their results files")
         return 1 if stale else 0
-    print(f"regenerated {tables} tables in {DOCS}/*.md ({len(stale)} files changed); "
-          f"{current} measured on the current code")
+    print(f"regenerated {tables} tables and {figures} quoted figures in README.md and {DOCS}/*.md "
+          f"({len(stale)} files changed); {current} tables measured on the current code")
     return 0
 
 

@@ -85,3 +85,13 @@ def test_versions_a_stale_worker_may_still_use_stay_downloadable():
     assert sorted(state.versions.published) == [2, 3, 4, 5]
     assert publisher.store.versions() == [2, 3, 4, 5]
     assert publisher.store.complete(2)
+
+
+def test_the_versions_in_use_are_the_fresh_window_and_the_one_published_meanwhile():
+    from echo2.staleness import is_fresh, versions_in_use
+
+    for staleness in range(5):
+        step = 10
+        trainable = [v for v in range(step + 1) if is_fresh(step, v, staleness)]
+        # while step trains, the learner publishes step + 1: a worker may hold any of these
+        assert versions_in_use(staleness) == len(trainable) + 1

@@ -123,10 +123,6 @@ class PacingLedger(Generic[P, G]):
             self.requeued.extend(prompts)
 
     # ------------------------------------------------------------------ inspection and resume
-    def buffered(self) -> list[G]:
-        """The buffered groups in the learner's order."""
-        return [entry[3] for entry in sorted(self._buffer, key=lambda e: (e[0], e[1]))]
-
     def __len__(self) -> int:
         return len(self._buffer)
 

@@ -64,7 +64,6 @@ class RegisterRequest(Message):
     name: str = Field(max_length=64)
     """Human-readable worker name (host, device): :data:`WORKER_NAME`; "" = the worker id. A name
     a live worker already has gets a ``#N`` suffix."""
-    protocol_version: int = 1
     relay_url: str | None = Field(None, max_length=256)
     """Where this worker serves weight chunks to peers, ``http(s)://host:port``; None = not
     reachable (a leaf)."""

@@ -44,6 +44,13 @@ def lease_window(version: int, staleness: int, groups_per_step: int) -> int:
     return (staleness + version + 1) * groups_per_step
 
 
+def versions_in_use(staleness: int) -> int:
+    """How many of the newest versions a worker may still be generating with: the ``S + 1`` the
+    learner's current step may train on, and the newest, published while that step trains. The
+    learner serves and the coordinator books this many (the audit needs only the ``S + 1``)."""
+    return staleness + 2
+
+
 def slot_step(slot: int, groups_per_step: int) -> int:
     """The learner step that group slot ``slot`` is meant for."""
     return slot // groups_per_step

@@ -185,9 +185,6 @@ class ChunkStore:
         """
         return self._wait(self._chunk_probe(version, index), wait_s)
 
-    def wait_complete(self, version: int, wait_s: float) -> bool:
-        return self._wait(lambda: True if self._complete_locked(version) else None, wait_s) is not None
-
     async def aget_manifest(self, version: int, wait_s: float = 0.0) -> Manifest | None:
         return await self._await(self._manifest_probe(version), wait_s)
 
@@ -207,10 +204,6 @@ class ChunkStore:
         if entry is None:
             raise UnknownVersion(f"v{version} is not held here (held: {sorted(self._entries)})")
         return entry
-
-    def _complete_locked(self, version: int) -> bool:
-        entry = self._lookup(version)
-        return entry is not None and entry.held == entry.manifest.num_chunks
 
     def _complete_chunks(self, version: int) -> tuple[Manifest, list[bytes]]:
         with self._cond:

@@ -81,11 +81,6 @@ class Throttle:
         if self.rate is not None:
             time.sleep(max(0.0, start + nbytes / self.rate - time.monotonic()))
 
-    async def aacquire(self, nbytes: int) -> None:
-        start = self.schedule(nbytes)
-        if self.rate is not None:
-            await asyncio.sleep(max(0.0, start + nbytes / self.rate - time.monotonic()))
-
     async def paced(self, data: bytes, slice_bytes: int = SLICE_BYTES) -> AsyncIterator[bytes]:
         """Yield ``data`` in slices, each once this body's reservation has paid for the ones before it."""
         view = memoryview(data)

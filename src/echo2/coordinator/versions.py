@@ -1,7 +1,7 @@
 """The coordinator's book of published versions: hash and size, relay plan, dissemination times.
 
 Not locked on its own: :class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
-Only the versions a worker may still use are kept (the newest ``S + 2``).
+Only the versions a worker may still use are kept (:func:`echo2.staleness.versions_in_use`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import time
 
 from echo2.broadcast.topology import Node, Plan, Planner
 from echo2.protocol import LEARNER_SOURCE, VersionInfo
+from echo2.staleness import versions_in_use
 
 
 class VersionBook:
@@ -31,7 +32,7 @@ class VersionBook:
         if live:  # dissemination is measured from publish to the workers live at that moment
             self._load_times[version] = {}
         for table in (self.plans, self.published, self.published_at, self._load_times):
-            for old in [v for v in table if v < version - self.staleness - 1]:
+            for old in [v for v in table if v <= version - versions_in_use(self.staleness)]:
                 del table[old]
 
     def info_for(self, version: int, worker_id: str, relay_urls: dict[str, str]) -> VersionInfo:

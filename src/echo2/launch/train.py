@@ -41,6 +41,7 @@ from echo2.protocol import RunSpec
 from echo2.ratelimit import RateLimiter
 from echo2.redact import REDACTED, redact_logs, remove_redaction
 from echo2.rollout.options import WorkerOptions
+from echo2.staleness import versions_in_use
 from echo2.tasks import Task, load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
@@ -270,7 +271,7 @@ def _lead(config: Config, resume_dir: Path | None, shard: Shard, worker_cpus: li
                             resume_after=version if resume else None, trackers=open_trackers(config, run_dir))
     timeline = TimelineWriter(run_dir)
     port, token = _endpoint(config, run_dir, resuming=resume is not None)
-    publisher = Publisher(config.broadcast, keep_versions=config.staleness + 2, token=token,
+    publisher = Publisher(config.broadcast, keep_versions=versions_in_use(config.staleness), token=token,
                           kind="lora" if config.learner.lora.enabled else "full")
     # the console and train.log never show a credential
     redaction = redact_logs(token, publisher.token, viewer_credential(token))

@@ -22,7 +22,6 @@ class CentralizedResult:
     wall_s: float
     busy_s: float
     """Time spent training."""
-    generate_s: float
     price_per_hour: float
 
     @property
@@ -56,5 +55,4 @@ def simulate_centralized(scenario: Scenario) -> CentralizedResult | None:
     steps = scenario.recipe.steps
     busy = sum(lognormal(rng, train, scenario.learner.step_cv) for _ in range(steps))
     wall = busy + steps * (generate + scenario.learner.weight_sync_s)
-    return CentralizedResult(steps=steps, wall_s=wall, busy_s=busy, generate_s=steps * generate,
-                             price_per_hour=scenario.learner_price_per_hour)
+    return CentralizedResult(steps=steps, wall_s=wall, busy_s=busy, price_per_hour=scenario.learner_price_per_hour)

@@ -15,9 +15,6 @@ import torch
 from echo2.protocol import RunSpec
 from echo2.generation import Samples
 
-ENGINES = ("hf", "vllm")
-
-
 class Engine(Protocol):
     def generator(self, seed: int) -> torch.Generator:
         """A random generator seeded with ``seed``, on the device where this engine draws its samples."""
