@@ -38,8 +38,8 @@ RESULTS = ROOT / "docs" / "results"
 MARKER = re.compile(r"^<!-- table: (?P<name>[\w-]+)(?:\.(?P<key>\w+))? (?P<columns>[\w,]+) -->\n```\n.*?```\n",
                     re.M | re.S)
 
-FIGURE = re.compile(r"(?P<value>[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?)?"
-                    r"(?P<marker><!-- fig: (?P<name>[\w-]+) (?P<path>\S+) (?P<format>\S+) -->)")
+NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?"
+FIGURE = re.compile(rf"(?P<value>{NUMBER})?(?P<marker><!-- fig: (?P<name>[\w-]+) (?P<path>\S+) (?P<format>\S+) -->)")
 STEP = re.compile(r"\.?(?P<key>[^.\[\]]+)|\[(?P<index>\d+)\]|\[(?P<field>\w+)=(?P<value>[^\]]+)\]")
 
 BENCH = ROOT / "bench"
@@ -130,7 +130,10 @@ def figure(match: re.Match) -> str:
         value = lookup(json.loads((RESULTS / f"{name}.json").read_text()), path)
     except (OSError, KeyError, IndexError, StopIteration, TypeError) as error:
         raise SystemExit(f"figure {name} {path}: not in docs/results/{name}.json ({type(error).__name__}: {error})")
-    return f"{format(value, spec)}{match.group('marker')}"
+    text = format(value, spec)  # type: ignore[arg-type]
+    if not re.fullmatch(NUMBER, text):
+        raise SystemExit(f"figure {name} {path}: {text!r} is not a number (only numbers are quoted figures)")
+    return f"{text}{match.group('marker')}"
 
 
 def regenerate(text: str) -> str:
