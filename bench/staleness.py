@@ -19,7 +19,11 @@ reaches the target in at most half the sync run's time, with final accuracy with
 ``--lab`` (root) re-checks that claim on real links: after the calibration row, sync S = 0 and
 async S = 2 and 4 run once with the token bucket (``capped``) and once across hosts of the network lab
 (``kernel``: the learner on its host, each worker on its own, every host's link shaped by the
-kernel to the same rate both ways, no cap in echo2's code; :mod:`echo2.lab`, docs/wan.md).
+kernel to the same rate both ways, no cap in echo2's code; :mod:`echo2.lab`, docs/wan.md). Every
+row of a ``--lab`` invocation runs the learner on a core of its own and the workers on the others
+(:data:`LAB_CPUS`, as ``bench/heldout.py`` does): the lab's hosts share this machine's CPUs, and
+unpinned, a worker that leases on one link kind and idles on the other moves CPU from the learner
+to itself, which would be measured as the link's effect.
 """
 
 from __future__ import annotations
@@ -36,11 +40,14 @@ from common import format_table, write_results
 
 from echo2.config import load_config
 from echo2.launch.train import run_training
+from echo2.modeling import pinned_cpus
 from echo2.telemetry.metrics import read_jsonl
 
 SETTINGS = [("sync", 0), ("async", 1), ("async", 2), ("async", 4)]
 #: The workers' hosts of a ``--lab`` run (as many as a loopback run's local workers).
 LAB_WORKERS = ("w1", "w2")
+#: ``--lab``: (the learner's CPUs, the workers' CPUs) in every row (the learner's host as a machine of its own).
+LAB_CPUS = ([0], [1])
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
@@ -69,10 +76,11 @@ def link_calibration(run_dir: Path) -> tuple[float, float]:
 
 
 def overrides(args: argparse.Namespace, protocol: str, staleness: int) -> list[str]:
-    """What every row sets alike: protocol, S, length, evaluation."""
+    """What every row sets alike: protocol, S, length, evaluation (and with ``--lab``, the CPUs)."""
+    pinned = [f"learner.cpus={LAB_CPUS[0]}", f"workers.cpus={LAB_CPUS[1]}"] if args.lab else []
     return [f"protocol={protocol}", f"staleness={staleness}", f"run.steps={args.steps}", f"eval.every={args.eval_every}",
             f"eval.size={args.eval_size}", "eval.show=0", "telemetry.progress=false", "telemetry.tensorboard=false",
-            "checkpoint.every=0"]
+            "checkpoint.every=0", *pinned]
 
 
 def run(args: argparse.Namespace, protocol: str, staleness: int, cap_mbps: float | None) -> dict:
@@ -103,8 +111,9 @@ def lab_run(args: argparse.Namespace, protocol: str, staleness: int, cap_mbps: f
     run_dir = args.out / "runs" / name
     hosts = [HostSpec(host, cap_mbps, cap_mbps) for host in ("learner", *LAB_WORKERS)]
     with Lab(hosts) as lab, LabRun(lab, "learner", run_dir, overrides(args, protocol, staleness)) as rehearsal:
-        for host in LAB_WORKERS:
-            rehearsal.worker(host, host)
+        with pinned_cpus(LAB_CPUS[1]):  # the workers, started from here, inherit the CPUs
+            for host in LAB_WORKERS:
+                rehearsal.worker(host, host)
         if rehearsal.wait(3600) != 0:
             raise RuntimeError(f"the {name} run failed: see {rehearsal.logs}")
     records = read_jsonl(run_dir / "metrics.jsonl")
