@@ -2,6 +2,8 @@
 whole window, let it expire, took it again, and stalled the learner for a minute unpunished), and
 late submissions refused by the deadline itself."""
 
+import threading
+import time
 from dataclasses import dataclass
 
 import pytest
@@ -76,6 +78,23 @@ def test_a_hoarder_holds_at_most_its_share_and_the_others_keep_working():
     assert len(first.prompts) == 4  # half the window
     assert state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).status == "wait"  # one at a time
     assert len(state.lease(honest, worker_version=0, max_groups=8, wait_s=0).prompts) == 4
+
+
+def test_the_next_lease_asked_while_the_last_is_submitted_is_granted_as_soon_as_that_one_is_in():
+    """A worker asks for its next lease while its results are still on the wire (one round trip per
+    lease): the coordinator holds the request until they are in, then grants it, still one lease at a time."""
+    state, worker, _ = hoarder_and_honest()
+    held = state.lease(worker, worker_version=0, max_groups=4, wait_s=0)
+    answers: list = []
+    asking = threading.Thread(target=lambda: answers.append(state.lease(worker, 0, 4, wait_s=10)))
+    asking.start()
+    time.sleep(0.3)
+    assert asking.is_alive() and not answers  # held back, not answered "wait" at once
+    submitted = time.monotonic()
+    submit_all(state, worker, held)
+    asking.join(5)
+    assert answers[0].status == "granted" and len(answers[0].prompts) == 4
+    assert time.monotonic() - submitted < 1.0  # granted when the submission was in, not at the 10 s deadline
 
 
 def test_expiring_leases_throttle_then_park_a_worker_and_a_submission_clears_it():

@@ -207,9 +207,12 @@ class CoordinatorState(LearnerSide):
         self.cond.notify_all()
 
     # ---------------------------------------------------------------- leases
-    def _grantable(self, worker_version: int) -> str:
-        """'granted' if a slot can go to a worker at this version now, else why not."""
-        return "stop" if self.finished else self.ledger.grantable(worker_version)
+    def _grantable(self, record: WorkerRecord, worker_version: int, requested: int) -> str:
+        """'granted' if slots can go to ``record`` at this version now, else why not ('wait' also while
+        it holds its share: a worker asks for its next lease while its last one is still being
+        submitted, and is answered once that one is in, a round trip sooner than asking after it)."""
+        status = "stop" if self.finished else self.ledger.grantable(worker_version)
+        return "wait" if status == "granted" and self._lease_size(record, requested) == 0 else status
 
     def _wait(self, deadline: float, ready: Callable[[], bool]) -> None:
         """Wait until ``ready()`` or ``deadline``, reaping dead workers meanwhile."""
@@ -229,13 +232,11 @@ class CoordinatorState(LearnerSide):
             self._wait(deadline, lambda: record.active or self.finished)
             if (not record.active or time.monotonic() < record.parked_until) and not self.finished:
                 return LeaseResponse(status="parked", latest_version=self.version)
-            self._wait(deadline, lambda: self._grantable(worker_version) != "wait")
-            status = self._grantable(worker_version)
+            self._wait(deadline, lambda: self._grantable(record, worker_version, max_groups) != "wait")
+            status = self._grantable(record, worker_version, max_groups)
             if status != "granted":
                 return LeaseResponse(status=status, latest_version=self.version)
             size = self._lease_size(record, max_groups)
-            if size == 0:  # it holds its share of the window already
-                return LeaseResponse(status="wait", latest_version=self.version)
             examples = self.ledger.grant(worker_version, size, lambda: next(self.examples))
             lease = self.leases.issue(record.worker_id, worker_version, examples)
             self.counters["leases_issued"] += 1

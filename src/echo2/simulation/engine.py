@@ -268,7 +268,7 @@ class Simulation(WorkerLoop, FetchRouting):
             self.counters["leases_completed"] += 1
             self.counters["groups_accepted"] += len(lease.slots)
             worker.throughput = profile(worker.throughput, rollouts, self.queue.now - lease.granted_at)
-        self.queue.after(worker.rtt_s / 2, self._cycle_event, worker, epoch)
+        self._cycle(worker, head_start_s=worker.rtt_s / 2)  # it began its next cycle when it sent these results
         self._learner_try()
 
     def _expire(self, lease: Lease) -> None:

@@ -8,6 +8,9 @@ Per protocol (as in the real worker):
   reply, or at the latest from its next heartbeat) and fetches the newest one; the fetched
   version is swapped in between two leases; a ``refresh`` answer makes the worker wait for it.
 
+Either way a lease's results go out in the background and the next request leaves with them (the
+coordinator answers it once the results are in): one round trip per lease, not two.
+
 Fetches themselves, from the learner or along the relay plan: :mod:`echo2.simulation.fetching`.
 
 Preemption (rate per running hour, exponential): a lease that ends within the notice is still
@@ -35,8 +38,10 @@ class WorkerLoop:
         if epoch == worker.epoch:
             self._cycle(worker)
 
-    def _cycle(self: Simulation, worker: SimWorker) -> None:
-        """Between two leases: refresh the weights as the protocol says, then ask for a lease."""
+    def _cycle(self: Simulation, worker: SimWorker, head_start_s: float = 0.0) -> None:
+        """Between two leases: refresh the weights as the protocol says, then ask for a lease.
+        ``head_start_s``: how long ago the worker began (it submits in the background: its next
+        request left with its submission, and arrives with it)."""
         if self.finished:
             return
         if worker.leaving:
@@ -44,13 +49,13 @@ class WorkerLoop:
             return
         worker.phase = "request"
         if self.protocol != "async":
-            self.queue.after(worker.rtt_s / 2, self._version_check, worker, worker.epoch)
+            self.queue.after(worker.rtt_s / 2 - head_start_s, self._version_check, worker, worker.epoch)
             return
-        delay = 0.0
+        delay = -head_start_s
         if worker.staged is not None:
             if worker.staged > worker.version:
                 self._load(worker, worker.staged)
-                delay = worker.spec.load_s
+                delay += worker.spec.load_s
             worker.staged = None
         self.queue.after(delay + worker.rtt_s / 2, self._lease_arrives, worker, worker.epoch, worker.version)
 
