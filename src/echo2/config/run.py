@@ -18,7 +18,7 @@ from echo2.config.fleet import ActivationRule, LocalWorkerSpec
 from echo2.config.learner import LearnerConfig
 from echo2.model_sources import SHIPPED_MODEL
 from echo2.redact import redact_config
-from echo2.staleness import resolve as resolve_staleness
+from echo2.core.staleness import resolve as resolve_staleness
 
 
 class RunConfig(Section):

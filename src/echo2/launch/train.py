@@ -41,7 +41,7 @@ from echo2.protocol import RunSpec
 from echo2.ratelimit import RateLimiter
 from echo2.redact import REDACTED, redact_logs, remove_redaction
 from echo2.rollout.options import WorkerOptions
-from echo2.staleness import versions_in_use
+from echo2.core.staleness import versions_in_use
 from echo2.tasks import Task, load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
