@@ -23,7 +23,7 @@ import random
 import time
 from collections import Counter, deque
 
-from echo2.broadcast.downloader import default_patience_s
+from echo2.core.fetch_chain import default_patience_s
 from echo2.core.pacing import PacingLedger
 from echo2.core.leasing import LeaseAnswer, answer_lease
 from echo2.core.shares import SharePolicy, delivered, missed
