@@ -198,11 +198,18 @@ class CoordinatorConfig(Section):
     other workers are live (each worker then holds one lease at a time, and a lease never grants
     more than ``rollout.groups_per_lease``)."""
     lease_wait_s: float = Field(2.0, ge=0)
-    """How long a lease request may wait (long-poll) for the staleness window to open."""
+    """How long a lease request may be held open (long-poll) while it could still be granted: the
+    staleness window full, the worker's own last lease still coming in, its parking not over
+    (:mod:`echo2.core.leasing`)."""
     heartbeat_timeout_s: float = Field(30.0, gt=0)
     """A worker silent for this long is declared dead and its leases re-issued."""
     start_timeout_s: float = Field(60.0, gt=0)
     """How long to wait for the coordinator and the local workers to come up."""
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """How often a worker beats: four beats per ``heartbeat_timeout_s``, at most 2 s apart."""
+        return min(2.0, self.heartbeat_timeout_s / 4)
     data_timeout_s: float = Field(300.0, gt=0)
     """How long the learner waits for one batch before failing with a clear error."""
     head_timeout_s: float = Field(10.0, gt=0)

@@ -169,7 +169,7 @@ def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
         max_new_tokens=config.rollout.max_new_tokens, groups_per_lease=config.rollout.groups_per_lease,
         protocol=config.protocol, staleness=config.staleness, fetch_delay_s=config.workers.fetch_delay_s,
         broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
-        heartbeat_interval_s=min(2.0, config.coordinator.heartbeat_timeout_s / 4), seed=config.run.seed,
+        heartbeat_interval_s=config.coordinator.heartbeat_interval_s, seed=config.run.seed,
         engine=config.rollout.engine, adapter=adapter_spec(config), max_turns=max_turns,
         swap_between_turns=config.rollout.swap_between_turns,
     )

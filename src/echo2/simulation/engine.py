@@ -39,11 +39,8 @@ from echo2.simulation.recorder import Recorder
 from echo2.simulation.results import SimResult
 from echo2.simulation.scenario import Scenario
 from echo2.simulation.workers import WorkerLoop
-from echo2.units import MIB, ema
+from echo2.units import EMA_WEIGHT, MIB, ema
 from echo2.units import link_bytes_per_s as mbps
-
-#: Weight of the newest value in the learner's step-time and dissemination averages (as in learner/loop.py).
-EMA_WEIGHT = 0.2
 
 
 class SimulationStalled(RuntimeError):
