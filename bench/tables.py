@@ -47,7 +47,8 @@ MARKER = re.compile(r"^<!-- table: (?P<name>[\w-]+)(?:\.(?P<key>\w+))? (?P<colum
 
 NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?"
 FIGURE = re.compile(rf"(?P<value>{NUMBER})?(?P<marker><!-- fig: (?P<name>[\w-]+) (?P<path>\S+) (?P<format>\S+) -->)")
-UNMARKED = re.compile(r"(?<![\w.`$/-])[-−+]?\d[\d,]*(?:\.\d+)?\s?(?:x|×|%|samples/s|tokens/s|points)(?![\w/])")
+UNMARKED = re.compile(r"(?<![\w.`$/-])[-−+]?\d[\d,]*(?:\.\d+)?\s?(?:x|×|%|samples/s|tokens/s|points)(?![\w/])"
+                      r"(?! (?:interval|confidence|CI)\b)")  # "the 95% interval" quotes no measurement
 TRANSFORMS = {"abs": abs, "neg": lambda x: -x, "inv": lambda x: 1 / x, "comp": lambda x: 1 - x,
               "pct": lambda x: 100 * x, "len": len}
 STEP = re.compile(r"\.?(?P<key>[^.\[\]]+)|\[(?P<index>\d+)\]|\[(?P<field>\w+)=(?P<value>[^\]]+)\]")
@@ -156,7 +157,7 @@ def unmarked(text: str) -> list[tuple[int, str]]:
         return re.sub(r"[^\n]", " ", match.group(0))
 
     prose = FIGURE.sub(lambda m: " " * len(m.group(0)), text)
-    for pattern in (r"```.*?```", r"<!--.*?-->", r"`[^`\n]*`"):
+    for pattern in (r"```.*?```", r"<!--.*?-->", r"`(?:[^`\n]|\n(?!\n))*`"):  # a code span ends with its paragraph
         prose = re.sub(pattern, blank, prose, flags=re.S)
     return [(prose.count("\n", 0, m.start()) + 1, m.group(0)) for m in UNMARKED.finditer(prose)]
 

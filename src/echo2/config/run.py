@@ -89,6 +89,12 @@ class WorkersConfig(Section):
     """Local workers serve chunks to peers; False makes them unreachable leaves (as behind NAT)."""
     fleet: list[LocalWorkerSpec] = Field(default_factory=list)
     """Per local worker (in order, cycled): emulated price and speed; empty = all alike and free."""
+    colocated: bool = False
+    """The co-located baseline (what verl or TRL do on one node): one local worker on the learner's
+    own CPUs (``learner.cpus``, else the CPUs the run started with) and with its threads, under
+    ``protocol: sync`` (S = 0), so that generation and training take turns on the same cores;
+    weights reach it over loopback, uncapped. Compare it with distributed runs of the same
+    recipe (``bench/echo2_experiment.py``)."""
 
 
 class RayConfig(Section):
@@ -284,6 +290,23 @@ class Config(Section):
         resolved = resolve_staleness(self.protocol, self.staleness)
         if resolved != self.staleness:  # (assigning re-runs validation when assignments are validated)
             self.staleness = resolved
+        return self
+
+    @model_validator(mode="after")
+    def _colocated(self) -> Config:
+        workers = self.workers
+        if not workers.colocated:
+            return self
+        problems = [problem for problem, wrong in (
+            ("launcher: local", self.launcher != "local"), (f"protocol: sync (S = 0), not {self.protocol} S={self.staleness}",
+                                                            self.staleness != 0),
+            ("workers.count: 1", "count" in workers.model_fields_set and workers.count != 1),
+            ("no workers.cpus (it takes the learner's)", workers.cpus is not None),
+            ("no workers.upload_mbps", workers.upload_mbps is not None)) if wrong]
+        if problems:
+            raise ValueError(f"workers.colocated needs {'; '.join(problems)}")
+        if workers.count != 1 or workers.threads != self.learner.threads:  # (assigning re-validates)
+            workers.count, workers.threads = 1, self.learner.threads
         return self
 
     @model_validator(mode="after")

@@ -248,8 +248,11 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     except ValueError as error:
         raise ConfigError(str(error)) from None
     with pinned_cpus(config.learner.cpus) as started_on:
-        # local workers get the CPUs this process started with unless told otherwise, not the learner's pin
+        # local workers get the CPUs this process started with unless told otherwise, not the learner's
+        # pin; a co-located worker gets the learner's own
         worker_cpus = config.workers.cpus or (started_on if config.learner.cpus else None)
+        if config.workers.colocated:
+            worker_cpus = config.learner.cpus
         return _lead(config, resume_dir, shard, worker_cpus)
 
 
