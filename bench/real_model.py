@@ -237,6 +237,28 @@ def plot_run(run_dir: Path, out: Path) -> Path:
     return path
 
 
+def run_figures(run_dir: Path) -> dict[str, Any]:
+    """The run's figures as numbers (the summary lines say the same in words): every evaluation,
+    the first and final accuracy (final: mean of the last 3 evals, as the summary), throughput,
+    learner utilization and step times."""
+    from echo2.telemetry.metrics import read_jsonl
+
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    start = records[0]["time"]
+    evals = [{"version": r["version"], "s": r["time"] - start, "accuracy": r["eval_accuracy"],
+              "sampled_reward": r["eval_sampled_reward"]} for r in records if "eval_accuracy" in r]
+    steps = [r for r in records if "loss" in r]
+    wall = steps[-1]["time"] - start
+    gaps = sorted(b["time"] - a["time"] for a, b in zip(steps, steps[1:]))
+    last = evals[1:][-3:] or evals[:1]
+    return {"evals": evals, "acc_start": evals[0]["accuracy"], "acc_final": sum(e["accuracy"] for e in last) / len(last),
+            "sampled_start": evals[0]["sampled_reward"],
+            "sampled_final": sum(e["sampled_reward"] for e in last) / len(last), "steps": len(steps),
+            "samples_per_s": sum(r["samples"] for r in steps) / wall, "learner_util": steps[-1]["learner_busy_s"] / wall,
+            "step_s_median": gaps[len(gaps) // 2] if gaps else None,
+            "step_s_p90": gaps[int(0.9 * len(gaps))] if gaps else None}
+
+
 def run_meta(run_dir: Path, peak_rss: int | None, wall_s: float | None) -> dict[str, Any]:
     from echo2.model_sources import model_fingerprint
 
@@ -251,7 +273,7 @@ def run_meta(run_dir: Path, peak_rss: int | None, wall_s: float | None) -> dict[
         "run_dir": str(run_dir), "summary": (run_dir / "summary.txt").read_text().splitlines(),
         "config": config, "model_sha256_16": model_fingerprint(config["model"]["name"]),
         "wall_s": wall_s, "train_log_span_s": logged, "peak_rss_bytes": peak_rss,
-        "peak_rss_gib": None if peak_rss is None else peak_rss / 2**30,
+        "peak_rss_gib": None if peak_rss is None else peak_rss / 2**30, "figures": run_figures(run_dir),
     }
 
 

@@ -16,8 +16,15 @@ A figure quoted in prose is generated the same way: the number sits right before
 ``1.13<!-- fig: attacks rows[kind=hoarder].run_s_per_step_vs_clean .2f -->x``, and is rewritten as
 the value at ``PATH`` in ``docs/results/NAME.json`` formatted with ``FORMAT`` (a Python format
 spec; ``PATH``: dotted keys, ``[i]`` for a list item, ``[field=value]`` for the first row whose
-field prints as value). ``--check`` changes nothing and exits 1 when a document and the results
-disagree (the test suite runs it).
+field prints as value). ``FORMAT`` may start with one transform of the value: ``abs:``, ``neg:``
+(−x), ``inv:`` (1/x), ``comp:`` (1 − x), ``pct:`` (100x, for a fraction quoted as "N %"),
+``len:`` (a list's length), e.g. ``80<!-- fig: lora rows[0].bytes_ratio inv:.0f -->x fewer bytes``.
+
+A number in prose followed by a ratio, percent or throughput unit (``x``, ``×``, ``%``,
+``samples/s``, ``tokens/s``, ``points``) is taken for a quoted measurement: it must carry a marker.
+A number that is not a measurement (a bound, a setting, a target) is written as code
+(```1.25x```) and is not checked. ``--check`` changes nothing and exits 1 when a document and the
+results disagree, or when a document quotes an unmarked figure (the test suite runs it).
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ MARKER = re.compile(r"^<!-- table: (?P<name>[\w-]+)(?:\.(?P<key>\w+))? (?P<colum
 
 NUMBER = r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?"
 FIGURE = re.compile(rf"(?P<value>{NUMBER})?(?P<marker><!-- fig: (?P<name>[\w-]+) (?P<path>\S+) (?P<format>\S+) -->)")
+UNMARKED = re.compile(r"(?<![\w.`$/-])[-−+]?\d[\d,]*(?:\.\d+)?\s?(?:x|×|%|samples/s|tokens/s|points)(?![\w/])"
+                      r"(?! (?:interval|confidence|CI)\b)")  # "the 95% interval" quotes no measurement
+TRANSFORMS = {"abs": abs, "neg": lambda x: -x, "inv": lambda x: 1 / x, "comp": lambda x: 1 - x,
+              "pct": lambda x: 100 * x, "len": len}
 STEP = re.compile(r"\.?(?P<key>[^.\[\]]+)|\[(?P<index>\d+)\]|\[(?P<field>\w+)=(?P<value>[^\]]+)\]")
 
 BENCH = ROOT / "bench"
@@ -130,10 +141,25 @@ def figure(match: re.Match) -> str:
         value = lookup(json.loads((RESULTS / f"{name}.json").read_text()), path)
     except (OSError, KeyError, IndexError, StopIteration, TypeError) as error:
         raise SystemExit(f"figure {name} {path}: not in docs/results/{name}.json ({type(error).__name__}: {error})")
+    transform, _, spec = spec.rpartition(":") if spec.split(":")[0] in TRANSFORMS else ("", "", spec)
+    if transform:
+        value = TRANSFORMS[transform](value)  # type: ignore[operator]
     text = format(value, spec)  # type: ignore[arg-type]
     if not re.fullmatch(NUMBER, text):
         raise SystemExit(f"figure {name} {path}: {text!r} is not a number (only numbers are quoted figures)")
     return f"{text}{match.group('marker')}"
+
+
+def unmarked(text: str) -> list[tuple[int, str]]:
+    """(line, figure) of every number in ``text``'s prose that reads as a measurement and carries no
+    marker (fenced blocks, code spans and comments are not prose)."""
+    def blank(match: re.Match) -> str:  # keeps the line numbers
+        return re.sub(r"[^\n]", " ", match.group(0))
+
+    prose = FIGURE.sub(lambda m: " " * len(m.group(0)), text)
+    for pattern in (r"```.*?```", r"<!--.*?-->", r"`(?:[^`\n]|\n(?!\n))*`"):  # a code span ends with its paragraph
+        prose = re.sub(pattern, blank, prose, flags=re.S)
+    return [(prose.count("\n", 0, m.start()) + 1, m.group(0)) for m in UNMARKED.finditer(prose)]
 
 
 def regenerate(text: str) -> str:
@@ -149,9 +175,10 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a document is not up to date")
     args = parser.parse_args()
     tables = current = figures = 0
-    stale = []
+    stale, loose = [], []
     for doc in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
         text = doc.read_text()
+        loose += [f"{doc.relative_to(ROOT)}:{line}: {quoted}" for line, quoted in unmarked(text)]
         new = regenerate(text)
         tables += len(MARKER.findall(text))
         figures += len(FIGURE.findall(text))
@@ -160,12 +187,14 @@ def main() -> int:
             stale.append(doc)
             if not args.check:
                 doc.write_text(new)
+    for line in loose:
+        print(f"{line}: a quoted figure with no marker (or a setting not written as code)", file=sys.stderr)
     if args.check:
         for doc in stale:
             print(f"{doc} differs from docs/results/: run python bench/tables.py", file=sys.stderr)
-        if not stale:
+        if not stale and not loose:
             print(f"{tables} tables and {figures} quoted figures match their results files")
-        return 1 if stale else 0
+        return 1 if stale or loose else 0
     print(f"regenerated {tables} tables and {figures} quoted figures in README.md and {DOCS}/*.md "
           f"({len(stale)} files changed); {current} tables measured on the current code")
     return 0

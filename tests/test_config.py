@@ -78,3 +78,12 @@ def test_config_package_imports_no_torch():
     code = ("import sys, echo2.config; "
             "assert not {'torch', 'transformers'} & set(sys.modules), 'echo2.config imported torch'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_colocated_baseline_is_one_worker_on_the_learners_cpus_under_sync_and_says_what_it_needs():
+    config = load_config(overrides=["workers.colocated=true", "protocol=sync", "learner.threads=2"])
+    assert (config.workers.count, config.workers.threads, config.staleness) == (1, 2, 0)
+    with pytest.raises(ConfigError, match=r"workers.colocated needs protocol: sync \(S = 0\), not async S=1$"):
+        load_config(overrides=["workers.colocated=true"])
+    with pytest.raises(ConfigError, match="needs workers.count: 1; no workers.upload_mbps"):
+        load_config(overrides=["workers.colocated=true", "protocol=sync", "workers.count=3", "workers.upload_mbps=5"])

@@ -1,8 +1,9 @@
-"""Imports flow one way: planning, simulation and reports need neither torch nor the coordinator;
+"""Imports flow one way: the decision cores need nothing else; planning, simulation and reports need neither torch nor the coordinator;
 the coordinator needs nothing of the learner or the workers, and the learner reaches the
 coordinator only through ``echo2.exchange``. Each check runs in a fresh interpreter."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,16 @@ def test_plan_simulate_and_report_commands_run_without_torch(tmp_path):
         f"assert main(['report', {str(run_dir)!r}]) == 0")
     assert (run_dir / "report.html").is_file()
     assert prefixed(loaded, "torch", "transformers", "echo2.coordinator") == []
+
+
+def test_the_decision_cores_import_nothing_of_echo2_outside_them_and_no_torch():
+    """Pure rules (no threads, no I/O, no clock): what the live roles and the simulator share."""
+    loaded = modules_loaded_by(import_package("core"))
+    assert [m for m in prefixed(loaded, "echo2") if m != "echo2" and not m.startswith("echo2.core")] == []
+    assert prefixed(loaded, "torch", "httpx", "numpy") == []
+    clocks = {p.name for p in (SRC / "core").glob("*.py")
+              if re.search(r"^\s*(import|from) (time|threading|socket|asyncio|random)\b", p.read_text(), re.M)}
+    assert clocks == set()  # time is passed in; nothing waits, sleeps or draws at random
 
 
 def test_the_coordinator_imports_nothing_of_the_learner_or_the_workers():

@@ -6,7 +6,7 @@ import pytest
 from conftest import make_state, publish, submit_all
 from test_simulation import scenario
 
-from echo2.pacing import PacingLedger
+from echo2.core.pacing import PacingLedger
 from echo2.simulation.engine import Simulation
 
 
@@ -80,7 +80,7 @@ def test_a_snapshot_requeues_what_was_in_flight_and_restores_the_rest():
 
 class Oracle:
     """The pacing rules written out from their definitions (ECHO-2's bounded staleness; see
-    :mod:`echo2.staleness`) with no code of echo2's: the reference both sides must match, so that a
+    :mod:`echo2.core.staleness`) with no code of echo2's: the reference both sides must match, so that a
     wrong rule in the shared ledger fails as surely as a wrong use of it."""
 
     def __init__(self, staleness: int, groups_per_step: int) -> None:

@@ -10,7 +10,7 @@ import pytest
 from conftest import make_state, submit_all, valid_submission
 
 from echo2.coordinator.records import Rejected
-from echo2.shares import SharePolicy, lease_size, parked_for
+from echo2.core.shares import SharePolicy, lease_size, parked_for
 
 POLICY = SharePolicy(groups_per_lease=8, window_share=0.5)
 

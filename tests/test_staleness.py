@@ -4,7 +4,7 @@ import pytest
 import torch
 from conftest import make_state, publish, submit_all
 
-from echo2 import staleness as rule
+from echo2.core import staleness as rule
 from echo2.broadcast.publisher import Publisher
 from echo2.config import BroadcastConfig
 
@@ -88,7 +88,7 @@ def test_versions_a_stale_worker_may_still_use_stay_downloadable():
 
 
 def test_the_versions_in_use_are_the_fresh_window_and_the_one_published_meanwhile():
-    from echo2.staleness import is_fresh, versions_in_use
+    from echo2.core.staleness import is_fresh, versions_in_use
 
     for staleness in range(5):
         step = 10

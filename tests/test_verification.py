@@ -175,7 +175,7 @@ def test_the_audit_versions_survive_a_restart(shipped):
 def test_quarantine_discards_buffered_groups_requeues_prompts_and_refuses_the_worker():
     state = make_state(staleness=1, groups_per_step=2)
     liar, honest = state.register("liar"), state.register("honest")
-    liar.proven = honest.proven = True  # both past their trial of one group per lease (echo2.shares)
+    liar.proven = honest.proven = True  # both past their trial of one group per lease (echo2.core.shares)
     lease = state.lease(liar, worker_version=0, max_groups=2, wait_s=0)
     submit_all(state, liar, lease)
     pending = state.lease(liar, worker_version=0, max_groups=2, wait_s=0)
@@ -196,7 +196,7 @@ def test_quarantine_discards_buffered_groups_requeues_prompts_and_refuses_the_wo
 def test_deregistering_worker_hands_its_leases_back():
     state = make_state(staleness=1, groups_per_step=2)
     leaving, staying = state.register("preempted"), state.register("staying")
-    leaving.proven = staying.proven = True  # both past their trial of one group per lease (echo2.shares)
+    leaving.proven = staying.proven = True  # both past their trial of one group per lease (echo2.core.shares)
     held = state.lease(leaving, worker_version=0, max_groups=4, wait_s=0)
     assert len(held.prompts) == 2  # half the window while another worker is live
     state.deregister(leaving)
@@ -235,7 +235,7 @@ def batch_with_a_suspect(name: str, verifier: type):
 
     state = make_state(staleness=1, groups_per_step=4)
     suspect, honest = state.register(name), state.register("honest")
-    suspect.proven = honest.proven = True  # both past their trial of one group per lease (echo2.shares)
+    suspect.proven = honest.proven = True  # both past their trial of one group per lease (echo2.core.shares)
     submit_all(state, suspect, state.lease(suspect, worker_version=0, max_groups=2, wait_s=0))
     submit_all(state, honest, state.lease(honest, worker_version=0, max_groups=4, wait_s=0))
     loop = SimpleNamespace(state=state, verifier=verifier(suspect.worker_id), _taken_this_step=False,
@@ -310,7 +310,7 @@ def test_the_learner_keeps_the_versions_of_the_whole_window_for_its_audits(shipp
 
     from echo2.config import load_config
     from echo2.learner.loop import LearnerLoop
-    from echo2.staleness import is_fresh
+    from echo2.core.staleness import is_fresh
 
     old, _, tokenizer = shipped
     config = load_config(overrides=[f"staleness={staleness}", "telemetry.progress=false"])

@@ -24,6 +24,11 @@ def link_bytes_per_s(mbps: float | None) -> float:
     return math.inf if mbps is None else mbps * 1e6 / 8
 
 
+#: Weight of the newest value in the learner's step-time and dissemination averages that
+#: activation plans with (the live learner's and the simulator's alike).
+EMA_WEIGHT = 0.2
+
+
 def ema(previous: float | None, value: float, weight: float) -> float:
     """Exponential moving average: ``value`` itself first, then ``(1 - weight) * previous + weight * value``."""
     return value if previous is None else (1 - weight) * previous + weight * value

@@ -12,10 +12,8 @@ failed at the transport level is left out of the node's next fetches a while
 
 "Stalled" has two forms. A source that stops sending mid-response, or never answers, is dropped
 after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed). A source that answers "not yet"
-is normal in a pipeline (it is waiting on its own parent), so it is kept while it makes progress
-of its own (its held-chunk count, sent with every "not yet", grows) and dropped only after
-``patience_s`` without any. ``patience_s`` defaults to twice the stall budget, so when a node
-high in a chain fails over, its descendants wait for it rather than all rushing the learner.
+(with the count of chunks it holds) is kept as the chain's rules say
+(:class:`echo2.core.fetch_chain.SourceChain`, which the simulator follows too).
 
 Every wait is bounded; errors say which version, chunk and source.
 
@@ -42,19 +40,10 @@ from echo2.broadcast.integrity import CorruptPayload
 from echo2.broadcast.manifest import Manifest
 from echo2.broadcast.relay import HELD_HEADER, PREFIX
 from echo2.broadcast.suspects import SuspectSources
+from echo2.core.fetch_chain import POLL_S, SourceChain, default_patience_s
 from echo2.protocol import AUTH_HEADER
 
 log = logging.getLogger("echo2.broadcast")
-
-
-#: Long-poll a chunk request asks a source for, seconds (``fetch_version``'s default ``poll_s``).
-POLL_S = 2.0
-
-
-def default_patience_s(stall_s: float, poll_s: float = POLL_S) -> float:
-    """How long a source that answers "not yet" is kept without progress of its own: twice the
-    stall budget, so that when a node high in a chain fails over its descendants wait for it."""
-    return 2 * (stall_s + poll_s)
 
 
 class BroadcastError(RuntimeError):
@@ -153,14 +142,12 @@ class _Fetch:
                  cancel: threading.Event | None, prefix: str, suspects: SuspectSources | None) -> None:
         self.version, self.sources, self.store, self.prefix, self.suspects = version, sources, store, prefix, suspects
         self.headers = {AUTH_HEADER: token} if token else {}
-        self.timeout_s, self.stall_s, self.poll_s, self.patience_s = timeout_s, stall_s, poll_s, patience_s
+        self.timeout_s, self.stall_s, self.poll_s = timeout_s, stall_s, poll_s
         self.in_flight, self.expected_sha256, self.cancel = in_flight, expected_sha256, cancel
         self.deadline = time.monotonic() + timeout_s
         self.stats = FetchStats(version)
         self.lock = threading.Lock()
-        self.level = 0  # index in sources of the source chunks are asked from now
-        self.progress_at = {0: time.monotonic()}  # per level: when that source last made progress
-        self.held_seen: dict[int, int] = {}
+        self.chain = SourceChain(sources, patience_s, time.monotonic())  # under self.lock
         self.pending: deque[int] = deque()
         self.error: BaseException | None = None
 
@@ -281,16 +268,17 @@ class _Fetch:
     def _fetch_chunk(self, index: int) -> None:
         while True:
             self._check()
-            level = self.level
+            level = self.chain.level
             try:
                 if self._try_chunk(level, index):
                     return
             except _SourceFailed as failure:
                 self._fail(level, index, failure)
                 continue
-            idle = time.monotonic() - self.progress_at[level]
-            if idle > self.patience_s:
-                held = self.held_seen.get(level, 0)
+            with self.lock:
+                now = time.monotonic()
+                idle, held, impatient = self.chain.idle_s(level, now), self.chain.held(level), self.chain.impatient(level, now)
+            if impatient:
                 self._fail(level, index, _SourceFailed(f"no progress for {idle:.1f}s (it holds {held} chunks)"))
 
     def _try_chunk(self, level: int, index: int) -> bool:
@@ -307,7 +295,8 @@ class _Fetch:
                 data = bytearray()
                 for piece in response.iter_bytes():
                     data += piece
-                    self.progress_at[level] = time.monotonic()
+                    with self.lock:
+                        self.chain.progressed(level, time.monotonic())
                     if len(data) > size:
                         raise _SourceFailed(f"sent more than the chunk's {size} bytes", suspect=True)
         except httpx.ConnectTimeout:
@@ -332,9 +321,7 @@ class _Fetch:
             raise failure
         held = int(response.headers.get(HELD_HEADER, "0") or 0)
         with self.lock:
-            if held > self.held_seen.get(level, -1):
-                self.held_seen[level] = held
-                self.progress_at[level] = time.monotonic()
+            self.chain.not_yet(level, held, time.monotonic())
         if time.monotonic() - asked < 0.05:  # a source that does not long-poll: do not spin on it
             self._pause(0.05)
         return False
@@ -342,19 +329,16 @@ class _Fetch:
     def _fail(self, level: int, index: int, failure: _SourceFailed) -> None:
         url = self.sources[level]
         line = f"v{self.version} chunk {index} from {url}: {failure}"
-        last = len(self.sources) - 1
         self._suspect(url, failure)
         with self.lock:
             self.stats.failovers.append(line)
             if failure.gone:
                 raise self._superseded(url, failure)
-            if level < last:
-                if self.level <= level:
-                    self.level = level + 1
-                    self.progress_at[self.level] = time.monotonic()
-                    log.warning("%s; moving on to %s", line, self.sources[self.level])
-                return
-            self.progress_at[level] = time.monotonic()
+            step = self.chain.fail(level, time.monotonic())
+        if step == "moved":
+            log.warning("%s; moving on to %s", line, self.sources[level + 1])
+        if step != "retry":
+            return
         log.warning("%s; retrying (no further source)", line)
         self._pause(0.5)
 

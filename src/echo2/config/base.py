@@ -31,10 +31,10 @@ def describe(error: ValidationError) -> tuple[str, str]:
     key = ".".join(str(p) for p in first["loc"]) or "(root)"
     if first["type"] == "extra_forbidden":
         return key, "unknown key"
-    got = first.get("input")
-    if isinstance(got, (dict, list)):  # a whole section: naming the key says enough
-        return key, first["msg"]
-    return key, f"{first['msg']} (got {got!r})"
+    got, what = first.get("input"), first["msg"].removeprefix("Value error, ")
+    if isinstance(got, (dict, list, BaseModel)):  # a whole section: naming the key says enough
+        return key, what
+    return key, f"{what} (got {got!r})"
 
 
 def first_error(error: ValidationError) -> str:

@@ -18,7 +18,7 @@ from echo2.config.fleet import ActivationRule, LocalWorkerSpec
 from echo2.config.learner import LearnerConfig
 from echo2.model_sources import SHIPPED_MODEL
 from echo2.redact import redact_config
-from echo2.staleness import resolve as resolve_staleness
+from echo2.core.staleness import resolve as resolve_staleness
 
 
 class RunConfig(Section):
@@ -89,6 +89,12 @@ class WorkersConfig(Section):
     """Local workers serve chunks to peers; False makes them unreachable leaves (as behind NAT)."""
     fleet: list[LocalWorkerSpec] = Field(default_factory=list)
     """Per local worker (in order, cycled): emulated price and speed; empty = all alike and free."""
+    colocated: bool = False
+    """The co-located baseline (what verl or TRL do on one node): one local worker on the learner's
+    own CPUs (``learner.cpus``, else the CPUs the run started with) and with its threads, under
+    ``protocol: sync`` (S = 0), so that generation and training take turns on the same cores;
+    weights reach it over loopback, uncapped. Compare it with distributed runs of the same
+    recipe (``bench/echo2_experiment.py``)."""
 
 
 class RayConfig(Section):
@@ -198,11 +204,18 @@ class CoordinatorConfig(Section):
     other workers are live (each worker then holds one lease at a time, and a lease never grants
     more than ``rollout.groups_per_lease``)."""
     lease_wait_s: float = Field(2.0, ge=0)
-    """How long a lease request may wait (long-poll) for the staleness window to open."""
+    """How long a lease request may be held open (long-poll) while it could still be granted: the
+    staleness window full, the worker's own last lease still coming in, its parking not over
+    (:mod:`echo2.core.leasing`)."""
     heartbeat_timeout_s: float = Field(30.0, gt=0)
     """A worker silent for this long is declared dead and its leases re-issued."""
     start_timeout_s: float = Field(60.0, gt=0)
     """How long to wait for the coordinator and the local workers to come up."""
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """How often a worker beats: four beats per ``heartbeat_timeout_s``, at most 2 s apart."""
+        return min(2.0, self.heartbeat_timeout_s / 4)
     data_timeout_s: float = Field(300.0, gt=0)
     """How long the learner waits for one batch before failing with a clear error."""
     head_timeout_s: float = Field(10.0, gt=0)
@@ -277,6 +290,23 @@ class Config(Section):
         resolved = resolve_staleness(self.protocol, self.staleness)
         if resolved != self.staleness:  # (assigning re-runs validation when assignments are validated)
             self.staleness = resolved
+        return self
+
+    @model_validator(mode="after")
+    def _colocated(self) -> Config:
+        workers = self.workers
+        if not workers.colocated:
+            return self
+        problems = [problem for problem, wrong in (
+            ("launcher: local", self.launcher != "local"), (f"protocol: sync (S = 0), not {self.protocol} S={self.staleness}",
+                                                            self.staleness != 0),
+            ("workers.count: 1", "count" in workers.model_fields_set and workers.count != 1),
+            ("no workers.cpus (it takes the learner's)", workers.cpus is not None),
+            ("no workers.upload_mbps", workers.upload_mbps is not None)) if wrong]
+        if problems:
+            raise ValueError(f"workers.colocated needs {'; '.join(problems)}")
+        if workers.count != 1 or workers.threads != self.learner.threads:  # (assigning re-validates)
+            workers.count, workers.threads = 1, self.learner.threads
         return self
 
     @model_validator(mode="after")

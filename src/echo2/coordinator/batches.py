@@ -25,7 +25,7 @@ class LearnerSide:
 
     def take_batch(self: CoordinatorState, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
         """Block until ``count`` (default ``groups_per_step``) groups fresh for ``step`` are
-        buffered; return them (oldest versions first; stale ones dropped, see :mod:`echo2.pacing`)."""
+        buffered; return them (oldest versions first; stale ones dropped, see :mod:`echo2.core.pacing`)."""
         count = self.groups_per_step if count is None else count
         deadline = time.monotonic() + timeout_s
         with self.cond:

@@ -89,9 +89,9 @@ class WorkerRecord:
     left: bool = False
     """Deregistered itself (preemption, SIGTERM)."""
     unfulfilled: int = 0
-    """Its leases that expired unsubmitted since its last submission (:mod:`echo2.shares`)."""
+    """Its leases that expired unsubmitted since its last submission (:mod:`echo2.core.shares`)."""
     proven: bool = False
-    """It has submitted a lease: out of its trial of one group per lease (:mod:`echo2.shares`)."""
+    """It has submitted a lease: out of its trial of one group per lease (:mod:`echo2.core.shares`)."""
     parked_until: float = 0.0
     """``time.monotonic()`` before which it gets no lease: its leases kept expiring unfulfilled."""
     throughput: float | None = None

@@ -3,9 +3,9 @@
 The HTTP handlers (threads of the server) and the learner loop (main thread) share it through a
 :class:`threading.Condition`. Each job lives in its own module — workers and credentials
 (:mod:`~echo2.coordinator.registry`), leases and submission checks
-(:mod:`~echo2.coordinator.leases`), slots, buffer and re-queue (:mod:`echo2.pacing`, the same
+(:mod:`~echo2.coordinator.leases`), slots, buffer and re-queue (:mod:`echo2.core.pacing`, the same
 ledger the simulator keeps), versions and relay plans (:mod:`~echo2.coordinator.versions`),
-activation and billing (:mod:`~echo2.coordinator.fleet`), lease shares (:mod:`echo2.shares`), the
+activation and billing (:mod:`~echo2.coordinator.fleet`), lease shares (:mod:`echo2.core.shares`), the
 learner's batches (:mod:`~echo2.coordinator.batches`); this class only sequences them, waits
 (every wait bounded) and counts. The learner sees it through :class:`echo2.exchange.RolloutSource`.
 """
@@ -32,7 +32,7 @@ from echo2.coordinator.reliability import reliability_report
 from echo2.coordinator.scoring import Environment, Scorer, Scoring
 from echo2.coordinator.versions import VersionBook
 from echo2.exchange import Group, RunStats
-from echo2.pacing import PacingLedger
+from echo2.core.pacing import PacingLedger
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import (
     HeartbeatResponse,
@@ -46,7 +46,8 @@ from echo2.protocol import (
     TimelineEvent,
     VersionInfo,
 )
-from echo2.shares import SharePolicy, delivered, lease_size, missed
+from echo2.core.leasing import LeaseAnswer, answer_lease
+from echo2.core.shares import SharePolicy, delivered, missed
 from echo2.tasks import Example
 
 log = logging.getLogger("echo2")
@@ -207,12 +208,13 @@ class CoordinatorState(LearnerSide):
         self.cond.notify_all()
 
     # ---------------------------------------------------------------- leases
-    def _grantable(self, record: WorkerRecord, worker_version: int, requested: int) -> str:
-        """'granted' if slots can go to ``record`` at this version now, else why not ('wait' also while
-        it holds its share: a worker asks for its next lease while its last one is still being
-        submitted, and is answered once that one is in, a round trip sooner than asking after it)."""
-        status = "stop" if self.finished else self.ledger.grantable(worker_version)
-        return "wait" if status == "granted" and self._lease_size(record, requested) == 0 else status
+    def _answer(self, record: WorkerRecord, worker_version: int, requested: int) -> LeaseAnswer:
+        """:func:`echo2.core.leasing.answer_lease` over this coordinator's books, now."""
+        held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
+        others = any(r is not record and r.active and not r.quarantined for r in self.registry.live())
+        return answer_lease(self.ledger, self.shares, record, worker_version=worker_version, requested=requested,
+                            held=held, active=record.active, others_live=others, now=time.monotonic(),
+                            finished=self.finished)
 
     def _wait(self, deadline: float, ready: Callable[[], bool]) -> None:
         """Wait until ``ready()`` or ``deadline``, reaping dead workers meanwhile."""
@@ -229,26 +231,17 @@ class CoordinatorState(LearnerSide):
             record.version = worker_version
             if worker_version > self.version:
                 raise Rejected(409, f"version {worker_version} is newer than the published {self.version}", "bad_version")
-            self._wait(deadline, lambda: record.active or self.finished)
-            if (not record.active or time.monotonic() < record.parked_until) and not self.finished:
-                return LeaseResponse(status="parked", latest_version=self.version)
-            self._wait(deadline, lambda: self._grantable(record, worker_version, max_groups) != "wait")
-            status = self._grantable(record, worker_version, max_groups)
-            if status != "granted":
-                return LeaseResponse(status=status, latest_version=self.version)
-            size = self._lease_size(record, max_groups)
-            examples = self.ledger.grant(worker_version, size, lambda: next(self.examples))
+            # a request that could be granted later (window full, own lease still coming in, parked) is held open
+            self._wait(deadline, lambda: self._answer(record, worker_version, max_groups).final)
+            answer = self._answer(record, worker_version, max_groups)
+            if answer.status != "granted":
+                return LeaseResponse(status=answer.status, latest_version=self.version)
+            examples = self.ledger.grant(worker_version, answer.size, lambda: next(self.examples))
             lease = self.leases.issue(record.worker_id, worker_version, examples)
             self.counters["leases_issued"] += 1
             return LeaseResponse(status="granted", latest_version=self.version, lease_id=lease.lease_id,
                                  version=worker_version, deadline_s=self.leases.timeout_s,
                                  prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()])
-
-    def _lease_size(self, record: WorkerRecord, requested: int) -> int:
-        """How many groups ``record``'s lease may take (:func:`echo2.shares.lease_size`)."""
-        held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
-        others = any(r is not record and r.active and not r.quarantined for r in self.registry.live())
-        return lease_size(self.shares, requested, held, (self.staleness + 1) * self.groups_per_step, others, record)
 
     # ---------------------------------------------------------------- submissions
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:

@@ -1,7 +1,7 @@
 """The coordinator's book of published versions: hash and size, relay plan, dissemination times.
 
 Not locked on its own: :class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
-Only the versions a worker may still use are kept (:func:`echo2.staleness.versions_in_use`).
+Only the versions a worker may still use are kept (:func:`echo2.core.staleness.versions_in_use`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 from echo2.broadcast.topology import Node, Plan, Planner
 from echo2.protocol import LEARNER_SOURCE, VersionInfo
-from echo2.staleness import versions_in_use
+from echo2.core.staleness import versions_in_use
 
 
 class VersionBook:

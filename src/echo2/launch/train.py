@@ -41,7 +41,7 @@ from echo2.protocol import RunSpec
 from echo2.ratelimit import RateLimiter
 from echo2.redact import REDACTED, redact_logs, remove_redaction
 from echo2.rollout.options import WorkerOptions
-from echo2.staleness import versions_in_use
+from echo2.core.staleness import versions_in_use
 from echo2.tasks import Task, load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
@@ -169,7 +169,7 @@ def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
         max_new_tokens=config.rollout.max_new_tokens, groups_per_lease=config.rollout.groups_per_lease,
         protocol=config.protocol, staleness=config.staleness, fetch_delay_s=config.workers.fetch_delay_s,
         broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
-        heartbeat_interval_s=min(2.0, config.coordinator.heartbeat_timeout_s / 4), seed=config.run.seed,
+        heartbeat_interval_s=config.coordinator.heartbeat_interval_s, seed=config.run.seed,
         engine=config.rollout.engine, adapter=adapter_spec(config), max_turns=max_turns,
         swap_between_turns=config.rollout.swap_between_turns,
     )
@@ -248,8 +248,11 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     except ValueError as error:
         raise ConfigError(str(error)) from None
     with pinned_cpus(config.learner.cpus) as started_on:
-        # local workers get the CPUs this process started with unless told otherwise, not the learner's pin
+        # local workers get the CPUs this process started with unless told otherwise, not the learner's
+        # pin; a co-located worker gets the learner's own
         worker_cpus = config.workers.cpus or (started_on if config.learner.cpus else None)
+        if config.workers.colocated:
+            worker_cpus = config.learner.cpus
         return _lead(config, resume_dir, shard, worker_cpus)
 
 

@@ -32,7 +32,7 @@ from echo2.learner.version_cache import VersionCache
 from echo2.tasks import Example, Task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.progress import Progress
-from echo2.units import ema
+from echo2.units import EMA_WEIGHT, ema
 
 log = logging.getLogger("echo2")
 
@@ -54,8 +54,6 @@ class LoopResult:
         return self.busy_seconds / max(self.busy_seconds + self.idle_seconds, 1e-9)
 
 
-#: Weight of the newest value in the step-time and dissemination averages fed to activation.
-EMA_WEIGHT = 0.2
 #: Seconds between looks at a held stop signal while the learner waits for data.
 STOP_POLL_S = 1.0
 

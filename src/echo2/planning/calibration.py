@@ -103,7 +103,7 @@ class Calibration(Section):
             return self.fetch_s + self.request_s()
         if self.protocol == "async":
             return self.dissemination_s
-        return self.fetch_s + min(2.0, config.coordinator.heartbeat_timeout_s / 4) / 2
+        return self.fetch_s + config.coordinator.heartbeat_interval_s / 2
 
     def request_s(self) -> float:
         """One request's share of the lease overhead (round trip and the coordinator's work)."""

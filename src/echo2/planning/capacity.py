@@ -4,7 +4,7 @@ ECHO-2 (Xiao et al., 2025, "ECHO-2: Cost-Efficient Distributed Reinforcement Lea
 generation and weight dissemination for the next updates fit inside the time the learner spends
 on the current ones; with a snapshot every kappa steps it writes
 ``kappa * T_train >= T_bcast + kappa * R / sum(mu)``. echo2 publishes *every* step and bounds
-staleness by S (:mod:`echo2.staleness`), so the condition is derived here for those semantics.
+staleness by S (:mod:`echo2.core.staleness`), so the condition is derived here for those semantics.
 
 Fluid model of one step period ``P`` (learner step ``t`` trains version ``t``):
 

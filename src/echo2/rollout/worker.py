@@ -9,8 +9,7 @@ Protocols (Echo, arXiv 2508.05387):
   generating; the new weights are swapped in between two requests, never during one.
 
 Under every protocol a lease's results are submitted on a thread of their own while the worker
-already asks for its next lease, which the coordinator grants once those results are in: one round
-trip per lease over a slow or distant link, not two (at most one submission in flight).
+already asks for its next lease (:mod:`echo2.rollout.courier`).
 
 Weights arrive as verified chunks (:mod:`echo2.broadcast`) from the sources the coordinator
 names for this worker: a parent relay first, the learner last. Unless started with
@@ -30,7 +29,6 @@ import ssl
 import threading
 import time
 import zlib
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
@@ -61,6 +59,7 @@ from echo2.protocol import (
     TimelineEvent,
 )
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
+from echo2.rollout.courier import Courier
 from echo2.rollout.engines import load_engine
 
 log = logging.getLogger("echo2.worker")
@@ -132,9 +131,7 @@ class RolloutWorker:
         self._session_lost = threading.Event()
         self._epoch = 0  # bumped on every re-registration: fetches started before it are discarded
         self._fetches_cancelled = threading.Event()  # set (and replaced) when the session is lost: stops them
-        # submissions go out on a thread of their own while the next lease is asked for (at most one in flight)
-        self._courier = ThreadPoolExecutor(1, thread_name_prefix="echo2-submit")
-        self._submission: Future[None] | None = None
+        self.courier = Courier(self.client, self._lose_session)  # submissions, sent while the next lease is asked for
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> RunSpec:
@@ -195,6 +192,11 @@ class RolloutWorker:
             self._events.clear()
         self.version, self.latest_version = -1, 0
         log.info("registered again with %s as %s", self.client.url, registration.worker_id)
+
+    def _lose_session(self) -> None:
+        """The coordinator forgot this worker: the main loop registers again; fetches stop now."""
+        self._session_lost.set()
+        self._cancel_fetches()
 
     def _cancel_fetches(self) -> None:
         """Stop the fetches in flight, and the wait for one (:meth:`_swap_in_staged`): once the
@@ -326,8 +328,7 @@ class RolloutWorker:
                 reply = self.client.heartbeat(Heartbeat(version=max(self.version, 0), events=self._drain_events(),
                                                         upload_bytes_per_s=measured))
             except SessionLost:
-                self._session_lost.set()
-                self._cancel_fetches()
+                self._lose_session()
                 continue
             except (CoordinatorUnreachable, RequestRefused) as error:
                 log.warning("heartbeat failed: %s", error)
@@ -382,7 +383,7 @@ class RolloutWorker:
 
     def _work_once(self, spec: RunSpec) -> bool:
         """Refresh weights as the protocol says, lease, generate, hand the results to the courier
-        (:meth:`_submit`). False: the run is over."""
+        (:mod:`echo2.rollout.courier`). False: the run is over."""
         if spec.protocol == "async":
             self._swap_in_staged()
         elif not self._try_fetch_newest("the newest weights"):
@@ -401,39 +402,8 @@ class RolloutWorker:
         except RequestRefused as error:  # e.g. the lease expired mid-episode (the environment's answers)
             log.warning("lease %s refused while generating: %s", lease.lease_id, error.detail)
             return True
-        self._settle_submission()
-        self._submission = self._courier.submit(self._submit, request)
+        self.courier.send(request)
         return True
-
-    def _submit(self, request: SubmitRequest) -> None:
-        """Send one lease's results, on the courier thread: meanwhile the main thread already asks for
-        the next lease (which the coordinator grants as soon as this one is in), so a lease costs the
-        link one round trip, not two, and a slow uplink's queue delays no generation."""
-        try:
-            reply = self.client.submit(request)
-        except SessionLost as error:
-            log.warning("the coordinator forgot this worker while it submitted (%s)", error.detail)
-            self._session_lost.set()
-            self._cancel_fetches()
-            return
-        except RequestRefused as error:
-            # e.g. the lease expired while we generated: its prompts went to another worker
-            log.warning("submission of lease %s refused: %s", request.lease_id, error.detail)
-            return
-        # the worker's own ledger (bench/chaos.py and bench/partitions.py check it against what the
-        # learner trained). A duplicate here is this very submission sent again by the client's retry
-        # after its answer was lost (a partition, a timeout): the coordinator had kept the first copy.
-        kept = len(request.groups) if reply.duplicate else reply.accepted
-        log.info("lease %s: %d groups accepted%s", request.lease_id, kept,
-                 " (its first copy, whose answer was lost)" if reply.duplicate else "")
-
-    def _settle_submission(self) -> None:
-        """Wait for the submission in flight, if any, and raise what it could not handle (the
-        coordinator unreachable past the retry budget): one at a time, so a worker never runs more
-        than one lease ahead of its uplink."""
-        submission, self._submission = self._submission, None
-        if submission is not None:
-            submission.result()
 
     def run(self) -> None:
         """Work until the coordinator says the run is over (or SIGTERM/SIGINT)."""
@@ -452,7 +422,7 @@ class RolloutWorker:
                     self._session_lost.set()
         finally:
             self.stop.set()
-            self._courier.shutdown(wait=True)  # the results in hand go out before the worker leaves
+            self.courier.close()  # the results in hand go out before the worker leaves
             self._finished.set()
             if not self.coordinator_said_stop:
                 self.client.deregister()  # preempted or failed: hand unfinished leases back at once

@@ -61,7 +61,7 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
                    "protocol": config.protocol, "staleness": config.staleness,
                    "lease_timeout_s": config.coordinator.lease_timeout_s,
                    "heartbeat_timeout_s": config.coordinator.heartbeat_timeout_s,
-                   "heartbeat_interval_s": min(2.0, config.coordinator.heartbeat_timeout_s / 4)},
+                   "heartbeat_interval_s": config.coordinator.heartbeat_interval_s},
         "broadcast": {"mode": config.broadcast.mode, "chunk_mib": config.broadcast.chunk_mib,
                       "fan_out": config.broadcast.fan_out, "learner_fan_out": config.broadcast.learner_fan_out,
                       "stall_s": config.broadcast.stall_s},

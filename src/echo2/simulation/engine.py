@@ -2,7 +2,7 @@
 
 The learner and the coordinator side (this module) follow ``learner/loop.py`` and
 ``coordinator/state.py``: the learner takes the ``B`` oldest fresh groups from the same pacing
-ledger the coordinator keeps (:class:`echo2.pacing.PacingLedger`), trains for ``T_train`` (jittered), publishes the next version, records
+ledger the coordinator keeps (:class:`echo2.core.pacing.PacingLedger`), trains for ``T_train`` (jittered), publishes the next version, records
 the step; a lease request is granted, answered ``refresh`` or held (long-poll) until the window
 opens; a lease lost with its worker expires when the worker is declared dead. Workers fetch each
 version along the plan the coordinator would make (:mod:`echo2.simulation.fetching`). Cost-
@@ -23,9 +23,10 @@ import random
 import time
 from collections import Counter, deque
 
-from echo2.broadcast.downloader import default_patience_s
-from echo2.pacing import PacingLedger
-from echo2.shares import SharePolicy, delivered, lease_size, missed
+from echo2.core.fetch_chain import default_patience_s
+from echo2.core.pacing import PacingLedger
+from echo2.core.leasing import LeaseAnswer, answer_lease
+from echo2.core.shares import SharePolicy, delivered, missed
 from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide, profile
 from echo2.planning.billing import Billing
 from echo2.planning.broadcast_time import broadcast_seconds
@@ -38,11 +39,8 @@ from echo2.simulation.recorder import Recorder
 from echo2.simulation.results import SimResult
 from echo2.simulation.scenario import Scenario
 from echo2.simulation.workers import WorkerLoop
-from echo2.units import MIB, ema
+from echo2.units import EMA_WEIGHT, MIB, ema
 from echo2.units import link_bytes_per_s as mbps
-
-#: Weight of the newest value in the learner's step-time and dissemination averages (as in learner/loop.py).
-EMA_WEIGHT = 0.2
 
 
 class SimulationStalled(RuntimeError):
@@ -215,33 +213,39 @@ class Simulation(WorkerLoop, FetchRouting):
 
     # ------------------------------------------------------------------ coordinator: leases
     def _lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:
-        if epoch != worker.epoch or self.finished:
+        if epoch == worker.epoch:
+            self._respond(worker, epoch, version, self._lease_answer(worker, version))
+
+    def _lease_answer(self, worker: SimWorker, version: int) -> LeaseAnswer:
+        """:func:`echo2.core.leasing.answer_lease` over the simulation's books, now."""
+        held = len(worker.lease.slots) if worker.lease is not None and worker.lease.state == "out" else 0
+        others = any(w is not worker and w.active for w in self.running.values())
+        return answer_lease(self.ledger, self.shares, worker, worker_version=version, requested=self.groups_per_lease,
+                            held=held, active=worker.active, others_live=others, now=self.queue.now,
+                            finished=self.finished)
+
+    def _respond(self, worker: SimWorker, epoch: int, version: int, answer: LeaseAnswer) -> None:
+        """Carry out the answer; the ones that change with time are held as the coordinator holds them."""
+        if answer.status == "stop":
             return
-        if not worker.active:
-            self._park(worker, epoch, version)
-            return
-        if self.queue.now < worker.parked_until:  # its leases kept expiring: held back a while
+        if answer.status == "parked" and not worker.active:
+            self._park(worker, epoch, version)  # until activation picks it again
+        elif answer.status == "parked":  # its leases kept expiring: held back until its parking ends
             self.queue.at(worker.parked_until, self._lease_arrives, worker, epoch, version)
-            return
-        status = self.ledger.grantable(version)
-        if status == "wait":
+        elif answer.status == "wait":
             worker.phase = "wait_window"
             self.waiting.append((worker, epoch, version))
-            return
-        self._answer(worker, status, version)
+        else:
+            self._answer(worker, answer, version)
 
-    def _answer(self, worker: SimWorker, status: str, version: int) -> None:
+    def _answer(self, worker: SimWorker, answer: LeaseAnswer, version: int) -> None:
         now = self.queue.now
         reply = now + worker.rtt_s / 2
         self._learn(worker, self.ledger.version, reply)
-        if status == "refresh":
+        if answer.status == "refresh":
             self.queue.at(reply, self._refreshed, worker, worker.epoch)
             return
-        others = any(w is not worker and w.active for w in self.running.values())
-        size = lease_size(self.shares, self.groups_per_lease, held=0, others_live=others,
-                          window=(self.ledger.staleness + 1) * self.ledger.groups_per_step,
-                          holder=worker)  # one lease at a time: it holds none now
-        slots = list(self.ledger.grant(version, size, lambda: None))
+        slots = list(self.ledger.grant(version, answer.size, lambda: None))
         self.counters["leases_issued"] += 1
         generate = lognormal(self.rng, len(slots) * self.group_size / worker.rate, worker.spec.throughput_cv)
         lease = Lease(worker, version, slots, granted_at=now, ends_at=reply + generate + worker.rtt_s / 2)
@@ -287,15 +291,11 @@ class Simulation(WorkerLoop, FetchRouting):
             if epoch != worker.epoch or worker.phase != "wait_window":
                 self.waiting.popleft()
                 continue
-            if not worker.active:
-                self.waiting.popleft()
-                self._park(worker, epoch, version)
-                continue
-            status = self.ledger.grantable(version)
-            if status == "wait":
+            answer = self._lease_answer(worker, version)
+            if answer.status == "wait":
                 return
             self.waiting.popleft()
-            self._answer(worker, status, version)
+            self._respond(worker, epoch, version, answer)
 
     # ------------------------------------------------------------------ coordinator: activation
     def _replan(self, reason: str) -> None:

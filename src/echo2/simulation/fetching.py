@@ -14,9 +14,9 @@ What the real worker and downloader do (``rollout/worker.py``, ``broadcast/downl
 * a relay that holds a newer version and not the one asked for answers at once that it never
   will (skipped, or evicted: a node keeps two versions), and the worker asks for the newest;
 * a relay that holds nothing of it yet is long-polled while it makes progress, and abandoned for
-  the next source after ``patience`` without any (the downloader's twice stall-plus-poll); a
-  relay gone down is abandoned at once, and a fetch cut off there resumes from the next source
-  with the bytes it already had.
+  the next source after ``patience`` without any; a relay gone down is abandoned at once, and a
+  fetch cut off there resumes from the next source with the bytes it already had — the chain's
+  rules are the downloader's own (:class:`echo2.core.fetch_chain.SourceChain`).
 
 A fetch ends when its last byte is in, plus the hop's one-way latency and the class's fixed
 ``fetch_delay_s`` (:meth:`~echo2.simulation.workers.WorkerLoop._fetched`).
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from echo2.broadcast.chunk_store import KEEP_VERSIONS
 from echo2.broadcast.topology import LEARNER, plan_tree
+from echo2.core.fetch_chain import SourceChain
 from echo2.simulation.dissemination import Flow
 
 if TYPE_CHECKING:
@@ -44,12 +45,11 @@ class Fetch:
     worker: SimWorker
     epoch: int
     version: int
-    sources: list[str]
+    chain: SourceChain
+    """Its sources, the one asked now, when to leave one (the downloader's rules)."""
     begin: float
     left: float
     """Bytes still to get."""
-    level: int = 0
-    """Index in ``sources`` of the one asked now."""
     relay: SimWorker | None = None
     """The relay it receives from or waits on (None: the learner, or between sources)."""
     flow: Flow | None = None
@@ -78,7 +78,8 @@ class FetchRouting:
         if epoch != worker.epoch:
             return
         version = self._version_at(self.queue.now - worker.rtt_s / 2)
-        self._try_source(Fetch(worker, epoch, version, self._sources(worker), begin, self.payload))
+        chain = SourceChain(self._sources(worker), self.patience_s, self.queue.now)
+        self._try_source(Fetch(worker, epoch, version, chain, begin, self.payload))
 
     def _sources(self: Simulation, worker: SimWorker) -> list[str]:
         """The worker's fallback chain in the plan the coordinator makes for the running workers."""
@@ -96,7 +97,7 @@ class FetchRouting:
         """Ask ``fetch``'s current source for its version (see the module docstring)."""
         if not fetch.live():
             return
-        worker, source = fetch.worker, fetch.sources[fetch.level]
+        worker, source = fetch.worker, fetch.chain.source
         if source == LEARNER:
             self._start_receiving(fetch, None)
             self.learner_uplink.fetch(worker.download, lambda: self._transferred(fetch, worker.peer.one_way_s),
@@ -116,7 +117,7 @@ class FetchRouting:
         else:  # nothing of it there yet: long-poll while the relay makes progress
             if fetch.relay is not relay:
                 fetch.relay = relay
-                self.queue.after(self.patience_s, self._give_up, fetch, fetch.patience)
+                self.queue.after(fetch.chain.patience_s, self._give_up, fetch, fetch.patience)
             relay.waiters.append(fetch)
 
     def _start_receiving(self: Simulation, fetch: Fetch, relay: SimWorker | None) -> None:
@@ -170,7 +171,7 @@ class FetchRouting:
     def _next_source(self: Simulation, fetch: Fetch) -> None:
         fetch.patience += 1
         fetch.relay, fetch.flow, fetch.upstream = None, None, None
-        fetch.level = min(fetch.level + 1, len(fetch.sources) - 1)
+        fetch.chain.fail(fetch.chain.level, self.queue.now)  # the next source; the learner is retried
         self._try_source(fetch)
 
     def _relayed(self: Simulation, fetch: Fetch) -> None:

@@ -61,9 +61,9 @@ class SimWorker:
     epoch: int = 0
     """Bumped when the worker goes down: events scheduled for an older epoch are void."""
     unfulfilled: int = 0
-    """Its leases that expired unsubmitted since its last submission (:mod:`echo2.shares`)."""
+    """Its leases that expired unsubmitted since its last submission (:mod:`echo2.core.shares`)."""
     proven: bool = False
-    """It has submitted a lease: out of its trial of one group per lease (:mod:`echo2.shares`)."""
+    """It has submitted a lease: out of its trial of one group per lease (:mod:`echo2.core.shares`)."""
     parked_until: float = 0.0
     """Simulated time before which the coordinator grants it nothing (its leases kept expiring)."""
     version: int = -1

@@ -19,7 +19,7 @@ from echo2.config.base import ConfigError, Section, apply_override, first_error,
 from echo2.config.fleet import ActivationRule, LearnerHardware, WorkerClass
 from echo2.planning.inventory import Inventory
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
-from echo2.staleness import resolve as resolve_staleness
+from echo2.core.staleness import resolve as resolve_staleness
 from echo2.units import GB, MIB
 
 __all__ = ["ActivationSpec", "BroadcastSpec", "LearnerSpec", "ModelSpec", "RecipeSpec", "Scenario", "WorkerClass",

@@ -209,7 +209,7 @@ class WorkerLoop:
 
     def _registered(self: Simulation, worker: SimWorker, epoch: int) -> None:
         """The replacement registers: a new worker, unmeasured, hence active on probation, and on
-        trial for its lease size (:mod:`echo2.shares`). (The
+        trial for its lease size (:mod:`echo2.core.shares`). (The
         coordinator re-plans on a join too, but that cannot change the set until the newcomer is
         measured; the next periodic re-plan sees it.)"""
         if epoch != worker.epoch or self.finished:

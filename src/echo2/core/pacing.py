@@ -3,7 +3,7 @@
 The live coordinator (``coordinator/state.py``, in wall time, under its lock) and the simulator
 (``simulation/engine.py``, in simulated time) keep their books in this one class, so every grant
 and every batch of a simulated run is decided by the very code that decides it in a real one.
-The rules themselves are :mod:`echo2.staleness`; this module applies them to a running tally:
+The rules themselves are :mod:`echo2.core.staleness`; this module applies them to a running tally:
 
 * **grant** — slots are numbered in grant order; a worker at version ``w`` gets slots while the
   useful ones stay inside the lease window ``(S + v + 1) * B`` and the next slot is one its
@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar
 
-from echo2 import staleness as rule
+from echo2.core import staleness as rule
 
 P = TypeVar("P")
 G = TypeVar("G")

@@ -1,0 +1,78 @@
+"""Which source a version is fetched from, and when a source is given up: the rules of a node's
+fallback chain ``[parent, grandparent, ..., learner]`` (the relay plan, :mod:`echo2.broadcast.topology`),
+followed by the live downloader (:mod:`echo2.broadcast.downloader`: threads, HTTP, wall time)
+and by the simulator (:mod:`echo2.simulation.fetching`: events, simulated time) alike.
+
+* A source that fails (refused, reset, stalled, corrupt bytes) is left for the next one, and
+  what was already verified is kept; the last source, the learner, is retried instead: there is
+  no further one.
+* A source that answers "not yet" is normal in a pipeline (it waits on its own parent). It is kept
+  while it makes progress of its own (the count of chunks it holds grows) and given up after
+  ``patience_s`` without any: by default twice the stall budget (:func:`default_patience_s`), so
+  that when a node high in a chain fails over, its descendants wait for it rather than all
+  rushing the learner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+#: Long-poll a chunk request asks a source for, seconds.
+POLL_S = 2.0
+
+
+def default_patience_s(stall_s: float, poll_s: float = POLL_S) -> float:
+    """How long a source that answers "not yet" is kept without progress of its own: twice the
+    stall budget (a stalled source is dropped after ``stall_s`` plus the long-poll it was allowed)."""
+    return 2 * (stall_s + poll_s)
+
+
+class SourceChain:
+    """One fetch's place in its chain (several fetching threads may share it under their lock)."""
+
+    def __init__(self, sources: Sequence[str], patience_s: float, now: float) -> None:
+        if not sources:
+            raise ValueError("a fetch needs at least one source (the learner)")
+        self.sources, self.patience_s = list(sources), patience_s
+        self.level = 0
+        """Index in ``sources`` of the source asked now."""
+        self._progress_at = {0: now}
+        self._held: dict[int, int] = {}
+
+    @property
+    def source(self) -> str:
+        return self.sources[self.level]
+
+    def progressed(self, level: int, now: float) -> None:
+        """Bytes came from ``sources[level]`` (or the wait on it begins)."""
+        self._progress_at[level] = now
+
+    def not_yet(self, level: int, held: int, now: float) -> None:
+        """``sources[level]`` does not have the chunk yet and holds ``held`` chunks of the version."""
+        if held > self._held.get(level, -1):
+            self._held[level] = held
+            self._progress_at[level] = now
+
+    def idle_s(self, level: int, now: float) -> float:
+        return now - self._progress_at[level]
+
+    def held(self, level: int) -> int:
+        """Chunks ``sources[level]`` said it held, at most (0: it never said)."""
+        return self._held.get(level, 0)
+
+    def impatient(self, level: int, now: float) -> bool:
+        """``sources[level]`` made no progress of its own for ``patience_s``: give it up."""
+        return self.idle_s(level, now) >= self.patience_s
+
+    def fail(self, level: int, now: float) -> Literal["moved", "behind", "retry"]:
+        """``sources[level]`` failed: ``moved`` on to the next source, or found the chain already
+        past it (``behind``: another fetching thread moved it), or ``retry`` it: it is the last."""
+        if level < len(self.sources) - 1:
+            if self.level > level:
+                return "behind"
+            self.level = level + 1
+            self._progress_at[self.level] = now
+            return "moved"
+        self._progress_at[level] = now
+        return "retry"

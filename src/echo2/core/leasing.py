@@ -1,0 +1,54 @@
+"""The answer to a lease request: one function the coordinator (under its lock, in wall time) and
+the simulator (in simulated time) both call, so that a simulated worker is granted, held back,
+told to refresh or parked exactly when a live one would be.
+
+The order of the questions is the rule: a finished run stops everyone; a worker the activation
+left out, or one parked for letting leases expire (:mod:`~echo2.core.shares`), is ``parked``;
+then the staleness window (:meth:`~echo2.core.pacing.PacingLedger.grantable`): ``wait`` while it
+is full, ``refresh`` when the worker's weights are too old for the next slot; last the worker's
+share of the window: ``wait`` while it holds its share already (its last lease still being
+submitted), else ``granted`` with the lease's size. ``wait`` and ``parked`` are answers that
+change with time (a submission, a step, the parking's end): the coordinator holds such a request
+open until then (its long-poll), the simulator queues it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from echo2.core.pacing import PacingLedger
+from echo2.core.shares import Holder, SharePolicy, lease_size
+
+Status = Literal["granted", "wait", "refresh", "parked", "stop"]
+
+
+@dataclass(frozen=True)
+class LeaseAnswer:
+    status: Status
+    size: int = 0
+    """Groups to grant (``granted`` only)."""
+
+    @property
+    def final(self) -> bool:
+        """Nothing but this answer will change until the worker asks again (``wait`` and
+        ``parked`` may turn into a grant while the request is held open)."""
+        return self.status not in ("wait", "parked")
+
+
+def answer_lease(ledger: PacingLedger[Any, Any], policy: SharePolicy, holder: Holder, *, worker_version: int,
+                 requested: int, held: int, active: bool, others_live: bool, now: float,
+                 finished: bool = False) -> LeaseAnswer:
+    """What a worker at ``worker_version`` asking for ``requested`` groups, holding ``held``
+    in-flight slots, is answered at ``now``; ``active``: the activation keeps it working;
+    ``others_live``: other active workers could take the work."""
+    if finished:
+        return LeaseAnswer("stop")
+    if not active or now < holder.parked_until:
+        return LeaseAnswer("parked")
+    status = ledger.grantable(worker_version)
+    if status != "granted":
+        return LeaseAnswer(status)
+    window = (ledger.staleness + 1) * ledger.groups_per_step
+    size = lease_size(policy, requested, held, window, others_live, holder)
+    return LeaseAnswer("granted", size) if size else LeaseAnswer("wait")

@@ -1,0 +1,70 @@
+"""The lease-answer core (:mod:`echo2.core.leasing`): driven alone without threads or sockets, and
+shown to be the one rule both the live coordinator and the simulator obey."""
+
+from dataclasses import dataclass
+
+import pytest
+from conftest import make_state, submit_all
+from test_simulation import scenario
+
+from echo2.core import leasing
+from echo2.core.leasing import answer_lease
+from echo2.core.pacing import PacingLedger
+from echo2.core.shares import SharePolicy
+from echo2.simulation.engine import simulate
+
+POLICY = SharePolicy(groups_per_lease=8, window_share=0.5)
+
+
+@dataclass
+class Holder:
+    unfulfilled: int = 0
+    parked_until: float = 0.0
+    proven: bool = True
+
+
+def ask(ledger, holder=None, *, version=0, held=0, active=True, others=False, now=0.0, finished=False):
+    return answer_lease(ledger, POLICY, holder or Holder(), worker_version=version, requested=64, held=held,
+                        active=active, others_live=others, now=now, finished=finished)
+
+
+def test_a_finished_run_stops_everyone_and_a_left_out_or_parked_worker_is_parked_until_its_time():
+    ledger = PacingLedger(staleness=1, groups_per_step=4)
+    assert ask(ledger, finished=True, active=False).status == "stop"
+    assert ask(ledger, active=False).status == "parked"
+    parked = Holder(parked_until=10.0)
+    assert ask(ledger, parked, now=9.9).status == "parked" and not ask(ledger, parked, now=9.9).final
+    assert ask(ledger, parked, now=10.0).status == "granted"
+
+
+def test_the_window_then_the_weights_then_the_share_decide():
+    ledger = PacingLedger(staleness=1, groups_per_step=4)  # a window of (S + 1) B = 8 slots at version 0
+    assert ask(ledger) == leasing.LeaseAnswer("granted", 8)  # alone: a whole lease
+    assert ask(ledger, others=True).size == 4  # others live: half the window
+    assert ask(ledger, Holder(proven=False), others=True).size == 1  # on trial
+    assert ask(ledger, held=4, others=True).status == "wait"  # its own lease is still coming in
+    ledger.grant(0, 8, lambda: None)
+    assert ask(ledger).status == "wait" and not ask(ledger).final  # window full
+    ledger.version = 3  # version 0's weights are now too old for the next slot
+    ledger.useful_slots = 8
+    assert ask(ledger, version=0) == leasing.LeaseAnswer("refresh") and ask(ledger, version=0).final
+
+
+def _live_lease_size() -> int:
+    state = make_state(staleness=3, groups_per_step=4)
+    worker = state.register("w")
+    lease = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
+    submit_all(state, worker, lease)
+    return len(lease.prompts)
+
+
+def _simulated_groups_per_lease() -> float:
+    books = simulate(scenario()).reliability
+    return books["groups_trained"] / books["leases_issued"]
+
+
+def test_a_wrong_rule_in_the_core_breaks_the_live_coordinator_and_the_simulator_alike(monkeypatch):
+    assert _live_lease_size() == 8 and _simulated_groups_per_lease() > 4
+    monkeypatch.setattr(leasing, "lease_size", lambda *args, **kwargs: 1)  # a wrong share rule, in the core only
+    assert _live_lease_size() == 1
+    assert _simulated_groups_per_lease() == pytest.approx(1.0, abs=0.05)
