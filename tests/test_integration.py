@@ -85,3 +85,14 @@ def test_dapo_with_decoupled_correction_and_echoclip_over_real_workers(tmp_path)
     assert reliability["groups_filtered_degenerate"] == sum(r["dapo_filtered_groups"] for r in steps)
     assert reliability["prompts_unaccounted"] == 0
     assert (summary.run_dir / "curves.png").exists()
+
+
+def test_the_colocated_baseline_trains_with_one_worker_taking_turns_with_the_learner(tmp_path):
+    config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=3",
+                                            "workers.colocated=true", "protocol=sync", "learner.cpus=[0]"])
+    assert (config.workers.count, config.staleness) == (1, 0)
+    summary = run_training(config)
+    steps = [r for r in _records(summary.run_dir) if "reward_mean" in r]
+    assert [r["version"] for r in steps] == [1, 2, 3] and all(r["staleness_max"] == 0 for r in steps)
+    assert summary.workers_registered == 1
+    assert {key.split("/")[1] for r in steps for key in r if key.startswith("worker/")} == {"local-0"}
