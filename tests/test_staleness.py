@@ -88,10 +88,13 @@ def test_versions_a_stale_worker_may_still_use_stay_downloadable():
 
 
 def test_the_versions_in_use_are_the_fresh_window_and_the_one_published_meanwhile():
-    from echo2.core.staleness import is_fresh, versions_in_use
+    from echo2.core.staleness import is_fresh, versions_in_use, versions_trainable
 
     for staleness in range(5):
         step = 10
         trainable = [v for v in range(step + 1) if is_fresh(step, v, staleness)]
+        # the audit keeps every version a group trained now may claim (a shorter cache let a
+        # worker claim an older version and never be checked)
+        assert versions_trainable(staleness) == len(trainable)
         # while step trains, the learner publishes step + 1: a worker may hold any of these
         assert versions_in_use(staleness) == len(trainable) + 1

@@ -44,11 +44,17 @@ def lease_window(version: int, staleness: int, groups_per_step: int) -> int:
     return (staleness + version + 1) * groups_per_step
 
 
+def versions_trainable(staleness: int) -> int:
+    """How many versions the learner's current step may train on (its own and the S before it):
+    the versions the audit must still hold to check a group at its own version."""
+    return staleness + 1
+
+
 def versions_in_use(staleness: int) -> int:
     """How many of the newest versions a worker may still be generating with: the ``S + 1`` the
     learner's current step may train on, and the newest, published while that step trains. The
-    learner serves and the coordinator books this many (the audit needs only the ``S + 1``)."""
-    return staleness + 2
+    learner serves and the coordinator books this many (the audit needs only the trainable ones)."""
+    return versions_trainable(staleness) + 1
 
 
 def slot_step(slot: int, groups_per_step: int) -> int:

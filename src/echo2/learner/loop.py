@@ -21,6 +21,7 @@ import torch
 
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
+from echo2.core.staleness import versions_trainable
 from echo2.evaluation import EvalResult, evaluate
 from echo2.exchange import Group, RolloutSource, RunStats
 from echo2 import interrupts
@@ -71,7 +72,7 @@ class LearnerLoop:
             AuditPolicy(audits.probation_groups, audits.audit_decay, audits.audit_floor, audits.logprob_tolerance,
                         config.rollout.temperature),
             learner.policy, learner.tokenizer,
-            VersionCache(config.staleness + 1, publisher.kind, config.broadcast.dtype),  # what workers were sent
+            VersionCache(versions_trainable(config.staleness), publisher.kind, config.broadcast.dtype),  # what workers were sent
             seed=config.run.seed, dtype=config.model.dtype)
         self.train_ema: float | None = None
         self.broadcast_ema: float | None = None
