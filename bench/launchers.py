@@ -6,8 +6,9 @@ Two real ``echo2 train`` runs of the default config (shipped model, two workers,
 one after the other: ``launcher=local`` (workers as child processes) and ``launcher=ray``
 (workers as actors on a local Ray cluster started for the run). Reported per launcher: held-out
 greedy accuracy and sampled reward before and after (mean of the last 3 evals), wall time,
-samples/s end to end, learner utilization, groups dropped as stale, dead workers, and the lease
-and group ledgers from the run's reliability report. ``wall_vs_local`` is the launcher's cost
+samples/s end to end, learner utilization, groups dropped as stale, dead workers, the lease
+and group ledgers from the run's reliability report, and the audit's books from the run's
+metrics (groups audited, their share, the audit rate at the last step, audit and reward seconds). ``wall_vs_local`` is the launcher's cost
 on wall time; runs are sequential, so it also holds the machine's drift between them.
 """
 
@@ -22,8 +23,18 @@ from common import format_table, parse_args, write_results  # noqa: E402
 
 from echo2.config import load_config  # noqa: E402
 from echo2.launch.train import run_training  # noqa: E402
+from echo2.telemetry.metrics import read_jsonl  # noqa: E402
 
 LAUNCHERS = ("local", "ray")
+
+
+def audit_books(run_dir: Path, groups_trained: int) -> dict[str, float]:
+    """What the learner's audits covered and cost over the run (docs/security.md quotes them)."""
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
+    audited = sum(r["audited_groups"] for r in steps)
+    return {"audited_groups": audited, "audited_share": audited / max(groups_trained, 1),
+            "audit_rate_last": steps[-1]["audit_rate_mean"], "audit_seconds": sum(r["audit_seconds"] for r in steps),
+            "reward_seconds": steps[-1]["reward_seconds"]}
 
 
 def main() -> None:
@@ -46,6 +57,7 @@ def main() -> None:
             "workers_dead": report["workers_dead"], "leases_issued": report["leases_issued"],
             "leases_completed": report["leases_completed"], "groups_accepted": report["groups_accepted"],
             "prompts_lost": report["prompts_unaccounted"], "run_dir": str(summary.run_dir),
+            **audit_books(summary.run_dir, report["groups_trained"]),
         })
     for row in rows:
         row["wall_vs_local"] = row["wall_s"] / rows[0]["wall_s"]
