@@ -258,6 +258,16 @@ def test_a_figure_quoted_in_prose_is_checked_against_its_results_file():
         regenerate("1.0<!-- fig: attacks rows[kind=nobody].steps .1f -->")
 
 
+def test_a_measurement_quoted_without_a_marker_is_found_and_a_setting_in_code_is_not():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from tables import unmarked
+
+    text = ("S = 2 took 0.41x the sync time at 512 samples/s,\nwithin `2 points` (the 95% interval; goal: at most "
+            "`0.5x`),\n1.13<!-- fig: attacks rows[kind=hoarder].run_s_per_step_vs_clean .2f -->x with a hoarder.\n"
+            "```\n0.99x in a fenced block\n```\n")
+    assert unmarked(text) == [(1, "0.41x"), (1, "512 samples/s")]
+
+
 def test_a_table_says_whether_its_code_is_still_current():
     """The provenance line of a table tells figures measured on today's package and benches from
     figures measured on older or uncommitted code."""
