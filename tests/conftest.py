@@ -1,8 +1,16 @@
 """Shared helpers: a coordinator state over a trivial prompt stream, scoring like the real task,
-and valid submissions."""
+and valid submissions; and the tiers of the suite by cost.
+
+Tiers: a test marked ``slow`` (real runs of a minute or more: network-lab runs, benchmark quick
+runs, Ray) or ``integration`` (real processes, servers or model runs: a second or more) is that;
+every other test is ``unit`` (pure logic, in memory). ``pytest -m unit`` runs in well under a
+minute; ``pytest -m "not slow"`` skips the long runs; plain ``pytest`` runs everything (CI).
+"""
 
 import itertools
 import time
+
+import pytest
 
 from echo2.broadcast.topology import star_plan
 from echo2.coordinator.records import Limits
@@ -83,3 +91,10 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout_s}s for {what}")
         time.sleep(0.2)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test not marked ``integration`` or ``slow`` is a ``unit`` test."""
+    for item in items:
+        if not any(item.get_closest_marker(tier) for tier in ("integration", "slow")):
+            item.add_marker(pytest.mark.unit)

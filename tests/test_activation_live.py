@@ -11,6 +11,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from conftest import wait_for
 
 from echo2.config import load_config
@@ -23,6 +24,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path):
     port, token = free_port(), "live-activation-token"
     url = f"http://127.0.0.1:{port}"

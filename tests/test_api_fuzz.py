@@ -1,6 +1,7 @@
 """The coordinator's HTTP API fuzzed from its own OpenAPI schema: no 5xx, and no way in without
 credentials (schemathesis generates the requests; hypothesis keeps the run short)."""
 
+import pytest
 import schemathesis
 from conftest import make_state
 from fastapi.testclient import TestClient
@@ -46,6 +47,7 @@ def admitted(path: str) -> set[str]:
 
 @SCHEMA.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.integration
 def test_authenticated_requests_never_cause_a_server_error(case):
     response = case.call(headers={AUTH_HEADER: SESSION})
     assert response.status_code < 500, (case.method, case.path, response.status_code, response.text[:300])
@@ -53,6 +55,7 @@ def test_authenticated_requests_never_cause_a_server_error(case):
 
 @SCHEMA.parametrize()
 @settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.integration
 def test_requests_without_the_right_credential_are_refused_before_the_body_is_validated(case):
     """Catches a guard that lets a request through without a valid credential (or with another
     door's credential): the route's own checks would then answer 422 for the fuzzed body, or 401

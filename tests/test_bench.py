@@ -19,6 +19,7 @@ def run_quick(name: str, out: Path, timeout_s: float = 600) -> subprocess.Comple
     return result
 
 
+@pytest.mark.slow
 def test_staleness_bench_quick(tmp_path):
     result = run_quick("staleness", tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
@@ -52,6 +53,7 @@ def assert_near_measured(row: dict) -> None:
     assert abs(row["step_error_at_speed_pct"]) < 30, row
 
 
+@pytest.mark.slow
 def test_capacity_and_simulator_benches_predict_held_out_runs(tmp_path):
     """Calibrated on one run, both predictions of the two quick held-out configurations (sync and
     async S=1, another fleet than the calibration's) land near the measured runs; the simulator
@@ -76,6 +78,7 @@ def test_capacity_and_simulator_benches_predict_held_out_runs(tmp_path):
         assert_near_measured(row)
 
 
+@pytest.mark.integration
 def test_broadcast_bench_quick(tmp_path):
     result = run_quick("broadcast", tmp_path, timeout_s=300)
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
@@ -89,6 +92,7 @@ def test_broadcast_bench_quick(tmp_path):
     assert "ratio_to_bound" in result.stdout and (tmp_path / "broadcast.png").stat().st_size > 10_000
 
 
+@pytest.mark.integration
 def test_delta_bench_quick(tmp_path):
     result = run_quick("delta", tmp_path, timeout_s=300)
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
@@ -100,6 +104,7 @@ def test_delta_bench_quick(tmp_path):
     assert "speedup" in result.stdout
 
 
+@pytest.mark.slow
 def test_chaos_bench_quick(tmp_path):
     """Workers killed (SIGKILL) and preempted (SIGTERM) mid-run: the run completes and the books balance."""
     result = run_quick("chaos", tmp_path)
@@ -119,6 +124,7 @@ def test_chaos_bench_quick(tmp_path):
     assert "wall_vs_calm" in result.stdout
 
 
+@pytest.mark.integration
 def test_lora_bench_quick(tmp_path):
     """Full weights vs a LoRA adapter on the shipped model: bytes per version and broadcast time."""
     pytest.importorskip("peft")
@@ -130,6 +136,7 @@ def test_lora_bench_quick(tmp_path):
     assert "bytes_vs_full_f32" in result.stdout and (tmp_path / "lora.png").stat().st_size > 10_000
 
 
+@pytest.mark.integration
 def test_scenarios_bench_quick(tmp_path):
     """Every shipped scenario simulates; the sweeps, bandwidth regimes and sensitivity rows are there."""
     result = run_quick("scenarios", tmp_path, timeout_s=300)
@@ -148,6 +155,7 @@ def test_scenarios_bench_quick(tmp_path):
     assert "ratio" in result.stdout and (tmp_path / "scenarios.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_objectives_bench_quick(tmp_path):
     """GRPO and DAPO+EchoClip side by side: rows aggregate the seeds, EchoClip selects tokens."""
     result = run_quick("objectives", tmp_path)
@@ -161,6 +169,7 @@ def test_objectives_bench_quick(tmp_path):
     assert "acc_final_std" in result.stdout and (tmp_path / "objectives.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_correction_bench_quick(tmp_path):
     """S = 1 vs S = 8 decoupled: the ratio statistics of each setting are reported."""
     result = run_quick("correction", tmp_path)
@@ -172,6 +181,7 @@ def test_correction_bench_quick(tmp_path):
     assert "behaviour_weight_max" in result.stdout and (tmp_path / "correction.png").stat().st_size > 10_000
 
 
+@pytest.mark.integration
 def test_real_model_bench_quick(tmp_path):
     result = run_quick("real_model", tmp_path)
     rows = json.loads((tmp_path / "results.json").read_text())["rows"]
@@ -184,6 +194,7 @@ def test_real_model_bench_quick(tmp_path):
     assert "learner_speedup_x" in result.stdout
 
 
+@pytest.mark.slow
 def test_attacks_bench_quick(tmp_path):
     """Misbehaving worker processes against a real run: each is refused at the door or quarantined,
     and nothing of theirs is trained past the defence."""
@@ -214,6 +225,7 @@ def test_attacks_bench_quick(tmp_path):
     assert "attacker_groups_trained_after" in result.stdout and (tmp_path / "attacks.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_launchers_bench_quick(tmp_path):
     """The same short run under both launchers: each completes its steps and accounts for every
     lease and prompt (Ray starts a local cluster for its run)."""

@@ -255,6 +255,7 @@ def relay_chain(peers, store_and_forward=False):
     return payload, chain, urls, time.monotonic() - started
 
 
+@pytest.mark.integration
 def test_chain_of_three_relays_delivers_identical_bytes(peers):
     """Every node gets the exact bytes from its own parent, and the chain is pipelined: the last
     node is done well before depth * M/B (what a chain forwarding only whole payloads takes, see
@@ -266,6 +267,7 @@ def test_chain_of_three_relays_delivers_identical_bytes(peers):
     assert 0.9 * CHAIN_TRANSFER_S <= elapsed < CHAIN_BOUND_S, (elapsed, CHAIN_TRANSFER_S)
 
 
+@pytest.mark.integration
 def test_a_store_and_forward_chain_would_miss_the_pipelining_bound(peers):
     """The control for the test above: the same chain with each node starting only once its parent
     holds the whole payload takes ~depth * M/B, so the pipelining bound does tell the two apart."""
@@ -291,6 +293,7 @@ def test_a_version_the_parent_skipped_is_not_pulled_from_the_learner(peers):
     assert list(fetch_version(5, [parent.url, root.url], child, **FAST).stats.bytes_by_source) == [parent.url]
 
 
+@pytest.mark.integration
 def test_killing_a_middle_relay_mid_broadcast_loses_no_verified_chunk(peers):
     payload, cap = random_payload(3 * MIB), 2 * MIB  # ~1.5 s per transfer: time to kill one midway
     root = peers(cap)
@@ -359,6 +362,7 @@ def test_a_store_cleared_under_a_fetch_cancels_it_with_a_broadcast_error(peers):
     assert "dropped from this node's store" in str(receiver.error)
 
 
+@pytest.mark.integration
 def test_a_source_that_never_answers_is_dropped_after_the_stall_budget(peers):
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -378,6 +382,7 @@ def test_a_source_that_never_answers_is_dropped_after_the_stall_budget(peers):
         silent.close()
 
 
+@pytest.mark.integration
 def test_a_relay_that_stalled_is_skipped_by_the_next_fetches_until_its_suspicion_lapses():
     """A silent partition lasts longer than one version: the next version's fetch goes straight to
     the learner instead of spending the stall budget on the same relay again."""
@@ -407,6 +412,7 @@ def test_a_relay_that_stalled_is_skipped_by_the_next_fetches_until_its_suspicion
     assert suspects.chain(["http://learner"]) == ["http://learner"]
 
 
+@pytest.mark.integration
 def test_errors_are_bounded_and_say_what_failed():
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))

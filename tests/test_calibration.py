@@ -127,6 +127,7 @@ def test_capped_relay_trees_and_stars_are_predicted_by_the_simulator_where_the_f
     assert predict_config(two, cal).step_s == pytest.approx(fluid_step_s(two))
 
 
+@pytest.mark.integration
 def test_calibrate_a_real_run_then_plan_and_simulate_another_config(tmp_path, capsys):
     cpus = sorted(os.sched_getaffinity(0))
     summary = run_training(load_config(overrides=[

@@ -51,6 +51,7 @@ def test_bad_yaml_file(tmp_path):
         load_config(path)
 
 
+@pytest.mark.integration
 def test_cli_prints_one_line_and_exits_2():
     result = subprocess.run([sys.executable, "-m", "echo2.cli", "train", "learner.nope=1"], capture_output=True,
                             text=True, timeout=120)

@@ -167,6 +167,7 @@ def test_the_dashboard_is_served_over_tls(tls_coordinator):
 
 
 @needs_chromium
+@pytest.mark.integration
 def test_chromium_renders_the_dashboard_over_tls(tls_coordinator):
     server, _ = tls_coordinator
     dom = browse(f"{server.url}/dashboard#token={VIEWER}", "--ignore-certificate-errors", "--dump-dom")
@@ -179,6 +180,7 @@ def shown_step(dom: str) -> int:
 
 
 @needs_chromium
+@pytest.mark.integration
 def test_the_dashboard_follows_a_real_run_in_headless_chromium(tmp_path):
     config = load_config(overrides=[
         f"run.dir={tmp_path}", "run.name=run", "run.steps=40", "learner.groups_per_step=8", "eval.every=10",

@@ -105,6 +105,7 @@ def test_the_learner_publishes_a_delta_from_the_previous_version_only(learner):
     assert publisher.deltas.manifest(2).base_sha256 == infos[1].sha256 and publisher.encode_s > 0
 
 
+@pytest.mark.integration
 def test_a_worker_holding_the_base_rebuilds_the_version_and_relays_both_forms(learner):
     publisher, relay, infos = learner
     parent, child, late = Node(), Node(), Node()
@@ -144,6 +145,7 @@ def test_a_delta_that_does_not_rebuild_the_announced_version_is_not_used(learner
         stranger.close()
 
 
+@pytest.mark.integration
 def test_a_run_with_delta_versions_trains_and_its_workers_apply_deltas(tmp_path):
     import json
 

@@ -59,6 +59,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("sharding", ["replicate", "fsdp"])
+@pytest.mark.integration
 def test_two_gloo_processes_make_the_single_process_update(tmp_path: Path, sharding: str):
     torch.manual_seed(0)
     learner = _learner()
@@ -85,6 +86,7 @@ def test_two_gloo_processes_make_the_single_process_update(tmp_path: Path, shard
         assert together["metrics"][key] == pytest.approx(alone["metrics"][key], rel=1e-5, abs=1e-6), key
 
 
+@pytest.mark.integration
 def test_torchrun_launch_trains_with_fsdp_and_only_rank_0_serves(tmp_path: Path):
     """``torchrun ... -m echo2.cli train``: rank 0 hosts the coordinator, rank 1 follows; FSDP2 on gloo."""
     import json

@@ -4,12 +4,15 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 from echo2.config import load_config
 from echo2.launch.train import run_training
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "own_task.py"
 
 
+@pytest.mark.integration
 def test_the_examples_own_task_trains_over_real_workers_and_keeps_its_held_out_prompts_apart(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("own_task", EXAMPLE)
     module = importlib.util.module_from_spec(spec)

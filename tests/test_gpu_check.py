@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.integration
 def test_gpu_check_tiny_on_cpu(tmp_path):
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--device", "cpu", "--tiny",
                              "--quick", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)

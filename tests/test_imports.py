@@ -38,6 +38,7 @@ def test_planning_simulation_and_reports_import_neither_torch_nor_the_coordinato
     assert prefixed(loaded, "torch", "transformers", "echo2.coordinator", "echo2.learner") == []
 
 
+@pytest.mark.integration
 def test_plan_simulate_and_report_commands_run_without_torch(tmp_path):
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(json.dumps({
@@ -70,11 +71,13 @@ def test_the_coordinator_imports_nothing_of_the_learner_or_the_workers():
     assert prefixed(loaded, "echo2.learner", "echo2.rollout", "echo2.launch", "torch") == []
 
 
+@pytest.mark.integration
 def test_the_learner_reaches_the_coordinator_only_through_the_exchange_module():
     loaded = modules_loaded_by(import_package("learner") + "\nimport echo2.evaluation")
     assert prefixed(loaded, "echo2.coordinator", "echo2.rollout", "echo2.simulation") == []
 
 
+@pytest.mark.integration
 def test_workers_import_nothing_of_the_learner_or_the_coordinator():
     loaded = modules_loaded_by(import_package("rollout"))
     assert prefixed(loaded, "echo2.learner", "echo2.coordinator", "echo2.simulation") == []

@@ -17,6 +17,7 @@ def _records(run_dir):
 
 
 @pytest.mark.parametrize("protocol,staleness", [("async", 1), ("sync", 0)])
+@pytest.mark.integration
 def test_training_over_real_worker_processes(tmp_path, protocol, staleness):
     config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", f"protocol={protocol}",
                                             f"staleness={staleness}"])
@@ -52,6 +53,7 @@ def test_training_over_real_worker_processes(tmp_path, protocol, staleness):
     assert peer_chunks and any(coordinator not in line for line in peer_chunks)
 
 
+@pytest.mark.integration
 def test_eval_command_on_a_checkpoint(tmp_path, capsys):
     from echo2.cli import main
 
@@ -70,6 +72,7 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
         main(["eval", checkpoint, "--size", "10", "--nope"])
 
 
+@pytest.mark.integration
 def test_dapo_with_decoupled_correction_and_echoclip_over_real_workers(tmp_path):
     config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=3", "learner.loss=dapo",
                                             "learner.correction=decoupled", "learner.echoclip.enabled=true"])
@@ -87,6 +90,8 @@ def test_dapo_with_decoupled_correction_and_echoclip_over_real_workers(tmp_path)
     assert (summary.run_dir / "curves.png").exists()
 
 
+@pytest.mark.integration
+@pytest.mark.integration
 def test_the_colocated_baseline_trains_with_one_worker_taking_turns_with_the_learner(tmp_path):
     config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=3",
                                             "workers.colocated=true", "protocol=sync", "learner.cpus=[0]"])

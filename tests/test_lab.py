@@ -24,6 +24,7 @@ def lab():
             server.kill()
 
 
+@pytest.mark.integration
 def test_links_are_shaped_by_the_kernel_in_each_direction(lab):
     """5 MB up a 40 Mbit/s uplink takes ~1 s; the same down an 80 Mbit/s downlink ~0.5 s."""
     outcome, up_s = probe(lab, "w1", lab.address("learner"), 5_000_000, timeout_s=10)
@@ -44,6 +45,7 @@ def test_a_host_behind_nat_connects_out_and_accepts_nothing(lab):
     assert lab.own_address("w2") != lab.address("w2")
 
 
+@pytest.mark.integration
 def test_partitions_drop_silently_or_refuse_and_heal(lab):
     learner = lab.address("learner")
     with lab.partition("w1"):

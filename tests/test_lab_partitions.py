@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from lab_support import lab_or_skip
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,6 +20,7 @@ TIMEOUT_S = {"mid_lease": 8.0, "learner_download": 6.0, "relay_download": 6.0, "
              "learner_all": 8.0}
 
 
+@pytest.mark.slow
 def test_every_partition_is_noticed_in_time_and_healed_with_the_books_whole(tmp_path):
     lab_or_skip(nat=False)
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "partitions.py"), "--quick", "--out", str(tmp_path)],

@@ -36,6 +36,7 @@ def start_ray_node(lab, host: str, env: dict, head: str | None, temp: str) -> No
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_ray_places_workers_on_other_hosts_and_restarts_a_dead_nodes_actor(tmp_path):
     lab = open_lab([HostSpec("learner"), HostSpec("w1"), HostSpec("w2")])
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),

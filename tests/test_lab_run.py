@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from lab_support import open_lab
 
 from echo2.lab import HostSpec
@@ -16,6 +17,7 @@ SHORT = ["run.steps=60", "eval.every=1000", "eval.size=20", "eval.show=0", "lear
          "rollout.groups_per_lease=2", "telemetry.tensorboard=false", "checkpoint.every=0"]
 
 
+@pytest.mark.slow
 def test_a_worker_behind_nat_joins_fetches_and_submits_as_a_leaf(tmp_path):
     lab = open_lab([HostSpec("learner"), HostSpec("pub", 50), HostSpec("nat", 50, nat=True)])
     with lab:

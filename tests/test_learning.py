@@ -6,6 +6,7 @@ This exercises the sampler, the log-prob recomputation, the advantages, the loss
 together, in one process.
 """
 
+import pytest
 import torch
 
 from echo2.config import load_config
@@ -20,6 +21,7 @@ def starts_with_one(text: str) -> float:
     return 1.0 if text.strip().startswith("1") else 0.0
 
 
+@pytest.mark.integration
 def test_grpo_raises_a_learnable_reward():
     torch.manual_seed(0)
     config = load_config(overrides=["learner.lr=1e-4", "learner.groups_per_step=64", "learner.warm_start_optimizer=false"])

@@ -78,6 +78,7 @@ def test_a_lora_checkpoint_is_an_adapter_folder_that_loads_on_its_base(tmp_path)
         {n for n, p in learner.model.named_parameters() if p.requires_grad}  # trainable: resumable
 
 
+@pytest.mark.integration
 def test_lora_training_over_real_worker_processes(tmp_path):
     config = load_config(overrides=[
         "run.steps=3", "eval.size=20", "eval.every=3", "learner.groups_per_step=8", "rollout.groups_per_lease=4",

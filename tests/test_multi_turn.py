@@ -131,6 +131,7 @@ def test_the_learner_trains_only_the_models_tokens(monkeypatch):
     assert seen and seen[0].tolist() == [[1, 1, 0, 0, 1, 1], [1, 1, 0, 0, 0, 0]]
 
 
+@pytest.mark.integration
 def test_a_multi_turn_run_end_to_end(tmp_path):
     """The shipped multi-turn recipe, shortened: real workers ask the coordinator between turns,
     and every episode they submit passes the coordinator's check of its inserted tokens."""

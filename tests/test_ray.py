@@ -28,6 +28,7 @@ def _kill_one_actor_mid_run(run_dir, done: threading.Event, killed: list) -> Non
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_ray_worker_actors_train_and_a_killed_actor_is_restarted(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     config = load_config(overrides=[

@@ -70,6 +70,7 @@ def test_format_reward_is_a_bonus_for_well_formed_answers_only():
     assert task.is_well_formed("12345678") and not task.is_well_formed("it is 3")
 
 
+@pytest.mark.integration
 def test_held_out_split_never_meets_the_training_stream():
     task = chain_sum()
     held_out = task.eval_examples(400)
@@ -99,6 +100,7 @@ def test_instruction_and_display_prompt():
     assert task.display_prompt(example) == question + " "
 
 
+@pytest.mark.integration
 def test_bad_options_fail_with_the_dataset_named():
     with pytest.raises(ValueError, match="chain_sum"):
         chain_sum(no_such_option=1)

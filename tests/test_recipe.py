@@ -68,6 +68,7 @@ def test_gsm8k_training_stream_never_yields_a_held_out_problem():
     assert drawn | held == every  # every training problem is drawn, none dropped from both splits
 
 
+@pytest.mark.integration
 def test_the_recipe_trains_offline_on_a_tiny_random_qwen2(tmp_path):
     model = str(tiny_qwen2(tmp_path / "tiny-qwen2"))
     config = load_config(RECIPE, [

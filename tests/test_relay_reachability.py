@@ -65,6 +65,7 @@ def test_a_relay_counts_once_it_answers_as_its_worker(relay):
     assert ok and "answered as w1-abc" in why
 
 
+@pytest.mark.integration
 def test_another_workers_relay_or_a_closed_port_does_not_count(relay):
     relay.identity = "w2-def"
     ok, why = check(relay.url, "w1-abc")

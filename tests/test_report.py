@@ -51,6 +51,7 @@ def images(page: str) -> list[str]:
     return re.findall(r"<img [^>]*src='(data:image/png;base64,[A-Za-z0-9+/=]+)'", page)
 
 
+@pytest.mark.integration
 def test_real_run_report_embeds_every_figure_and_the_reliability_table(tmp_path):
     out = write_report(real_run_dir(tmp_path / "run"))
     page = out.read_text()
@@ -102,6 +103,7 @@ def test_a_poisoned_run_directory_still_renders(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="headless Chromium is not installed")
+@pytest.mark.integration
 def test_report_renders_in_headless_chromium(tmp_path):
     run = real_run_dir(tmp_path / "run")
     shot = tmp_path / "report.png"

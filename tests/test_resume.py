@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from conftest import make_state, prompt_stream, publish, submit_all, wait_for
+import pytest
 
 from echo2.config import load_config
 from echo2.launch.train import run_training
@@ -42,6 +43,7 @@ def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.integration
 def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
     run_dir = tmp_path / "run"
     # every checkpoint version is also an eval version (SMALL's eval.every=2 divides checkpoint.every),
@@ -101,6 +103,7 @@ def test_learner_killed_mid_run_resumes_at_the_same_version(tmp_path):
     assert "registered again" in (tmp_path / "remote.log").read_text()  # the hand-started worker rejoined
 
 
+@pytest.mark.integration
 def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_the_reports(tmp_path):
     """SIGTERM used to leave no final checkpoint and no reliability report for that segment."""
     run_dir = tmp_path / "run"

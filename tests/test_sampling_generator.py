@@ -9,12 +9,15 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from echo2.model_sources import SHIPPED_MODEL
 from echo2.protocol import RunSpec
 from echo2.rollout.engines.hf import HfEngine
 from echo2.rollout.worker import sampling_seed
 
 
+@pytest.mark.integration
 def test_worker_seed_is_the_same_in_every_process():
     code = "from echo2.rollout.worker import sampling_seed; print(sampling_seed(3, 'worker-7'))"
     seeds = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -105,6 +105,7 @@ def rest_of_answer(sock: socket.socket, limit_s: float = 5.0) -> bytes:
     return b"".join(parts)
 
 
+@pytest.mark.integration
 def test_a_request_head_sent_byte_by_byte_is_cut_off(door):
     _, server = door
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
@@ -121,6 +122,7 @@ def test_a_request_head_sent_byte_by_byte_is_cut_off(door):
     assert time.monotonic() - started > 2.0
 
 
+@pytest.mark.integration
 def test_a_body_sent_byte_by_byte_is_cut_off_at_its_deadline(door):
     state, server = door
     session = state.register("w").session_token
@@ -133,6 +135,7 @@ def test_a_body_sent_byte_by_byte_is_cut_off_at_its_deadline(door):
     assert 0.8 < held < 3.0
 
 
+@pytest.mark.integration
 def test_registrations_past_the_allowance_get_429_and_workers_wait_it_out(door):
     _, server = door
     answers = [httpx.post(f"{server.url}/v1/register", json={"name": f"sybil-{i}"}, headers={AUTH_HEADER: "t"})

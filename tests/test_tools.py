@@ -57,6 +57,7 @@ def test_a_tool_runs_in_a_child_and_its_result_comes_back(runner):
     assert result.ok and result.text == "42" and result.outcome == "ok"
 
 
+@pytest.mark.integration
 def test_a_hanging_tool_is_cut_off_at_its_timeout_and_reported(runner):
     started = time.monotonic()
     result = runner.call(ToolCall("hangs", {}))

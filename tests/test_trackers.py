@@ -76,6 +76,7 @@ def trackio_run(database: Path) -> tuple[Steps, dict]:
     return steps, {k: v for k, v in json.loads(config).items() if not k.startswith("_")}
 
 
+@pytest.mark.integration
 def test_wandb_and_trackio_get_tensorboards_scalars_and_the_redacted_config_offline(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     for name in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):  # these would send trackio's data away

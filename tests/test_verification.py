@@ -84,6 +84,7 @@ def _only(version, model) -> VersionCache:
     return versions
 
 
+@pytest.mark.integration
 def test_lora_audits_load_the_claimed_versions_adapter_into_a_merged_copy():
     pytest.importorskip("peft")
     tokenizer = load_tokenizer(SHIPPED_MODEL)

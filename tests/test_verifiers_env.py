@@ -14,6 +14,7 @@ from echo2.tasks import load_task  # noqa: E402
 TASKSET = "verifiers_sums:SumTaskset"
 
 
+@pytest.mark.integration
 def test_a_verifiers_taskset_gives_prompts_and_scores_replies_with_its_own_rewards():
     task = load_task("verifiers", {"taskset": TASKSET, "options": {"num_tasks": 200}})
     held_out = task.eval_examples(10)
@@ -35,6 +36,7 @@ def test_unsupported_tasksets_are_refused_with_the_reason():
         load_task("verifiers", {"taskset": "verifiers_sums:SumData"}).eval_examples(1)
 
 
+@pytest.mark.integration
 def test_a_verifiers_environment_trains_through_echo2_workers(tmp_path):
     from echo2.config import load_config
     from echo2.launch.train import run_training
@@ -79,6 +81,7 @@ def test_multi_agent_envs_are_refused_with_the_reason():
         assert load_task("verifiers", {"taskset": "verifiers_retry", "env": "user-sim"}).max_turns
 
 
+@pytest.mark.integration
 def test_a_multi_turn_verifiers_env_trains_through_echo2_workers(tmp_path):
     from echo2.config import load_config
     from echo2.launch.train import run_training

@@ -274,6 +274,7 @@ def test_tls_coordinator_with_pinned_and_ca_checked_workers(tmp_path):
         server.stop()
 
 
+@pytest.mark.integration
 def test_tls_relay_serves_only_pinned_peers(tmp_path):
     cert, key = self_signed(tmp_path)
     credential = broadcast_credential("run-secret")
@@ -327,6 +328,7 @@ def test_log_filter_redacts_credentials():
     assert written.count(REDACTED) >= 5 and "RuntimeError" in written
 
 
+@pytest.mark.integration
 def test_a_tls_run_end_to_end_keeps_its_token_private(tmp_path):
     """A real run (learner + two local worker processes) over TLS with an explicit token: local
     workers pin the coordinator's certificate and relay to each other over https; no file

@@ -16,6 +16,7 @@ from echo2.protocol import RegisterRequest
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable
 
 
+@pytest.mark.integration
 def test_wrong_url_retries_with_backoff_then_gives_up(caplog):
     client = CoordinatorClient("http://127.0.0.1:9", "token", give_up_after_s=2.0)
     started = time.monotonic()
@@ -30,6 +31,7 @@ def test_wrong_url_retries_with_backoff_then_gives_up(caplog):
     assert 1.4 <= elapsed <= 2.5
 
 
+@pytest.mark.integration
 def test_by_default_a_client_retries_until_the_coordinator_answers(caplog):
     """An outage of any length: the client keeps trying (backoff capped) and goes on once the
     coordinator is back (here after 4 s, past the 0.5 + 1 + 2 s of the first backoffs)."""
@@ -56,6 +58,7 @@ def test_by_default_a_client_retries_until_the_coordinator_answers(caplog):
         server.stop()
 
 
+@pytest.mark.integration
 def test_worker_command_reports_unreachable_coordinator():
     result = subprocess.run(
         [sys.executable, "-m", "echo2.cli", "worker", "--coordinator", "http://127.0.0.1:9", "--give-up-after", "1"],

@@ -105,6 +105,7 @@ def test_options_module_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+@pytest.mark.integration
 def test_local_worker_has_no_token_on_its_command_line(tmp_path):
     config = load_config(overrides=["workers.count=1", "workers.relay=false"])
     options = [o.model_copy(update={"give_up_after_s": 2.0}) for o in local_worker_options(config, URL, TOKEN)]
