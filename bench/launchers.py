@@ -8,8 +8,8 @@ one after the other: ``launcher=local`` (workers as child processes) and ``launc
 greedy accuracy and sampled reward before and after (mean of the last 3 evals), wall time,
 samples/s end to end, learner utilization, groups dropped as stale, dead workers, the lease
 and group ledgers from the run's reliability report, and the audit's books from the run's
-metrics (groups audited, their share, the audit rate at the last step, audit and reward seconds). ``wall_vs_local`` is the launcher's cost
-on wall time; runs are sequential, so it also holds the machine's drift between them.
+metrics (groups audited, their share, the audit rate at the last step, audit and reward
+seconds). ``wall_vs_local`` is the launcher's cost on wall time; runs are sequential, so it also holds the machine's drift between them.
 """
 
 from __future__ import annotations

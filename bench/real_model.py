@@ -251,10 +251,12 @@ def run_figures(run_dir: Path) -> dict[str, Any]:
     wall = steps[-1]["time"] - start
     gaps = sorted(b["time"] - a["time"] for a, b in zip(steps, steps[1:]))
     last = evals[1:][-3:] or evals[:1]
-    return {"evals": evals, "acc_start": evals[0]["accuracy"], "acc_final": sum(e["accuracy"] for e in last) / len(last),
+    return {"evals": evals, "acc_start": evals[0]["accuracy"],
+            "acc_final": sum(e["accuracy"] for e in last) / len(last),
             "sampled_start": evals[0]["sampled_reward"],
             "sampled_final": sum(e["sampled_reward"] for e in last) / len(last), "steps": len(steps),
-            "samples_per_s": sum(r["samples"] for r in steps) / wall, "learner_util": steps[-1]["learner_busy_s"] / wall,
+            "samples_per_s": sum(r["samples"] for r in steps) / wall,
+            "learner_util": steps[-1]["learner_busy_s"] / wall,
             "step_s_median": gaps[len(gaps) // 2] if gaps else None,
             "step_s_p90": gaps[int(0.9 * len(gaps))] if gaps else None}
 

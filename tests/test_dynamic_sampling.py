@@ -3,7 +3,7 @@
 from conftest import answering, make_state
 
 from echo2.exchange import Group
-from echo2.learner.sampling import informative_batch
+from echo2.learner.dynamic_sampling import informative_batch
 from echo2.protocol import GroupResult, SubmitRequest
 from echo2.tasks import Example
 

@@ -253,10 +253,10 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
         worker_cpus = config.workers.cpus or (started_on if config.learner.cpus else None)
         if config.workers.colocated:
             worker_cpus = config.learner.cpus
-        return _lead(config, resume_dir, shard, worker_cpus)
+        return _run_as_leader(config, resume_dir, shard, worker_cpus)
 
 
-def _lead(config: Config, resume_dir: Path | None, shard: Shard, worker_cpus: list[int] | None) -> RunSummary:
+def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker_cpus: list[int] | None) -> RunSummary:
     """The leader's run: coordinator, local workers, learner loop, summary."""
     run_dir = resume_dir or make_run_dir(config)
     handler = attach_log_file(run_dir)
@@ -300,13 +300,14 @@ def _lead(config: Config, resume_dir: Path | None, shard: Shard, worker_cpus: li
     if resume:
         state.restore_snapshot(resume["coordinator"], task.train_examples(config.run.seed))
     state.publish(publisher.publish(version, model))
-    door = config.coordinator
-    registrations = RateLimiter(max(door.registrations_burst, config.workers.count), door.registrations_per_minute)
-    app = create_app(state, door.lease_wait_s, https_relays_only=door.tls_certfile is not None,
-                     registrations=registrations, body_timeout_s=door.body_timeout_s, run_dir=run_dir)
+    coordinator = config.coordinator
+    registrations = RateLimiter(max(coordinator.registrations_burst, config.workers.count),
+                                coordinator.registrations_per_minute)
+    app = create_app(state, coordinator.lease_wait_s, https_relays_only=coordinator.tls_certfile is not None,
+                     registrations=registrations, body_timeout_s=coordinator.body_timeout_s, run_dir=run_dir)
     publisher.mount(app)
-    server = CoordinatorServer(app, door.host, port, certfile=door.tls_certfile, keyfile=door.tls_keyfile,
-                               head_timeout_s=door.head_timeout_s)
+    server = CoordinatorServer(app, coordinator.host, port, certfile=coordinator.tls_certfile,
+                               keyfile=coordinator.tls_keyfile, head_timeout_s=coordinator.head_timeout_s)
     server.start(config.coordinator.start_timeout_s)
     _write_private(run_dir / TOKEN_FILE, token + "\n")  # before coordinator.json, which callers wait for
     _write_private(run_dir / COORDINATOR_FILE, json.dumps({"url": server.url, "port": server.port, "token": token}))
@@ -314,8 +315,8 @@ def _lead(config: Config, resume_dir: Path | None, shard: Shard, worker_cpus: li
              server.url)
     log.info("more workers can join with: echo2 worker --coordinator %s --token-file %s (an owner-only copy of "
              "that file on other machines, or the token in $ECHO2_TOKEN)%s", server.url, run_dir / TOKEN_FILE,
-             f" --pin-sha256 {certificate_fingerprint(door.tls_certfile)} (or --ca-file CA_BUNDLE)"
-             if door.tls_certfile else "")
+             f" --pin-sha256 {certificate_fingerprint(coordinator.tls_certfile)} (or --ca-file CA_BUNDLE)"
+             if coordinator.tls_certfile else "")
     announce_dashboard(run_dir, server.url, token)
     workers = launch_workers(config, server.url, token, run_dir / "workers", worker_cpus)
     workers.start()

@@ -26,7 +26,7 @@ from echo2.evaluation import EvalResult, evaluate
 from echo2.exchange import Group, RolloutSource, RunStats
 from echo2 import interrupts
 from echo2.learner.checkpoint import save_checkpoint
-from echo2.learner.sampling import informative_batch
+from echo2.learner.dynamic_sampling import informative_batch
 from echo2.learner.trainer import Learner, require_finite
 from echo2.learner.verification import AuditPolicy, Verifier
 from echo2.learner.version_cache import VersionCache

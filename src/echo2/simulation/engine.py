@@ -2,11 +2,12 @@
 
 The learner and the coordinator side (this module) follow ``learner/loop.py`` and
 ``coordinator/state.py``: the learner takes the ``B`` oldest fresh groups from the same pacing
-ledger the coordinator keeps (:class:`echo2.core.pacing.PacingLedger`), trains for ``T_train`` (jittered), publishes the next version, records
-the step; a lease request is granted, answered ``refresh`` or held (long-poll) until the window
-opens; a lease lost with its worker expires when the worker is declared dead. Workers fetch each
-version along the plan the coordinator would make (:mod:`echo2.simulation.fetching`). Cost-
-aware activation is the coordinator's own rule (:mod:`echo2.planning.activation_rule`: profiled
+ledger the coordinator keeps (:class:`echo2.core.pacing.PacingLedger`), trains for ``T_train``
+(jittered), publishes the next version, records the step; a lease request is answered by the
+coordinator's own rule (:func:`echo2.core.leasing.answer_lease`): granted, ``refresh``, or held
+(long-poll) while the window is full or the worker parked; a lease lost with its worker expires
+when the worker is declared dead. Workers fetch each version along the plan the coordinator would
+make (:mod:`echo2.simulation.fetching`). Cost-aware activation is the coordinator's own rule (:mod:`echo2.planning.activation_rule`: profiled
 throughput, provisioning rule, min-cost set), re-planned every ``replan_every`` steps and when an
 active worker dies. The workers' side (protocols, fetches, preemptions) is
 :mod:`echo2.simulation.workers`.
