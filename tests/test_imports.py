@@ -66,6 +66,13 @@ def test_the_decision_cores_import_nothing_of_echo2_outside_them_and_no_torch():
     assert clocks == set()  # time is passed in; nothing waits, sleeps or draws at random
 
 
+def test_tasks_are_loaded_by_name_and_the_exchange_loads_none():
+    loaded = modules_loaded_by("import echo2.exchange, echo2.tasks\nfrom echo2.tasks import load_task\n"
+                               "load_task('arithmetic')")
+    assert prefixed(loaded, "echo2.tasks") == ["echo2.tasks", "echo2.tasks.arithmetic", "echo2.tasks.base"]
+    assert prefixed(loaded, "echo2.tools") == []  # the calculator's sandbox: only with the calculator task
+
+
 def test_the_coordinator_imports_nothing_of_the_learner_or_the_workers():
     loaded = modules_loaded_by(import_package("coordinator"))
     assert prefixed(loaded, "echo2.learner", "echo2.rollout", "echo2.launch", "torch") == []

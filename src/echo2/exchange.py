@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from echo2.episodes import segments
-from echo2.tasks import Example
+from echo2.tasks.base import Example
 
 
 @dataclass

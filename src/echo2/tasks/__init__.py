@@ -1,31 +1,41 @@
-"""Tasks: prompt sources with verifiable rewards, and the loader that builds one from config."""
+"""Tasks: prompt sources with verifiable rewards, and the loader that builds one from config.
+
+Tasks are loaded by name: importing this package imports none of them (some pull in a sandbox,
+a dataset library or a chat template), only the one a run names, when it is built.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from echo2.tasks.arithmetic import ArithmeticTask
 from echo2.tasks.base import Example, Task, import_class
-from echo2.tasks.calculator import CalculatorTask
-from echo2.tasks.gsm8k import Gsm8kTask
-from echo2.tasks.jsonl import JsonlTask
-from echo2.tasks.reasoning_gym import ReasoningGymTask
-from echo2.tasks.retry import RetryArithmeticTask
-from echo2.tasks.verifiers_env import VerifiersTask
 
-BUILTIN_TASKS: dict[str, type[Task]] = {"arithmetic": ArithmeticTask, "gsm8k": Gsm8kTask, "jsonl": JsonlTask,
-                                         "reasoning_gym": ReasoningGymTask, "retry_arithmetic": RetryArithmeticTask,
-                                         "calculator": CalculatorTask, "verifiers": VerifiersTask}
+#: Built-in task names and the class each one names.
+BUILTIN_TASKS: dict[str, str] = {
+    "arithmetic": "echo2.tasks.arithmetic:ArithmeticTask", "gsm8k": "echo2.tasks.gsm8k:Gsm8kTask",
+    "jsonl": "echo2.tasks.jsonl:JsonlTask", "reasoning_gym": "echo2.tasks.reasoning_gym:ReasoningGymTask",
+    "retry_arithmetic": "echo2.tasks.retry:RetryArithmeticTask", "calculator": "echo2.tasks.calculator:CalculatorTask",
+    "verifiers": "echo2.tasks.verifiers_env:VerifiersTask",
+}
+_CLASSES = {path.partition(":")[2]: path for path in BUILTIN_TASKS.values()}
 
-__all__ = ["ArithmeticTask", "BUILTIN_TASKS", "CalculatorTask", "Example", "Gsm8kTask", "JsonlTask", "ReasoningGymTask",
-           "RetryArithmeticTask", "Task", "VerifiersTask", "load_task"]
+__all__ = ["BUILTIN_TASKS", "Example", "Task", "load_task", *sorted(_CLASSES)]
+
+
+def __getattr__(name: str) -> Any:
+    """``from echo2.tasks import ArithmeticTask`` imports that task's module then, not before."""
+    if name in _CLASSES:
+        module_name, _, class_name = _CLASSES[name].partition(":")
+        return getattr(importlib.import_module(module_name), class_name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_task(name: str, options: dict[str, Any] | None = None) -> Task:
     """Build a task from a built-in name or a ``module:Class`` path, with keyword ``options``."""
     options = options or {}
     if name in BUILTIN_TASKS:
-        task_class: type = BUILTIN_TASKS[name]
+        task_class: type = import_class(BUILTIN_TASKS[name], Task, f"task.name={name!r}", "subclass of echo2.tasks.Task")
     elif ":" in name:
         task_class = import_class(name, Task, f"task.name={name!r}", "subclass of echo2.tasks.Task")
     else:
