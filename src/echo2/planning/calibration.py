@@ -172,7 +172,7 @@ def worker_factors(config: Config) -> dict[str, float]:
 
 def full_version_bytes(config: Config) -> float:
     """Bytes of one whole version: the model's float32 safetensors, halved for a bfloat16 broadcast."""
-    from echo2.modeling import resolve_model_path
+    from echo2.model_sources import resolve_model_path  # torch-free
 
     weights = sum(p.stat().st_size for p in Path(resolve_model_path(config.model.name)).glob("*.safetensors"))
     return weights / 2 if config.broadcast.dtype == "bfloat16" else weights
