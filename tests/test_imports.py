@@ -85,6 +85,20 @@ def test_the_learner_reaches_the_coordinator_only_through_the_exchange_module():
 
 
 @pytest.mark.integration
+def test_the_learners_face_of_the_coordinator_has_the_coordinators_own_signatures():
+    """``exchange.RolloutSource`` is what the learner may call: each method as the coordinator takes it."""
+    import inspect
+
+    from echo2.coordinator.state import CoordinatorState
+    from echo2.exchange import RolloutSource
+
+    methods = [name for name in vars(RolloutSource) if not name.startswith("_")]
+    assert "publish" in methods
+    for name in methods:
+        face, real = (inspect.signature(getattr(cls, name)) for cls in (RolloutSource, CoordinatorState))
+        assert list(face.parameters) == list(real.parameters), name
+
+
 def test_workers_import_nothing_of_the_learner_or_the_coordinator():
     loaded = modules_loaded_by(import_package("rollout"))
     assert prefixed(loaded, "echo2.learner", "echo2.coordinator", "echo2.simulation") == []

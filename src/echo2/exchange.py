@@ -9,10 +9,13 @@ methods named in :class:`RolloutSource`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from echo2.episodes import segments
 from echo2.tasks.base import Example
+
+if TYPE_CHECKING:
+    from echo2.protocol import VersionInfo
 
 
 @dataclass
@@ -98,7 +101,8 @@ class RolloutSource(Protocol):
 
     def quarantine(self, worker_id: str, reason: str, taken: list[Group] = ...) -> int: ...
 
-    def publish(self, version: int, sha256: str, size_bytes: int) -> None: ...
+    def publish(self, info: VersionInfo) -> None:
+        """Announce a version the publisher serves now (its number, hash, size and delta)."""
 
     def replan(self, train_s: float, broadcast_s: float | None) -> None: ...
 
