@@ -1,26 +1,15 @@
 """The lease-answer core (:mod:`echo2.core.leasing`): driven alone without threads or sockets, and
 shown to be the one rule both the live coordinator and the simulator obey."""
 
-from dataclasses import dataclass
-
 import pytest
 from conftest import make_state, submit_all
+from test_shares import POLICY, Holder
 from test_simulation import scenario
 
 from echo2.core import leasing
 from echo2.core.leasing import answer_lease
 from echo2.core.pacing import PacingLedger
-from echo2.core.shares import SharePolicy
 from echo2.simulation.engine import simulate
-
-POLICY = SharePolicy(groups_per_lease=8, window_share=0.5)
-
-
-@dataclass
-class Holder:
-    unfulfilled: int = 0
-    parked_until: float = 0.0
-    proven: bool = True
 
 
 def ask(ledger, holder=None, *, version=0, held=0, active=True, others=False, now=0.0, finished=False):

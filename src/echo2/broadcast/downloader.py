@@ -277,7 +277,8 @@ class _Fetch:
                 continue
             with self.lock:
                 now = time.monotonic()
-                idle, held, impatient = self.chain.idle_s(level, now), self.chain.held(level), self.chain.impatient(level, now)
+                idle, held = self.chain.idle_s(level, now), self.chain.held(level)
+                impatient = self.chain.impatient(level, now)
             if impatient:
                 self._fail(level, index, _SourceFailed(f"no progress for {idle:.1f}s (it holds {held} chunks)"))
 

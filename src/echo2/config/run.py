@@ -93,8 +93,8 @@ class WorkersConfig(Section):
     """The co-located baseline (what verl or TRL do on one node): one local worker on the learner's
     own CPUs (``learner.cpus``, else the CPUs the run started with) and with its threads, under
     ``protocol: sync`` (S = 0), so that generation and training take turns on the same cores;
-    weights reach it over loopback, uncapped. Compare it with distributed runs of the same
-    recipe (``bench/echo2_experiment.py``)."""
+    weights reach it over loopback, uncapped: the baseline distributed runs of the same recipe are
+    compared with."""
 
 
 class RayConfig(Section):
@@ -298,8 +298,8 @@ class Config(Section):
         if not workers.colocated:
             return self
         problems = [problem for problem, wrong in (
-            ("launcher: local", self.launcher != "local"), (f"protocol: sync (S = 0), not {self.protocol} S={self.staleness}",
-                                                            self.staleness != 0),
+            ("launcher: local", self.launcher != "local"),
+            (f"protocol: sync (S = 0), not {self.protocol} S={self.staleness}", self.staleness != 0),
             ("workers.count: 1", "count" in workers.model_fields_set and workers.count != 1),
             ("no workers.cpus (it takes the learner's)", workers.cpus is not None),
             ("no workers.upload_mbps", workers.upload_mbps is not None)) if wrong]

@@ -34,10 +34,9 @@ def __getattr__(name: str) -> Any:
 def load_task(name: str, options: dict[str, Any] | None = None) -> Task:
     """Build a task from a built-in name or a ``module:Class`` path, with keyword ``options``."""
     options = options or {}
-    if name in BUILTIN_TASKS:
-        task_class: type = import_class(BUILTIN_TASKS[name], Task, f"task.name={name!r}", "subclass of echo2.tasks.Task")
-    elif ":" in name:
-        task_class = import_class(name, Task, f"task.name={name!r}", "subclass of echo2.tasks.Task")
+    if name in BUILTIN_TASKS or ":" in name:
+        path = BUILTIN_TASKS.get(name, name)
+        task_class: type = import_class(path, Task, f"task.name={name!r}", "subclass of echo2.tasks.Task")
     else:
         known = ", ".join(sorted(BUILTIN_TASKS))
         raise ValueError(f"task.name={name!r}: unknown task (built-in: {known}; or give module:Class)")
