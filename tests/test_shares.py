@@ -27,8 +27,17 @@ def test_a_lease_never_exceeds_groups_per_lease_nor_a_workers_share():
     assert lease_size(POLICY, requested=4096, held=0, window=64, others_live=False, holder=proven) == 8
     assert lease_size(POLICY, requested=4, held=0, window=64, others_live=False, holder=proven) == 4
     assert lease_size(POLICY, requested=8, held=0, window=8, others_live=True, holder=proven) == 4  # half of 8
-    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, holder=proven) == 0  # one at a time
+    # three leases in hand (submitting, generating, asked ahead), within the share
+    assert lease_size(POLICY, requested=8, held=8, window=64, others_live=True, holder=proven) == 8
+    assert lease_size(POLICY, requested=8, held=20, window=64, others_live=True, holder=proven) == 4
+    assert lease_size(POLICY, requested=8, held=24, window=64, others_live=True, holder=proven) == 0
+    assert lease_size(POLICY, requested=8, held=14, window=32, others_live=True, holder=proven) == 2  # share 16
     assert lease_size(POLICY, requested=8, held=32, window=64, others_live=False, holder=proven) == 8  # alone
+
+
+def test_a_worker_on_trial_or_slowed_holds_one_lease_at_a_time():
+    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, holder=Holder(proven=False)) == 0
+    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, holder=Holder(unfulfilled=1)) == 0
 
 
 def test_a_worker_whose_leases_expire_is_slowed_then_parked_for_longer_each_time():
@@ -82,7 +91,7 @@ def test_a_hoarder_holds_at_most_its_share_and_the_others_keep_working():
 
 def test_the_next_lease_asked_while_the_last_is_submitted_is_granted_as_soon_as_that_one_is_in():
     """A worker asks for its next lease while its results are still on the wire (one round trip per
-    lease): the coordinator holds the request until they are in, then grants it, still one lease at a time."""
+    lease): the coordinator holds the request until they are in, then grants it: a worker holds no more than its share of the window."""
     state, worker, _ = hoarder_and_honest()
     held = state.lease(worker, worker_version=0, max_groups=4, wait_s=0)
     answers: list = []

@@ -200,12 +200,13 @@ class CoordinatorConfig(Section):
     lease_timeout_s: float = Field(60.0, gt=0)
     """A lease not submitted within this time is re-issued to another worker."""
     window_share: float = Field(0.5, gt=0, le=1)
-    """The most of the staleness window's ``(S + 1) * B`` group slots one lease may take while
-    other workers are live (each worker then holds one lease at a time, and a lease never grants
-    more than ``rollout.groups_per_lease``)."""
+    """The most of the staleness window's ``(S + 1) * B`` group slots one worker may hold while
+    other workers are live (and at most three leases' worth: the one it submits, the one it
+    generates, the one it asked for ahead; a lease never grants more than
+    ``rollout.groups_per_lease``: :mod:`echo2.core.shares`)."""
     lease_wait_s: float = Field(2.0, ge=0)
     """How long a lease request may be held open (long-poll) while it could still be granted: the
-    staleness window full, the worker's own last lease still coming in, its parking not over
+    staleness window full, the worker's share of it in hand, its parking not over
     (:mod:`echo2.core.leasing`)."""
     heartbeat_timeout_s: float = Field(30.0, gt=0)
     """A worker silent for this long is declared dead and its leases re-issued."""

@@ -15,7 +15,7 @@ import math
 import time
 
 from echo2.coordinator.records import WorkerRecord
-from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide, profile
+from echo2.planning.activation_rule import ActivationPolicy, WorkerView, busy_seconds, decide, profile
 from echo2.planning.billing import Billing, cost_summary
 
 log = logging.getLogger("echo2")
@@ -32,9 +32,12 @@ class Fleet:
         return time.monotonic() - self._started
 
     @staticmethod
-    def observe(record: WorkerRecord, rollouts: int, wall_s: float) -> None:
-        """Fold one lease's wall throughput into the worker's moving average."""
-        record.throughput = profile(record.throughput, rollouts, wall_s)
+    def observe(record: WorkerRecord, rollouts: int, granted_at: float, now: float) -> None:
+        """Fold the throughput of a lease granted at ``granted_at`` and submitted ``now`` (monotonic
+        clock) into the worker's moving average."""
+        busy_s = busy_seconds(now, granted_at, record.last_submitted_at)
+        record.throughput = profile(record.throughput, rollouts, busy_s)
+        record.last_submitted_at = now
 
     def bill(self, records: list[WorkerRecord]) -> None:
         """Bring billing in line with who is active now (call after any change of the active set)."""

@@ -96,6 +96,8 @@ class WorkerRecord:
     """``time.monotonic()`` before which it gets no lease: its leases kept expiring unfulfilled."""
     throughput: float | None = None
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
+    last_submitted_at: float = 0.0
+    """``time.monotonic()`` of its latest accepted submission (:func:`~echo2.planning.activation_rule.busy_seconds`)."""
     last_error: str = ""
     """Why its latest refused request was refused (code: reason), for the dashboard."""
 

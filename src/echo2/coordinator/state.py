@@ -257,11 +257,11 @@ class CoordinatorState(LearnerSide):
             self.leases.settle(lease, record, rewards)
             self.counters["leases_completed"] += 1
             delivered(record)
-            wall_s = time.monotonic() - lease.granted_at
-            self.fleet.observe(record, sum(len(g.completions) for g in request.groups), wall_s)
+            now = time.monotonic()
+            self.fleet.observe(record, sum(len(g.completions) for g in request.groups), lease.granted_at, now)
             for group in accepted_groups(lease, record.worker_id, request, rewards):
                 self.ledger.admit(group.slot, group.version, group)
-            record.count(request, wall_s)
+            record.count(request, now - lease.granted_at)
             self.counters["groups_accepted"] += len(request.groups)
             self._record_events(record, request.events)
             self.cond.notify_all()

@@ -4,9 +4,10 @@ the simulator both grant through here).
 The window holds ``(S + 1) * B`` group slots. A worker that asks for all of them and never
 delivers stalls the learner until its leases expire, and could take the window again at each
 expiry (measured: 1.35 learner steps/s fell to 0 for a minute). So a lease grants at most
-``groups_per_lease``; while other workers are live, one worker holds one lease at a time (an echo2
-worker submits a lease before it asks for the next) and at most ``window_share`` of the window;
-and a worker whose leases keep expiring unfulfilled is slowed to one group per lease,
+``groups_per_lease``; while other workers are live, one worker holds at most
+:data:`LEASES_IN_HAND` leases' worth of slots (an echo2 worker's own pipeline: one lease whose
+results are on the wire, one generating, one asked for ahead) and at most ``window_share`` of the
+window; and a worker whose leases keep expiring unfulfilled is slowed to one group per lease,
 then parked for a while that grows fourfold with each further miss: every slot a hoarder holds
 is out of the window for up to ``lease_timeout_s``, so it must get few. A worker that has not
 delivered a lease yet is on trial: while other workers are live, one group per lease, and parked
@@ -21,6 +22,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Protocol
+
+LEASES_IN_HAND = 3
+"""Leases an honest worker may hold at once: the one it submits (:mod:`echo2.rollout.courier`),
+the one it generates, and the one it asked for ahead (async protocol, :mod:`echo2.rollout.worker`):
+asking ahead hides the lease's round trip, which on a link queueing behind weight transfers
+took longer than generating a lease (docs/wan.md)."""
 
 
 @dataclass(frozen=True)
@@ -38,13 +45,18 @@ class SharePolicy:
 def lease_size(policy: SharePolicy, requested: int, held: int, window: int, others_live: bool,
                holder: Holder) -> int:
     """Groups to grant ``holder`` when it asks for ``requested`` while holding ``held`` in-flight
-    slots of a ``window``-slot window (0: it must wait for its own leases to finish first)."""
+    slots of a ``window``-slot window (0: it must wait for its own leases to finish first). A
+    worker on trial or slowed holds one lease at a time."""
+    slowed, on_trial = holder.unfulfilled >= policy.slow_after, not holder.proven and others_live
     size = min(requested, policy.groups_per_lease)
-    if holder.unfulfilled >= policy.slow_after or (not holder.proven and others_live):
+    if slowed or on_trial:
         size = min(size, 1)
-    if others_live:
-        size = 0 if held else min(size, max(1, math.ceil(policy.window_share * window)))
-    return max(size, 0)
+    if not others_live:
+        return size
+    if held and (slowed or on_trial):
+        return 0
+    share = max(1, math.ceil(policy.window_share * window))
+    return max(0, min(size, share - held, LEASES_IN_HAND * policy.groups_per_lease - held))
 
 
 def parked_for(policy: SharePolicy, unfulfilled: int, lease_timeout_s: float, proven: bool = True) -> float:

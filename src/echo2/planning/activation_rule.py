@@ -77,6 +77,13 @@ def profile(previous: float | None, rollouts: int, wall_s: float) -> float | Non
     return ema(previous, rollouts / wall_s, PROFILE_WEIGHT)
 
 
+def busy_seconds(now: float, granted_at: float, previous_submission_at: float) -> float:
+    """How long a submitted lease kept its worker busy, for :func:`profile`: since its grant, or
+    since the worker's previous submission when it was granted before that (a lease asked for
+    ahead waits for the one before it to be generated: :mod:`echo2.rollout.lease_ahead`)."""
+    return now - max(granted_at, previous_submission_at)
+
+
 def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float | None,
            broadcast_s: float | None) -> Decision:
     """Which of the ``live`` workers to keep active (see module docstring). Without a measured

@@ -9,7 +9,8 @@ Protocols (Echo, arXiv 2508.05387):
   generating; the new weights are swapped in between two requests, never during one.
 
 Under every protocol a lease's results are submitted on a thread of their own while the worker
-already asks for its next lease (:mod:`echo2.rollout.courier`).
+already asks for its next lease (:mod:`echo2.rollout.courier`); an async worker whose round trips
+are long against its leases asks for that one while it still generates (:mod:`echo2.rollout.lease_ahead`).
 
 Weights arrive as verified chunks (:mod:`echo2.broadcast`) from the sources the coordinator
 names for this worker: a parent relay first, the learner last. Unless started with
@@ -29,7 +30,6 @@ import ssl
 import threading
 import time
 import zlib
-from dataclasses import dataclass
 
 import httpx
 import torch
@@ -61,8 +61,11 @@ from echo2.protocol import (
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
 from echo2.rollout.courier import Courier
 from echo2.rollout.engines import load_engine
+from echo2.rollout.lease_ahead import LeaseAhead
+from echo2.rollout.options import RelayOptions
 
 log = logging.getLogger("echo2.worker")
+
 
 
 def _retry_pause_s(error: Exception) -> float:
@@ -77,25 +80,6 @@ def sampling_seed(run_seed: int, worker_id: str) -> int:
     """The seed of a worker's sampling generator: the run's seed and the worker's id, the same in
     every process (``zlib.crc32``, not ``hash()``, which changes with ``PYTHONHASHSEED``)."""
     return run_seed * 1000 + zlib.crc32(worker_id.encode()) % 1000
-
-
-@dataclass(frozen=True)
-class RelayOptions:
-    """How this worker serves weight chunks to its peers."""
-
-    bind_host: str = "127.0.0.1"
-    """Interface to listen on (0.0.0.0 for peers on other machines)."""
-    port: int = 0
-    """Port; 0 picks a free one."""
-    advertise_host: str | None = None
-    """Address peers should dial when it differs from ``bind_host`` (e.g. the public IP)."""
-    upload_bytes_per_s: float | None = None
-    """Upload cap (token bucket) standing for this worker's uplink; None = uncapped."""
-    latency_s: float = 0.0
-    """Delay added to every relay response (standing for a WAN round trip)."""
-    certfile: str | None = None
-    """Certificate (PEM) the relay serves TLS with, with ``keyfile``; None: plain HTTP."""
-    keyfile: str | None = None
 
 
 class RolloutWorker:
@@ -132,6 +116,7 @@ class RolloutWorker:
         self._epoch = 0  # bumped on every re-registration: fetches started before it are discarded
         self._fetches_cancelled = threading.Event()  # set (and replaced) when the session is lost: stops them
         self.courier = Courier(self.client, self._lose_session)  # submissions, sent while the next lease is asked for
+        self.ahead = LeaseAhead(self.client)  # async: the next lease, asked for while this one generates
 
     # ------------------------------------------------------------------ setup
     def _setup(self) -> RunSpec:
@@ -183,6 +168,7 @@ class RolloutWorker:
         self._session_lost.clear()
         registration = self._register()
         self._epoch += 1
+        self.ahead.drop()
         self._cancel_fetches()
         with self._staged_ready:
             self._staged = None
@@ -377,18 +363,22 @@ class RolloutWorker:
             self.stop.wait(max(0.0, (time.thread_time() - cpu) / self.throughput_factor - seconds))
             seconds = time.perf_counter() - clock
         self._record("generate", started, time.time(), self.version)
+        self.ahead.generated(seconds)
         assert lease.lease_id is not None and lease.version is not None
         return SubmitRequest(lease_id=lease.lease_id, version=lease.version, groups=groups, generate_seconds=seconds,
                              events=self._drain_events())
 
     def _work_once(self, spec: RunSpec) -> bool:
-        """Refresh weights as the protocol says, lease, generate, hand the results to the courier
+        """Take the lease asked for ahead, or refresh weights as the protocol says and lease; ask
+        for the next one ahead when the protocol allows; generate; hand the results to the courier
         (:mod:`echo2.rollout.courier`). False: the run is over."""
-        if spec.protocol == "async":
-            self._swap_in_staged()
-        elif not self._try_fetch_newest("the newest weights"):
-            return True
-        lease = self.client.lease(LeaseRequest(version=self.version, max_groups=spec.groups_per_lease), wait_s=5.0)
+        lease = self.ahead.take()
+        if lease is None:
+            if spec.protocol == "async":
+                self._swap_in_staged()
+            elif not self._try_fetch_newest("the newest weights"):
+                return True
+            lease = self.ahead.lease(self._lease_request(spec))
         self.latest_version = max(self.latest_version, lease.latest_version)
         if lease.status == "stop":
             self.coordinator_said_stop = True
@@ -397,6 +387,8 @@ class RolloutWorker:
             self._swap_in_staged(wait_s=self.fetch_timeout_s)
         if lease.status != "granted":
             return True
+        if self._may_ask_ahead(spec):
+            self.ahead.ask(self._lease_request(spec))
         try:
             request = self._generate(lease)
         except RequestRefused as error:  # e.g. the lease expired mid-episode (the environment's answers)
@@ -404,6 +396,17 @@ class RolloutWorker:
             return True
         self.courier.send(request)
         return True
+
+    def _lease_request(self, spec: RunSpec) -> LeaseRequest:
+        return LeaseRequest(version=self.version, max_groups=spec.groups_per_lease)
+
+    def _may_ask_ahead(self, spec: RunSpec) -> bool:
+        """Async only, when round trips are long against leases, and only when the lease asked for
+        will be generated with the weights held now: no fetched version waiting to be swapped in,
+        no swap between an episode's turns (:mod:`echo2.rollout.lease_ahead`)."""
+        swaps_mid_lease = spec.swap_between_turns and spec.max_turns > 1
+        return (spec.protocol == "async" and not swaps_mid_lease and self._staged is None and not self.stop.is_set()
+                and self.ahead.worth_it)
 
     def run(self) -> None:
         """Work until the coordinator says the run is over (or SIGTERM/SIGINT)."""
@@ -423,6 +426,7 @@ class RolloutWorker:
         finally:
             self.stop.set()
             self.courier.close()  # the results in hand go out before the worker leaves
+            self.ahead.close()
             self._finished.set()
             if not self.coordinator_said_stop:
                 self.client.deregister()  # preempted or failed: hand unfinished leases back at once

@@ -26,9 +26,9 @@ from collections import Counter, deque
 
 from echo2.core.fetch_chain import default_patience_s
 from echo2.core.pacing import PacingLedger
-from echo2.core.leasing import LeaseAnswer, answer_lease
+from echo2.core.leasing import LeaseAnswer, answer_lease, worth_asking_ahead
 from echo2.core.shares import SharePolicy, delivered, missed
-from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide, profile
+from echo2.planning.activation_rule import ActivationPolicy, WorkerView, busy_seconds, decide, profile
 from echo2.planning.billing import Billing
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.centralized import simulate_centralized
@@ -219,7 +219,7 @@ class Simulation(WorkerLoop, FetchRouting):
 
     def _lease_answer(self, worker: SimWorker, version: int) -> LeaseAnswer:
         """:func:`echo2.core.leasing.answer_lease` over the simulation's books, now."""
-        held = len(worker.lease.slots) if worker.lease is not None and worker.lease.state == "out" else 0
+        held = sum(len(lease.slots) for lease in worker.leases if lease.state == "out")
         others = any(w is not worker and w.active for w in self.running.values())
         return answer_lease(self.ledger, self.shares, worker, worker_version=version, requested=self.groups_per_lease,
                             held=held, active=worker.active, others_live=others, now=self.queue.now,
@@ -240,26 +240,46 @@ class Simulation(WorkerLoop, FetchRouting):
             self._answer(worker, answer, version)
 
     def _answer(self, worker: SimWorker, answer: LeaseAnswer, version: int) -> None:
+        """The reply reaches the worker; a lease asked for ahead is generated after the one in hand."""
         now = self.queue.now
         reply = now + worker.rtt_s / 2
         self._learn(worker, self.ledger.version, reply)
+        worker.asking_ahead = False
         if answer.status == "refresh":
-            self.queue.at(reply, self._refreshed, worker, worker.epoch)
+            self.queue.at(max(reply, worker.busy_until), self._refreshed, worker, worker.epoch)
             return
         slots = list(self.ledger.grant(version, answer.size, lambda: None))
         self.counters["leases_issued"] += 1
         generate = lognormal(self.rng, len(slots) * self.group_size / worker.rate, worker.spec.throughput_cv)
-        lease = Lease(worker, version, slots, granted_at=now, ends_at=reply + generate + worker.rtt_s / 2)
-        worker.lease, worker.phase = lease, "generate"
-        self.recorder.interval(worker.worker_id, "generate", reply, reply + generate, version)
+        start = max(reply, worker.busy_until)
+        worker.busy_until = start + generate
+        lease = Lease(worker, version, slots, granted_at=now, starts_at=start, ends_at=start + generate + worker.rtt_s / 2)
+        worker.leases.append(lease)
+        worker.phase = "generate"
+        self.queue.at(start, self._generating, worker, worker.epoch, lease)
         self.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
         if lease.ends_at - now > self.scenario.recipe.lease_timeout_s:
             self.queue.after(self.scenario.recipe.lease_timeout_s, self._expire, lease)
 
+    def _generating(self, worker: SimWorker, epoch: int, lease: Lease) -> None:
+        """The worker starts on ``lease`` (unless it is leaving: it finished the lease in hand); an
+        async one whose round trip is long against this lease asks for its next lease now, unless
+        a fetched version waits to be swapped in (:mod:`echo2.rollout.lease_ahead`)."""
+        if epoch != worker.epoch or worker.leaving:
+            return
+        self.recorder.interval(worker.worker_id, "generate", lease.starts_at, lease.ends_at - worker.rtt_s / 2,
+                               lease.version)
+        generate_s = lease.ends_at - worker.rtt_s / 2 - lease.starts_at
+        worth = worth_asking_ahead(worker.rtt_s, generate_s)
+        if self.protocol == "async" and worker.staged is None and not worker.asking_ahead and worth:
+            worker.asking_ahead = True
+            self.queue.after(worker.rtt_s / 2, self._lease_arrives, worker, epoch, worker.version)
+
     def _submitted(self, worker: SimWorker, epoch: int, lease: Lease) -> None:
         if epoch != worker.epoch:
             return
-        worker.lease = None
+        worker.leases.remove(lease)
+        now = self.queue.now
         rollouts = len(lease.slots) * self.group_size
         self.recorder.generated += rollouts
         if lease.state == "expired":  # ran past its deadline: the coordinator refuses it
@@ -272,8 +292,11 @@ class Simulation(WorkerLoop, FetchRouting):
                 self.ledger.admit(slot, lease.version, lease.version)
             self.counters["leases_completed"] += 1
             self.counters["groups_accepted"] += len(lease.slots)
-            worker.throughput = profile(worker.throughput, rollouts, self.queue.now - lease.granted_at)
-        self._cycle(worker, head_start_s=worker.rtt_s / 2)  # it began its next cycle when it sent these results
+            busy_s = busy_seconds(now, lease.granted_at, worker.last_submitted_at)
+            worker.throughput, worker.last_submitted_at = profile(worker.throughput, rollouts, busy_s), now
+        if worker.leaving or not (worker.leases or worker.asking_ahead):
+            self._cycle(worker, head_start_s=worker.rtt_s / 2)  # it began its next cycle when it sent these results
+        self._open_window()  # a request held back by this worker's share of the window
         self._learner_try()
 
     def _expire(self, lease: Lease) -> None:
@@ -332,13 +355,14 @@ class Simulation(WorkerLoop, FetchRouting):
 
 
 class Lease:
-    __slots__ = ("ends_at", "granted_at", "slots", "state", "version", "worker")
+    __slots__ = ("ends_at", "granted_at", "slots", "starts_at", "state", "version", "worker")
 
-    def __init__(self, worker: SimWorker, version: int, slots: list[int], granted_at: float, ends_at: float) -> None:
+    def __init__(self, worker: SimWorker, version: int, slots: list[int], granted_at: float, starts_at: float,
+                 ends_at: float) -> None:
         self.worker, self.version, self.slots = worker, version, slots
-        self.granted_at, self.ends_at = granted_at, ends_at
+        self.granted_at, self.starts_at, self.ends_at = granted_at, starts_at, ends_at  # ends: its results are in
         self.state = "out"
-        """out | done | expired"""
+        """out | done | expired | withdrawn"""
 
 
 def simulate(scenario: Scenario, timeline_workers: int = 12) -> SimResult:

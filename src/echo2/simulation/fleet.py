@@ -86,7 +86,14 @@ class SimWorker:
     """Fetches long-polling it for a version it has nothing of yet."""
     phase: str = "off"
     """off | request | wait_window | wait_stage | fetch | generate | parked | down."""
-    lease: object | None = None
+    leases: list = field(default_factory=list)
+    """Its leases granted and not yet submitted, in the order it generates them (the one in hand,
+    then the one it asked for ahead: :mod:`echo2.rollout.lease_ahead`)."""
+    asking_ahead: bool = False
+    """A lease request asked ahead is out, unanswered."""
+    busy_until: float = 0.0
+    """When the last of its leases is generated."""
+    last_submitted_at: float = 0.0
     leaving: bool = False
 
     @property

@@ -80,7 +80,7 @@ class Recorder:
         books, ledger = sim.counters, sim.ledger
         trained = books["groups_trained"] * self.scenario.recipe.group_size
         now = sim.queue.now
-        outstanding = sum(w.lease is not None and w.lease.state == "out" for w in sim.workers)
+        outstanding = sum(lease.state == "out" for w in sim.workers for lease in w.leases)
         reliability = {
             "groups_trained": books["groups_trained"], "leases_issued": books["leases_issued"],
             "leases_completed": books["leases_completed"], "leases_expired": books["leases_expired"],

@@ -8,8 +8,9 @@ Per protocol (as in the real worker):
   reply, or at the latest from its next heartbeat) and fetches the newest one; the fetched
   version is swapped in between two leases; a ``refresh`` answer makes the worker wait for it.
 
-Either way a lease's results go out in the background and the next request leaves with them (the
-coordinator answers it once the results are in): one round trip per lease, not two.
+Either way a lease's results go out in the background and the next request leaves with them: one
+round trip per lease, not two; an async worker asks for its next lease when it starts generating
+one, and generates it when that one is done (:mod:`echo2.rollout.lease_ahead`).
 
 Fetches themselves, from the learner or along the relay plan: :mod:`echo2.simulation.fetching`.
 
@@ -44,8 +45,9 @@ class WorkerLoop:
         request left with its submission, and arrives with it)."""
         if self.finished:
             return
-        if worker.leaving:
-            self._leave(worker)
+        if worker.leaving:  # once the lease in hand is submitted (a lease asked ahead is handed back)
+            if not any(lease.starts_at <= self.queue.now for lease in worker.leases):
+                self._leave(worker)
             return
         worker.phase = "request"
         if self.protocol != "async":
@@ -148,7 +150,8 @@ class WorkerLoop:
     def _stop_running(self: Simulation, worker: SimWorker) -> None:
         """Void the worker's pending events and take it out of the plan and the version census."""
         worker.epoch += 1
-        worker.running, worker.fetching, worker.lease, worker.staged = False, False, None, None
+        worker.running, worker.fetching, worker.staged = False, False, None
+        worker.leases, worker.asking_ahead = [], False
         self.parked.pop(worker.worker_id, None)
         if self.running.pop(worker.worker_id, None) is not None:
             self.membership += 1
@@ -175,25 +178,31 @@ class WorkerLoop:
         if epoch != worker.epoch or not worker.running or self.finished:
             return
         now, notice = self.queue.now, worker.spec.preemption_notice_s
-        lease = worker.lease if worker.lease is not None and worker.lease.state == "out" else None
-        if lease is not None and lease.ends_at - now <= notice:
+        out = [lease for lease in worker.leases if lease.state == "out"]
+        begun = [lease for lease in out if lease.starts_at <= now]
+        if begun and begun[-1].ends_at - now <= notice:
             worker.leaving = True  # finishes and submits, then deregisters (see _cycle)
             return
-        graceful = notice > 0 and lease is None  # idle with notice: deregisters at once
+        graceful = notice > 0 and not out  # idle with notice: deregisters at once
         self.counters["workers_left" if graceful else "workers_dead"] += 1
-        if lease is not None:
+        for lease in begun:
             self.recorder.waste("preempted", len(lease.slots) * self.group_size)
         detected = now if graceful else now + notice + self.scenario.recipe.heartbeat_timeout_s
         self._stop_running(worker)
         worker.phase = "down"
-        if lease is not None:
+        for lease in out:
             self.queue.at(detected, self._expire, lease)
         self.queue.at(detected, self._declared_gone, worker, worker.epoch)
         self.queue.at(max(now + worker.spec.recovery_s, detected), self._registered, worker, worker.epoch)
 
     def _leave(self: Simulation, worker: SimWorker) -> None:
-        """Deregistered after finishing its lease under a preemption notice."""
+        """Deregistered after finishing its lease under a preemption notice: a lease it had asked for
+        ahead goes back to the window at once (the coordinator re-issues it first)."""
         self.counters["workers_left"] += 1
+        for lease in worker.leases:
+            if lease.state == "out":
+                lease.state = "withdrawn"
+                self.ledger.release(lease.slots, front=True)
         self._stop_running(worker)
         worker.phase = "down"
         self._declared_gone(worker, worker.epoch)
