@@ -23,7 +23,8 @@ kernel to the same rate both ways, no cap in echo2's code; :mod:`echo2.lab`, doc
 row of a ``--lab`` invocation runs the learner on a core of its own and the workers on the others
 (:data:`LAB_CPUS`, as ``bench/heldout.py`` does): the lab's hosts share this machine's CPUs, and
 unpinned, a worker that leases on one link kind and idles on the other moves CPU from the learner
-to itself, which would be measured as the link's effect.
+to itself, which would be measured as the link's effect; and cuts versions into chunks of 1/8 MiB
+(:data:`LAB_CHUNK_MIB`), so that the relay pipelines a version as ECHO-2's broadcast assumes.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ SETTINGS = [("sync", 0), ("async", 1), ("async", 2), ("async", 4)]
 LAB_WORKERS = ("w1", "w2")
 #: ``--lab``: (the learner's CPUs, the workers' CPUs) in every row (the learner's host as a machine of its own).
 LAB_CPUS = ([0], [1])
+#: ``--lab``: the chunk size in every row: this model's version (0.87 MB) in 7 chunks, so that a relay
+#: forwards a version while it receives it (pipelined broadcast); in one 1 MiB chunk it is
+#: store-and-forward, two whole transfers end to end, and a version reached the second worker in
+#: 2.8 s on the kernel-shaped links (1.8 s in chunks of 1/8 MiB), against the two learner steps
+#: (0.67 s) the link is sized for.
+LAB_CHUNK_MIB = 0.125
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
@@ -76,8 +83,10 @@ def link_calibration(run_dir: Path) -> tuple[float, float]:
 
 
 def overrides(args: argparse.Namespace, protocol: str, staleness: int) -> list[str]:
-    """What every row sets alike: protocol, S, length, evaluation (and with ``--lab``, the CPUs)."""
-    pinned = [f"learner.cpus={LAB_CPUS[0]}", f"workers.cpus={LAB_CPUS[1]}"] if args.lab else []
+    """What every row sets alike: protocol, S, length, evaluation (and with ``--lab``, the CPUs and
+    the chunk size)."""
+    pinned = [f"learner.cpus={LAB_CPUS[0]}", f"workers.cpus={LAB_CPUS[1]}", f"broadcast.chunk_mib={LAB_CHUNK_MIB}"] \
+        if args.lab else []
     return [f"protocol={protocol}", f"staleness={staleness}", f"run.steps={args.steps}", f"eval.every={args.eval_every}",
             f"eval.size={args.eval_size}", "eval.show=0", "telemetry.progress=false", "telemetry.tensorboard=false",
             "checkpoint.every=0", *pinned]
