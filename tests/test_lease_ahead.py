@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from echo2.core.leasing import worth_asking_ahead
-from echo2.protocol import LeaseResponse
+from echo2.protocol import LeaseResponse, SubmitRequest
 from echo2.rollout.worker import RolloutWorker
 
 
-class Recorder:
+class Coordinator:
     """The coordinator's side of the worker: grants every lease request; records what happened in what order."""
 
     def __init__(self) -> None:
@@ -29,24 +29,24 @@ class Recorder:
                                  version=request.version)
 
 
-def worker_with(protocol: str, monkeypatch, max_turns: int = 1) -> tuple[RolloutWorker, Recorder]:
+def worker_with(protocol: str, monkeypatch, max_turns: int = 1) -> tuple[RolloutWorker, Coordinator]:
     worker = RolloutWorker("http://127.0.0.1:9", "token", relay=None)
     worker.spec = SimpleNamespace(protocol=protocol, groups_per_lease=4, max_turns=max_turns, swap_between_turns=True)
-    worker.version = 3
-    worker.ahead.round_trip_s, worker.ahead.generate_s = 1.0, 0.5  # round trips long against leases
-    coordinator = Recorder()
+    worker.weights.start(worker.spec, lambda payload, sha256: None, worker.session_lost)
+    worker.weights.protocol.loaded(3)
+    worker.weights.protocol.round_trip_s, worker.weights.protocol.generate_s = 1.0, 0.5  # round trips long
+    coordinator = Coordinator()
     monkeypatch.setattr(worker.client, "lease", coordinator.lease)
-    monkeypatch.setattr(worker, "_try_fetch_newest", lambda what: True)
-    worker.engine = SimpleNamespace(load=lambda payload, sha: None)
+    monkeypatch.setattr(worker.weights, "try_fetch_newest", lambda what: True)
     monkeypatch.setattr(worker.courier, "send", lambda request: None)
 
-    def generate(lease):
+    def generate(lease, version, between_turns):  # noqa: ARG001
         with coordinator.lock:
             coordinator.log.append(("generate", lease.version))
         assert lease.version == worker.version, "a lease generated with other weights than it was granted for"
-        return None
+        return SubmitRequest.model_construct(lease_id=lease.lease_id, version=lease.version, groups=[]), 0.5
 
-    monkeypatch.setattr(worker, "_generate", generate)
+    worker.generation = SimpleNamespace(generate=generate)
     return worker, coordinator
 
 
@@ -57,7 +57,7 @@ def closing():
     for worker in workers:
         worker.ahead.close()
         worker.client.close()
-        worker.http.close()
+        worker.weights.close()
 
 
 def test_an_async_worker_asks_for_its_next_lease_while_it_generates(monkeypatch, closing):
@@ -65,15 +65,16 @@ def test_an_async_worker_asks_for_its_next_lease_while_it_generates(monkeypatch,
     closing(worker)
     asked_while_generating = []
 
-    def generate(lease):
+    def generate(lease, version, between_turns):  # noqa: ARG001
         with coordinator.lock:  # the next request arrives while this lease generates
             generated = sum(kind == "generate" for kind, _ in coordinator.log) + 1
             coordinator.log.append(("generate", lease.version))
             asked_while_generating.append(coordinator.lock.wait_for(lambda: coordinator.leases > generated, 5))
+        return SubmitRequest.model_construct(lease_id=lease.lease_id, version=lease.version, groups=[]), 0.5
 
-    monkeypatch.setattr(worker, "_generate", generate)
+    worker.generation = SimpleNamespace(generate=generate)
     for _ in range(3):
-        assert worker._work_once(worker.spec)
+        assert worker._work_once()
     worker.ahead.take()
     assert asked_while_generating == [True, True, True]
     assert coordinator.leases == 4  # one request per lease, none twice
@@ -82,11 +83,13 @@ def test_an_async_worker_asks_for_its_next_lease_while_it_generates(monkeypatch,
 def test_a_staged_version_stops_asking_ahead_and_is_swapped_in_before_the_next_request(monkeypatch, closing):
     worker, coordinator = worker_with("async", monkeypatch)
     closing(worker)
-    assert worker._work_once(worker.spec)  # generates at v3, asked ahead at v3
-    worker._staged = (4, b"", "sha")  # v4 fetched meanwhile
-    assert worker._work_once(worker.spec)  # the lease asked ahead: at v3, and nothing asked ahead now
+    assert worker._work_once()  # generates at v3, asked ahead at v3
+    with worker.weights.changed:  # v4 fetched in the background meanwhile
+        worker.weights._staged = (4, b"", "sha")
+        worker.weights.protocol.fetch_ended(4)
+    assert worker._work_once()  # the lease asked ahead: at v3, and nothing asked ahead now
     assert worker.version == 3 and worker.ahead.take() is None
-    assert worker._work_once(worker.spec)  # v4 swapped in, then asked for
+    assert worker._work_once()  # v4 swapped in, then asked for
     worker.ahead.take()
     generated = [version for kind, version in coordinator.log if kind == "generate"]
     assert generated == [3, 3, 4] and worker.version == 4
@@ -98,7 +101,7 @@ def test_no_lease_is_asked_ahead_under_sequential_pull_nor_when_turns_may_swap_w
     worker, coordinator = worker_with(protocol, monkeypatch, max_turns=max_turns)
     closing(worker)
     for _ in range(2):
-        assert worker._work_once(worker.spec)
+        assert worker._work_once()
     assert worker.ahead.take() is None and coordinator.leases == 2
 
 
@@ -106,17 +109,22 @@ def test_a_lost_session_drops_the_lease_asked_ahead(monkeypatch, closing):
     worker, coordinator = worker_with("async", monkeypatch)
     closing(worker)
     monkeypatch.setattr(worker, "_register", lambda: SimpleNamespace(worker_id="w1"))
-    assert worker._work_once(worker.spec)
+    assert worker._work_once()
     worker._register_anew()
-    assert worker.ahead.take() is None
+    assert worker.ahead.take() is None and worker.version == -1
 
 
 def test_a_worker_whose_round_trips_are_short_against_its_leases_asks_nothing_ahead(monkeypatch, closing):
     worker, coordinator = worker_with("async", monkeypatch)
     closing(worker)
-    worker.ahead.round_trip_s, worker.ahead.generate_s = 0.05, 30.0
+    worker.weights.protocol.round_trip_s, worker.weights.protocol.generate_s = 0.05, 30.0
+
+    def generate(lease, version, between_turns):  # noqa: ARG001
+        return SubmitRequest.model_construct(lease_id=lease.lease_id, version=lease.version, groups=[]), 30.0
+
+    worker.generation = SimpleNamespace(generate=generate)
     for _ in range(2):
-        assert worker._work_once(worker.spec)
+        assert worker._work_once()
     assert worker.ahead.take() is None and coordinator.leases == 2
 
 

@@ -226,16 +226,15 @@ def test_peers_send_a_relay_nothing_but_the_broadcast_credential(served):
                                  headers={AUTH_HEADER: RUN_TOKEN})
             assert attacker.status_code == 200
         victim.client.register(RegisterRequest(name="victim"))
-        victim.spec = state.spec
+        victim.weights.spec = state.spec
         published = publisher.publish(1, torch.nn.Linear(4, 4))
         sha = published.sha256
         state.publish(published)
-        fetched = victim._fetch_newest(-1)
+        fetched = victim.weights.fetch_newest(-1)
         assert fetched is not None and fetched[0] == 1 and fetched[2] == sha
     finally:
         victim.client.close()
-        victim.http.close()
-        victim.store.close()
+        victim.weights.close()
         spy_server.stop()
     assert seen, "the victim never asked the attacker's relay (the plan did not chain them)"
     assert set(seen) == {broadcast_credential(RUN_TOKEN)}

@@ -11,9 +11,10 @@ from echo2.rollout.worker import RolloutWorker
 @pytest.fixture
 def worker():
     worker = RolloutWorker("http://127.0.0.1:9", "token", relay=None)
+    worker.weights.load = lambda payload, sha256: None
     yield worker
     worker.client.close()
-    worker.http.close()
+    worker.weights.close()
 
 
 def test_a_relay_that_went_on_to_a_newer_version_is_asked_again_at_once(worker, monkeypatch):
@@ -22,22 +23,22 @@ def test_a_relay_that_went_on_to_a_newer_version_is_asked_again_at_once(worker, 
     outcomes = [VersionSuperseded("v2 is no longer served (skipped: went on to v3)"), None]
     calls = []
 
-    def fetch():
-        calls.append(1)
+    def fetch(held):
+        calls.append(held)
         if (outcome := outcomes.pop(0)) is not None:
             raise outcome
-        worker.version = 3
+        return 3, b"weights", "sha"
 
-    monkeypatch.setattr(worker, "_fetch_newest_blocking", fetch)
+    monkeypatch.setattr(worker.weights, "fetch_newest", fetch)
     worker._fetch_first_weights()
-    assert worker.version == 3 and len(calls) == 2
+    assert worker.version == 3 and calls == [-1, -1]
 
 
 def test_a_worker_asked_to_stop_gives_up_retrying(worker, monkeypatch):
-    def fetch():
+    def fetch(held):  # noqa: ARG001
         threading.Timer(0.05, worker.stop.set).start()
         raise BroadcastTimeout("v1 not complete within 1s")
 
-    monkeypatch.setattr(worker, "_fetch_newest_blocking", fetch)
+    monkeypatch.setattr(worker.weights, "fetch_newest", fetch)
     worker._fetch_first_weights()  # returns (stopped) instead of raising
     assert worker.stop.is_set() and worker.version == -1

@@ -22,13 +22,3 @@ def mbps_to_bytes_per_s(mbps: float | None) -> float | None:
 def link_bytes_per_s(mbps: float | None) -> float:
     """Mbit/s to bytes/s for arithmetic: None (uncapped) becomes infinity."""
     return math.inf if mbps is None else mbps * 1e6 / 8
-
-
-#: Weight of the newest value in the learner's step-time and dissemination averages that
-#: activation plans with (the live learner's and the simulator's alike).
-EMA_WEIGHT = 0.2
-
-
-def ema(previous: float | None, value: float, weight: float) -> float:
-    """Exponential moving average: ``value`` itself first, then ``(1 - weight) * previous + weight * value``."""
-    return value if previous is None else (1 - weight) * previous + weight * value

@@ -33,7 +33,7 @@ from echo2.learner.version_cache import VersionCache
 from echo2.tasks import Example, Task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.progress import Progress
-from echo2.units import EMA_WEIGHT, ema
+from echo2.core.smoothing import EMA_WEIGHT, ema
 
 log = logging.getLogger("echo2")
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.capacity import StepTimes, provisioning_need
-from echo2.units import ema
+from echo2.core.smoothing import ema
 
 if TYPE_CHECKING:
     from echo2.config import ActivationRule

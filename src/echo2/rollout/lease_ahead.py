@@ -3,15 +3,10 @@
 A lease request's round trip is time the worker does not generate. On a link whose queue fills
 with weight transfers it is long: in the network lab's kernel-shaped links (docs/wan.md) a
 worker waited a median 0.18 s between two leases that took 0.10 s to generate. So an async
-worker whose round trips are long against its leases (:func:`echo2.core.leasing.worth_asking_ahead`,
-measured here) asks for its next lease as soon as it starts generating one, and finds the answer
-waiting when it is done (:data:`echo2.core.shares.LEASES_IN_HAND` lets the coordinator grant it).
-
-The lease asked for ahead is granted for the version the worker holds when it asks, and is
-generated with that version: the worker swaps newer weights in only when no lease is in hand, and
-asks nothing ahead while a fetched version waits to be swapped in (else it would never swap), nor
-when a multi-turn episode may swap weights between turns. Echo's sequential pull (``sync``,
-``pull``) fetches before every request by definition, so it asks nothing ahead.
+worker whose round trips are long against its leases asks for its next lease as soon as it
+starts generating one, and finds the answer waiting when it is done; when to ask ahead is the
+protocol core's decision (:meth:`echo2.core.worker_protocol.WorkerProtocol.ask_ahead`), and
+:data:`echo2.core.shares.LEASES_IN_HAND` lets the coordinator grant it.
 """
 
 from __future__ import annotations
@@ -19,10 +14,11 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from echo2.core.leasing import worth_asking_ahead
 from echo2.protocol import LeaseRequest, LeaseResponse
 from echo2.rollout.client import CoordinatorClient
-from echo2.units import EMA_WEIGHT, ema
+
+Answered = tuple[LeaseResponse, float]
+"""A lease request's answer and its round trip in seconds."""
 
 LEASE_WAIT_S = 5.0
 """Seconds a lease request may be held open (``coordinator.lease_wait_s`` decides), on top of the
@@ -33,33 +29,19 @@ class LeaseAhead:
     def __init__(self, client: CoordinatorClient) -> None:
         self.client = client
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="echo2-lease-ahead")
-        self._pending: Future[LeaseResponse] | None = None
-        self.round_trip_s: float | None = None
-        """Moving average of a granted request's round trip."""
-        self.generate_s: float | None = None
-        """Moving average of a lease's generation time."""
+        self._pending: Future[Answered] | None = None
 
-    def lease(self, request: LeaseRequest) -> LeaseResponse:
+    def lease(self, request: LeaseRequest) -> Answered:
         """Ask now and wait for the answer."""
         started = time.perf_counter()
         reply = self.client.lease(request, wait_s=LEASE_WAIT_S)
-        if reply.status == "granted":
-            self.round_trip_s = ema(self.round_trip_s, time.perf_counter() - started, EMA_WEIGHT)
-        return reply
-
-    def generated(self, seconds: float) -> None:
-        """A lease took ``seconds`` to generate."""
-        self.generate_s = ema(self.generate_s, seconds, EMA_WEIGHT)
-
-    @property
-    def worth_it(self) -> bool:
-        return worth_asking_ahead(self.round_trip_s, self.generate_s)
+        return reply, time.perf_counter() - started
 
     def ask(self, request: LeaseRequest) -> None:
         """Send ``request`` now; its answer is :meth:`take`'s."""
         self._pending = self._thread.submit(self.lease, request)
 
-    def take(self) -> LeaseResponse | None:
+    def take(self) -> Answered | None:
         """The answer to the request asked ahead (waiting for it; raising what the request raised),
         or None when none was asked."""
         pending, self._pending = self._pending, None

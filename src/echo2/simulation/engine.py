@@ -26,7 +26,8 @@ from collections import Counter, deque
 
 from echo2.core.fetch_chain import default_patience_s
 from echo2.core.pacing import PacingLedger
-from echo2.core.leasing import LeaseAnswer, answer_lease, worth_asking_ahead
+from echo2.core.leasing import LeaseAnswer, answer_lease
+from echo2.core.worker_protocol import WorkerProtocol
 from echo2.core.shares import SharePolicy, delivered, missed
 from echo2.planning.activation_rule import ActivationPolicy, WorkerView, busy_seconds, decide, profile
 from echo2.planning.billing import Billing
@@ -40,7 +41,8 @@ from echo2.simulation.recorder import Recorder
 from echo2.simulation.results import SimResult
 from echo2.simulation.scenario import Scenario
 from echo2.simulation.workers import WorkerLoop
-from echo2.units import EMA_WEIGHT, MIB, ema
+from echo2.core.smoothing import EMA_WEIGHT, ema
+from echo2.units import MIB
 from echo2.units import link_bytes_per_s as mbps
 
 
@@ -59,6 +61,8 @@ class Simulation(WorkerLoop, FetchRouting):
         """Slots, buffer and pacing, as the coordinator keeps them (a group is its version here)."""
         self.counters: Counter[str] = Counter()
         self.workers: list[SimWorker] = build_fleet(scenario, self.rng)
+        for worker in self.workers:
+            worker.protocol = WorkerProtocol(recipe.protocol)
         self.protocol = recipe.protocol
         self.group_size, self.groups_per_lease = recipe.group_size, recipe.groups_per_lease
         self.shares = SharePolicy(groups_per_lease=recipe.groups_per_lease, window_share=recipe.window_share)
@@ -182,7 +186,7 @@ class Simulation(WorkerLoop, FetchRouting):
             return
         now, interval = self.queue.now, self.scenario.recipe.heartbeat_interval_s
         for worker in self.running.values():
-            if not worker.fetching:
+            if not worker.protocol.fetching:
                 tick = now + (worker.heartbeat_phase - now) % interval
                 self.queue.at(tick + worker.rtt_s / 2, self._heartbeat, worker, worker.epoch)
 
@@ -190,8 +194,9 @@ class Simulation(WorkerLoop, FetchRouting):
         """Keep the count of versions held by the active, unparked workers. When the oldest held
         version moves past ``v``, version ``v`` has reached every one of them: its dissemination
         latency (versions nobody loaded themselves, all skipping them, are not measured)."""
-        counted = worker.running and worker.active and worker.worker_id not in self.parked and worker.version >= 0
-        version = worker.version if counted else None
+        counted = (worker.running and worker.active and worker.worker_id not in self.parked
+                   and worker.protocol.version >= 0)
+        version = worker.protocol.version if counted else None
         if version == worker.counted_version:
             return
         if worker.counted_version is not None:
@@ -243,10 +248,10 @@ class Simulation(WorkerLoop, FetchRouting):
         """The reply reaches the worker; a lease asked for ahead is generated after the one in hand."""
         now = self.queue.now
         reply = now + worker.rtt_s / 2
+        action = worker.protocol.answered(answer.status, self.ledger.version, worker.rtt_s)
         self._learn(worker, self.ledger.version, reply)
-        worker.asking_ahead = False
         if answer.status == "refresh":
-            self.queue.at(max(reply, worker.busy_until), self._refreshed, worker, worker.epoch)
+            self.queue.at(max(reply, worker.busy_until), self._refreshed, worker, worker.epoch, action)
             return
         slots = list(self.ledger.grant(version, answer.size, lambda: None))
         self.counters["leases_issued"] += 1
@@ -257,6 +262,7 @@ class Simulation(WorkerLoop, FetchRouting):
         worker.leases.append(lease)
         worker.phase = "generate"
         self.queue.at(start, self._generating, worker, worker.epoch, lease)
+        self.queue.at(start + generate, self._generated, worker, worker.epoch, generate)
         self.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
         if lease.ends_at - now > self.scenario.recipe.lease_timeout_s:
             self.queue.after(self.scenario.recipe.lease_timeout_s, self._expire, lease)
@@ -269,11 +275,12 @@ class Simulation(WorkerLoop, FetchRouting):
             return
         self.recorder.interval(worker.worker_id, "generate", lease.starts_at, lease.ends_at - worker.rtt_s / 2,
                                lease.version)
-        generate_s = lease.ends_at - worker.rtt_s / 2 - lease.starts_at
-        worth = worth_asking_ahead(worker.rtt_s, generate_s)
-        if self.protocol == "async" and worker.staged is None and not worker.asking_ahead and worth:
-            worker.asking_ahead = True
-            self.queue.after(worker.rtt_s / 2, self._lease_arrives, worker, epoch, worker.version)
+        if worker.protocol.ask_ahead():
+            self.queue.after(worker.rtt_s / 2, self._lease_arrives, worker, epoch, worker.protocol.version)
+
+    def _generated(self, worker: SimWorker, epoch: int, seconds: float) -> None:
+        if epoch == worker.epoch:
+            worker.protocol.generated(seconds)
 
     def _submitted(self, worker: SimWorker, epoch: int, lease: Lease) -> None:
         if epoch != worker.epoch:
@@ -294,7 +301,7 @@ class Simulation(WorkerLoop, FetchRouting):
             self.counters["groups_accepted"] += len(lease.slots)
             busy_s = busy_seconds(now, lease.granted_at, worker.last_submitted_at)
             worker.throughput, worker.last_submitted_at = profile(worker.throughput, rollouts, busy_s), now
-        if worker.leaving or not (worker.leases or worker.asking_ahead):
+        if worker.leaving or not (worker.leases or worker.protocol.asking_ahead):
             self._cycle(worker, head_start_s=worker.rtt_s / 2)  # it began its next cycle when it sent these results
         self._open_window()  # a request held back by this worker's share of the window
         self._learner_try()

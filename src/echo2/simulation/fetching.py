@@ -70,7 +70,7 @@ class FetchRouting:
 
     def _begin_fetch(self: Simulation, worker: SimWorker, begin: float) -> None:
         """Fetch the newest version, asking the coordinator for it at ``begin``."""
-        worker.fetching = True
+        worker.protocol.fetch_started()
         self.queue.at(begin, self._ask_version, worker, worker.epoch, begin)
 
     def _ask_version(self: Simulation, worker: SimWorker, epoch: int, begin: float) -> None:

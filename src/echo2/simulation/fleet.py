@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from echo2.config.fleet import WorkerClass
+from echo2.core.worker_protocol import WorkerProtocol
 from echo2.simulation.dissemination import Peer, RelayUplink
 from echo2.simulation.scenario import Scenario
 from echo2.units import link_bytes_per_s
@@ -66,13 +67,10 @@ class SimWorker:
     """It has submitted a lease: out of its trial of one group per lease (:mod:`echo2.core.shares`)."""
     parked_until: float = 0.0
     """Simulated time before which the coordinator grants it nothing (its leases kept expiring)."""
-    version: int = -1
+    protocol: WorkerProtocol = field(default_factory=lambda: WorkerProtocol("sync"), repr=False)
+    """Its weights-and-leases state and decisions, the live worker's own (:mod:`echo2.core.worker_protocol`)."""
     counted_version: int | None = None
     """The version this worker stands for in the dissemination census (None: not counted)."""
-    staged: int | None = None
-    fetching: bool = False
-    fetched: int = -1
-    known: int = 0
     # the worker's chunk store and relay (:mod:`echo2.simulation.fetching`)
     held: deque[int] = field(default_factory=deque)
     """Versions whole in its store, oldest first."""
@@ -89,8 +87,6 @@ class SimWorker:
     leases: list = field(default_factory=list)
     """Its leases granted and not yet submitted, in the order it generates them (the one in hand,
     then the one it asked for ahead: :mod:`echo2.rollout.lease_ahead`)."""
-    asking_ahead: bool = False
-    """A lease request asked ahead is out, unanswered."""
     busy_until: float = 0.0
     """When the last of its leases is generated."""
     last_submitted_at: float = 0.0

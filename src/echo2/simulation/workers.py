@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from echo2.simulation.fleet import SimWorker
 
 if TYPE_CHECKING:
+    from echo2.core.worker_protocol import AfterAnswer
     from echo2.simulation.engine import Simulation
 
 
@@ -50,35 +51,35 @@ class WorkerLoop:
                 self._leave(worker)
             return
         worker.phase = "request"
-        if self.protocol != "async":
+        before = worker.protocol.before_lease()
+        if before == "fetch_newest":
             self.queue.after(worker.rtt_s / 2 - head_start_s, self._version_check, worker, worker.epoch)
             return
         delay = -head_start_s
-        if worker.staged is not None:
-            if worker.staged > worker.version:
-                self._load(worker, worker.staged)
-                delay += worker.spec.load_s
-            worker.staged = None
-        self.queue.after(delay + worker.rtt_s / 2, self._lease_arrives, worker, worker.epoch, worker.version)
+        if before == "swap_in" and (swapped := worker.protocol.swap_in()) is not None:
+            self._load(worker, swapped)
+            delay += worker.spec.load_s
+        self.queue.after(delay + worker.rtt_s / 2, self._lease_arrives, worker, worker.epoch, worker.protocol.version)
 
     def _version_check(self: Simulation, worker: SimWorker, epoch: int) -> None:
         """Sequential pull: the coordinator's answer to ``GET /v1/version``."""
         if epoch != worker.epoch:
             return
-        if self.ledger.version > worker.version:
+        if self.ledger.version > worker.protocol.version:
             worker.phase = "fetch"
             self._begin_fetch(worker, self.queue.now + worker.rtt_s / 2)
         else:
-            self.queue.after(worker.rtt_s, self._lease_arrives, worker, epoch, worker.version)
+            self.queue.after(worker.rtt_s, self._lease_arrives, worker, epoch, worker.protocol.version)
 
-    def _refreshed(self: Simulation, worker: SimWorker, epoch: int) -> None:
-        """The lease reply said ``refresh``: the worker's weights are too old for the next slot."""
+    def _refreshed(self: Simulation, worker: SimWorker, epoch: int, action: AfterAnswer) -> None:
+        """The lease reply said ``refresh`` (the worker's weights are too old for the next slot), and
+        the protocol ``action``: ask again, or wait for the staged version (unless one is staged)."""
         if epoch != worker.epoch:
             return
-        if self.protocol != "async" or worker.staged is not None:
-            self._cycle(worker)
-        else:
+        if action == "wait_for_staged" and worker.protocol.staged is None:
             worker.phase = "wait_stage"
+        else:
+            self._cycle(worker)
 
     # ------------------------------------------------------------------ weights
     def _heartbeat(self: Simulation, worker: SimWorker, epoch: int) -> None:
@@ -88,34 +89,32 @@ class WorkerLoop:
     def _learn(self: Simulation, worker: SimWorker, version: int, at: float) -> None:
         """The worker hears at ``at`` that ``version`` is out; an idle async fetcher starts on it
         (after one round trip to ask for the version's sources)."""
-        worker.known = max(worker.known, version)
-        if self.protocol == "async" and not worker.fetching and worker.known > max(worker.fetched, worker.version):
+        if worker.protocol.heard(version):
             self._begin_fetch(worker, at + worker.rtt_s)
 
     def _fetched(self: Simulation, worker: SimWorker, epoch: int, version: int, begin: float) -> None:
         if epoch != worker.epoch:
             return
         now = self.queue.now
-        worker.fetching = False
-        worker.fetched = max(worker.fetched, version)
         if worker.worker_id in self.recorder.timeline_ids:
             self.recorder.interval(worker.worker_id, "fetch", begin, now, version)
         if worker.phase == "fetch":  # blocking: the pull protocols, and every (re)start
+            worker.protocol.loaded(version)
             self._load(worker, version)
             worker.phase = "request"
             self.queue.after(worker.spec.load_s + worker.rtt_s / 2, self._lease_arrives, worker, epoch, version)
             return
-        worker.staged = version
+        worker.protocol.fetch_ended(version)
         interval = self.scenario.recipe.heartbeat_interval_s
         last_tick = now - (now - worker.heartbeat_phase) % interval
-        worker.known = max(worker.known, self._version_at(last_tick - worker.rtt_s / 2))
+        worker.protocol.heard(self._version_at(last_tick - worker.rtt_s / 2))
         if worker.phase == "wait_stage":
             self._cycle(worker)
-        if self.protocol == "async" and worker.known > worker.fetched:
+        if worker.protocol.wants_fetch():
             self._begin_fetch(worker, now + worker.rtt_s)
 
     def _load(self: Simulation, worker: SimWorker, version: int) -> None:
-        worker.version = version
+        """The worker loaded ``version`` (its protocol state says so already): count it."""
         self.loaded.add(version)
         self._census(worker)
 
@@ -131,12 +130,12 @@ class WorkerLoop:
         rate = worker.spec.preemption_per_hour
         if rate > 0:
             self.queue.after(self.rng.expovariate(rate / 3600), self._preempt, worker, worker.epoch)
+        worker.protocol.forget()
         if holding is not None:
-            worker.version = worker.fetched = worker.known = holding
+            worker.protocol.loaded(holding)
             worker.held.append(holding)
             self._census(worker)
             return
-        worker.version, worker.fetched, worker.staged = -1, -1, None
         worker.phase = "fetch"
         self._begin_fetch(worker, now + worker.rtt_s)
 
@@ -150,13 +149,12 @@ class WorkerLoop:
     def _stop_running(self: Simulation, worker: SimWorker) -> None:
         """Void the worker's pending events and take it out of the plan and the version census."""
         worker.epoch += 1
-        worker.running, worker.fetching, worker.staged = False, False, None
-        worker.leases, worker.asking_ahead = [], False
+        worker.running, worker.leases = False, []
+        worker.protocol.forget()
         self.parked.pop(worker.worker_id, None)
         if self.running.pop(worker.worker_id, None) is not None:
             self.membership += 1
         self._drop_fetches(worker)
-        worker.version = -1
         self._census(worker)
 
     def _park(self: Simulation, worker: SimWorker, epoch: int, version: int) -> None:

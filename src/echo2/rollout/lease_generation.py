@@ -1,0 +1,81 @@
+"""One lease's generation: G episodes per leased prompt, sampled by the worker's engine, gathered
+into the submission (tokens and behaviour log-probs; no reward: the coordinator scores).
+
+A single-turn task samples once per row; a multi-turn one plays turns, the coordinator's
+environment answering between them (:mod:`echo2.episodes`), newer weights swapped in between
+turns when the run allows it (async).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from echo2.episodes import Episode, observation_ids, run_episodes
+from echo2.protocol import (
+    Completion,
+    GroupResult,
+    LeaseResponse,
+    RespondItem,
+    RespondRequest,
+    RunSpec,
+    SubmitRequest,
+)
+from echo2.rollout.client import CoordinatorClient
+
+
+@dataclass
+class LeaseGenerator:
+    spec: RunSpec
+    engine: Any
+    """The worker's engine (:mod:`echo2.rollout.engines`)."""
+    tokenizer: Any
+    generator: Any
+    """The worker's sampling generator (seeded per worker: :func:`echo2.rollout.worker.sampling_seed`)."""
+    client: CoordinatorClient
+    stop: threading.Event
+    throughput_factor: float = 1.0
+    """Emulate a device this much as fast as this core (1: as fast)."""
+
+    def generate(self, lease: LeaseResponse, version: Callable[[], int],
+                 between_turns: Callable[[], None] | None) -> tuple[SubmitRequest, float]:
+        """The submission of ``lease`` (events left for the caller to add) and the seconds it took;
+        ``version``: the weights' version now; ``between_turns``: swaps newer weights in."""
+        group_size, multi_turn = self.spec.group_size, self.spec.max_turns > 1
+        clock, cpu = time.perf_counter(), time.thread_time()
+        episodes = self._episodes(lease, version, between_turns)
+        groups = [GroupResult(slot=prompt.slot, completions=[
+            Completion(token_ids=e.token_ids, logprobs=e.logprobs, mask=e.mask if 0 in e.mask else None,
+                       turn_versions=e.turn_versions if multi_turn else None)
+            for e in episodes[index * group_size : (index + 1) * group_size]
+        ]) for index, prompt in enumerate(lease.prompts)]
+        seconds = time.perf_counter() - clock
+        if self.throughput_factor < 1:
+            # emulate a device `factor` times as fast as this core: the lease takes the compute it used
+            # (this thread's CPU time, which other processes on the core do not inflate) / factor
+            self.stop.wait(max(0.0, (time.thread_time() - cpu) / self.throughput_factor - seconds))
+            seconds = time.perf_counter() - clock
+        assert lease.lease_id is not None and lease.version is not None
+        return SubmitRequest(lease_id=lease.lease_id, version=lease.version, groups=groups,
+                             generate_seconds=seconds), seconds
+
+    def _episodes(self, lease: LeaseResponse, version: Callable[[], int],
+                  between_turns: Callable[[], None] | None) -> list[Episode]:
+        group_size, spec, tokenizer = self.spec.group_size, self.spec, self.tokenizer
+        slots = [p.slot for p in lease.prompts for _ in range(group_size)]
+        prompt_ids = [tokenizer(p.prompt)["input_ids"] for p in lease.prompts for _ in range(group_size)]
+
+        def respond(rows: list[int], replies: list[list[str]]) -> list[str | None]:
+            items = [RespondItem(slot=slots[row], replies=said) for row, said in zip(rows, replies)]
+            return self.client.respond(RespondRequest(lease_id=lease.lease_id, items=items)).observations
+
+        window = getattr(self.engine, "max_context", None)  # a next turn must fit whole in the model's window
+        return run_episodes(prompt_ids, sample=lambda contexts: self.engine.generate(contexts, self.generator),
+                            respond=respond, encode=lambda text: observation_ids(tokenizer, text),
+                            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+                            max_turns=spec.max_turns, version=version, between_turns=between_turns,
+                            max_context=window - spec.max_new_tokens if window else None,
+                            eos_id=tokenizer.eos_token_id)

@@ -1,0 +1,112 @@
+"""The worker's protocol core (:mod:`echo2.core.worker_protocol`), driven without threads or
+sockets; and a wrong rule in it changes the live worker and the simulated one alike."""
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from echo2.core.worker_protocol import WorkerProtocol
+from echo2.rollout.weights import WorkerWeights
+from echo2.simulation.engine import SimulationStalled, simulate
+
+
+def test_sequential_pull_fetches_before_every_request_and_never_in_the_background():
+    protocol = WorkerProtocol("sync")
+    assert protocol.before_lease() == "fetch_newest"
+    assert not protocol.heard(5) and not protocol.fetch_ended(5)  # nothing runs in the background
+    protocol.loaded(5)
+    assert protocol.version == 5 and protocol.before_lease() == "fetch_newest"
+    assert protocol.answered("refresh", 6, 0.1) == "ask_again"  # the next request fetches first
+
+
+def test_push_pull_fetches_the_newest_heard_in_the_background_and_swaps_it_in_between_leases():
+    protocol = WorkerProtocol("async")
+    protocol.loaded(0)
+    assert protocol.before_lease() == "lease"
+    assert protocol.heard(2)  # start a fetch
+    protocol.fetch_started()
+    assert not protocol.heard(3)  # one fetch at a time
+    assert protocol.fetch_ended(2)  # v3 was heard meanwhile: fetch again at once
+    assert protocol.staged == 2 and protocol.version == 0 and protocol.before_lease() == "swap_in"
+    assert protocol.swap_in() == 2 and protocol.version == 2 and protocol.staged is None
+    assert protocol.swap_in() is None  # nothing staged
+
+
+def test_a_refresh_answer_waits_for_the_staged_version_and_stop_ends_the_run():
+    protocol = WorkerProtocol("async")
+    assert protocol.answered("refresh", 4, 0.1) == "wait_for_staged"
+    assert protocol.known == 4 and protocol.wants_fetch()
+    assert protocol.answered("wait", 4, 0.1) == "ask_again" and protocol.answered("parked", 4, 0.1) == "ask_again"
+    assert protocol.answered("stop", 4, 0.1) == "stop"
+
+
+def test_the_next_lease_is_asked_ahead_only_when_it_pays_and_will_use_the_weights_held():
+    protocol = WorkerProtocol("async")
+    protocol.loaded(1)
+    assert protocol.answered("granted", 1, 0.18) == "generate"
+    assert not protocol.ask_ahead()  # no lease generated yet: its length unknown
+    protocol.generated(0.10)
+    assert protocol.ask_ahead() and protocol.asking_ahead
+    assert not protocol.ask_ahead()  # one request ahead at a time
+    protocol.answered("granted", 1, 0.18)
+    protocol.fetch_ended(2)  # a fetched version waits to be swapped in
+    assert not protocol.ask_ahead()
+    protocol.swap_in()
+    assert protocol.ask_ahead()
+    protocol.answered("granted", 2, 0.18)
+    assert not protocol.ask_ahead(leaving=True)
+    assert not WorkerProtocol("async", swaps_mid_lease=True, round_trip_s=1, generate_s=0.1).ask_ahead()
+    assert not WorkerProtocol("pull", round_trip_s=1, generate_s=0.1).ask_ahead()
+
+
+def test_a_forgotten_worker_holds_nothing():
+    protocol = WorkerProtocol("async", asking_ahead=True, fetching=True)
+    protocol.loaded(7)
+    protocol.fetch_ended(8)
+    protocol.forget()
+    assert (protocol.version, protocol.staged, protocol.fetched, protocol.known) == (-1, None, -1, 0)
+    assert not protocol.fetching and not protocol.asking_ahead
+
+
+# ---------------------------------------------------------------- the live worker and the simulator
+def _live_worker_stages() -> int | None:
+    """A live worker's weights (background fetcher thread, fake downloads): what it staged after
+    hearing of v2."""
+    weights = WorkerWeights(client=SimpleNamespace(), stop=threading.Event(), record=lambda *a, **k: None,
+                            verify=True)
+    spec = SimpleNamespace(protocol="async", swap_between_turns=False, max_turns=1)
+    weights.start(spec, lambda payload, sha256: None, threading.Event())
+    weights.protocol.loaded(0)
+    weights.fetch_newest = lambda held: (2, b"weights", "sha") if held < 2 else None
+    fetcher = threading.Thread(target=weights.background, daemon=True)
+    fetcher.start()
+    try:
+        weights.heard(2)
+        deadline = time.monotonic() + 3
+        while weights.protocol.staged is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return weights.protocol.staged
+    finally:
+        weights.stop.set()
+        fetcher.join(5)
+        weights.close()
+
+
+def _simulated_run_finishes() -> bool:
+    from test_simulation import scenario
+
+    try:
+        simulate(scenario(recipe__steps=10))
+    except SimulationStalled:
+        return False
+    return True
+
+
+@pytest.mark.integration
+def test_a_wrong_rule_in_the_protocol_core_changes_the_live_worker_and_the_simulated_one(monkeypatch):
+    assert _live_worker_stages() == 2 and _simulated_run_finishes()
+    monkeypatch.setattr(WorkerProtocol, "wants_fetch", lambda self: False)  # never fetch in the background
+    assert _live_worker_stages() is None
+    assert not _simulated_run_finishes()  # its async workers wait for weights that never come
