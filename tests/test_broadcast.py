@@ -16,13 +16,8 @@ from fastapi.testclient import TestClient
 from safetensors.numpy import save as save_numpy
 
 from echo2.broadcast.chunk_store import ChunkStore
-from echo2.broadcast.downloader import (
-    BroadcastCancelled,
-    BroadcastError,
-    BroadcastTimeout,
-    VersionSuperseded,
-    fetch_version,
-)
+from echo2.broadcast.downloader import fetch_version
+from echo2.broadcast.errors import BroadcastCancelled, BroadcastError, BroadcastTimeout, VersionSuperseded
 from echo2.broadcast.manifest import Manifest, assemble, build_manifest
 from echo2.broadcast.payload import CorruptPayload, load_parameters, serialize_parameters
 from echo2.broadcast.relay import HELD_HEADER, RelayServer, add_broadcast_routes

@@ -170,7 +170,7 @@ def test_a_cancelled_delta_fetch_is_not_retried_as_a_full_one(learner):
     asked for may never be published again, so falling back to its full form would only wait."""
     import threading
 
-    from echo2.broadcast.downloader import BroadcastCancelled
+    from echo2.broadcast.errors import BroadcastCancelled
 
     _, relay, infos = learner
     node = Node()

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from echo2.broadcast.downloader import BroadcastTimeout, VersionSuperseded
+from echo2.broadcast.errors import BroadcastTimeout, VersionSuperseded
 from echo2.rollout.worker import RolloutWorker
 
 

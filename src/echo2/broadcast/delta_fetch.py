@@ -18,7 +18,8 @@ from typing import Any
 
 from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.delta import apply_delta
-from echo2.broadcast.downloader import BroadcastCancelled, BroadcastError, VersionSuperseded, fetch_version
+from echo2.broadcast.downloader import fetch_version
+from echo2.broadcast.errors import BroadcastCancelled, BroadcastError, VersionSuperseded
 from echo2.broadcast.integrity import CorruptPayload, sha256
 from echo2.broadcast.relay import DELTA_PREFIX
 from echo2.protocol import VersionInfo

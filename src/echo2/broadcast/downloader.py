@@ -36,6 +36,8 @@ import httpx
 from pydantic import ValidationError
 
 from echo2.broadcast.chunk_store import ChunkStore, UnknownVersion
+from echo2.broadcast.errors import (BroadcastCancelled, BroadcastError, BroadcastTimeout, VersionSuperseded,
+                                    error_body, error_code)
 from echo2.broadcast.integrity import CorruptPayload
 from echo2.broadcast.manifest import Manifest
 from echo2.broadcast.relay import HELD_HEADER, PREFIX
@@ -44,26 +46,6 @@ from echo2.core.fetch_chain import POLL_S, SourceChain, default_patience_s
 from echo2.protocol import AUTH_HEADER
 
 log = logging.getLogger("echo2.broadcast")
-
-
-class BroadcastError(RuntimeError):
-    """A version could not be fetched (the message says which, and the last problems seen)."""
-
-
-class BroadcastTimeout(BroadcastError, TimeoutError):
-    """The version was not complete within ``timeout_s``."""
-
-
-class BroadcastCancelled(BroadcastError):
-    """The ``cancel`` event was set."""
-
-
-class VersionSuperseded(BroadcastError):
-    """A source will never serve the version asked for: it evicted it or went on to a newer one
-    (relays fetch versions in increasing order). The version is outdated, so the fetch stops at
-    once and the caller asks for the newest instead. Falling back to the learner for the outdated
-    version would put a relay's child on the learner's uplink beside the chain's head, halving
-    both transfers on a capped uplink; the child would then fall behind again and again."""
 
 
 class _SourceFailed(Exception):
@@ -318,7 +300,7 @@ class _Fetch:
 
     def _not_yet(self, level: int, response: httpx.Response, asked: float) -> bool:
         failure = self._refusal(response)
-        if failure.gone or response.status_code not in (404, 503) or _code(response) not in ("not_yet", "unknown"):
+        if failure.gone or response.status_code not in (404, 503) or error_code(response) not in ("not_yet", "unknown"):
             raise failure
         held = int(response.headers.get(HELD_HEADER, "0") or 0)
         with self.lock:
@@ -351,7 +333,7 @@ class _Fetch:
         return VersionSuperseded(f"v{self.version} is no longer served by {url} ({failure}); fetch a newer version")
 
     def _refusal(self, response: httpx.Response) -> _SourceFailed:
-        code, detail = _code(response), _body(response).get("detail") or response.text[:200]
+        code, detail = error_code(response), error_body(response).get("detail") or response.text[:200]
         return _SourceFailed(f"{response.status_code} {code or 'error'}: {detail}", gone=code == "evicted")
 
     def _pause(self, seconds: float) -> None:
@@ -360,16 +342,3 @@ class _Fetch:
             self.cancel.wait(seconds)
         else:
             time.sleep(seconds)
-
-
-def _body(response: httpx.Response) -> dict:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _code(response: httpx.Response) -> str | None:
-    code = _body(response).get("code")
-    return code if isinstance(code, str) else None

@@ -14,7 +14,6 @@ import os
 import secrets
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,7 @@ from echo2.coordinator.state import CoordinatorState
 from echo2.episodes import observation_ids
 from echo2.guard import viewer_credential
 from echo2.launch.local import LocalWorkers
+from echo2.launch.summary import RunSummary
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.learner.checkpoint import latest_resumable, load_resume_state
 from echo2.learner.distributed import Shard, announce, start
@@ -62,68 +62,6 @@ COORDINATOR_FILE = "coordinator.json"
 TOKEN_FILE = "token"
 #: The live dashboard's link with its viewer credential (owner-readable only).
 DASHBOARD_FILE = "dashboard.url"
-
-
-@dataclass
-class RunSummary:
-    run_dir: Path
-    result: LoopResult
-    accuracy_before: float
-    accuracy_after: float
-    sampled_reward_before: float
-    sampled_reward_after: float
-    groups_dropped: int
-    workers_registered: int
-    costs: dict[str, float]
-    reliability: dict
-
-    def lines(self) -> list[str]:
-        r = self.result
-        by_class = ", ".join(f"{k[5:-4]} ${v:.4f}" for k, v in sorted(self.costs.items()) if k.startswith("cost/"))
-        return [
-            f"run directory: {self.run_dir}",
-            f"held-out accuracy {100 * self.accuracy_before:.1f}% -> {100 * self.accuracy_after:.1f}% "
-            f"(greedy exact match; after = mean of the last {min(3, len(r.evals) - 1)} evals)",
-            f"sampled reward {100 * self.sampled_reward_before:.1f}% -> {100 * self.sampled_reward_after:.1f}% "
-            "(temperature samples on held-out prompts)",
-            f"{r.steps} steps in {r.wall_seconds:.0f}s | {r.samples / max(r.wall_seconds, 1e-9):.0f} samples/s "
-            f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
-            *self.format_lines(),
-            self.reliability_line(),
-            *([f"stopped by a signal after step {r.steps}: checkpointed; continue with echo2 train --resume "
-               f"{self.run_dir}"] if r.interrupted else []),
-        ] + ([] if not self.costs["cost_centralized_usd"] else [
-            f"cost ${self.costs['cost_usd']:.4f} (${self.costs['cost_usd'] / max(r.steps, 1):.5f} per step; "
-            f"workers: {by_class or 'none'}; learner ${self.costs['cost_learner_usd']:.4f}) | centralized "
-            f"counterfactual ${self.costs['cost_centralized_usd']:.4f}",
-        ])
-
-
-    def format_lines(self) -> list[str]:
-        """Format share, accuracy among well-formed answers and length, first eval vs the last 3:
-        what separates learning the answer from learning the format (tasks that ask for one)."""
-        first, last = self.result.evals[0][1], [e for _, e in self.result.evals[1:]][-3:]
-        if not last or (first.well_formed == 1.0 and all(e.well_formed == 1.0 for e in last)):
-            return []
-
-        def percent(values: list[float | None]) -> str:
-            known = [v for v in values if v is not None]
-            return f"{100 * sum(known) / len(known):.1f}%" if known else "- (none well-formed)"
-
-        return [f"well-formed answers {percent([first.well_formed])} -> {percent([e.well_formed for e in last])} | "
-                f"accuracy among well-formed {percent([first.well_formed_accuracy])} -> "
-                f"{percent([e.well_formed_accuracy for e in last])} | greedy length {first.greedy_tokens:.1f} -> "
-                f"{sum(e.greedy_tokens for e in last) / len(last):.1f} tokens"]
-
-    def reliability_line(self) -> str:
-        r = self.reliability
-        rejected = sum(r["groups_rejected"].values())
-        return (f"reliability: leases {r['leases_issued']} issued / {r['leases_completed']} completed / "
-                f"{r['leases_expired']} expired ({r['prompts_requeued']} prompts re-queued) | groups "
-                f"{r['groups_accepted']} accepted / {rejected} rejected {r['groups_rejected'] or ''} / "
-                f"{r['duplicate_submissions']} duplicate / {r['groups_dropped_stale']} stale / "
-                f"{r['groups_discarded_quarantined']} from quarantined workers | workers {r['workers_dead']} dead, "
-                f"{r['workers_left']} left, {r['workers_quarantined']} quarantined")
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -20,7 +20,8 @@ import httpx
 
 from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.delta_fetch import fetch_by_delta
-from echo2.broadcast.downloader import BroadcastError, VersionSuperseded, fetch_version
+from echo2.broadcast.downloader import fetch_version
+from echo2.broadcast.errors import BroadcastError, VersionSuperseded
 from echo2.broadcast.payload import CorruptPayload
 from echo2.broadcast.suspects import SuspectSources
 from echo2.core.worker_protocol import WorkerProtocol

@@ -19,7 +19,6 @@ step besides the periodic re-plan.
 
 from __future__ import annotations
 
-import bisect
 import random
 import time
 from collections import Counter, deque
@@ -34,9 +33,10 @@ from echo2.planning.billing import Billing
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.centralized import simulate_centralized
 from echo2.simulation.dissemination import LearnerUplink, RelayUplink
+from echo2.simulation.census import VersionCensus
 from echo2.simulation.events import EventQueue
 from echo2.simulation.fetching import FetchRouting
-from echo2.simulation.fleet import SimWorker, build_fleet, lognormal
+from echo2.simulation.fleet import Lease, SimWorker, build_fleet, lognormal
 from echo2.simulation.recorder import Recorder
 from echo2.simulation.results import SimResult
 from echo2.simulation.scenario import Scenario
@@ -82,10 +82,7 @@ class Simulation(WorkerLoop, FetchRouting):
         self.membership = 0
         self._plan_cache: tuple[int, dict[str, list[str]]] | None = None
         """(membership, each running worker's sources) of the relay plan last made."""
-        self.published_at: list[float] = [0.0]
-        self.held: Counter[int] = Counter()
-        self.min_held = 0
-        self.loaded: set[int] = {0}
+        self.census = VersionCensus()
         self.billing = Billing(scenario.learner_price_per_hour)
         self.activation = ActivationPolicy.from_rule(scenario.activation, recipe.rollouts_per_step,
                                                      recipe.staleness)
@@ -160,7 +157,7 @@ class Simulation(WorkerLoop, FetchRouting):
         self.train_ema = ema(self.train_ema, now - started, EMA_WEIGHT)
         self.step += 1
         self.ledger.version = self.step
-        self.published_at.append(now)
+        self.census.published(now)
         self._publish(self.step)
         latencies = self.recorder.step(self, versions, started)
         if latencies:
@@ -191,31 +188,12 @@ class Simulation(WorkerLoop, FetchRouting):
                 self.queue.at(tick + worker.rtt_s / 2, self._heartbeat, worker, worker.epoch)
 
     def _census(self, worker: SimWorker) -> None:
-        """Keep the count of versions held by the active, unparked workers. When the oldest held
-        version moves past ``v``, version ``v`` has reached every one of them: its dissemination
-        latency (versions nobody loaded themselves, all skipping them, are not measured)."""
+        """Count ``worker``'s version (:class:`VersionCensus`); record each version that reached the fleet."""
         counted = (worker.running and worker.active and worker.worker_id not in self.parked
                    and worker.protocol.version >= 0)
-        version = worker.protocol.version if counted else None
-        if version == worker.counted_version:
-            return
-        if worker.counted_version is not None:
-            self.held[worker.counted_version] -= 1
-            if not self.held[worker.counted_version]:
-                del self.held[worker.counted_version]
-        if version is not None:
-            self.held[version] += 1
-        worker.counted_version = version
-        oldest = min(self.held) if self.held else self.ledger.version
-        now = self.queue.now
-        for reached in range(self.min_held + 1, oldest + 1):
-            if reached in self.loaded:
-                self.recorder.disseminated(reached, self.published_at[reached], now)
-        self.min_held = max(self.min_held, oldest)
-
-    def _version_at(self, server_time: float) -> int:
-        """The newest version published at or before ``server_time``."""
-        return max(0, bisect.bisect_right(self.published_at, server_time) - 1)
+        for reached, published in self.census.count(worker, worker.protocol.version if counted else None,
+                                                     self.ledger.version):
+            self.recorder.disseminated(reached, published, self.queue.now)
 
     # ------------------------------------------------------------------ coordinator: leases
     def _lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:
@@ -359,17 +337,6 @@ class Simulation(WorkerLoop, FetchRouting):
             self.replan_pending = True
         else:
             self._replan(reason)
-
-
-class Lease:
-    __slots__ = ("ends_at", "granted_at", "slots", "starts_at", "state", "version", "worker")
-
-    def __init__(self, worker: SimWorker, version: int, slots: list[int], granted_at: float, starts_at: float,
-                 ends_at: float) -> None:
-        self.worker, self.version, self.slots = worker, version, slots
-        self.granted_at, self.starts_at, self.ends_at = granted_at, starts_at, ends_at  # ends: its results are in
-        self.state = "out"
-        """out | done | expired | withdrawn"""
 
 
 def simulate(scenario: Scenario, timeline_workers: int = 12) -> SimResult:

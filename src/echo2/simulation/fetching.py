@@ -77,7 +77,7 @@ class FetchRouting:
         """``GET /v1/version``: the newest version and this worker's sources."""
         if epoch != worker.epoch:
             return
-        version = self._version_at(self.queue.now - worker.rtt_s / 2)
+        version = self.census.version_at(self.queue.now - worker.rtt_s / 2)
         chain = SourceChain(self._sources(worker), self.patience_s, self.queue.now)
         self._try_source(Fetch(worker, epoch, version, chain, begin, self.payload))
 

@@ -84,7 +84,7 @@ class SimWorker:
     """Fetches long-polling it for a version it has nothing of yet."""
     phase: str = "off"
     """off | request | wait_window | wait_stage | fetch | generate | parked | down."""
-    leases: list = field(default_factory=list)
+    leases: list[Lease] = field(default_factory=list)
     """Its leases granted and not yet submitted, in the order it generates them (the one in hand,
     then the one it asked for ahead: :mod:`echo2.rollout.lease_ahead`)."""
     busy_until: float = 0.0
@@ -96,6 +96,19 @@ class SimWorker:
     def newest(self) -> int:
         """The newest version in its store, arriving or whole (-1: none)."""
         return max(self.receiving, self.held[-1] if self.held else -1)
+
+
+class Lease:
+    """Slots granted to a worker at a version, generated from ``starts_at``, submitted at ``ends_at``."""
+
+    __slots__ = ("ends_at", "granted_at", "slots", "starts_at", "state", "version", "worker")
+
+    def __init__(self, worker: SimWorker, version: int, slots: list[int], granted_at: float, starts_at: float,
+                 ends_at: float) -> None:
+        self.worker, self.version, self.slots = worker, version, slots
+        self.granted_at, self.starts_at, self.ends_at = granted_at, starts_at, ends_at  # ends: its results are in
+        self.state = "out"
+        """out | done | expired | withdrawn"""
 
 
 def build_fleet(scenario: Scenario, rng: random.Random) -> list[SimWorker]:

@@ -107,7 +107,7 @@ class WorkerLoop:
         worker.protocol.fetch_ended(version)
         interval = self.scenario.recipe.heartbeat_interval_s
         last_tick = now - (now - worker.heartbeat_phase) % interval
-        worker.protocol.heard(self._version_at(last_tick - worker.rtt_s / 2))
+        worker.protocol.heard(self.census.version_at(last_tick - worker.rtt_s / 2))
         if worker.phase == "wait_stage":
             self._cycle(worker)
         if worker.protocol.wants_fetch():
@@ -115,7 +115,7 @@ class WorkerLoop:
 
     def _load(self: Simulation, worker: SimWorker, version: int) -> None:
         """The worker loaded ``version`` (its protocol state says so already): count it."""
-        self.loaded.add(version)
+        self.census.loaded.add(version)
         self._census(worker)
 
     # ------------------------------------------------------------------ running and parked
