@@ -108,7 +108,9 @@ def test_files_stay_short():
     assert {name: n for name, n in lengths.items() if n > 350} == {}
 
 
-def test_the_rollout_worker_is_threads_and_http_around_its_protocol_core():
+def test_the_worker_and_the_coordinator_state_stay_small():
+    from echo2.coordinator.state import CoordinatorState
     from echo2.rollout.worker import RolloutWorker
 
     assert len(inspect.getsourcelines(RolloutWorker)[0]) < 200
+    assert len(inspect.getsourcelines(CoordinatorState)[0]) < 200

@@ -34,7 +34,7 @@ from echo2.launch.summary import RunSummary
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.learner.checkpoint import latest_resumable, load_resume_state
 from echo2.learner.distributed import Shard, announce, start
-from echo2.learner.loop import LearnerLoop, LoopResult
+from echo2.learner.loop import LearnerLoop
 from echo2.modeling import check_cpus, load_tokenizer, pin_threads, pinned_cpus
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec

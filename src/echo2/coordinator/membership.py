@@ -1,0 +1,120 @@
+"""The workers' comings and goings in the coordinator's books: registering, heartbeats, silence
+(declared dead: leases expired), leaving on purpose, quarantine after a failed audit; each of
+them re-plans activation and re-queues what a worker leaves unfinished."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from echo2.coordinator.records import Lease, WorkerRecord, check_telemetry
+from echo2.core.shares import missed
+from echo2.exchange import Group
+from echo2.protocol import HeartbeatResponse, TimelineEvent
+
+if TYPE_CHECKING:
+    from echo2.coordinator.state import CoordinatorState
+
+log = logging.getLogger("echo2")
+
+
+class Membership:
+    """Mixed into :class:`echo2.coordinator.state.CoordinatorState` (which owns the state used here)."""
+
+    def register(self: CoordinatorState, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None,
+                 price_per_hour: float = 0.0, worker_class: str = "", site: str = "") -> WorkerRecord:
+        with self.cond:
+            checker = self.relay_checker
+            record = self.registry.add(name, relay_url, upload_bytes_per_s, price_per_hour, worker_class, site,
+                                       relay_checked=checker is not None)
+            if checker is not None and relay_url is not None:
+                checker.check(record.worker_id, relay_url)
+            self.counters["workers_registered"] += 1
+            self._replan(f"{record.name} joined")
+            self.cond.notify_all()
+            return record
+
+    def _relay_verdict(self: CoordinatorState, worker_id: str, reachable: bool, why: str) -> None:
+        with self.cond:
+            self.registry.relay_checked(worker_id, reachable, why)
+
+    def authenticate(self: CoordinatorState, session_token: str | None) -> WorkerRecord:
+        with self.cond:
+            return self.registry.authenticate(session_token)
+
+    def heartbeat(self: CoordinatorState, record: WorkerRecord, version: int, events: list[TimelineEvent],
+                  upload_bytes_per_s: float | None = None) -> HeartbeatResponse:
+        with self.cond:
+            record.last_seen = time.monotonic()
+            check_telemetry(version, events, self.version, time.time())
+            record.version = version
+            if upload_bytes_per_s is not None:  # measured beats declared
+                record.upload_bytes_per_s = upload_bytes_per_s
+            self._record_events(record, events)
+            return HeartbeatResponse(latest_version=self.version, stop=self.finished)
+
+    def _record_events(self: CoordinatorState, record: WorkerRecord, events: list[TimelineEvent]) -> None:
+        for event in events:
+            if event.kind == "fetch":
+                record.fetched(event)
+                self.versions.loaded(event.version, record.worker_id, event.end)
+            self.on_event(record.name, event)
+
+    def reap(self: CoordinatorState) -> None:
+        """Declare silent workers dead and expire overdue leases (their prompts are re-queued)."""
+        with self.cond:
+            for record in self.registry.silent(self.heartbeat_timeout_s):
+                record.alive = False
+                log.warning("worker %s silent for %.0fs: declared dead", record.name, self.heartbeat_timeout_s)
+                self.counters["workers_dead"] += 1
+                self._replan(f"{record.name} died")
+            overdue = self.leases.overdue()
+            for lease in self.leases.active():
+                record = self.registry.workers[lease.worker_id]
+                if lease in overdue:
+                    self._unfulfilled(record)
+                if lease in overdue or not record.alive:
+                    self._expire(lease)
+
+    def _unfulfilled(self: CoordinatorState, record: WorkerRecord) -> None:
+        """One more of ``record``'s leases expired unsubmitted: slow it down, then park it a while."""
+        if parked_s := missed(self.shares, record, time.monotonic(), self.leases.timeout_s):
+            log.warning("worker %s let %d leases in a row expire: parked for %.0f s", record.name,
+                        record.unfulfilled, parked_s)
+
+    def deregister(self: CoordinatorState, record: WorkerRecord) -> None:
+        """A worker leaving on purpose (preemption): its unfinished leases go back to the queue now."""
+        with self.cond:
+            record.alive, record.left = False, True
+            self.counters["workers_left"] += 1
+            returned = self.leases.active(record.worker_id)
+            for lease in returned:
+                self._expire(lease)
+            log.info("worker %s left (deregistered); %d unfinished leases re-issued", record.name, len(returned))
+            self._replan(f"{record.name} left")
+
+    def quarantine(self: CoordinatorState, worker_id: str, reason: str, taken: list[Group] = ()) -> int:
+        """Stop trusting a worker whose results failed verification: no more leases or submissions,
+        its active leases re-issued, its buffered groups — and ``taken``, its groups already in the
+        learner's batch — discarded (prompts re-queued). Returns how many groups were discarded."""
+        with self.cond:
+            self._drop_taken(taken, requeue=True, counter="groups_discarded_quarantined")
+            record = self.registry.workers[worker_id]
+            if record.quarantined:
+                return 0
+            record.quarantined = True
+            self.counters["workers_quarantined"] += 1
+            for lease in self.leases.active(worker_id):
+                self._expire(lease)
+            mine = self.ledger.evict(lambda group: group.worker_id == worker_id)
+            self.counters["groups_discarded_quarantined"] += len(mine)
+            log.warning("quarantined worker %s: %s (%d groups discarded)", record.name, reason, len(mine) + len(taken))
+            self.cond.notify_all()
+            return len(mine) + len(taken)
+
+    def _expire(self: CoordinatorState, lease: Lease) -> None:
+        lease.state = "expired"
+        self.counters["leases_expired"] += 1
+        self.ledger.release(lease.examples, front=True)
+        self.cond.notify_all()

@@ -1,0 +1,98 @@
+"""Leases and submissions in the coordinator's books: a lease request answered by the core
+(:func:`echo2.core.leasing.answer_lease`) and held open while its answer may still change; a
+submission checked against its lease under the lock, scored outside it, admitted under it; the
+environment's answers between an episode's turns."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from echo2.coordinator.leases import accepted_groups
+from echo2.coordinator.records import Rejected, WorkerRecord
+from echo2.core.leasing import LeaseAnswer, answer_lease
+from echo2.core.shares import delivered
+from echo2.protocol import (
+    LeasedPrompt,
+    LeaseResponse,
+    RespondRequest,
+    RespondResponse,
+    SubmitRequest,
+    SubmitResponse,
+)
+
+if TYPE_CHECKING:
+    from echo2.coordinator.state import CoordinatorState
+
+
+class WorkSide:
+    """Mixed into :class:`echo2.coordinator.state.CoordinatorState` (which owns the state used here)."""
+
+    def _answer(self: CoordinatorState, record: WorkerRecord, worker_version: int, requested: int) -> LeaseAnswer:
+        """:func:`echo2.core.leasing.answer_lease` over this coordinator's books, now."""
+        held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
+        others = any(r is not record and r.active and not r.quarantined for r in self.registry.live())
+        return answer_lease(self.ledger, self.shares, record, worker_version=worker_version, requested=requested,
+                            held=held, active=record.active, others_live=others, now=time.monotonic(),
+                            finished=self.finished)
+
+    def _wait(self: CoordinatorState, deadline: float, ready: Callable[[], bool]) -> None:
+        """Wait until ``ready()`` or ``deadline``, reaping dead workers meanwhile."""
+        while not ready() and (remaining := deadline - time.monotonic()) > 0:
+            self.cond.wait(min(remaining, 0.5))
+            self.reap()
+
+    def lease(self: CoordinatorState, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
+        deadline = time.monotonic() + wait_s
+        with self.cond:
+            if record.quarantined:
+                raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
+            record.last_seen = time.monotonic()
+            record.version = worker_version
+            if worker_version > self.version:
+                raise Rejected(409, f"version {worker_version} is newer than the published {self.version}", "bad_version")
+            # a request that could be granted later (window full, own lease still coming in, parked) is held open
+            self._wait(deadline, lambda: self._answer(record, worker_version, max_groups).final)
+            answer = self._answer(record, worker_version, max_groups)
+            if answer.status != "granted":
+                return LeaseResponse(status=answer.status, latest_version=self.version)
+            examples = self.ledger.grant(worker_version, answer.size, lambda: next(self.examples))
+            lease = self.leases.issue(record.worker_id, worker_version, examples)
+            self.counters["leases_issued"] += 1
+            return LeaseResponse(status="granted", latest_version=self.version, lease_id=lease.lease_id,
+                                 version=worker_version, deadline_s=self.leases.timeout_s,
+                                 prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()])
+
+    def submit(self: CoordinatorState, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
+        """Checked under the lock, scored outside it (:mod:`~echo2.coordinator.scoring`), admitted under it."""
+        with self.cond:
+            record.last_seen = time.monotonic()
+            lease = self.leases.claim(request, record, self.limits, self.version)
+            if lease is None:  # a copy of a lease already submitted or still being scored
+                self.counters["duplicate_submissions"] += 1
+                return SubmitResponse(accepted=0, duplicate=True)
+        rewards = self.scoring.rewards(lease, request)  # outside the lock (a string: why it could not be scored)
+        with self.cond:
+            self.leases.settle(lease, record, rewards)
+            self.counters["leases_completed"] += 1
+            delivered(record)
+            now = time.monotonic()
+            self.fleet.observe(record, sum(len(g.completions) for g in request.groups), lease.granted_at, now)
+            for group in accepted_groups(lease, record.worker_id, request, rewards):
+                self.ledger.admit(group.slot, group.version, group)
+            record.count(request, now - lease.granted_at)
+            self.counters["groups_accepted"] += len(request.groups)
+            self._record_events(record, request.events)
+            self.cond.notify_all()
+            return SubmitResponse(accepted=len(request.groups))
+
+    def respond(self: CoordinatorState, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
+        """The environment's next answers, computed outside the lock and kept on the lease (checked at submission)."""
+        with self.cond:
+            record.last_seen = time.monotonic()
+            lease = self.leases.playing(request, record, self.limits)
+        answers = self.scoring.answers(lease, request)
+        with self.cond:
+            lease.answers.update(((i.slot, tuple(i.replies)), a) for i, a in zip(request.items, answers, strict=True))
+        return RespondResponse(observations=answers)
