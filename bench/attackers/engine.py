@@ -43,8 +43,7 @@ def engine_attacker(kind: str, url: str, token: str, name: str, log: EventLog, p
                     log.emit("cheating_from_now", honest_accepted=self.honest_accepted)
                 self.malicious = True
                 return SubmitRequest(lease_id=lease.lease_id, version=lease.version, generate_seconds=0.5,
-                                     groups=fabricated_groups(lease.prompts, self.spec, self.tokenizer),
-                                     events=self._drain_events())
+                                     groups=fabricated_groups(lease.prompts, self.spec, self.generation.tokenizer)), 0.5
             return super()._generate(lease)
 
         def _attack_submit(self, request):
@@ -114,12 +113,12 @@ def engine_attacker(kind: str, url: str, token: str, name: str, log: EventLog, p
                 self.honest_accepted += reply.accepted
             return reply
 
-        def _work_once(self, spec):
+        def _work_once(self):
             if self.quarantined:  # keep heartbeating (and fetching) until the run is over
                 self.stop.wait(1.0)
                 return True
             try:
-                return super()._work_once(spec)
+                return super()._work_once()
             except RequestRefused as error:
                 if error.status != 403:
                     raise

@@ -35,7 +35,8 @@ import torch
 from echo2.broadcast.relay import RelayServer
 from echo2.broadcast.throttle import Throttle
 from echo2.modeling import load_tokenizer, pin_threads
-from echo2.protocol import Heartbeat, LeaseRequest, RegisterRequest, RegisterResponse, RunSpec
+from echo2.protocol import (Heartbeat, LeaseRequest, LeaseResponse, RegisterRequest, RegisterResponse, RunSpec,
+                             SubmitRequest)
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
 from echo2.rollout.courier import Courier
 from echo2.rollout.engines import load_engine
@@ -191,9 +192,8 @@ class RolloutWorker:
             return True
         if ask_ahead:
             self.ahead.ask(self._lease_request())
-        between_turns = self.weights.swap_in if protocol.swaps_mid_lease else None
         try:
-            request, seconds = self.generation.generate(lease, lambda: self.version, between_turns)
+            request, seconds = self._generate(lease)
         except RequestRefused as error:  # e.g. the lease expired mid-episode (the environment's answers)
             log.warning("lease %s refused while generating: %s", lease.lease_id, error.detail)
             return True
@@ -203,6 +203,11 @@ class RolloutWorker:
         self.timeline.record("generate", ended - seconds, ended, self.version)
         self.courier.send(request.model_copy(update={"events": self.timeline.drain()}))
         return True
+
+    def _generate(self, lease: LeaseResponse) -> tuple[SubmitRequest, float]:
+        """The lease's submission (its events added after) and the seconds it took."""
+        between_turns = self.weights.swap_in if self.weights.protocol.swaps_mid_lease else None
+        return self.generation.generate(lease, lambda: self.version, between_turns)
 
     def _lease_now(self) -> Answered | None:
         """Get ready as the protocol says (fetch the newest, or swap the staged version in), then
