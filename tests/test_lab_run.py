@@ -21,7 +21,9 @@ SHORT = ["run.steps=60", "eval.every=1000", "eval.size=20", "eval.show=0", "lear
 def test_a_worker_behind_nat_joins_fetches_and_submits_as_a_leaf(tmp_path):
     lab = open_lab([HostSpec("learner"), HostSpec("pub", 50), HostSpec("nat", 50, nat=True)])
     with lab:
-        run = LabRun(lab, "learner", tmp_path / "run", SHORT)
+        # a quarter of the 8-slot window each: the public worker, first with weights, holds one lease
+        # at a time and cannot keep the window full by itself before the NAT'd one has its weights
+        run = LabRun(lab, "learner", tmp_path / "run", [*SHORT, "coordinator.window_share=0.25"])
         with run:
             run.worker("pub", "pub")
             run.worker("nat", "nat")
