@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from echo2.model_sources import SHIPPED_MODEL, model_fingerprint
+from echo2.model.sources import SHIPPED_MODEL, model_fingerprint
 
 
 def parse_args(description: str, default_out: str,

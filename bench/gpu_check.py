@@ -13,9 +13,9 @@ generates exactly ``max_new_tokens`` tokens.
 
 Rows of the table (one ``check`` each):
 
-* ``generate``: :func:`echo2.generation.sample` (the hf engine's sampler) in bf16, 64 rows of
+* ``generate``: :func:`echo2.model.sampling.sample` (the hf engine's sampler) in bf16, 64 rows of
   ~48-token prompts: ``shared 8x8`` (8 distinct prompts, each the prompt of a group of 8 rows, which
-  :func:`echo2.tokens.prefill` runs once) vs ``distinct 64`` (no sharing); samples/s and
+  :func:`echo2.model.tokens.prefill` runs once) vs ``distinct 64`` (no sharing); samples/s and
   generated tokens/s for ``max_new_tokens`` 16 and 256 (16 only with ``--quick``, 8 with
   ``--quick --tiny``). The RNG is a ``torch.Generator`` on the model's device, as the hf
   engine makes it (``HfEngine.generator``); on a GPU one extra row draws with a CPU generator
@@ -28,7 +28,7 @@ Rows of the table (one ``check`` each):
   bf16 sampling vs fp32 scoring without autocast is shown for comparison.
 * ``learner``: :class:`echo2.learner.trainer.Learner` steps (GRPO, lr 1e-6, fresh AdamW, bf16
   compute) on 8 groups of 8 completions that the sampler produced above, rewards alternating 1/0
-  so every advantage is +-1: full fine-tuning and a LoRA adapter (:func:`echo2.lora.add_adapter`),
+  so every advantage is +-1: full fine-tuning and a LoRA adapter (:func:`echo2.model.lora.add_adapter`),
   each with trainable parameters held in fp32 (:func:`echo2.learner.precision.hold_master_weights`,
   the master weights) and in bf16 (no master copy). After the first step: max |delta| of the
   trainable parameters and the fraction left unchanged; after the second, the fraction still
@@ -72,12 +72,12 @@ from echo2.exchange import Group  # noqa: E402
 from echo2.learner.logprobs import completion_scores  # noqa: E402
 from echo2.learner.precision import ComputePrecision, hold_master_weights  # noqa: E402
 from echo2.learner.trainer import Learner  # noqa: E402
-from echo2.lora import add_adapter  # noqa: E402
+from echo2.model.lora import add_adapter  # noqa: E402
 from echo2.protocol import AdapterSpec  # noqa: E402
-from echo2.decoding import Decoder, StaticDecoder  # noqa: E402
-from echo2.generation import Samples, sample  # noqa: E402
+from echo2.model.decoding import Decoder, StaticDecoder  # noqa: E402
+from echo2.model.sampling import Samples, sample  # noqa: E402
 from echo2.tasks import Example  # noqa: E402
-from echo2.tokens import model_device  # noqa: E402
+from echo2.model.tokens import model_device  # noqa: E402
 
 PAD_ID = 0
 NO_EOS = -1

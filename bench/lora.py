@@ -37,8 +37,8 @@ from common import format_table, write_results  # noqa: E402
 from echo2.broadcast.payload import load_parameters  # noqa: E402
 from echo2.broadcast.publisher import Publisher  # noqa: E402
 from echo2.config import BroadcastConfig, LoraConfig  # noqa: E402
-from echo2.lora import add_adapter  # noqa: E402
-from echo2.modeling import load_model  # noqa: E402
+from echo2.model.lora import add_adapter  # noqa: E402
+from echo2.model.loading import load_model  # noqa: E402
 from echo2.protocol import AdapterSpec  # noqa: E402
 from echo2.units import MIB  # noqa: E402
 

@@ -12,7 +12,7 @@
 2. **Shared prompt vs not, side by side** (same process, same weights, alternating rounds, on
    the recipe's own model, dtype, adapter, prompts, group size and lease size):
    * a worker's generation of one lease with its engine (LoRA merged as workers sample), each
-     distinct prompt prefilled once (:func:`echo2.tokens.prefill`) vs once per row: samples/s
+     distinct prompt prefilled once (:func:`echo2.model.tokens.prefill`) vs once per row: samples/s
      and generated tokens/s;
    * the learner's forward + backward over one step's sequences (``groups_per_step`` x G, under
      the learner's autocast): seconds, prompt shared vs not.
@@ -108,9 +108,9 @@ def layout_rows(config_path: str | None, rounds: int, overrides: list[str]) -> l
     from echo2.launch.train import run_spec
     from echo2.learner.distributed import Shard
     from echo2.learner.logprobs import completion_scores
-    from echo2.modeling import load_tokenizer, pin_threads
+    from echo2.model.loading import load_tokenizer, pin_threads
     from echo2.rollout.engines.hf import HfEngine
-    from echo2.generation import sample
+    from echo2.model.sampling import sample
     from echo2.tasks import load_task
 
     config = load_config(config_path, overrides)
@@ -124,7 +124,7 @@ def layout_rows(config_path: str | None, rounds: int, overrides: list[str]) -> l
                        pad_id=tokenizer.pad_token_id, temperature=config.rollout.temperature)
     generation: dict[bool, list[tuple[float, int, int]]] = {True: [], False: []}
     for _, share in itertools.product(range(rounds), (True, False)):
-        examples = list(itertools.islice(stream, config.rollout.groups_per_lease))
+        examples = list(itertools.islice(stream, config.lease_groups))
         prompts = [tokenizer(e.prompt)["input_ids"] for e in examples for _ in range(group)]
         started = time.perf_counter()
         samples = sample(engine.sampling_model, prompts, generator=torch.Generator().manual_seed(len(prompts)),
@@ -177,11 +177,11 @@ def answer_form(completion: str) -> str:
 def form_rows(run_dir: Path) -> list[dict[str, Any]]:
     """Greedy held-out answers of the base model and of the run's last checkpoint, by form."""
     from echo2.config import load_config
-    from echo2.evaluation import evaluate
+    from echo2.model.evaluation import evaluate
     from echo2.learner.checkpoint import latest_resumable
     from echo2.launch.ranks import load_policy
-    from echo2.lora import for_sampling
-    from echo2.modeling import load_tokenizer, pin_threads
+    from echo2.model.lora import for_sampling
+    from echo2.model.loading import load_tokenizer, pin_threads
     from echo2.learner.precision import ComputePrecision
     from echo2.tasks import load_task
 
@@ -262,7 +262,7 @@ def run_figures(run_dir: Path) -> dict[str, Any]:
 
 
 def run_meta(run_dir: Path, peak_rss: int | None, wall_s: float | None) -> dict[str, Any]:
-    from echo2.model_sources import model_fingerprint
+    from echo2.model.sources import model_fingerprint
 
     config_text = (run_dir / "config.yaml").read_text()
     import yaml

@@ -41,7 +41,7 @@ from common import format_table, write_results
 
 from echo2.config import load_config
 from echo2.launch.train import run_training
-from echo2.modeling import pinned_cpus
+from echo2.model.loading import pinned_cpus
 from echo2.telemetry.metrics import read_jsonl
 
 SETTINGS = [("sync", 0), ("async", 1), ("async", 2), ("async", 4)]

@@ -35,10 +35,10 @@ import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from echo2.evaluation import evaluate
+from echo2.model.evaluation import evaluate
 from echo2.learner.logprobs import completion_logprobs
 from echo2.learner.optimizer import OPTIMIZER_FILE
-from echo2.modeling import SHIPPED_MODEL_DIR, load_model, load_tokenizer, pin_threads
+from echo2.model.loading import SHIPPED_MODEL_DIR, load_model, load_tokenizer, pin_threads
 from echo2.tasks import ArithmeticTask, Example
 from echo2.tasks.arithmetic import WORK_MARKER
 

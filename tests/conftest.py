@@ -43,7 +43,7 @@ def prompt_stream():
 
 
 def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, fleet=None,
-               heartbeat_timeout_s: float = 60, score=SCORE, task=None) -> CoordinatorState:
+               heartbeat_timeout_s: float = 60, score=SCORE, task=None, on_interval=None) -> CoordinatorState:
     """A coordinator over :func:`prompt_stream`; ``task``: an environment task (its scorer, its
     answers and its turn limit) instead of single-turn arithmetic."""
     turns = task.max_turns if task is not None else 1
@@ -54,7 +54,8 @@ def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, flee
                              prompt_stream(), groups_per_step=groups_per_step, run_token="t", lease_timeout_s=60,
                              heartbeat_timeout_s=heartbeat_timeout_s,
                              score=task_scorer(task, decode, encode) if task is not None else score,
-                             environment=task.respond if task is not None else None, planner=planner, fleet=fleet)
+                             environment=task.respond if task is not None else None, planner=planner, fleet=fleet,
+                             **({"on_interval": on_interval} if on_interval is not None else {}))
     publish(state, 0)
     return state
 

@@ -5,7 +5,7 @@ from collections.abc import Callable
 import torch
 
 from echo2.exchange import Group
-from echo2.generation import sample
+from echo2.model.sampling import sample
 from echo2.tasks import ArithmeticTask
 
 

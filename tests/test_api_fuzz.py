@@ -11,7 +11,7 @@ from echo2.broadcast.publisher import Publisher
 from echo2.config import BroadcastConfig
 from echo2.coordinator.app import create_app
 from echo2.coordinator.dashboard import PAGE_PATH
-from echo2.guard import broadcast_credential, viewer_credential
+from echo2.net.guard import broadcast_credential, viewer_credential
 from echo2.protocol import AUTH_HEADER
 
 RUN_TOKEN = "t"

@@ -11,7 +11,7 @@ import yaml
 from echo2.cli import main
 from echo2.config import ConfigError, load_config
 from echo2.launch.train import run_training
-from echo2.modeling import check_cpus, pin_cpus, pinned_cpus
+from echo2.model.loading import check_cpus, pin_cpus, pinned_cpus
 from echo2.planning.calibration import Calibration, calibrate_run, inventory_for, lease_rollouts_per_s
 from echo2.planning.provision import provision
 from echo2.simulation.calibrate import scenario_for

@@ -74,7 +74,7 @@ def test_filtered_groups_free_their_slots_and_are_accounted():
             _submit(state, worker, replacement, lambda slot: MIXED)
         return state.take_batch(step=0, timeout_s=1, count=count)
 
-    sampled = informative_batch(take, state.filter_taken, size=2, rounds=5)
+    sampled = informative_batch(take, lambda groups: state.give_back(groups, "filtered"), size=2, rounds=5)
     assert [g.slot for g in sampled.groups] == [1, 2] and [g.slot for g in sampled.filtered] == [0]
     report = state.reliability()
     assert report["groups_filtered_degenerate"] == 1 and report["groups_trained"] == 2

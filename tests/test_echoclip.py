@@ -20,7 +20,7 @@ from echo2.learner.objectives import (
 )
 from echo2.learner.objectives.echoclip import echoclip_loss, step_ends
 from echo2.learner.trainer import Learner
-from echo2.modeling import load_model, load_tokenizer
+from echo2.model.loading import load_model, load_tokenizer
 
 SETTINGS = EchoClipSettings(weight=0.5)
 

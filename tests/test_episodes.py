@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from echo2.episodes import run_episodes, segments
-from echo2.generation import Samples
+from echo2.model.episodes import run_episodes, segments
+from echo2.model.sampling import Samples
 from echo2.tasks import Example
 from echo2.tasks.retry import RetryArithmeticTask
 

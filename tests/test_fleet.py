@@ -18,16 +18,23 @@ def measured(state, record, rollouts_per_s):
         record.throughput = rollouts_per_s
 
 
+def replan(state, train_s, broadcast_s):
+    """Re-plan as the coordinator's run clock does, as if it had measured these step and dissemination times."""
+    with state.cond:
+        state.clock.train_s, state.clock.broadcast_s = train_s, broadcast_s
+        state._replan("periodic")
+
+
 def test_cheap_worker_joining_parks_the_expensive_one_and_a_death_reactivates_it():
     state = make_state(staleness=1, fleet=Fleet(POLICY), heartbeat_timeout_s=0.3)
     expensive = state.register("expensive", price_per_hour=3.0)
     measured(state, expensive, 10.0)
-    state.replan(train_s=1.0, broadcast_s=0.0)  # the rule asks for 4 rollouts/s
+    replan(state, train_s=1.0, broadcast_s=0.0)  # the rule asks for 4 rollouts/s
     assert expensive.active  # the only one there is
     cheap = state.register("cheap", price_per_hour=0.5)
     assert cheap.active  # on probation until measured
     measured(state, cheap, 5.0)
-    state.replan(train_s=1.0, broadcast_s=0.0)
+    replan(state, train_s=1.0, broadcast_s=0.0)
     assert cheap.active and not expensive.active  # 5 >= 4 at a sixth of the price
     assert state.lease(expensive, worker_version=0, max_groups=2, wait_s=0).status == "parked"
     # the cheap one goes silent: it is declared dead and the parked one takes over
@@ -44,15 +51,15 @@ def test_unreachable_target_aims_for_the_knee_instead_of_running_everyone():
     workers = [state.register(f"w{i}", price_per_hour=1.0 + i) for i in range(3)]
     for worker in workers:
         measured(state, worker, 100.0)
-    state.replan(train_s=1.0, broadcast_s=0.0)
+    replan(state, train_s=1.0, broadcast_s=0.0)
     assert [w.active for w in workers] == [True, False, False]
     assert state.fleet.need == pytest.approx(4 / (1 / 0.95 - 1) * 1.1)
     # a slow link: S = 1 with T_bcast = 3 T_train caps utilization at 2 / 4; the knee asks for 4 / 0.21 x 1.1 = 21 rollouts/s,
     # where asking for U = 1 would have activated all three workers for no gain
-    state.replan(train_s=1.0, broadcast_s=3.0)
+    replan(state, train_s=1.0, broadcast_s=3.0)
     assert sum(w.active for w in workers) == 1
     # the whole fleet falls short of even the knee: everyone works
-    state.replan(train_s=0.01, broadcast_s=0.0)
+    replan(state, train_s=0.01, broadcast_s=0.0)
     assert all(w.active for w in workers)
 
 

@@ -71,7 +71,7 @@ def test_tasks_are_loaded_by_name_and_the_exchange_loads_none():
     loaded = modules_loaded_by("import echo2.exchange, echo2.tasks\nfrom echo2.tasks import load_task\n"
                                "load_task('arithmetic')")
     assert prefixed(loaded, "echo2.tasks") == ["echo2.tasks", "echo2.tasks.arithmetic", "echo2.tasks.base"]
-    assert prefixed(loaded, "echo2.tools") == []  # the calculator's sandbox: only with the calculator task
+    assert prefixed(loaded, "echo2.tasks.tools") == []  # the calculator's sandbox: only with the calculator task
 
 
 def test_the_coordinator_imports_nothing_of_the_learner_or_the_workers():
@@ -81,7 +81,7 @@ def test_the_coordinator_imports_nothing_of_the_learner_or_the_workers():
 
 @pytest.mark.integration
 def test_the_learner_reaches_the_coordinator_only_through_the_exchange_module():
-    loaded = modules_loaded_by(import_package("learner") + "\nimport echo2.evaluation")
+    loaded = modules_loaded_by(import_package("learner") + "\nimport echo2.model.evaluation")
     assert prefixed(loaded, "echo2.coordinator", "echo2.rollout", "echo2.simulation") == []
 
 
@@ -92,10 +92,20 @@ def test_the_learners_face_of_the_coordinator_has_the_coordinators_own_signature
     from echo2.exchange import RolloutSource
 
     methods = [name for name in vars(RolloutSource) if not name.startswith("_")]
-    assert "publish" in methods
+    assert "publish" in methods and len(methods) <= 5
     for name in methods:
         face, real = (inspect.signature(getattr(cls, name)) for cls in (RolloutSource, CoordinatorState))
         assert list(face.parameters) == list(real.parameters), name
+
+
+@pytest.mark.unit
+def test_the_learner_loop_calls_the_coordinator_only_through_its_face():
+    """Every ``self.state.<name>`` in ``learner/loop.py`` is a method of ``exchange.RolloutSource``."""
+    from echo2.exchange import RolloutSource
+
+    loop = (SRC / "learner" / "loop.py").read_text()
+    called = set(re.findall(r"\bstate\.(\w+)", loop))
+    assert called and called <= {name for name in vars(RolloutSource) if not name.startswith("_")}, called
 
 
 def test_workers_import_nothing_of_the_learner_or_the_coordinator():
@@ -114,3 +124,53 @@ def test_the_worker_and_the_coordinator_state_stay_small():
 
     assert len(inspect.getsourcelines(RolloutWorker)[0]) < 200
     assert len(inspect.getsourcelines(CoordinatorState)[0]) < 200
+
+
+def _imports_of(path: Path) -> set[str]:
+    """The echo2 modules ``path`` imports anywhere in it (in functions and under TYPE_CHECKING too)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name.startswith("echo2")}
+
+
+def test_no_circle_of_files_in_the_package():
+    """Every import between echo2's files, type-only and function-level ones included, runs one way."""
+    modules = {".".join(("echo2", *p.relative_to(SRC).with_suffix("").parts)).removesuffix(".__init__"): p
+               for p in SRC.rglob("*.py")}
+    graph = {name: _imports_of(path) & modules.keys() - {name} for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(name: str) -> None:  # Tarjan's strongly connected components
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for other in graph[name]:
+            if other not in index:
+                visit(other)
+                low[name] = min(low[name], low[other])
+            elif other in stack:
+                low[name] = min(low[name], index[other])
+        if low[name] == index[name]:
+            component = []
+            while (top := stack.pop()) != name:
+                component.append(top)
+            if component:
+                circles.append(sorted([name, *component]))
+
+    for name in graph:
+        if name not in index:
+            visit(name)
+    assert circles == []
+
+
+def test_the_package_root_holds_only_the_cli_and_the_records():
+    """Everything else lives in a folder named for its job (``core/``, ``net/``, ``model/``, ...)."""
+    assert sorted(p.stem for p in SRC.glob("*.py")) == ["__init__", "cli", "exchange", "protocol", "units"]

@@ -46,7 +46,7 @@ def worker_with(protocol: str, monkeypatch, max_turns: int = 1) -> tuple[Rollout
         assert lease.version == worker.version, "a lease generated with other weights than it was granted for"
         return SubmitRequest.model_construct(lease_id=lease.lease_id, version=lease.version, groups=[]), 0.5
 
-    worker.generation = SimpleNamespace(generate=generate)
+    worker.generation = SimpleNamespace(generate=generate, lease_groups=lambda: 4)
     return worker, coordinator
 
 
@@ -72,7 +72,7 @@ def test_an_async_worker_asks_for_its_next_lease_while_it_generates(monkeypatch,
             asked_while_generating.append(coordinator.lock.wait_for(lambda: coordinator.leases > generated, 5))
         return SubmitRequest.model_construct(lease_id=lease.lease_id, version=lease.version, groups=[]), 0.5
 
-    worker.generation = SimpleNamespace(generate=generate)
+    worker.generation = SimpleNamespace(generate=generate, lease_groups=lambda: 4)
     for _ in range(3):
         assert worker._work_once()
     worker.ahead.take()
@@ -122,7 +122,7 @@ def test_a_worker_whose_round_trips_are_short_against_its_leases_asks_nothing_ah
     def generate(lease, version, between_turns):  # noqa: ARG001
         return SubmitRequest.model_construct(lease_id=lease.lease_id, version=lease.version, groups=[]), 30.0
 
-    worker.generation = SimpleNamespace(generate=generate)
+    worker.generation = SimpleNamespace(generate=generate, lease_groups=lambda: 4)
     for _ in range(2):
         assert worker._work_once()
     assert worker.ahead.take() is None and coordinator.leases == 2

@@ -4,8 +4,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from echo2.learner.logprobs import completion_logprobs
-from echo2.modeling import SHIPPED_MODEL_DIR, load_model, load_tokenizer
-from echo2.generation import sample
+from echo2.model.loading import SHIPPED_MODEL_DIR, load_model, load_tokenizer
+from echo2.model.sampling import sample
 
 
 def test_shipped_model_is_small_and_loads_with_plain_transformers():

@@ -113,7 +113,7 @@ def test_respond_is_only_for_the_workers_own_playing_lease_and_within_the_turn_l
 def test_the_learner_trains_only_the_models_tokens(monkeypatch):
     from echo2.config import load_config
     from echo2.learner import trainer
-    from echo2.modeling import SHIPPED_MODEL, load_model, load_tokenizer
+    from echo2.model.loading import SHIPPED_MODEL, load_model, load_tokenizer
 
     config = load_config(overrides=["learner.groups_per_step=1", "rollout.group_size=2"])
     tokenizer = load_tokenizer(SHIPPED_MODEL)

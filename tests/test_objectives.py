@@ -19,7 +19,7 @@ from echo2.learner.objectives import (
     overlong_penalty,
 )
 from echo2.learner.trainer import Learner
-from echo2.modeling import load_model, load_tokenizer
+from echo2.model.loading import load_model, load_tokenizer
 
 LOG = math.log
 

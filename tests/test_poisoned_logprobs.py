@@ -22,7 +22,7 @@ from echo2.config import load_config
 from echo2.learner.objectives.surrogate import LOG_RATIO_LIMIT, importance_ratios
 from echo2.learner.tally import IMPLAUSIBLE, NONFINITE
 from echo2.learner.trainer import Learner, require_finite
-from echo2.modeling import load_model, load_tokenizer
+from echo2.model.loading import load_model, load_tokenizer
 from echo2.protocol import MIN_LOGPROB, Completion
 from sampled_groups import sampled_groups
 
@@ -133,6 +133,6 @@ def test_the_loop_quarantines_the_workers_of_left_out_groups(policy):
     groups = [dataclasses.replace(g, worker_id=f"w{i}") for i, g in enumerate(policy[2])]
     calls = []
     loop = SimpleNamespace(learner=SimpleNamespace(suspects={2: IMPLAUSIBLE}),
-                           state=SimpleNamespace(quarantine=lambda worker, why, taken: calls.append((worker, why, taken))))
+                           state=SimpleNamespace(give_back=lambda taken, reason, why: calls.append((taken, reason, why))))
     LearnerLoop._quarantine_suspects(loop, groups)
-    assert calls == [("w2", IMPLAUSIBLE, [groups[2]])]  # its prompt goes back to the queue
+    assert calls == [([groups[2]], "suspect", IMPLAUSIBLE)]  # its worker quarantined, its prompt back in the queue

@@ -12,8 +12,8 @@ from echo2.config import load_config
 from echo2.exchange import Group
 from echo2.learner.precision import ComputePrecision, hold_master_weights
 from echo2.learner.trainer import Learner
-from echo2.modeling import load_model, load_tokenizer
-from echo2.generation import sample
+from echo2.model.loading import load_model, load_tokenizer
+from echo2.model.sampling import sample
 from echo2.tasks import ArithmeticTask
 
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from echo2.model_sources import SHIPPED_MODEL
+from echo2.model.sources import SHIPPED_MODEL
 from echo2.protocol import RunSpec
 from echo2.rollout.engines.hf import HfEngine
 from echo2.rollout.worker import sampling_seed

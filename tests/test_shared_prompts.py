@@ -6,8 +6,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from echo2.learner.logprobs import completion_scores
-from echo2.generation import sample
-from echo2.tokens import distinct_prompts
+from echo2.model.sampling import sample
+from echo2.model.tokens import distinct_prompts
 
 PAD, EOS = 0, 1
 

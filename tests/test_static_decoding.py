@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from echo2.decoding import CACHE_BUCKET, StaticDecoder
-from echo2.generation import Samples, sample
-from echo2.lora import MergedCopy, add_adapter
+from echo2.model.decoding import CACHE_BUCKET, StaticDecoder
+from echo2.model.sampling import Samples, sample
+from echo2.model.lora import MergedCopy, add_adapter
 from echo2.protocol import AdapterSpec
 
 PAD, EOS = 0, 1

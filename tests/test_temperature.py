@@ -15,8 +15,8 @@ from echo2.learner.logprobs import completion_scores
 from echo2.learner.trainer import Learner
 from echo2.learner.verification import AuditPolicy, Verifier
 from echo2.learner.version_cache import VersionCache
-from echo2.model_sources import SHIPPED_MODEL
-from echo2.modeling import load_model, load_tokenizer
+from echo2.model.sources import SHIPPED_MODEL
+from echo2.model.loading import load_model, load_tokenizer
 from echo2.protocol import RunSpec
 from echo2.rollout.engines.hf import HfEngine
 from echo2.tasks import Example

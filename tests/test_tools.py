@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from echo2.tools import ToolCall, ToolRunner, calculate, parse_tool_calls
+from echo2.tasks.tools import ToolCall, ToolRunner, calculate, parse_tool_calls
 
 
 def hangs(seconds: float = 60.0) -> str:

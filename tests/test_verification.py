@@ -9,11 +9,11 @@ from conftest import make_state, submit_all
 
 from echo2.coordinator.records import Rejected
 from echo2.exchange import Group
-from echo2.generation import sample
+from echo2.model.sampling import sample
 from echo2.learner.verification import AuditResult, AuditPolicy, AuditRates, Verifier
 from echo2.learner.version_cache import VersionCache
-from echo2.lora import MergedCopy, add_adapter
-from echo2.modeling import SHIPPED_MODEL, load_model, load_tokenizer
+from echo2.model.lora import MergedCopy, add_adapter
+from echo2.model.loading import SHIPPED_MODEL, load_model, load_tokenizer
 from echo2.protocol import AdapterSpec
 from echo2.tasks import Example
 
@@ -272,7 +272,7 @@ def test_an_episode_spanning_two_versions_is_audited_turn_by_turn(shipped):
     """Turn 1 sampled at v4, turn 2 at v5 (weights swapped between turns): each turn is checked
     against its own version, inserted tokens not at all; a turn whose log-probs are another
     version's than it claims is caught."""
-    from echo2.episodes import observation_ids, run_episodes
+    from echo2.model.episodes import observation_ids, run_episodes
 
     old, new, tokenizer = shipped
     verifier = learner_at_v5(shipped)

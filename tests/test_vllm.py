@@ -47,8 +47,8 @@ def test_vllm_outputs_become_samples_with_the_sampled_tokens_logprobs():
 def test_a_lora_payload_becomes_a_peft_adapter_folder(tmp_path):
     """What the vLLM engine hands vLLM's LoRA loader is a folder peft itself loads back exactly."""
     peft = pytest.importorskip("peft")
-    from echo2.lora import add_adapter
-    from echo2.modeling import load_model
+    from echo2.model.lora import add_adapter
+    from echo2.model.loading import load_model
 
     spec = adapter_spec(load_config(overrides=["learner.lora.enabled=true", "learner.lora.r=4"]))
     model = add_adapter(load_model("echo2/tiny-arith"), spec)
@@ -66,7 +66,7 @@ def test_a_lora_payload_becomes_a_peft_adapter_folder(tmp_path):
 @GPU_VLLM
 def test_vllm_generates_with_behaviour_logprobs_and_loads_weights_in_place(tmp_path):
     from echo2.learner.logprobs import completion_logprobs
-    from echo2.modeling import load_model, load_tokenizer
+    from echo2.model.loading import load_model, load_tokenizer
 
     spec = run_spec(load_config(overrides=["rollout.engine=vllm", "rollout.max_new_tokens=8"]))
     tokenizer = load_tokenizer(spec.model)

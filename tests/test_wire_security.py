@@ -30,14 +30,14 @@ from echo2.broadcast.topology import plan_tree
 from echo2.config import BroadcastConfig, dump_config, load_config
 from echo2.coordinator.app import MAX_BODY_BYTES, create_app
 from echo2.coordinator.server import CoordinatorServer
-from echo2.guard import broadcast_credential
+from echo2.net.guard import broadcast_credential
 from echo2.protocol import AUTH_HEADER, RegisterRequest
-from echo2.redact import REDACTED, SESSION_CREDENTIAL, redact_logs, remove_redaction
+from echo2.net.redact import REDACTED, SESSION_CREDENTIAL, redact_logs, remove_redaction
 from echo2.report.data import redacted_config_text
 from echo2.rollout.client import CoordinatorClient, CoordinatorUntrusted
 from echo2.rollout.options import WorkerOptions
-from echo2.serving import BackgroundServer
-from echo2.tls import certificate_fingerprint
+from echo2.net.serving import BackgroundServer
+from echo2.net.tls import certificate_fingerprint
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
 from attackers.wire import chunked_body  # noqa: E402

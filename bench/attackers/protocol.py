@@ -31,7 +31,7 @@ def attack_fabricate(session: Session, tokenizer: Any, claim_older: bool) -> Non
 def attack_sybil_fabricate(url: str, token: str, name: str, log: EventLog, count: int, spacing_s: float) -> None:
     """``count`` identities, one every ``spacing_s``, each fabricating until it is quarantined (one
     lease each, in practice). Spaced so that each one's groups share a batch with honest groups."""
-    from echo2.modeling import load_tokenizer
+    from echo2.model.loading import load_tokenizer
 
     tokenizer, threads = None, []
     for i in range(count):

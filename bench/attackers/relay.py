@@ -20,7 +20,7 @@ def attack_relay(url: str, token: str, name: str, log: EventLog) -> None:
     from echo2.broadcast.downloader import fetch_version
     from echo2.broadcast.manifest import build_manifest
     from echo2.broadcast.relay import IDENTITY_PATH
-    from echo2.serving import BackgroundServer
+    from echo2.net.serving import BackgroundServer
 
     prepared: dict[int, tuple] = {}
     lock = threading.Lock()

@@ -36,7 +36,7 @@ def attacker_main(argv: list[str]) -> None:
     if args.kind in ("reward", "duplicate", "late_cheater", "replay", "poison_logprob"):
         import echo2.rollout.worker  # noqa: F401
     if args.kind in ("fabricate", "fabricate_old", "late_lease", "sybil_fabricate", "resume_claim"):
-        from echo2.modeling import load_tokenizer
+        from echo2.model.loading import load_tokenizer
     wait_for_training(args.run_dir)
     log.emit("start", kind=args.kind)
     try:

@@ -92,7 +92,7 @@ def attack_resume_claim(url: str, token: str, name: str, log: EventLog, timeout_
     after a restart, the version before the one resumed at (which an audit could not check)."""
     import httpx
 
-    from echo2.modeling import load_tokenizer
+    from echo2.model.loading import load_tokenizer
     from echo2.protocol import SubmitRequest
     from echo2.rollout.client import RequestRefused
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from echo2 import interrupts
+from echo2.learner import interrupts
 from echo2.config import ConfigError, load_config
 
 if TYPE_CHECKING:
@@ -99,10 +99,10 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from echo2.evaluation import evaluate
+    from echo2.model.evaluation import evaluate
     from echo2.learner.precision import ComputePrecision
-    from echo2.lora import for_sampling
-    from echo2.modeling import load_model, load_tokenizer, pin_threads
+    from echo2.model.lora import for_sampling
+    from echo2.model.loading import load_model, load_tokenizer, pin_threads
     from echo2.tasks import load_task
 
     checkpoint = Path(args.checkpoint)

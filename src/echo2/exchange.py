@@ -2,16 +2,16 @@
 
 The coordinator fills :class:`Group` from workers' submissions and the learner trains on it;
 :class:`RunStats` is the coordinator's answer when the learner asks how the run is going. Neither
-side reaches into the other's modules: the learner sees the coordinator only through the
+side reaches into the other's modules: the learner sees the coordinator only through the five
 methods named in :class:`RolloutSource`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from echo2.episodes import segments
+from echo2.model.episodes import segments
 from echo2.tasks.base import Example
 
 if TYPE_CHECKING:
@@ -90,26 +90,40 @@ class RunStats:
     workers: list[WorkerStats] = field(default_factory=list)
     reward_seconds: float = 0.0
     """Time the coordinator spent scoring submitted completions with the task's verifier (so far)."""
+    disseminated: list[float] = field(default_factory=list)
+    """Seconds from publish to the last live worker holding it, of each version that finished
+    spreading since the previous report."""
+
+
+GiveBack = Literal["filtered", "unauditable", "suspect"]
+"""Why the learner gives taken groups back untrained (see :meth:`RolloutSource.give_back`)."""
+
+
+class NoBatch(TimeoutError):
+    """No batch within the time asked for; ``why`` is what the coordinator says the learner is
+    waiting on, once the wait is long enough to be news (None before)."""
+
+    def __init__(self, message: str, why: str | None) -> None:
+        super().__init__(message)
+        self.why = why
 
 
 class RolloutSource(Protocol):
-    """The coordinator as the learner sees it."""
+    """The coordinator as the learner sees it. The coordinator keeps the run's clock itself: a step
+    is timed from :meth:`take_batch` to :meth:`publish`, disseminations from the workers' reports,
+    and activation re-planned from both (:class:`echo2.core.run_clock.RunClock`)."""
 
-    def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]: ...
+    def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
+        """``count`` groups fresh for ``step``, or :class:`NoBatch` after ``timeout_s``."""
 
-    def filter_taken(self, groups: list[Group]) -> None: ...
-
-    def quarantine(self, worker_id: str, reason: str, taken: list[Group] = ...) -> int: ...
+    def give_back(self, groups: list[Group], reason: GiveBack, why: str = "") -> None:
+        """Taken groups the learner does not train on, and why."""
 
     def publish(self, info: VersionInfo) -> None:
         """Announce a version the publisher serves now (its number, hash, size and delta)."""
 
-    def replan(self, train_s: float, broadcast_s: float | None) -> None: ...
+    def stats(self, learner_price_per_hour: float, wall_s: float, settle_s: float = 0.0) -> RunStats:
+        """How the run is going (``settle_s``: wait for the versions still spreading)."""
 
-    def pop_disseminated(self) -> list[tuple[int, float, float]]: ...
-
-    def versions_spreading(self) -> bool: ...
-
-    def stats(self, learner_price_per_hour: float, wall_s: float) -> RunStats: ...
-
-    def resume_snapshot(self) -> dict[str, Any]: ...
+    def resume_snapshot(self) -> dict[str, Any]:
+        """The coordinator's books as plain data, saved in the learner's checkpoint."""

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Header carrying the run token (register), the worker's session credential (later calls) or,
-#: to relays and the learner's chunk server, the broadcast credential (:mod:`echo2.guard`).
+#: to relays and the learner's chunk server, the broadcast credential (:mod:`echo2.net.guard`).
 AUTH_HEADER = "X-Echo2-Token"
 LEARNER_SOURCE = "learner"
 """Stands for the coordinator's own chunk server in :attr:`VersionInfo.sources` (no worker's name)."""
@@ -124,6 +124,9 @@ class RunSpec(Message):
     """Model turns per episode (the task's); above 1 the worker asks ``/v1/respond`` between turns."""
     swap_between_turns: bool = True
     """Async runs: a worker may load newer weights between two turns of an episode."""
+    size_leases_to_device: bool = False
+    """A worker asks for as many groups per lease as its device holds (up to ``groups_per_lease``,
+    then the whole staleness window): :mod:`echo2.core.lease_sizing`."""
 
 
 class RegisterResponse(Message):
@@ -197,7 +200,7 @@ class Completion(Message):
     token_ids: list[int] = Field(min_length=1)
     logprobs: list[float] = Field(min_length=1)
     mask: list[int] | None = None
-    """Episodes (:mod:`echo2.episodes`): 1 at each token the model sampled, 0 at the tokens the
+    """Episodes (:mod:`echo2.model.episodes`): 1 at each token the model sampled, 0 at the tokens the
     environment inserted (log-prob 0, unused); None: every token is the model's."""
     turn_versions: list[int] | None = Field(None, max_length=256)
     """Episodes: the policy version that sampled each model turn, in order."""

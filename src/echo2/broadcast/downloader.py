@@ -17,9 +17,9 @@ after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed). A source that
 
 Every wait is bounded; errors say which version, chunk and source.
 
-``token`` is the run's broadcast credential (:func:`echo2.guard.broadcast_credential`), the only
+``token`` is the run's broadcast credential (:func:`echo2.net.guard.broadcast_credential`), the only
 one a source gets to see; ``verify`` (or the given ``client``'s) checks ``https://`` sources'
-certificates (:func:`echo2.tls.client_context`): a source that fails the check is abandoned like
+certificates (:func:`echo2.net.tls.client_context`): a source that fails the check is abandoned like
 any other failing source, before the credential is sent to it.
 """
 

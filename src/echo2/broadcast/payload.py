@@ -2,7 +2,7 @@
 
 Only parameters travel (tied weights once, via ``named_parameters``' de-duplication); buffers
 such as rotary frequencies are rebuilt by the model itself. A ``kind="lora"`` payload carries
-only a peft LoRA adapter's parameters (:mod:`echo2.lora`); the receiver's model carries the same
+only a peft LoRA adapter's parameters (:mod:`echo2.model.lora`); the receiver's model carries the same
 adapter over its own frozen base. This is the seam where the peer-assisted broadcast plugs in:
 it moves these bytes, it knows nothing of training.
 """
@@ -36,7 +36,7 @@ def wire_parameters(model: torch.nn.Module, kind: PayloadKind = "full") -> dict[
         return parameters
     adapter = {name: p for name, p in parameters.items() if any(mark in name for mark in ADAPTER_MARKERS)}
     if not adapter:
-        raise ValueError("a 'lora' payload needs a model wrapped in a LoRA adapter (see echo2.lora)")
+        raise ValueError("a 'lora' payload needs a model wrapped in a LoRA adapter (see echo2.model.lora)")
     return adapter
 
 

@@ -7,7 +7,7 @@ hands the coordinator the planner that decides, per version, which worker relays
 (:mod:`echo2.broadcast.topology`). With ``encoding: delta`` each version after the first is also
 published as a delta against the one before (:mod:`echo2.broadcast.delta`) in a second store,
 served under ``/v1/broadcast/delta``. The chunk routes accept only the run's broadcast credential
-(:func:`echo2.guard.broadcast_credential`), never the run token itself.
+(:func:`echo2.net.guard.broadcast_credential`), never the run token itself.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from echo2.broadcast.relay import DELTA_PREFIX, add_broadcast_routes
 from echo2.broadcast.throttle import Throttle
 from echo2.broadcast.topology import Node, Plan, plan_tree, star_plan
 from echo2.config import BroadcastConfig
-from echo2.guard import broadcast_credential
+from echo2.net.guard import broadcast_credential
 from echo2.protocol import VersionInfo
 from echo2.units import MIB, mbps_to_bytes_per_s
 

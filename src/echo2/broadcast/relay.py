@@ -21,9 +21,9 @@ slow but making progress from one that is stuck):
 * 503 ``not_yet`` (manifest held, chunk still missing after the wait), 503 ``closed``;
 * 401 ``unauthorized`` when a token is configured and the request does not present it.
 
-The token is the run's broadcast credential (:func:`echo2.guard.broadcast_credential`): it opens
+The token is the run's broadcast credential (:func:`echo2.net.guard.broadcast_credential`): it opens
 these routes and nothing else, so a relay, which may belong to anyone who joined the run, never
-sees a credential worth stealing. A :class:`RelayServer` also sits behind :class:`echo2.guard.Guard`
+sees a credential worth stealing. A :class:`RelayServer` also sits behind :class:`echo2.net.guard.Guard`
 (the credential checked before anything else, request bodies capped at :data:`MAX_BODY_BYTES`:
 these routes take none) and serves TLS when given a certificate.
 
@@ -34,15 +34,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from echo2.broadcast.chunk_store import ChunkStore, StoreClosed, VersionEvicted
 from echo2.broadcast.throttle import Throttle
-from echo2.guard import Guard, Refusal, same_secret, unauthorized
+from echo2.net.guard import Guard, Refusal, same_secret, unauthorized
 from echo2.protocol import AUTH_HEADER
-from echo2.serving import BackgroundServer
+from echo2.net.serving import BackgroundServer
 
 PREFIX = "/v1/broadcast"
 #: Where a relay says whose it is (the coordinator's reachability check).
@@ -142,8 +143,27 @@ def add_broadcast_routes(app: FastAPI, store: ChunkStore, *, throttle: Throttle 
         return await send(request, data, "application/octet-stream")
 
 
+@dataclass(frozen=True)
+class RelayOptions:
+    """How this worker serves weight chunks to its peers."""
+
+    bind_host: str = "127.0.0.1"
+    """Interface to listen on (0.0.0.0 for peers on other machines)."""
+    port: int = 0
+    """Port; 0 picks a free one."""
+    advertise_host: str | None = None
+    """Address peers should dial when it differs from ``bind_host`` (e.g. the public IP)."""
+    upload_bytes_per_s: float | None = None
+    """Upload cap (token bucket) standing for this worker's uplink; None = uncapped."""
+    latency_s: float = 0.0
+    """Delay added to every relay response (standing for a WAN round trip)."""
+    certfile: str | None = None
+    """Certificate (PEM) the relay serves TLS with, with ``keyfile``; None: plain HTTP."""
+    keyfile: str | None = None
+
+
 class RelayServer(BackgroundServer):
-    """A worker's relay: the broadcast routes alone, behind :class:`~echo2.guard.Guard`, on
+    """A worker's relay: the broadcast routes alone, behind :class:`~echo2.net.guard.Guard`, on
     uvicorn in a background thread; ``certfile``/``keyfile``: serve TLS (an ``https://`` URL)."""
 
     def __init__(self, store: ChunkStore, host: str = "127.0.0.1", port: int = 0, *,

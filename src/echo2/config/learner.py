@@ -50,7 +50,7 @@ class EchoClipConfig(Section):
 
 class LoraConfig(Section):
     """Train a LoRA adapter (peft) instead of the full weights; versions then carry only the
-    adapter (see :mod:`echo2.lora`). Needs ``pip install 'echo2[lora]'``."""
+    adapter (see :mod:`echo2.model.lora`). Needs ``pip install 'echo2[lora]'``."""
 
     enabled: bool = False
     """Freeze the base model and train a low-rank adapter on ``target_modules``."""

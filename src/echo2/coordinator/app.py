@@ -3,9 +3,9 @@
 Authentication: ``register`` needs the run token; it returns a per-worker session credential
 that every later call presents (same header), so a worker can only act on its own leases, and
 the run's broadcast credential, the only one the chunk routes (``/v1/broadcast``, mounted here
-by the publisher) accept. :class:`echo2.guard.Guard` checks the credential before a byte of the
+by the publisher) accept. :class:`echo2.net.guard.Guard` checks the credential before a byte of the
 body is read (401 at once), caps the body while it streams (413) and gives it a deadline (408);
-registrations are rate-limited per client address (429, :mod:`echo2.ratelimit`); the live
+registrations are rate-limited per client address (429, :mod:`echo2.net.ratelimit`); the live
 dashboard's data (``/v1/dashboard``) takes the run's read-only viewer credential or the run token
 (:mod:`echo2.coordinator.dashboard`); only ``/v1/health``, the API's schema and the dashboard's
 page (which holds no data) are open. Bodies are then validated against :mod:`echo2.protocol` before they reach
@@ -23,8 +23,8 @@ from fastapi.responses import JSONResponse
 from echo2.coordinator import dashboard
 from echo2.coordinator.records import Rejected, session_refusal
 from echo2.coordinator.state import CoordinatorState
-from echo2.guard import Guard, Refusal, unauthorized
-from echo2.ratelimit import RateLimiter
+from echo2.net.guard import Guard, Refusal, unauthorized
+from echo2.net.ratelimit import RateLimiter
 from echo2.protocol import (
     AUTH_HEADER,
     Heartbeat,

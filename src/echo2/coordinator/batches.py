@@ -4,12 +4,10 @@ it that are not trained after all (filtered, unauditable, or from a quarantined 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
-from echo2.exchange import Group
+from echo2.coordinator.membership import Membership
+from echo2.exchange import GiveBack, Group, NoBatch
 
-if TYPE_CHECKING:
-    from echo2.coordinator.state import CoordinatorState
 
 
 #: How long the learner waits for a batch before the dashboard says so: waits of a second or two
@@ -17,13 +15,13 @@ if TYPE_CHECKING:
 WAIT_WORTH_SAYING_S = 5.0
 
 
-class LearnerSide:
-    """Mixed into :class:`echo2.coordinator.state.CoordinatorState` (which owns the state used here)."""
+class LearnerSide(Membership):
+    """The books with the learner's batches."""
 
     waiting_since: tuple[int, float] | None = None
     """(step, ``time.monotonic()``) while the learner waits for that step's batch."""
 
-    def take_batch(self: CoordinatorState, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
+    def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
         """Block until ``count`` (default ``groups_per_step``) groups fresh for ``step`` are
         buffered; return them (oldest versions first; stale ones dropped, see :mod:`echo2.core.pacing`)."""
         count = self.groups_per_step if count is None else count
@@ -34,18 +32,19 @@ class LearnerSide:
                     self.waiting_since = (step, time.monotonic())
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(
+                    raise NoBatch(
                         f"waited {timeout_s:.0f}s for {count} rollout groups for step {step} "
-                        f"(have {len(self.ledger)}; {len(self.registry.live())} live workers)")
+                        f"(have {len(self.ledger)}; {len(self.registry.live())} live workers)", self.data_wait())
                 self.cond.wait(min(remaining, 0.5))
                 self.reap()
             self.waiting_since = None
+            self.clock.batch_taken(time.time())
             for group in batch:
                 self.counters["groups_trained_twice"] += not self.trained.add(group.example)
             self.counters["groups_trained"] += len(batch)
             return batch
 
-    def data_wait(self: CoordinatorState) -> str | None:
+    def data_wait(self) -> str | None:
         """Why the learner is not training, once it has waited :data:`WAIT_WORTH_SAYING_S` for a
         batch (None before): the progress line and the dashboard say it, so that a run cut off from
         its workers waits visibly."""
@@ -58,25 +57,22 @@ class LearnerSide:
                     f"buffered (a step takes {self.groups_per_step}), {len(self.registry.live())} live workers"
                     + (f", {silent} declared dead (silent)" if silent else ""))
 
-    def filter_taken(self: CoordinatorState, groups: list[Group]) -> None:
-        """Groups the learner took but filters out instead of training on (DAPO's dynamic sampling
-        drops groups whose rewards are all equal): their slots stop counting against the pacing
-        window, so that replacements are leased at once; their prompts are used up, not re-queued."""
-        with self.cond:
-            self._drop_taken(groups, requeue=False, counter="groups_filtered")
+    def give_back(self, groups: list[Group], reason: GiveBack, why: str = "") -> None:
+        """Groups the learner took but does not train on; their slots stop counting against the
+        pacing window, so that replacements are leased at once.
 
-    def leave_out(self: CoordinatorState, groups: list[Group]) -> None:
-        """Groups the learner took but cannot audit (their version was lost in a restart): never
-        trained unaudited, their prompts re-queued for a fresh sample, counted in the report."""
+        * ``filtered``: DAPO's dynamic sampling dropped them (all rewards equal); their prompts are
+          used up, not re-queued;
+        * ``unauditable``: their version was lost in a restart; never trained unaudited, their
+          prompts re-queued for a fresh sample, counted in the report;
+        * ``suspect``: their workers failed verification (``why``): each is quarantined
+          (:meth:`quarantine`), these groups discarded with its others, their prompts re-queued.
+        """
         with self.cond:
-            self._drop_taken(groups, requeue=True, counter="groups_discarded_unauditable")
-
-    def _drop_taken(self: CoordinatorState, groups: list[Group], requeue: bool, counter: str) -> None:
-        """``groups`` left the learner's batch untrained (filtered, unauditable, or their worker
-        quarantined): their slots free the window, their prompts ``requeue``d or used up (call locked)."""
-        self.ledger.discard_taken([group.example for group in groups], requeue=requeue)
-        for group in groups:
-            self.trained.discard(group.example)
-        self.counters["groups_trained"] -= len(groups)
-        self.counters[counter] += len(groups)
-        self.cond.notify_all()
+            if reason == "filtered":
+                self._drop_taken(groups, requeue=False, counter="groups_filtered")
+            elif reason == "unauditable":
+                self._drop_taken(groups, requeue=True, counter="groups_discarded_unauditable")
+            else:
+                for worker_id in dict.fromkeys(group.worker_id for group in groups):
+                    self.quarantine(worker_id, why, taken=[g for g in groups if g.worker_id == worker_id])

@@ -9,7 +9,7 @@ rewards, the learner's own cost). That directory is the only coupling to the lea
 coordinator is told it (``create_app(..., run_dir=...)``); without it those sections are empty.
 
 Credentials. The data route takes the run's viewer credential
-(:func:`echo2.guard.viewer_credential`) or the run token, checked by the guard before the handler
+(:func:`echo2.net.guard.viewer_credential`) or the run token, checked by the guard before the handler
 runs (:mod:`echo2.coordinator.app`); a worker's session credential does not open it, and the
 viewer credential opens nothing else. The page is open: it holds no data, and its script reads
 the viewer credential from the URL's fragment (``/dashboard#token=...``, which browsers never send

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord, check_telemetry, session_refusal
-from echo2.episodes import segments
+from echo2.model.episodes import segments
 from echo2.exchange import Group
 from echo2.protocol import RespondRequest, SubmitRequest
 from echo2.tasks import Example

@@ -6,23 +6,28 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from echo2.coordinator.records import Lease, WorkerRecord, check_telemetry
+from echo2.coordinator.books import Books
+from echo2.coordinator.records import WorkerRecord, check_telemetry
 from echo2.core.shares import missed
 from echo2.exchange import Group
 from echo2.protocol import HeartbeatResponse, TimelineEvent
 
-if TYPE_CHECKING:
-    from echo2.coordinator.state import CoordinatorState
 
 log = logging.getLogger("echo2")
 
 
-class Membership:
-    """Mixed into :class:`echo2.coordinator.state.CoordinatorState` (which owns the state used here)."""
+class Membership(Books):
+    """The books with the workers' comings and goings; every bounded wait reaps the silent ones."""
 
-    def register(self: CoordinatorState, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None,
+    def _wait(self, deadline: float, ready: Callable[[], bool]) -> None:
+        """Wait until ``ready()`` or ``deadline``, reaping dead workers meanwhile."""
+        while not ready() and (remaining := deadline - time.monotonic()) > 0:
+            self.cond.wait(min(remaining, 0.5))
+            self.reap()
+
+    def register(self, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None,
                  price_per_hour: float = 0.0, worker_class: str = "", site: str = "") -> WorkerRecord:
         with self.cond:
             checker = self.relay_checker
@@ -35,15 +40,11 @@ class Membership:
             self.cond.notify_all()
             return record
 
-    def _relay_verdict(self: CoordinatorState, worker_id: str, reachable: bool, why: str) -> None:
-        with self.cond:
-            self.registry.relay_checked(worker_id, reachable, why)
-
-    def authenticate(self: CoordinatorState, session_token: str | None) -> WorkerRecord:
+    def authenticate(self, session_token: str | None) -> WorkerRecord:
         with self.cond:
             return self.registry.authenticate(session_token)
 
-    def heartbeat(self: CoordinatorState, record: WorkerRecord, version: int, events: list[TimelineEvent],
+    def heartbeat(self, record: WorkerRecord, version: int, events: list[TimelineEvent],
                   upload_bytes_per_s: float | None = None) -> HeartbeatResponse:
         with self.cond:
             record.last_seen = time.monotonic()
@@ -54,14 +55,16 @@ class Membership:
             self._record_events(record, events)
             return HeartbeatResponse(latest_version=self.version, stop=self.finished)
 
-    def _record_events(self: CoordinatorState, record: WorkerRecord, events: list[TimelineEvent]) -> None:
+    def _record_events(self, record: WorkerRecord, events: list[TimelineEvent]) -> None:
         for event in events:
             if event.kind == "fetch":
                 record.fetched(event)
                 self.versions.loaded(event.version, record.worker_id, event.end)
-            self.on_event(record.name, event)
+            self.on_interval(record.name, event.kind, event.start, event.end, event.version)
+        if any(event.kind == "fetch" for event in events):
+            self._time_dissemination()
 
-    def reap(self: CoordinatorState) -> None:
+    def reap(self) -> None:
         """Declare silent workers dead and expire overdue leases (their prompts are re-queued)."""
         with self.cond:
             for record in self.registry.silent(self.heartbeat_timeout_s):
@@ -77,13 +80,13 @@ class Membership:
                 if lease in overdue or not record.alive:
                     self._expire(lease)
 
-    def _unfulfilled(self: CoordinatorState, record: WorkerRecord) -> None:
+    def _unfulfilled(self, record: WorkerRecord) -> None:
         """One more of ``record``'s leases expired unsubmitted: slow it down, then park it a while."""
         if parked_s := missed(self.shares, record, time.monotonic(), self.leases.timeout_s):
             log.warning("worker %s let %d leases in a row expire: parked for %.0f s", record.name,
                         record.unfulfilled, parked_s)
 
-    def deregister(self: CoordinatorState, record: WorkerRecord) -> None:
+    def deregister(self, record: WorkerRecord) -> None:
         """A worker leaving on purpose (preemption): its unfinished leases go back to the queue now."""
         with self.cond:
             record.alive, record.left = False, True
@@ -94,7 +97,7 @@ class Membership:
             log.info("worker %s left (deregistered); %d unfinished leases re-issued", record.name, len(returned))
             self._replan(f"{record.name} left")
 
-    def quarantine(self: CoordinatorState, worker_id: str, reason: str, taken: list[Group] = ()) -> int:
+    def quarantine(self, worker_id: str, reason: str, taken: list[Group] = ()) -> int:
         """Stop trusting a worker whose results failed verification: no more leases or submissions,
         its active leases re-issued, its buffered groups — and ``taken``, its groups already in the
         learner's batch — discarded (prompts re-queued). Returns how many groups were discarded."""
@@ -112,9 +115,3 @@ class Membership:
             log.warning("quarantined worker %s: %s (%d groups discarded)", record.name, reason, len(mine) + len(taken))
             self.cond.notify_all()
             return len(mine) + len(taken)
-
-    def _expire(self: CoordinatorState, lease: Lease) -> None:
-        lease.state = "expired"
-        self.counters["leases_expired"] += 1
-        self.ledger.release(lease.examples, front=True)
-        self.cond.notify_all()

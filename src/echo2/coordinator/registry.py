@@ -18,7 +18,7 @@ from echo2.broadcast.topology import Node
 from echo2.coordinator.records import WorkerRecord, session_refusal
 from echo2.coordinator.relay_check import host_scoped
 from echo2.exchange import WorkerStats
-from echo2.guard import broadcast_credential, same_secret, viewer_credential
+from echo2.net.guard import broadcast_credential, same_secret, viewer_credential
 
 log = logging.getLogger("echo2")
 

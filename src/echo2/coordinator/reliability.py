@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from echo2.coordinator.state import CoordinatorState
+    from echo2.coordinator.books import Books
 
 
-def reliability_report(state: CoordinatorState) -> dict[str, int | dict[str, int]]:
+def reliability_report(state: Books) -> dict[str, int | dict[str, int]]:
     """The report of ``state`` (call under its lock)."""
     counters, ledger = state.counters, state.ledger
     accounted = (counters["groups_trained"] + counters["groups_filtered"] + len(ledger) + len(ledger.requeued)

@@ -11,7 +11,7 @@ submission under its lock, scores it here *outside* the lock (a verifier may be 
 a reasoning-gym scorer), then admits it under the lock. :class:`Scoring` keeps the time spent
 scoring, which the learner logs as ``reward_seconds``.
 
-Episodes (:mod:`echo2.episodes`): between turns a worker asks for the environment's answers
+Episodes (:mod:`echo2.model.episodes`): between turns a worker asks for the environment's answers
 (:meth:`Scoring.answers`, the task's :meth:`~echo2.tasks.Task.respond`, also outside the lock);
 the lease keeps each answer. At submission every inserted run of tokens must be, id for id, the
 encoding of the answer the environment gave after the replies before it (decoded here from the
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 
 from echo2.coordinator.records import Lease
-from echo2.episodes import segments
+from echo2.model.episodes import segments
 from echo2.protocol import Completion, RespondRequest, SubmitRequest
 from echo2.tasks import Example, Task
 
@@ -68,7 +68,7 @@ def task_scorer(task: Task, decode: Callable[[list[int]], str], encode: Callable
 
     ``decode`` turns a turn's token ids into its text as the learner's evaluation reads a sample
     (``tokenizer.decode(ids, skip_special_tokens=True)``); ``encode`` is how workers insert an
-    environment's text (:func:`echo2.episodes.observation_ids`).
+    environment's text (:func:`echo2.model.episodes.observation_ids`).
     """
 
     def score(example: Example, completions: list[Completion], answered: Answered) -> list[float]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from echo2.serving import BackgroundServer
+from echo2.net.serving import BackgroundServer
 
 
 class CoordinatorServer(BackgroundServer):

@@ -7,7 +7,8 @@ What must survive a learner crash for no prompt to be lost and none trained twic
 * prompts handed out but not yet trained on: those **re-queued**, those in the **replay
   buffer** (accepted groups, kept with their completions and version tags), and those of the
   leases still **in flight** at the snapshot (re-queued on restore, as if the leases expired);
-* the pacing counters (useful slots, next slot) and the reliability counters.
+* the pacing counters (useful slots, next slot) and the reliability counters;
+* the run clock's smoothed step and dissemination times, which activation plans with.
 
 Workers are not part of it: after a restart they register again (see
 :class:`echo2.rollout.worker.RolloutWorker`), and versions are republished from the checkpoint.
@@ -27,14 +28,14 @@ from echo2.exchange import Group
 from echo2.tasks import Example
 
 if TYPE_CHECKING:
-    from echo2.coordinator.state import CoordinatorState
+    from echo2.coordinator.books import Books
 
 
 def _group(data: dict[str, Any]) -> Group:
     return Group(**{**data, "example": DrawnExample(**data["example"])})
 
 
-def take(state: CoordinatorState) -> dict[str, Any]:
+def take(state: Books) -> dict[str, Any]:
     """Snapshot of ``state`` (call under its lock)."""
     return {
         "examples_drawn": state.examples.drawn,
@@ -43,10 +44,11 @@ def take(state: CoordinatorState) -> dict[str, Any]:
         "trained_draws": sorted(state.trained.draws),
         "counters": dict(state.counters),
         "rejected": dict(state.rejected),
+        "clock": state.clock.state(),
     }
 
 
-def restore(state: CoordinatorState, snapshot: dict[str, Any], examples: Iterator[Example]) -> None:
+def restore(state: Books, snapshot: dict[str, Any], examples: Iterator[Example]) -> None:
     """Put a fresh ``state`` (no workers, no leases) back where :func:`take` left it (call under its
     lock); ``examples`` is the task's training stream from its start."""
     state.examples = CountingStream(examples, skip=snapshot["examples_drawn"])
@@ -56,3 +58,5 @@ def restore(state: CoordinatorState, snapshot: dict[str, Any], examples: Iterato
     state.counters["leases_lost_in_restart"] += snapshot["leases_in_flight"]
     state.counters["learner_restarts"] += 1
     state.rejected.update(snapshot["rejected"])
+    if "clock" in snapshot:  # checkpoints written before the coordinator kept the clock lack it
+        state.clock.restore(snapshot["clock"])

@@ -6,10 +6,9 @@ environment's answers between an episode's turns."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from echo2.coordinator.leases import accepted_groups
+from echo2.coordinator.membership import Membership
 from echo2.coordinator.records import Rejected, WorkerRecord
 from echo2.core.leasing import LeaseAnswer, answer_lease
 from echo2.core.shares import delivered
@@ -22,14 +21,11 @@ from echo2.protocol import (
     SubmitResponse,
 )
 
-if TYPE_CHECKING:
-    from echo2.coordinator.state import CoordinatorState
 
+class WorkSide(Membership):
+    """The books with the workers' leases and submissions."""
 
-class WorkSide:
-    """Mixed into :class:`echo2.coordinator.state.CoordinatorState` (which owns the state used here)."""
-
-    def _answer(self: CoordinatorState, record: WorkerRecord, worker_version: int, requested: int) -> LeaseAnswer:
+    def _answer(self, record: WorkerRecord, worker_version: int, requested: int) -> LeaseAnswer:
         """:func:`echo2.core.leasing.answer_lease` over this coordinator's books, now."""
         held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
         others = any(r is not record and r.active and not r.quarantined for r in self.registry.live())
@@ -37,13 +33,7 @@ class WorkSide:
                             held=held, active=record.active, others_live=others, now=time.monotonic(),
                             finished=self.finished)
 
-    def _wait(self: CoordinatorState, deadline: float, ready: Callable[[], bool]) -> None:
-        """Wait until ``ready()`` or ``deadline``, reaping dead workers meanwhile."""
-        while not ready() and (remaining := deadline - time.monotonic()) > 0:
-            self.cond.wait(min(remaining, 0.5))
-            self.reap()
-
-    def lease(self: CoordinatorState, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
+    def lease(self, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
         deadline = time.monotonic() + wait_s
         with self.cond:
             if record.quarantined:
@@ -64,7 +54,7 @@ class WorkSide:
                                  version=worker_version, deadline_s=self.leases.timeout_s,
                                  prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()])
 
-    def submit(self: CoordinatorState, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
+    def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
         """Checked under the lock, scored outside it (:mod:`~echo2.coordinator.scoring`), admitted under it."""
         with self.cond:
             record.last_seen = time.monotonic()
@@ -87,7 +77,7 @@ class WorkSide:
             self.cond.notify_all()
             return SubmitResponse(accepted=len(request.groups))
 
-    def respond(self: CoordinatorState, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
+    def respond(self, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
         """The environment's next answers, computed outside the lock and kept on the lease (checked at submission)."""
         with self.cond:
             record.last_seen = time.monotonic()

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from echo2.modeling import pin_cpus
+from echo2.model.loading import pin_cpus
 from echo2.rollout.options import OPTIONS_ENV, TOKEN_ENV, WorkerOptions
 
 log = logging.getLogger("echo2")

@@ -27,26 +27,26 @@ from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.records import Limits
 from echo2.coordinator.scoring import Scorer, task_scorer
 from echo2.coordinator.state import CoordinatorState
-from echo2.episodes import observation_ids
-from echo2.guard import viewer_credential
+from echo2.model.episodes import observation_ids
+from echo2.net.guard import viewer_credential
 from echo2.launch.local import LocalWorkers
 from echo2.launch.summary import RunSummary
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.learner.checkpoint import latest_resumable, load_resume_state
 from echo2.learner.distributed import Shard, announce, start
 from echo2.learner.loop import LearnerLoop
-from echo2.modeling import check_cpus, load_tokenizer, pin_threads, pinned_cpus
+from echo2.model.loading import check_cpus, load_tokenizer, pin_threads, pinned_cpus
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec
-from echo2.ratelimit import RateLimiter
-from echo2.redact import REDACTED, redact_logs, remove_redaction
+from echo2.net.ratelimit import RateLimiter
+from echo2.net.redact import REDACTED, redact_logs, remove_redaction
 from echo2.rollout.options import WorkerOptions
 from echo2.core.staleness import versions_in_use
 from echo2.tasks import Task, load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.plots import plot_curves, plot_timeline
 from echo2.telemetry.trackers import open_trackers
-from echo2.tls import certificate_fingerprint
+from echo2.net.tls import certificate_fingerprint
 
 if TYPE_CHECKING:
     from echo2.launch.ray_actors import RayWorkers
@@ -104,12 +104,13 @@ def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
     return RunSpec(
         model=config.model.name, dtype=config.model.dtype, task=config.task.name, task_options=config.task.options,
         group_size=config.rollout.group_size, temperature=config.rollout.temperature,
-        max_new_tokens=config.rollout.max_new_tokens, groups_per_lease=config.rollout.groups_per_lease,
+        max_new_tokens=config.rollout.max_new_tokens, groups_per_lease=config.lease_groups,
         protocol=config.protocol, staleness=config.staleness, fetch_delay_s=config.workers.fetch_delay_s,
         broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
         heartbeat_interval_s=config.coordinator.heartbeat_interval_s, seed=config.run.seed,
         engine=config.rollout.engine, adapter=adapter_spec(config), max_turns=max_turns,
         swap_between_turns=config.rollout.swap_between_turns,
+        size_leases_to_device=config.rollout.groups_per_lease == "device",
     )
 
 
@@ -229,7 +230,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         check_relays=True,
         score=reward_scorer(task, weights),
         environment=task.respond if task.max_turns > 1 else None,
-        on_event=lambda who, event: timeline.interval(who, event.kind, event.start, event.end, event.version),
+        on_interval=timeline.interval,
+        replan_every=config.activation.replan_every,
         planner=publisher.planner,
         fleet=Fleet(ActivationPolicy.from_rule(config.activation,
                                                config.learner.groups_per_step * config.rollout.group_size,

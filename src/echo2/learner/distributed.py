@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from echo2.modeling import resolve_device
+from echo2.model.loading import resolve_device
 
 Sharding = Literal["replicate", "fsdp"]
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from echo2.tokens import prefill
+from echo2.model.tokens import prefill
 
 
 @dataclass
@@ -36,8 +36,8 @@ def completion_scores(
 ) -> CompletionScores:
     """Log-probs (and, when ``entropies``, per-token entropies) of each completion.
 
-    Uses the sampler's layout (:mod:`echo2.tokens`) so that the numbers match the workers'
-    behaviour log-probs: each distinct prompt is run once (:func:`~echo2.tokens.prefill`), which
+    Uses the sampler's layout (:mod:`echo2.model.tokens`) so that the numbers match the workers'
+    behaviour log-probs: each distinct prompt is run once (:func:`~echo2.model.tokens.prefill`), which
     also gives the distribution of every completion's first token, then all completions at once
     on top of their prompts' cache, right-padded (a row's padding comes after its tokens, so
     causal attention never sees it). Logits exist only where a completion token is predicted.

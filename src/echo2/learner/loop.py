@@ -1,7 +1,9 @@
 """The learner loop: take a fresh batch, train, publish the new version, evaluate, checkpoint.
 
 There is one loop for every protocol: ``sync`` is the same loop with S = 0 (the coordinator's
-pacing then admits only groups from the current version, which makes it a barrier).
+pacing then admits only groups from the current version, which makes it a barrier). The
+coordinator keeps the run's clock (step and dissemination times, activation's re-plans); the
+learner only takes batches, gives back what it will not train on, publishes and reports.
 
 Learner utilization = time spent training and publishing / (that + time waiting for data);
 evaluation time is excluded from both, and so is the wait for the very first batch (workers
@@ -22,9 +24,9 @@ import torch
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
 from echo2.core.staleness import versions_trainable
-from echo2.evaluation import EvalResult, evaluate
-from echo2.exchange import Group, RolloutSource, RunStats
-from echo2 import interrupts
+from echo2.model.evaluation import EvalResult, evaluate
+from echo2.exchange import Group, NoBatch, RolloutSource, RunStats
+from echo2.learner import interrupts
 from echo2.learner.checkpoint import save_checkpoint
 from echo2.learner.dynamic_sampling import informative_batch
 from echo2.learner.trainer import Learner, require_finite
@@ -33,7 +35,6 @@ from echo2.learner.version_cache import VersionCache
 from echo2.tasks import Example, Task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.progress import Progress
-from echo2.core.smoothing import EMA_WEIGHT, ema
 
 log = logging.getLogger("echo2")
 
@@ -74,8 +75,6 @@ class LearnerLoop:
             learner.policy, learner.tokenizer,
             VersionCache(versions_trainable(config.staleness), publisher.kind, config.broadcast.dtype),  # what workers were sent
             seed=config.run.seed, dtype=config.model.dtype)
-        self.train_ema: float | None = None
-        self.broadcast_ema: float | None = None
 
     def _evaluate(self, version: int) -> EvalResult:
         with self.learner.precision():
@@ -106,10 +105,10 @@ class LearnerLoop:
             batch = self._take(step, count - len(kept))
             audit = self.verifier.check(batch)
             for worker_id, why in audit.suspects.items():
-                self.state.quarantine(worker_id, why, taken=[g for g in batch if g.worker_id == worker_id])
+                self.state.give_back([g for g in batch if g.worker_id == worker_id], "suspect", why)
             unauditable = [g for g in audit.unauditable if g.worker_id not in audit.suspects]
             if unauditable:
-                self.state.leave_out(unauditable)
+                self.state.give_back(unauditable, "unauditable")
             left_out = {id(g) for g in audit.unauditable}
             kept += [g for g in batch if g.worker_id not in audit.suspects and id(g) not in left_out]
         return kept
@@ -118,8 +117,7 @@ class LearnerLoop:
         """Quarantine the workers of the groups the step left out (implausible log-probs, or a
         refused non-finite update); those groups' prompts go back to the queue."""
         for index, why in self.learner.suspects.items():
-            group = trained[index]
-            self.state.quarantine(group.worker_id, why, taken=[group])
+            self.state.give_back([trained[index]], "suspect", why)
 
     def _take(self, step: int, count: int) -> list[Group]:
         """``count`` groups for ``step`` within ``coordinator.data_timeout_s``, waited for in short
@@ -130,13 +128,13 @@ class LearnerLoop:
             try:
                 batch = self.state.take_batch(step, timeout_s=min(STOP_POLL_S, max(0.0, deadline - time.monotonic())),
                                               count=count)
-            except TimeoutError as error:
+            except NoBatch as error:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(f"no batch for step {step} within coordinator.data_timeout_s="
                                        f"{timeout_s:g}s ({error})") from None
                 if interrupts.requested() and not self._taken_this_step:
                     raise KeyboardInterrupt("stop signal while waiting for data") from None
-                self.progress.waiting(self.state.data_wait(), timeout_s - (deadline - time.monotonic()))
+                self.progress.waiting(error.why, timeout_s - (deadline - time.monotonic()))
                 continue
             self._taken_this_step = True
             return batch
@@ -148,36 +146,11 @@ class LearnerLoop:
         learner = self.config.learner
         if not learner.dynamic_sampling:
             return self._verified_batch(step, learner.groups_per_step), [], {}
-        sampled = informative_batch(lambda count: self._verified_batch(step, count), self.state.filter_taken,
+        sampled = informative_batch(lambda count: self._verified_batch(step, count),
+                                    lambda groups: self.state.give_back(groups, "filtered"),
                                     learner.groups_per_step, learner.dynamic_sampling_rounds)
         counts = {"dapo_filtered_groups": len(sampled.filtered), "dapo_drawn_groups": sampled.drawn}
         return sampled.groups, sampled.filtered if learner.echoclip.enabled else [], counts
-
-    def _dissemination(self, settle_s: float = 0.0) -> dict[str, float]:
-        """Publish -> last live worker loaded, for versions that finished spreading since the last step.
-
-        ``settle_s`` > 0 (end of run) waits that long at most for versions still spreading, so the
-        last versions of a short run are measured too.
-        """
-        latencies = []
-        deadline = time.monotonic() + settle_s
-        while True:
-            for version, published, loaded in self.state.pop_disseminated():
-                self.timeline.interval("broadcast", "disseminate", published, loaded, version)
-                latencies.append(loaded - published)
-            if not self.state.versions_spreading() or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        if not latencies:
-            return {}
-        self.broadcast_ema = ema(self.broadcast_ema, max(latencies), EMA_WEIGHT)
-        return {"dissemination_s": sum(latencies) / len(latencies), "dissemination_max_s": max(latencies)}
-
-    def _activation(self, step_seconds: float, version: int) -> None:
-        """Feed measured step time and dissemination latency to cost-aware activation, every few steps."""
-        self.train_ema = ema(self.train_ema, step_seconds, EMA_WEIGHT)
-        if version % self.config.activation.replan_every == 0:
-            self.state.replan(self.train_ema, self.broadcast_ema)
 
     @staticmethod
     def _run_metrics(stats: RunStats) -> dict[str, float]:
@@ -189,6 +162,9 @@ class LearnerLoop:
                                     "workers_active": sum(r.alive and r.active for r in records)}
         if stats.activation_need is not None:
             values["activation_need_rollouts_per_s"] = stats.activation_need
+        if stats.disseminated:  # publish -> last live worker loaded, of versions that finished spreading
+            values["dissemination_s"] = sum(stats.disseminated) / len(stats.disseminated)
+            values["dissemination_max_s"] = max(stats.disseminated)
         for record in records:
             if record.throughput is not None:
                 values[f"worker/{record.name}/measured_rollouts_per_s"] = record.throughput
@@ -208,8 +184,7 @@ class LearnerLoop:
             "version": version,
             "loop": {"steps": result.steps, "wall_seconds": result.wall_seconds, "busy_seconds": result.busy_seconds,
                      "idle_seconds": result.idle_seconds, "samples": result.samples,
-                     "startup_seconds": result.startup_seconds, "train_ema": self.train_ema,
-                     "broadcast_ema": self.broadcast_ema,
+                     "startup_seconds": result.startup_seconds,
                      "evals": [(v, e.accuracy, e.sampled_reward) for v, e in result.evals]},
             "coordinator": self.state.resume_snapshot(),
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
@@ -223,7 +198,6 @@ class LearnerLoop:
         result.busy_seconds, result.idle_seconds = loop["busy_seconds"], loop["idle_seconds"]
         result.startup_seconds = loop["startup_seconds"]
         result.evals = [(v, EvalResult(accuracy, sampled)) for v, accuracy, sampled in loop["evals"]]
-        self.train_ema, self.broadcast_ema = loop["train_ema"], loop["broadcast_ema"]
         torch.set_rng_state(resume["rng"]["torch"])
         random.setstate(resume["rng"]["python"])
         self.verifier.rng.setstate(resume["rng"]["verifier"])
@@ -252,7 +226,6 @@ class LearnerLoop:
         else:
             result.idle_seconds += train_start - waited
         result.busy_seconds += train_end - train_start
-        self._activation(train_end - train_start, version)
         result.samples += int(record["samples"])
         result.steps += 1
         elapsed = result.wall_seconds = time.time() - started
@@ -268,7 +241,6 @@ class LearnerLoop:
                if published.delta_bytes is not None else {}),
             **sampling,
             **self.verifier.pop_metrics(),
-            **self._dissemination(),
             **self._run_metrics(state.stats(config.activation.learner_price_per_hour, time.time() - started)),
         )
         accuracy = None
@@ -324,8 +296,11 @@ class LearnerLoop:
             evaluation = self._evaluate(version)
             result.evals.append((version, evaluation))
             self.metrics.log(version, {"version": version, **evaluation.metrics()})
-        if spread := self._dissemination(settle_s=self.config.broadcast.stall_s):
-            self.metrics.log(version, {"version": version, **spread})
+        final = self._run_metrics(self.state.stats(self.config.activation.learner_price_per_hour, result.wall_seconds,
+                                                   settle_s=self.config.broadcast.stall_s))
+        if "dissemination_s" in final:  # the last versions of the run, once they reached every worker
+            self.metrics.log(version, {"version": version, "dissemination_s": final["dissemination_s"],
+                                       "dissemination_max_s": final["dissemination_max_s"]})
         self._checkpoint(version, result)
         self.progress.newline()
         return result

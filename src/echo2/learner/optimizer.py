@@ -5,7 +5,7 @@ rate, however noisy its gradient), which throws a well-annealed small model out 
 before the second-moment estimates settle. When the model folder holds ``optimizer.pt`` (echo2
 checkpoints do, and so does the shipped model), the first and second moments are copied from it
 — only the moments: learning rate, betas and weight decay stay those of this run's config.
-Only trainable parameters are optimised: with a LoRA adapter (:mod:`echo2.lora`) that is the
+Only trainable parameters are optimised: with a LoRA adapter (:mod:`echo2.model.lora`) that is the
 adapter alone, which starts from a fresh AdamW (the saved moments belong to the full weights).
 """
 

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
-from echo2.modeling import DTYPES
+from echo2.model.loading import DTYPES
 
 
 def hold_master_weights(model: torch.nn.Module, master_dtype: str) -> torch.nn.Module:

@@ -42,7 +42,7 @@ from echo2.learner.objectives import (
 from echo2.learner.optimizer import build_optimizer
 from echo2.learner.precision import ComputePrecision
 from echo2.learner.tally import IMPLAUSIBLE, NONFINITE, Tally
-from echo2.lora import MergedCopy, has_adapter
+from echo2.model.lora import MergedCopy, has_adapter
 
 
 def _pad_right(rows: Sequence[Sequence[float] | torch.Tensor], width: int,
@@ -159,7 +159,7 @@ class Learner:
 
     def sampling_policy(self) -> torch.nn.Module:
         """The current policy to sample from (evaluation): ``policy`` itself, or for a LoRA policy
-        a merged copy, as workers sample from (:class:`~echo2.lora.MergedCopy`)."""
+        a merged copy, as workers sample from (:class:`~echo2.model.lora.MergedCopy`)."""
         if not has_adapter(self.policy):
             return self.policy
         if self._merged is None:

@@ -13,7 +13,7 @@ group may still be trained at (the last S + 1) is kept by
 The audit model is a worker's sampler, rebuilt on the learner: one scratch copy of the policy,
 made at the first audit, with its trainable parameters in ``model.dtype`` and no autocast (what
 the ``hf`` engine computes in), a LoRA run's adapter merged into a plain copy
-(:class:`~echo2.lora.MergedCopy`, as workers sample); each audited version's published parameters
+(:class:`~echo2.model.lora.MergedCopy`, as workers sample); each audited version's published parameters
 are loaded into it. An honest worker's log-probs agree with it to float precision (plus sampling
 versus scoring arithmetic, well inside the tolerance).
 
@@ -38,8 +38,8 @@ from echo2.broadcast.payload import wire_parameters
 from echo2.exchange import Group
 from echo2.learner.logprobs import completion_logprobs
 from echo2.learner.version_cache import VersionCache
-from echo2.lora import MergedCopy, has_adapter
-from echo2.modeling import DTYPES
+from echo2.model.lora import MergedCopy, has_adapter
+from echo2.model.loading import DTYPES
 
 #: Most completions recomputed in one forward pass.
 ROWS_PER_PASS = 256

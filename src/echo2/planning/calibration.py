@@ -60,7 +60,7 @@ class Calibration(Section):
     model: str
     """``model.name`` of the run: a calibration holds for this model only."""
     model_sha256: str
-    """Short hash of the model's weights (:func:`echo2.model_sources.model_fingerprint`)."""
+    """Short hash of the model's weights (:func:`echo2.model.sources.model_fingerprint`)."""
     machine: str
     """Where it ran (architecture, cores)."""
     protocol: str
@@ -122,7 +122,7 @@ def _cv(values: list[float]) -> float:
 
 def calibrate_run(run_dir: Path) -> Calibration:
     """Measure :class:`Calibration` from a finished run directory (``echo2 train`` output)."""
-    from echo2.model_sources import model_fingerprint
+    from echo2.model.sources import model_fingerprint
 
     config = load_config(str(run_dir / "config.yaml"))
     steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner_busy_s" in r]
@@ -172,7 +172,7 @@ def worker_factors(config: Config) -> dict[str, float]:
 
 def full_version_bytes(config: Config) -> float:
     """Bytes of one whole version: the model's float32 safetensors, halved for a bfloat16 broadcast."""
-    from echo2.model_sources import resolve_model_path  # torch-free
+    from echo2.model.sources import resolve_model_path  # torch-free
 
     weights = sum(p.stat().st_size for p in Path(resolve_model_path(config.model.name)).glob("*.safetensors"))
     return weights / 2 if config.broadcast.dtype == "bfloat16" else weights
@@ -212,7 +212,7 @@ def load_calibration(path: str | Path) -> Calibration:
 def lease_rollouts_per_s(config: Config, calibration: Calibration, throughput_factor: float) -> float:
     """Completions/s one worker of speed ``throughput_factor`` delivers under ``config``: a lease of
     ``groups_per_lease x group_size`` completions every generation time plus its lease cycle's requests."""
-    lease = config.rollout.groups_per_lease * config.rollout.group_size
+    lease = config.lease_groups * config.rollout.group_size
     overhead = calibration.request_s() * REQUESTS_PER_LEASE[config.protocol]
     return lease / (lease / (calibration.rollouts_per_s * throughput_factor) + overhead)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from echo2.redact import REDACTED, redact_config
+from echo2.net.redact import REDACTED, redact_config
 from echo2.telemetry.metrics import read_intervals, read_jsonl
 
 

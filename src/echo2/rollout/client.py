@@ -4,7 +4,7 @@ A worker that cannot reach the coordinator says so (URL, what it was doing, the 
 retries with exponential backoff (capped at :data:`MAX_RETRY_DELAY_S`) until ``give_up_after_s``,
 by default for ever: a worker started by hand outlives an outage of any length; a 4xx is never retried: it carries
 the coordinator's reason and is raised as :class:`RequestRefused`. Neither is a coordinator that
-fails TLS verification (``verify``: see :mod:`echo2.tls`): :class:`CoordinatorUntrusted` at once.
+fails TLS verification (``verify``: see :mod:`echo2.net.tls`): :class:`CoordinatorUntrusted` at once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel
 
-from echo2.guard import broadcast_credential
+from echo2.net.guard import broadcast_credential
 from echo2.protocol import (
     AUTH_HEADER,
     Heartbeat,
@@ -32,7 +32,7 @@ from echo2.protocol import (
     SubmitResponse,
     VersionInfo,
 )
-from echo2.tls import verification_failure
+from echo2.net.tls import verification_failure
 
 log = logging.getLogger("echo2.worker")
 #: The longest wait between two tries: a worker notices a healed link within about this long.
@@ -70,7 +70,7 @@ class CoordinatorClient:
     def __init__(self, url: str, run_token: str, *, timeout_s: float = 30.0, give_up_after_s: float | None = 120.0,
                  verify: ssl.SSLContext | bool = True) -> None:
         """``give_up_after_s``: how long a call retries an unreachable coordinator (None: for ever).
-        ``verify``: how an ``https://`` coordinator's certificate is checked (:func:`echo2.tls.client_context`)."""
+        ``verify``: how an ``https://`` coordinator's certificate is checked (:func:`echo2.net.tls.client_context`)."""
         self.url = url.rstrip("/")
         self.run_token = run_token
         self.session_token: str | None = None

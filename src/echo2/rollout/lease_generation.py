@@ -2,7 +2,7 @@
 into the submission (tokens and behaviour log-probs; no reward: the coordinator scores).
 
 A single-turn task samples once per row; a multi-turn one plays turns, the coordinator's
-environment answering between them (:mod:`echo2.episodes`), newer weights swapped in between
+environment answering between them (:mod:`echo2.model.episodes`), newer weights swapped in between
 turns when the run allows it (async).
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from echo2.episodes import Episode, observation_ids, run_episodes
+from echo2.model.episodes import Episode, observation_ids, run_episodes
 from echo2.protocol import (
     Completion,
     GroupResult,
@@ -39,6 +39,21 @@ class LeaseGenerator:
     stop: threading.Event
     throughput_factor: float = 1.0
     """Emulate a device this much as fast as this core (1: as fast)."""
+    longest_prompt: int | None = None
+    """Tokens of the longest prompt generated so far (None before the first lease)."""
+
+    def lease_groups(self) -> int:
+        """Groups to ask for in the next lease: ``spec.groups_per_lease``, or, sized to the device,
+        as many as its free memory holds now (the first lease one group: its prompts size the next)."""
+        spec = self.spec
+        if not spec.size_leases_to_device:
+            return spec.groups_per_lease
+        if self.longest_prompt is None:
+            return 1
+        context = self.longest_prompt + spec.max_turns * spec.max_new_tokens
+        if spec.max_turns > 1 and (window := getattr(self.engine, "max_context", None)):
+            context = window  # the environment's answers between turns are unknown: the whole window
+        return self.engine.groups_that_fit(context, spec.groups_per_lease)
 
     def generate(self, lease: LeaseResponse, version: Callable[[], int],
                  between_turns: Callable[[], None] | None) -> tuple[SubmitRequest, float]:
@@ -67,6 +82,7 @@ class LeaseGenerator:
         group_size, spec, tokenizer = self.spec.group_size, self.spec, self.tokenizer
         slots = [p.slot for p in lease.prompts for _ in range(group_size)]
         prompt_ids = [tokenizer(p.prompt)["input_ids"] for p in lease.prompts for _ in range(group_size)]
+        self.longest_prompt = max([self.longest_prompt or 0, *map(len, prompt_ids)])
 
         def respond(rows: list[int], replies: list[list[str]]) -> list[str | None]:
             items = [RespondItem(slot=slots[row], replies=said) for row, said in zip(rows, replies)]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,25 +38,6 @@ if TYPE_CHECKING:
 OPTIONS_ENV = "ECHO2_WORKER_OPTIONS"
 #: Environment variable holding the run token (for workers started by hand: keeps it off ``ps``).
 TOKEN_ENV = "ECHO2_TOKEN"
-
-
-@dataclass(frozen=True)
-class RelayOptions:
-    """How this worker serves weight chunks to its peers."""
-
-    bind_host: str = "127.0.0.1"
-    """Interface to listen on (0.0.0.0 for peers on other machines)."""
-    port: int = 0
-    """Port; 0 picks a free one."""
-    advertise_host: str | None = None
-    """Address peers should dial when it differs from ``bind_host`` (e.g. the public IP)."""
-    upload_bytes_per_s: float | None = None
-    """Upload cap (token bucket) standing for this worker's uplink; None = uncapped."""
-    latency_s: float = 0.0
-    """Delay added to every relay response (standing for a WAN round trip)."""
-    certfile: str | None = None
-    """Certificate (PEM) the relay serves TLS with, with ``keyfile``; None: plain HTTP."""
-    keyfile: str | None = None
 
 
 class WorkerOptions(BaseModel):
@@ -110,7 +90,7 @@ class WorkerOptions(BaseModel):
     @field_validator("pin_sha256")
     @classmethod
     def _pins(cls, pins: tuple[str, ...]) -> tuple[str, ...]:
-        from echo2.tls import normalize_pin
+        from echo2.net.tls import normalize_pin
 
         return tuple(normalize_pin(pin) for pin in pins)
 
@@ -126,7 +106,7 @@ class WorkerOptions(BaseModel):
 
     def tls_verify(self) -> ssl.SSLContext | bool:
         """How this worker checks the coordinator's and its peers' certificates (httpx's ``verify``)."""
-        from echo2.tls import client_context
+        from echo2.net.tls import client_context
 
         return client_context(self.ca_file, self.pin_sha256)
 
@@ -161,8 +141,9 @@ def build_worker(options: WorkerOptions) -> RolloutWorker:
     """The rollout worker these options describe (not started: call its ``run``)."""
     from echo2.rollout.worker import RolloutWorker  # torch: only when a worker is built
 
-    from echo2.guard import broadcast_credential
-    from echo2.redact import redact_logs
+    from echo2.broadcast.relay import RelayOptions
+    from echo2.net.guard import broadcast_credential
+    from echo2.net.redact import redact_logs
 
     # whatever this process logs from now on, the run's credentials come out as <redacted>
     redact_logs(options.run_token(), broadcast_credential(options.run_token()))

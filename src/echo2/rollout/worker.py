@@ -32,9 +32,9 @@ import zlib
 
 import torch
 
-from echo2.broadcast.relay import RelayServer
+from echo2.broadcast.relay import RelayOptions, RelayServer
 from echo2.broadcast.throttle import Throttle
-from echo2.modeling import load_tokenizer, pin_threads
+from echo2.model.loading import load_tokenizer, pin_threads
 from echo2.protocol import (Heartbeat, LeaseRequest, LeaseResponse, RegisterRequest, RegisterResponse, RunSpec,
                              SubmitRequest)
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
@@ -42,7 +42,6 @@ from echo2.rollout.courier import Courier
 from echo2.rollout.engines import load_engine
 from echo2.rollout.lease_ahead import Answered, LeaseAhead
 from echo2.rollout.lease_generation import LeaseGenerator
-from echo2.rollout.options import RelayOptions
 from echo2.rollout.timeline import WorkerTimeline
 from echo2.rollout.weights import WorkerWeights
 
@@ -63,7 +62,7 @@ class RolloutWorker:
                  verify: ssl.SSLContext | bool = True) -> None:
         if not 0 < throughput_factor <= 1:
             raise ValueError(f"throughput_factor must be in (0, 1], got {throughput_factor}")
-        # verify: how the coordinator's and the relays' certificates are checked (echo2.tls)
+        # verify: how the coordinator's and the relays' certificates are checked (echo2.net.tls)
         self.client = CoordinatorClient(url, token, give_up_after_s=give_up_after_s, verify=verify)
         self.relay_options, self.relay = relay, None
         self.price_per_hour, self.worker_class, self.throughput_factor = price_per_hour, worker_class, throughput_factor
@@ -221,7 +220,7 @@ class RolloutWorker:
         return self.ahead.lease(self._lease_request())
 
     def _lease_request(self) -> LeaseRequest:
-        return LeaseRequest(version=self.version, max_groups=self.spec.groups_per_lease)
+        return LeaseRequest(version=self.version, max_groups=self.generation.lease_groups())
 
     def run(self) -> None:
         """Work until the coordinator says the run is over (or SIGTERM/SIGINT)."""

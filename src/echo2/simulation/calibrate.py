@@ -57,7 +57,7 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
                     "upload_mbps": config.broadcast.learner_upload_mbps,
                     "price_per_gpu_hour": config.activation.learner_price_per_hour},
         "recipe": {"steps": config.run.steps, "groups_per_step": config.learner.groups_per_step,
-                   "group_size": config.rollout.group_size, "groups_per_lease": config.rollout.groups_per_lease,
+                   "group_size": config.rollout.group_size, "groups_per_lease": config.lease_groups,
                    "protocol": config.protocol, "staleness": config.staleness,
                    "lease_timeout_s": config.coordinator.lease_timeout_s,
                    "heartbeat_timeout_s": config.coordinator.heartbeat_timeout_s,

@@ -19,84 +19,26 @@ step besides the periodic re-plan.
 
 from __future__ import annotations
 
-import random
 import time
-from collections import Counter, deque
 
-from echo2.core.fetch_chain import default_patience_s
-from echo2.core.pacing import PacingLedger
 from echo2.core.leasing import LeaseAnswer, answer_lease
-from echo2.core.worker_protocol import WorkerProtocol
-from echo2.core.shares import SharePolicy, delivered, missed
-from echo2.planning.activation_rule import ActivationPolicy, WorkerView, busy_seconds, decide, profile
-from echo2.planning.billing import Billing
+from echo2.core.shares import delivered, missed
+from echo2.planning.activation_rule import WorkerView, busy_seconds, decide, profile
 from echo2.planning.broadcast_time import broadcast_seconds
-from echo2.simulation.centralized import simulate_centralized
-from echo2.simulation.dissemination import LearnerUplink, RelayUplink
-from echo2.simulation.census import VersionCensus
-from echo2.simulation.events import EventQueue
-from echo2.simulation.fetching import FetchRouting
-from echo2.simulation.fleet import Lease, SimWorker, build_fleet, lognormal
-from echo2.simulation.recorder import Recorder
+from echo2.simulation.fleet import Lease, SimWorker, lognormal
 from echo2.simulation.results import SimResult
 from echo2.simulation.scenario import Scenario
 from echo2.simulation.workers import WorkerLoop
-from echo2.core.smoothing import EMA_WEIGHT, ema
 from echo2.units import MIB
-from echo2.units import link_bytes_per_s as mbps
 
 
 class SimulationStalled(RuntimeError):
     """Nothing is left to happen but the learner still waits (e.g. no worker can ever serve it)."""
 
 
-
-class Simulation(WorkerLoop, FetchRouting):
-    def __init__(self, scenario: Scenario, timeline_workers: int = 12) -> None:
-        self.scenario = scenario
-        recipe = scenario.recipe
-        self.rng = random.Random(scenario.seed)
-        self.queue = EventQueue()
-        self.ledger: PacingLedger[None, int] = PacingLedger(recipe.staleness, recipe.groups_per_step)
-        """Slots, buffer and pacing, as the coordinator keeps them (a group is its version here)."""
-        self.counters: Counter[str] = Counter()
-        self.workers: list[SimWorker] = build_fleet(scenario, self.rng)
-        for worker in self.workers:
-            worker.protocol = WorkerProtocol(recipe.protocol)
-        self.protocol = recipe.protocol
-        self.group_size, self.groups_per_lease = recipe.group_size, recipe.groups_per_lease
-        self.shares = SharePolicy(groups_per_lease=recipe.groups_per_lease, window_share=recipe.window_share)
-        self.train_s = scenario.train_step_s()
-        self.payload = scenario.model.payload_bytes
-        self.learner_upload = mbps(scenario.learner.upload_mbps)
-        self.chunk = min(scenario.broadcast.chunk_mib * MIB, self.payload)
-        self.learner_uplink = LearnerUplink(self.queue, self.learner_upload, self.payload, self.chunk)
-        self.patience_s = default_patience_s(scenario.broadcast.stall_s)
-        self.workers_by_id = {w.worker_id: w for w in self.workers}
-        for worker in self.workers:
-            worker.uplink = RelayUplink(self.queue, worker.upload)
-        self.waiting: deque[tuple[SimWorker, int, int]] = deque()
-        self.running: dict[str, SimWorker] = {}
-        self.parked: dict[str, tuple[SimWorker, int, int]] = {}
-        """Held lease requests of parked workers: id -> (worker, epoch, version)."""
-        self.membership = 0
-        self._plan_cache: tuple[int, dict[str, list[str]]] | None = None
-        """(membership, each running worker's sources) of the relay plan last made."""
-        self.census = VersionCensus()
-        self.billing = Billing(scenario.learner_price_per_hour)
-        self.activation = ActivationPolicy.from_rule(scenario.activation, recipe.rollouts_per_step,
-                                                     recipe.staleness)
-        self.centralized = simulate_centralized(scenario)
-        self.recorder = Recorder(scenario, {w.worker_id for w in self.workers[:timeline_workers]}, self.centralized)
-        self.step = 0
-        self.learner_busy = False
-        self.finished = False
-        self.wait_since = 0.0
-        self.busy_s = self.idle_s = self.startup_s = 0.0
-        self.train_ema: float | None = self.train_s
-        self.broadcast_ema: float | None = None
-        self.replanned_at = -1
-        self.replan_pending = False
+class Simulation(WorkerLoop):
+    """The learner and the coordinator's side, over the workers' side (:class:`WorkerLoop`), over
+    the fetches (:class:`~echo2.simulation.fetching.FetchRouting`), over the books (:class:`SimBooks`)."""
 
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:
@@ -120,12 +62,12 @@ class Simulation(WorkerLoop, FetchRouting):
             worker.alive, worker.throughput = True, worker.declared_throughput
         broadcast = self.scenario.broadcast
         for _ in range(5):
-            uploads = [w.upload for w in self.workers if w.active or self.broadcast_ema is None]
+            uploads = [w.upload for w in self.workers if w.active or self.clock.broadcast_s is None]
             estimate = broadcast_seconds(self.payload, self.learner_upload, uploads, broadcast.mode,
                                          broadcast.chunk_mib * MIB)
-            if estimate == self.broadcast_ema:
+            if estimate == self.clock.broadcast_s:
                 break
-            self.broadcast_ema = estimate
+            self.clock.broadcast_s = estimate
             self._decide()
         self.replanned_at = 0
 
@@ -147,6 +89,7 @@ class Simulation(WorkerLoop, FetchRouting):
         else:
             self.idle_s += now - self.wait_since
         self.learner_busy = True
+        self.clock.batch_taken(now)
         self.queue.after(lognormal(self.rng, self.train_s, self.scenario.learner.step_cv), self._learner_done,
                          versions, now)
 
@@ -154,19 +97,17 @@ class Simulation(WorkerLoop, FetchRouting):
         now = self.queue.now
         self.busy_s += now - started
         self.learner_busy = False
-        self.train_ema = ema(self.train_ema, now - started, EMA_WEIGHT)
         self.step += 1
+        replan_due = self.clock.published(self.step, now)
         self.ledger.version = self.step
         self.census.published(now)
         self._publish(self.step)
-        latencies = self.recorder.step(self, versions, started)
-        if latencies:
-            self.broadcast_ema = ema(self.broadcast_ema, max(latencies), EMA_WEIGHT)
+        self.clock.disseminated(self.recorder.step(self, versions, started))
         if self.step >= self.scenario.recipe.steps:
             self._finish()
             return
         self.wait_since = now
-        if self.step % self.scenario.activation.replan_every == 0 or self.replan_pending:
+        if replan_due or self.replan_pending:
             self._replan("periodic")
         self._open_window()
         self._learner_try()
@@ -188,7 +129,7 @@ class Simulation(WorkerLoop, FetchRouting):
                 self.queue.at(tick + worker.rtt_s / 2, self._heartbeat, worker, worker.epoch)
 
     def _census(self, worker: SimWorker) -> None:
-        """Count ``worker``'s version (:class:`VersionCensus`); record each version that reached the fleet."""
+        """Count ``worker``'s version (:class:`~echo2.simulation.census.VersionCensus`); record each version that reached the fleet."""
         counted = (worker.running and worker.active and worker.worker_id not in self.parked
                    and worker.protocol.version >= 0)
         for reached, published in self.census.count(worker, worker.protocol.version if counted else None,
@@ -327,7 +268,7 @@ class Simulation(WorkerLoop, FetchRouting):
         """Apply the provisioning rule to the live workers."""
         live = [w for w in self.workers if w.alive]
         decision = decide(self.activation, [WorkerView(w.worker_id, w.price_per_hour, w.throughput) for w in live],
-                          self.train_ema, self.broadcast_ema)
+                          self.clock.train_s, self.clock.broadcast_s)
         for worker in live:
             worker.active = worker.worker_id in decision.active
 

@@ -25,55 +25,27 @@ A fetch ends when its last byte is in, plus the hop's one-way latency and the cl
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from echo2.broadcast.chunk_store import KEEP_VERSIONS
 from echo2.broadcast.topology import LEARNER, plan_tree
 from echo2.core.fetch_chain import SourceChain
-from echo2.simulation.dissemination import Flow
-
-if TYPE_CHECKING:
-    from echo2.simulation.engine import Simulation
-    from echo2.simulation.fleet import SimWorker
+from echo2.simulation.books import SimBooks
+from echo2.simulation.fleet import Fetch, SimWorker
 
 
-@dataclass(eq=False)
-class Fetch:
-    """One worker's fetch of one version."""
+class FetchRouting(SimBooks):
+    """The books with every worker's fetches timed along its sources."""
 
-    worker: SimWorker
-    epoch: int
-    version: int
-    chain: SourceChain
-    """Its sources, the one asked now, when to leave one (the downloader's rules)."""
-    begin: float
-    left: float
-    """Bytes still to get."""
-    relay: SimWorker | None = None
-    """The relay it receives from or waits on (None: the learner, or between sources)."""
-    flow: Flow | None = None
-    upstream: Fetch | None = None
-    """The relay's own fetch of the version, when it was still arriving there as this one began."""
-    ended_at: float | None = None
-    """When its last byte arrived (None: not yet)."""
-    patience: int = 0
-    """Bumped when a wait on a relay ends: its pending give-up event is then void."""
-    followers: list[Fetch] = field(default_factory=list)
+    def _fetched(self, worker: SimWorker, epoch: int, version: int, begin: float) -> None:
+        """A fetch's last byte is in: the worker's side takes it from here (:mod:`echo2.simulation.workers`)."""
+        raise NotImplementedError
 
-    def live(self) -> bool:
-        return self.epoch == self.worker.epoch
-
-
-class FetchRouting:
-    """Mixed into :class:`echo2.simulation.engine.Simulation` (which owns the state used here)."""
-
-    def _begin_fetch(self: Simulation, worker: SimWorker, begin: float) -> None:
+    def _begin_fetch(self, worker: SimWorker, begin: float) -> None:
         """Fetch the newest version, asking the coordinator for it at ``begin``."""
         worker.protocol.fetch_started()
         self.queue.at(begin, self._ask_version, worker, worker.epoch, begin)
 
-    def _ask_version(self: Simulation, worker: SimWorker, epoch: int, begin: float) -> None:
+    def _ask_version(self, worker: SimWorker, epoch: int, begin: float) -> None:
         """``GET /v1/version``: the newest version and this worker's sources."""
         if epoch != worker.epoch:
             return
@@ -81,7 +53,7 @@ class FetchRouting:
         chain = SourceChain(self._sources(worker), self.patience_s, self.queue.now)
         self._try_source(Fetch(worker, epoch, version, chain, begin, self.payload))
 
-    def _sources(self: Simulation, worker: SimWorker) -> list[str]:
+    def _sources(self, worker: SimWorker) -> list[str]:
         """The worker's fallback chain in the plan the coordinator makes for the running workers."""
         if self.scenario.broadcast.mode == "star":
             return [LEARNER]
@@ -93,7 +65,7 @@ class FetchRouting:
             self._plan_cache = (self.membership, plan)
         return self._plan_cache[1].get(worker.worker_id, [LEARNER])
 
-    def _try_source(self: Simulation, fetch: Fetch) -> None:
+    def _try_source(self, fetch: Fetch) -> None:
         """Ask ``fetch``'s current source for its version (see the module docstring)."""
         if not fetch.live():
             return
@@ -120,7 +92,7 @@ class FetchRouting:
                 self.queue.after(fetch.chain.patience_s, self._give_up, fetch, fetch.patience)
             relay.waiters.append(fetch)
 
-    def _start_receiving(self: Simulation, fetch: Fetch, relay: SimWorker | None) -> None:
+    def _start_receiving(self, fetch: Fetch, relay: SimWorker | None) -> None:
         """The worker's store takes the version's manifest: its own children asking for it follow."""
         fetch.patience += 1
         fetch.relay = relay
@@ -136,7 +108,7 @@ class FetchRouting:
         for waiter in waiters:
             self._try_source(waiter)
 
-    def _evict(self: Simulation, relay: SimWorker, version: int) -> None:
+    def _evict(self, relay: SimWorker, version: int) -> None:
         """The relay's store drops ``version``: the fetches it was sending of it are told it is
         gone and ask for the newest (what they had of it is of no use for another version)."""
         for fetch in [f for f in relay.serving if f.version == version]:
@@ -146,7 +118,7 @@ class FetchRouting:
             if fetch.live():
                 self.queue.after(fetch.worker.rtt_s, self._ask_version, fetch.worker, fetch.epoch, fetch.begin)
 
-    def _abandon(self: Simulation, relay: SimWorker, fetch: Fetch) -> None:
+    def _abandon(self, relay: SimWorker, fetch: Fetch) -> None:
         """The relay went on to a newer version without finishing ``fetch``'s: what it was passing
         on of it stops there, and its children get the rest from their next sources."""
         cut = [(f, relay.uplink.cancel(f.flow)) for f in relay.serving if f.version == fetch.version]
@@ -154,27 +126,27 @@ class FetchRouting:
         self._resume_elsewhere(cut + [(f, self.chunk) for f in fetch.followers])
         fetch.followers = []
 
-    def _resume_elsewhere(self: Simulation, cut: list[tuple[Fetch, float]]) -> None:
+    def _resume_elsewhere(self, cut: list[tuple[Fetch, float]]) -> None:
         """Fetches broken off at their source, with the bytes each still needs: the next source."""
         for fetch, left in cut:
             if fetch.live():
                 fetch.left = max(left, self.chunk)
                 self._next_source(fetch)
 
-    def _give_up(self: Simulation, fetch: Fetch, patience: int) -> None:
+    def _give_up(self, fetch: Fetch, patience: int) -> None:
         """No progress from the relay waited on for ``patience_s``: the next source."""
         if fetch.live() and fetch.patience == patience:
             assert fetch.relay is not None
             fetch.relay.waiters = [w for w in fetch.relay.waiters if w is not fetch]
             self._next_source(fetch)
 
-    def _next_source(self: Simulation, fetch: Fetch) -> None:
+    def _next_source(self, fetch: Fetch) -> None:
         fetch.patience += 1
         fetch.relay, fetch.flow, fetch.upstream = None, None, None
         fetch.chain.fail(fetch.chain.level, self.queue.now)  # the next source; the learner is retried
         self._try_source(fetch)
 
-    def _relayed(self: Simulation, fetch: Fetch) -> None:
+    def _relayed(self, fetch: Fetch) -> None:
         """The relay sent its share; a version the relay itself is still receiving ends one chunk
         after the relay's own fetch (the child cannot overtake it)."""
         relay, upstream = fetch.relay, fetch.upstream
@@ -188,17 +160,17 @@ class FetchRouting:
         else:
             self._after_upstream(fetch, upstream.ended_at)
 
-    def _after_upstream(self: Simulation, fetch: Fetch, upstream_end: float) -> None:
+    def _after_upstream(self, fetch: Fetch, upstream_end: float) -> None:
         """A fetch pipelined on its relay's own ends a chunk after it (at the rate between the two)."""
         assert fetch.relay is not None
         chunk_s = self.chunk / min(fetch.relay.upload, fetch.worker.download)
         self.queue.at(max(self.queue.now, upstream_end + chunk_s), self._transferred, fetch, self._hop_s(fetch))
 
-    def _hop_s(self: Simulation, fetch: Fetch) -> float:
+    def _hop_s(self, fetch: Fetch) -> float:
         relay = fetch.relay
         return (relay.peer.one_way_s + fetch.worker.peer.one_way_s) / 2 if relay else fetch.worker.peer.one_way_s
 
-    def _transferred(self: Simulation, fetch: Fetch, latency: float) -> None:
+    def _transferred(self, fetch: Fetch, latency: float) -> None:
         """The version's last byte is in the worker's store (relayed on from now); the worker
         has it ``latency`` + ``fetch_delay_s`` later."""
         if not fetch.live():
@@ -213,7 +185,7 @@ class FetchRouting:
         self.queue.after(latency + worker.spec.fetch_delay_s, self._fetched, worker, fetch.epoch, fetch.version,
                          fetch.begin)
 
-    def _drop_fetches(self: Simulation, worker: SimWorker) -> None:
+    def _drop_fetches(self, worker: SimWorker) -> None:
         """The worker went down (its epoch already bumped): free its share of its source's uplink,
         and send every fetch it served or was about to serve on to the next source."""
         inbound = worker.inbound

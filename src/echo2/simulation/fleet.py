@@ -1,4 +1,5 @@
-"""The simulated workers: one record per worker slot, drawn from the scenario's classes.
+"""The simulated workers, one record per worker slot drawn from the scenario's classes, and
+their fetches (:class:`Fetch`, timed by :mod:`echo2.simulation.fetching`).
 
 A :class:`SimWorker` carries what cost-aware activation reads of a worker (``alive``, ``active``,
 ``throughput``, ``price_per_hour``: the coordinator's rule, :mod:`echo2.planning.activation_rule`,
@@ -15,16 +16,13 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from echo2.config.fleet import WorkerClass
 from echo2.core.worker_protocol import WorkerProtocol
-from echo2.simulation.dissemination import Peer, RelayUplink
+from echo2.core.fetch_chain import SourceChain
+from echo2.simulation.dissemination import Flow, Peer, RelayUplink
 from echo2.simulation.scenario import Scenario
 from echo2.units import link_bytes_per_s
-
-if TYPE_CHECKING:
-    from echo2.simulation.fetching import Fetch
 
 
 def lognormal(rng: random.Random, mean: float, cv: float) -> float:
@@ -128,3 +126,30 @@ def build_fleet(scenario: Scenario, rng: random.Random) -> list[SimWorker]:
                 heartbeat_phase=rng.uniform(0, interval), declared_throughput=declared,
                 peer=Peer(name, upload, link_bytes_per_s(spec.download_mbps), rtt / 2, spec.relay)))
     return workers
+
+
+@dataclass(eq=False)
+class Fetch:
+    """One worker's fetch of one version."""
+
+    worker: SimWorker
+    epoch: int
+    version: int
+    chain: SourceChain
+    """Its sources, the one asked now, when to leave one (the downloader's rules)."""
+    begin: float
+    left: float
+    """Bytes still to get."""
+    relay: SimWorker | None = None
+    """The relay it receives from or waits on (None: the learner, or between sources)."""
+    flow: Flow | None = None
+    upstream: Fetch | None = None
+    """The relay's own fetch of the version, when it was still arriving there as this one began."""
+    ended_at: float | None = None
+    """When its last byte arrived (None: not yet)."""
+    patience: int = 0
+    """Bumped when a wait on a relay ends: its pending give-up event is then void."""
+    followers: list[Fetch] = field(default_factory=list)
+
+    def live(self) -> bool:
+        return self.epoch == self.worker.epoch

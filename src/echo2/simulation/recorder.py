@@ -10,15 +10,31 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
-from echo2.planning.billing import cost_summary
+from echo2.core.pacing import PacingLedger
+from echo2.planning.billing import Billing, cost_summary
 from echo2.simulation.centralized import CentralizedResult
+from echo2.simulation.events import EventQueue
+from echo2.simulation.fleet import SimWorker
 from echo2.simulation.results import SimResult
 from echo2.simulation.scenario import Scenario
 
-if TYPE_CHECKING:
-    from echo2.simulation.engine import Simulation
+
+class RunView(Protocol):
+    """What the recorder reads of a simulated run (:class:`echo2.simulation.engine.Simulation`)."""
+
+    queue: EventQueue
+    step: int
+    busy_s: float
+    idle_s: float
+    startup_s: float
+    ledger: PacingLedger
+    counters: Counter[str]
+    running: dict[str, SimWorker]
+    workers: Sequence[SimWorker]
+    billing: Billing
 
 
 class Recorder:
@@ -47,7 +63,7 @@ class Recorder:
         self.timeline.append({"who": "broadcast", "kind": "disseminate", "start": published, "end": loaded,
                               "version": version})
 
-    def step(self, sim: Simulation, versions: list[int], started: float) -> list[float]:
+    def step(self, sim: RunView, versions: list[int], started: float) -> list[float]:
         """Record the step that just ended; returns the dissemination latencies completed since the last."""
         now, step = sim.queue.now, sim.step
         self.timeline.append({"who": "learner", "kind": "train", "start": started, "end": now, "version": step})
@@ -70,13 +86,13 @@ class Recorder:
         self.records.append(record)
         return latencies
 
-    def costs(self, sim: Simulation, now: float) -> dict[str, float]:
+    def costs(self, sim: RunView, now: float) -> dict[str, float]:
         by_class = sim.billing.by_class(now)
         centralized = self.centralized.cost_per_step * sim.step if self.centralized else 0.0
         return cost_summary({c.name: by_class.get(c.name, 0.0) for c in self.scenario.fleet}, sim.billing.learner(now),
                             centralized)
 
-    def result(self, sim: Simulation, runtime_s: float) -> SimResult:
+    def result(self, sim: RunView, runtime_s: float) -> SimResult:
         books, ledger = sim.counters, sim.ledger
         trained = books["groups_trained"] * self.scenario.recipe.group_size
         now = sim.queue.now

@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
+from echo2.config.asynchrony import Asynchrony
 from echo2.config.base import ConfigError, Section, apply_override, first_error, merge, read_yaml
 from echo2.config.fleet import ActivationRule, LearnerHardware, WorkerClass
 from echo2.planning.inventory import Inventory
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
-from echo2.core.staleness import resolve as resolve_staleness
 from echo2.units import GB, MIB
 
 __all__ = ["ActivationSpec", "BroadcastSpec", "LearnerSpec", "ModelSpec", "RecipeSpec", "Scenario", "WorkerClass",
@@ -73,7 +73,9 @@ class LearnerSpec(LearnerHardware):
     co-located inference engine."""
 
 
-class RecipeSpec(Section):
+class RecipeSpec(Asynchrony):
+    """The run recipe a scenario simulates; ``protocol`` and ``staleness`` as in a run's config."""
+
     steps: int = Field(ge=1)
     """Learner steps to simulate."""
     groups_per_step: int = Field(ge=1)
@@ -86,12 +88,6 @@ class RecipeSpec(Section):
     """Mean prompt tokens (learner FLOPs only)."""
     response_tokens: float = Field(1.0, gt=0)
     """Mean completion tokens: converts tokens/s into rollouts/s, and sets the learner FLOPs."""
-    protocol: Literal["sync", "pull", "async"] = "async"
-    """``sync``/``pull``: the worker fetches the newest version before every lease (blocking);
-    ``async``: a background fetch, swapped in between leases."""
-    staleness: int | None = Field(None, ge=0)
-    """S: a step trains only on groups at most S versions old. Default: 0 for ``sync``, 1
-    otherwise; ``sync`` requires 0 (the same rule as a run's config)."""
     lease_timeout_s: float = Field(3600.0, gt=0)
     """A lease not submitted within this time expires and its prompts are re-issued."""
     window_share: float = Field(0.5, gt=0, le=1)
@@ -105,12 +101,6 @@ class RecipeSpec(Section):
     def rollouts_per_step(self) -> int:
         return self.groups_per_step * self.group_size
 
-    @model_validator(mode="after")
-    def _resolve_staleness(self) -> RecipeSpec:
-        resolved = resolve_staleness(self.protocol, self.staleness)
-        if resolved != self.staleness:  # (assigning re-runs validation when assignments are validated)
-            self.staleness = resolved
-        return self
 
 
 class BroadcastSpec(Section):

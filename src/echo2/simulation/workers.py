@@ -25,22 +25,39 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from echo2.simulation.fleet import SimWorker
+from echo2.simulation.fetching import FetchRouting
+from echo2.simulation.fleet import Lease, SimWorker
 
 if TYPE_CHECKING:
     from echo2.core.worker_protocol import AfterAnswer
-    from echo2.simulation.engine import Simulation
 
 
-class WorkerLoop:
-    """Mixed into :class:`echo2.simulation.engine.Simulation` (which owns the state used here)."""
+class WorkerLoop(FetchRouting):
+    """The books and the fetches with every worker's lease loop. The coordinator's moves it needs
+    are the hooks below (:class:`echo2.simulation.engine.Simulation` makes them)."""
+
+    def _lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:
+        """A lease request reaches the coordinator."""
+        raise NotImplementedError
+
+    def _expire(self, lease: Lease) -> None:
+        """The coordinator gives up on ``lease`` (its worker gone)."""
+        raise NotImplementedError
+
+    def _census(self, worker: SimWorker) -> None:
+        """``worker``'s version, running or active state changed: the coordinator counts it again."""
+        raise NotImplementedError
+
+    def _request_replan(self, reason: str) -> None:
+        """An active worker died: activation re-plans."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ the lease loop
-    def _cycle_event(self: Simulation, worker: SimWorker, epoch: int) -> None:
+    def _cycle_event(self, worker: SimWorker, epoch: int) -> None:
         if epoch == worker.epoch:
             self._cycle(worker)
 
-    def _cycle(self: Simulation, worker: SimWorker, head_start_s: float = 0.0) -> None:
+    def _cycle(self, worker: SimWorker, head_start_s: float = 0.0) -> None:
         """Between two leases: refresh the weights as the protocol says, then ask for a lease.
         ``head_start_s``: how long ago the worker began (it submits in the background: its next
         request left with its submission, and arrives with it)."""
@@ -61,7 +78,7 @@ class WorkerLoop:
             delay += worker.spec.load_s
         self.queue.after(delay + worker.rtt_s / 2, self._lease_arrives, worker, worker.epoch, worker.protocol.version)
 
-    def _version_check(self: Simulation, worker: SimWorker, epoch: int) -> None:
+    def _version_check(self, worker: SimWorker, epoch: int) -> None:
         """Sequential pull: the coordinator's answer to ``GET /v1/version``."""
         if epoch != worker.epoch:
             return
@@ -71,7 +88,7 @@ class WorkerLoop:
         else:
             self.queue.after(worker.rtt_s, self._lease_arrives, worker, epoch, worker.protocol.version)
 
-    def _refreshed(self: Simulation, worker: SimWorker, epoch: int, action: AfterAnswer) -> None:
+    def _refreshed(self, worker: SimWorker, epoch: int, action: AfterAnswer) -> None:
         """The lease reply said ``refresh`` (the worker's weights are too old for the next slot), and
         the protocol ``action``: ask again, or wait for the staged version (unless one is staged)."""
         if epoch != worker.epoch:
@@ -82,17 +99,17 @@ class WorkerLoop:
             self._cycle(worker)
 
     # ------------------------------------------------------------------ weights
-    def _heartbeat(self: Simulation, worker: SimWorker, epoch: int) -> None:
+    def _heartbeat(self, worker: SimWorker, epoch: int) -> None:
         if epoch == worker.epoch:
             self._learn(worker, self.ledger.version, self.queue.now + worker.rtt_s / 2)
 
-    def _learn(self: Simulation, worker: SimWorker, version: int, at: float) -> None:
+    def _learn(self, worker: SimWorker, version: int, at: float) -> None:
         """The worker hears at ``at`` that ``version`` is out; an idle async fetcher starts on it
         (after one round trip to ask for the version's sources)."""
         if worker.protocol.heard(version):
             self._begin_fetch(worker, at + worker.rtt_s)
 
-    def _fetched(self: Simulation, worker: SimWorker, epoch: int, version: int, begin: float) -> None:
+    def _fetched(self, worker: SimWorker, epoch: int, version: int, begin: float) -> None:
         if epoch != worker.epoch:
             return
         now = self.queue.now
@@ -113,13 +130,13 @@ class WorkerLoop:
         if worker.protocol.wants_fetch():
             self._begin_fetch(worker, now + worker.rtt_s)
 
-    def _load(self: Simulation, worker: SimWorker, version: int) -> None:
+    def _load(self, worker: SimWorker, version: int) -> None:
         """The worker loaded ``version`` (its protocol state says so already): count it."""
         self.census.loaded.add(version)
         self._census(worker)
 
     # ------------------------------------------------------------------ running and parked
-    def _run_worker(self: Simulation, worker: SimWorker, holding: int | None = None) -> None:
+    def _run_worker(self, worker: SimWorker, holding: int | None = None) -> None:
         """The worker is up: billed, relaying, preemptible; it fetches the newest version first
         (blocking) unless it already holds ``holding``."""
         now = self.queue.now
@@ -139,14 +156,14 @@ class WorkerLoop:
         worker.phase = "fetch"
         self._begin_fetch(worker, now + worker.rtt_s)
 
-    def _bill(self: Simulation, worker: SimWorker) -> None:
+    def _bill(self, worker: SimWorker) -> None:
         """Full price while active, the parked share while parked (a booting replacement is billed as
         the worker it replaces was)."""
         share = 1.0 if worker.active else self.scenario.activation.parked_price_fraction
         self.billing.start(worker.worker_id, worker.worker_class, share * worker.price_per_hour, self.queue.now,
                            worker.active)
 
-    def _stop_running(self: Simulation, worker: SimWorker) -> None:
+    def _stop_running(self, worker: SimWorker) -> None:
         """Void the worker's pending events and take it out of the plan and the version census."""
         worker.epoch += 1
         worker.running, worker.leases = False, []
@@ -157,7 +174,7 @@ class WorkerLoop:
         self._drop_fetches(worker)
         self._census(worker)
 
-    def _park(self: Simulation, worker: SimWorker, epoch: int, version: int) -> None:
+    def _park(self, worker: SimWorker, epoch: int, version: int) -> None:
         """The coordinator holds a parked worker's lease request (it stays registered, keeps its
         weights current and relays) until activation picks it again."""
         worker.phase = "parked"
@@ -165,14 +182,14 @@ class WorkerLoop:
         self._bill(worker)
         self._census(worker)
 
-    def _unpark(self: Simulation, worker: SimWorker) -> None:
+    def _unpark(self, worker: SimWorker) -> None:
         _, epoch, version = self.parked.pop(worker.worker_id)
         self._bill(worker)
         self._census(worker)
         self._lease_arrives(worker, epoch, version)
 
     # ------------------------------------------------------------------ preemption
-    def _preempt(self: Simulation, worker: SimWorker, epoch: int) -> None:
+    def _preempt(self, worker: SimWorker, epoch: int) -> None:
         if epoch != worker.epoch or not worker.running or self.finished:
             return
         now, notice = self.queue.now, worker.spec.preemption_notice_s
@@ -193,7 +210,7 @@ class WorkerLoop:
         self.queue.at(detected, self._declared_gone, worker, worker.epoch)
         self.queue.at(max(now + worker.spec.recovery_s, detected), self._registered, worker, worker.epoch)
 
-    def _leave(self: Simulation, worker: SimWorker) -> None:
+    def _leave(self, worker: SimWorker) -> None:
         """Deregistered after finishing its lease under a preemption notice: a lease it had asked for
         ahead goes back to the window at once (the coordinator re-issues it first)."""
         self.counters["workers_left"] += 1
@@ -206,7 +223,7 @@ class WorkerLoop:
         self._declared_gone(worker, worker.epoch)
         self.queue.after(worker.spec.recovery_s, self._registered, worker, worker.epoch)
 
-    def _declared_gone(self: Simulation, worker: SimWorker, epoch: int) -> None:
+    def _declared_gone(self, worker: SimWorker, epoch: int) -> None:
         """The coordinator re-plans when an active worker dies (a parked one leaves the set as it was)."""
         if epoch != worker.epoch or self.finished:
             return
@@ -214,7 +231,7 @@ class WorkerLoop:
         if worker.active:
             self._request_replan("death")
 
-    def _registered(self: Simulation, worker: SimWorker, epoch: int) -> None:
+    def _registered(self, worker: SimWorker, epoch: int) -> None:
         """The replacement registers: a new worker, unmeasured, hence active on probation, and on
         trial for its lease size (:mod:`echo2.core.shares`). (The
         coordinator re-plans on a join too, but that cannot change the set until the newcomer is

@@ -9,7 +9,7 @@ set that is never trained on.
 A task whose ``max_turns`` is above 1 is an environment: after each model reply,
 :meth:`Task.respond` gives the text inserted before the model's next turn (feedback, an
 observation, a tool's result) or ends the episode. It runs on the coordinator, which holds the
-reference answers, when a worker asks (:mod:`echo2.episodes`). A single-turn task is the
+reference answers, when a worker asks (:mod:`echo2.model.episodes`). A single-turn task is the
 one-turn case: it never responds, and its episode reward is the reward of its one reply.
 """
 

@@ -3,7 +3,7 @@
 The user asks for the value of an expression (``417*38-95``); the system message describes one
 tool, ``calculate(expression)``, in the Hermes convention that SmolLM2 and Qwen2.5 were tuned on.
 A reply with ``<tool_call>`` blocks gets the tools' results back as a ``tool`` message (run by
-:class:`~echo2.tools.ToolRunner`: a child process each, a timeout, memory and CPU limits; a
+:class:`~echo2.tasks.tools.ToolRunner`: a child process each, a timeout, memory and CPU limits; a
 failure is reported to the model as text); a reply without one is the final answer, which is
 right when its last integer is the value. Up to ``max_turns`` replies.
 
@@ -20,7 +20,7 @@ import re
 from echo2.tasks.arithmetic import ArithmeticTask
 from echo2.tasks.base import Example
 from echo2.tasks.chat import ChatPrompt
-from echo2.tools import ToolCall, ToolRunner, calculate, parse_tool_calls
+from echo2.tasks.tools import ToolCall, ToolRunner, calculate, parse_tool_calls
 
 SYSTEM_PROMPT = """You are a helpful assistant with access to a calculator.
 To use it, reply with a call in this exact form and nothing else:

@@ -16,7 +16,7 @@ from functools import cached_property
 class ChatPrompt:
     """Renders a user message with the chat template of ``template_source``.
 
-    ``template_source`` is any ``model.name`` (:mod:`echo2.model_sources`: a named source such as
+    ``template_source`` is any ``model.name`` (:mod:`echo2.model.sources`: a named source such as
     ``smollm2-135m-instruct``, a GGUF file, a folder or a hub id), normally the trained model.
     ``system_prompt`` None keeps the template's own default system message, if it has one.
     The tokenizer loads on first use, so a process that only scores completions never loads it.
@@ -29,7 +29,7 @@ class ChatPrompt:
     def _tokenizer(self):
         from transformers import AutoTokenizer
 
-        from echo2.model_sources import resolve_model_path
+        from echo2.model.sources import resolve_model_path
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(self.template_source))
         if not tokenizer.chat_template:
@@ -50,7 +50,7 @@ class ChatPrompt:
         the model ended with its end-of-turn token) to add ``messages`` (a tool result, feedback)
         and open the assistant's next turn: the template applied to the whole conversation, less
         what the model already holds (the conversation up to its last reply and that token).
-        Workers insert these characters encoded on their own (:func:`echo2.episodes.observation_ids`):
+        Workers insert these characters encoded on their own (:func:`echo2.model.episodes.observation_ids`):
         the model's own tokens are never re-encoded."""
         template = self._tokenizer.apply_chat_template
         held = template(conversation[:-1], tokenize=False, add_generation_prompt=True) + \

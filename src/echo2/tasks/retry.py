@@ -5,7 +5,7 @@ An episode of ``37+8-52=``: the model answers (``-9``); a wrong answer is met wi
 result is higher) or ``-=`` (lower), ``=`` when no integer could be read, and the model answers
 again, up to ``max_turns`` answers. The feedback uses only characters the shipped model's
 tokenizer knows, and reaches the model as inserted tokens it never trains on
-(:mod:`echo2.episodes`). An episode that is solved at answer ``k`` earns ``retry_discount ** (k - 1)``
+(:mod:`echo2.model.episodes`). An episode that is solved at answer ``k`` earns ``retry_discount ** (k - 1)``
 (so a first-time answer is worth most and using the feedback still pays); one never solved earns
 nothing. Held-out success is "solved within the episode", greedily; evaluation also reports the
 first answer's accuracy on its own, so that what the feedback adds is visible.

@@ -5,7 +5,7 @@ verifiers writes a multi-turn environment as control flow: ``Env.run(task, agent
 model's next reply comes back in a ``Segment``) with its own logic — a game engine stepping,
 feedback, a checker. In verifiers the model is reached through harnesses and an intercepted
 OpenAI-compatible endpoint; in echo2 the model's turns are sampled on workers and the environment
-runs on the coordinator, where the learner trusts it (:mod:`echo2.episodes`). This module is the
+runs on the coordinator, where the learner trusts it (:mod:`echo2.model.episodes`). This module is the
 bridge: it runs the environment's own ``setup`` and ``run`` with a stand-in seat whose ``turn``
 hands back the replies the model has already given, in order, and stops the play where they
 run out:

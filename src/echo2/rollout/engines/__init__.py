@@ -13,7 +13,8 @@ from typing import Protocol
 import torch
 
 from echo2.protocol import RunSpec
-from echo2.generation import Samples
+from echo2.model.sampling import Samples
+
 
 class Engine(Protocol):
     def generator(self, seed: int) -> torch.Generator:
@@ -24,6 +25,9 @@ class Engine(Protocol):
 
     def load(self, payload: bytes, sha256: str) -> None:
         """Apply a verified version payload (full weights or a LoRA adapter) in place."""
+
+    def groups_that_fit(self, context_tokens: int, most: int) -> int:
+        """Groups of ``context_tokens``-long rows one generation batch can hold now (1 to ``most``)."""
 
 
 def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") -> Engine:

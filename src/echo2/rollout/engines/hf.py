@@ -1,11 +1,11 @@
 """The portable default engine: the HF model in the worker process, echo2's KV-cached sampler.
 
-It samples with the computation the learner scores with (:mod:`echo2.generation`), so
+It samples with the computation the learner scores with (:mod:`echo2.model.sampling`), so
 behaviour log-probs match the learner's to float precision; a LoRA run wraps the base model in
-the run's adapter (:mod:`echo2.lora`), each version replaces only the adapter tensors, and
-sampling runs on a :class:`~echo2.lora.MergedCopy` re-merged after each version. On a CUDA
+the run's adapter (:mod:`echo2.model.lora`), each version replaces only the adapter tensors, and
+sampling runs on a :class:`~echo2.model.lora.MergedCopy` re-merged after each version. On a CUDA
 device each decoding step replays a captured CUDA graph over a static KV cache
-(:class:`~echo2.decoding.StaticDecoder`); new versions are copied into the same parameter tensors,
+(:class:`~echo2.model.decoding.StaticDecoder`); new versions are copied into the same parameter tensors,
 so the graphs stay valid across versions.
 """
 
@@ -14,12 +14,14 @@ from __future__ import annotations
 import torch
 
 from echo2.broadcast.payload import load_parameters
-from echo2.decoding import StaticDecoder
-from echo2.lora import MergedCopy, add_adapter
-from echo2.modeling import load_model, resolve_device
+from echo2.core.lease_sizing import groups_that_fit
+from echo2.model.decoding import StaticDecoder
+from echo2.model.lora import MergedCopy, add_adapter
+from echo2.model.loading import load_model, resolve_device
 from echo2.protocol import RunSpec
-from echo2.generation import Samples, sample
-from echo2.tokens import model_device
+from echo2.rollout.engines.memory import decode_footprint, free_memory_bytes
+from echo2.model.sampling import Samples, sample
+from echo2.model.tokens import model_device
 
 
 class HfEngine:
@@ -31,10 +33,11 @@ class HfEngine:
         self.kind = "lora" if spec.adapter else "full"
         self.merged = MergedCopy(self.model) if spec.adapter else None
         self.sampling_model = self.merged.refresh() if self.merged else self.model
+        self.footprint = decode_footprint(self.model)
         self.decoder = StaticDecoder() if model_device(self.model).type == "cuda" else None
         """The fast CUDA-graph path on a GPU; on a CPU the dynamic cache (no padding to a static length)."""
         self.max_context: int | None = getattr(model.config, "max_position_embeddings", None)
-        """The model's window: an episode whose next turn would not fit ends (:mod:`echo2.episodes`)."""
+        """The model's window: an episode whose next turn would not fit ends (:mod:`echo2.model.episodes`)."""
 
     def generator(self, seed: int) -> torch.Generator:
         """On the model's device: a CPU generator would copy every token's distribution to the host
@@ -46,6 +49,12 @@ class HfEngine:
         return sample(self.sampling_model, prompt_ids, max_new_tokens=self.spec.max_new_tokens, eos_id=self.eos_id,
                       pad_id=self.pad_id, temperature=self.spec.temperature, generator=generator,
                       decoder=self.decoder)
+
+    def groups_that_fit(self, context_tokens: int, most: int) -> int:
+        """As many groups as the device's free memory holds the decoding of
+        (:func:`echo2.core.lease_sizing.groups_that_fit`); weights and the merged copy are already in."""
+        return groups_that_fit(free_memory_bytes(model_device(self.model)), self.footprint, self.spec.group_size,
+                               context_tokens, most)
 
     def load(self, payload: bytes, sha256: str) -> None:
         load_parameters(self.model, payload, sha256, self.kind)

@@ -30,9 +30,9 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
 from echo2.broadcast.integrity import CorruptPayload, sha256
-from echo2.modeling import resolve_model_path
+from echo2.model.loading import resolve_model_path
 from echo2.protocol import AdapterSpec, RunSpec
-from echo2.generation import Samples
+from echo2.model.sampling import Samples
 
 #: Share of the GPU's memory vLLM may take (weights + KV cache).
 GPU_MEMORY_UTILIZATION = 0.85
@@ -107,6 +107,11 @@ class VllmEngine:
         prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
         outputs = self.llm.generate(prompts, params, lora_request=self.lora, use_tqdm=False)
         return samples_from_outputs(outputs)
+
+    def groups_that_fit(self, context_tokens: int, most: int) -> int:
+        """``most``: vLLM schedules a batch within its own KV-cache budget (``GPU_MEMORY_UTILIZATION``)
+        and queues what does not fit, so a larger lease never runs out of memory."""
+        return most
 
     def load(self, payload: bytes, expected_sha256: str) -> None:
         if sha256(payload) != expected_sha256:

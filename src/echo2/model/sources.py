@@ -32,7 +32,7 @@ from pathlib import Path
 
 #: Name under which the model shipped inside the package is known in configs.
 SHIPPED_MODEL = "echo2/tiny-arith"
-SHIPPED_MODEL_DIR = Path(__file__).parent / "assets" / "tiny-arith"
+SHIPPED_MODEL_DIR = Path(__file__).parents[1] / "assets" / "tiny-arith"
 
 #: Folder name of a converted GGUF inside the cache: it holds a complete HF model.
 _DONE_MARKER = "config.json"

@@ -5,7 +5,7 @@ connection and sends its request head one byte at a time holds a connection, a f
 and a parser forever. :class:`HeadDeadlineProtocol` arms a timer when a connection opens and
 after each response: a complete request head (request line and every header) must arrive within
 ``head_timeout_s``, else the server answers ``408 Request Timeout`` and closes the connection.
-The body's deadline is :class:`echo2.guard.Guard`'s job (it knows when the body starts).
+The body's deadline is :class:`echo2.net.guard.Guard`'s job (it knows when the body starts).
 """
 
 from __future__ import annotations

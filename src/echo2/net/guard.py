@@ -13,7 +13,7 @@ but lets the app read first). For each HTTP request it
    passes ``max_body_bytes``, answers 413 and stops reading;
 4. gives the whole body ``body_timeout_s`` from the request's head: a client that dribbles its
    body (slow loris) is answered 408 and cut off. The head's own deadline is
-   :mod:`echo2.deadlines`' job.
+   :mod:`echo2.net.deadlines`' job.
 
 Refusals carry ``Connection: close``: the server closes the connection instead of draining
 the rest of a body it will never use.

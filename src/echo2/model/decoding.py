@@ -1,4 +1,4 @@
-"""How :func:`echo2.generation.sample` runs the model once per new token: two interchangeable decoders.
+"""How :func:`echo2.model.sampling.sample` runs the model once per new token: two interchangeable decoders.
 
 * :class:`DynamicDecoder` (every device's default): HF's growing ``DynamicCache`` and a 2-D mask one
   column longer each step. Nothing is allocated ahead and attention spans only the tokens so far —
@@ -11,10 +11,10 @@
   as one graph they do not. On a CPU it runs the same buffers eagerly (``graphs=False``), which is
   how the tests check it against the dynamic path.
 
-Both decode from the same :func:`echo2.tokens.prefill` (each group's shared prompt run once) and feed
+Both decode from the same :func:`echo2.model.tokens.prefill` (each group's shared prompt run once) and feed
 the model the same position ids, so their logits agree to float rounding: the static mask only adds
 slots whose attention weight is exactly zero. The sampling itself (temperature, RNG, log-probs) stays
-in :mod:`echo2.generation`, outside the graph, with the numerics the learner scores with.
+in :mod:`echo2.model.sampling`, outside the graph, with the numerics the learner scores with.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 from transformers import Cache
 
-from echo2.tokens import Prefill
+from echo2.model.tokens import Prefill
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class Choice:
 
 
 class DecodeSession(Protocol):
-    """One call of :func:`~echo2.generation.sample`: a token per row per step, from the prefill on."""
+    """One call of :func:`~echo2.model.sampling.sample`: a token per row per step, from the prefill on."""
 
     noise: torch.Tensor
     """[rows, vocab] float32: the caller fills it with Exp(1) draws before each sampled step."""
@@ -236,7 +236,7 @@ class StaticDecoder:
 
     Keep one per model (a rollout engine does): captured graphs hold the model's parameter
     addresses, which stay valid because new versions are copied into the parameters in place
-    (:func:`echo2.broadcast.payload.load_parameters`, :meth:`echo2.lora.MergedCopy.refresh`).
+    (:func:`echo2.broadcast.payload.load_parameters`, :meth:`echo2.model.lora.MergedCopy.refresh`).
     """
 
     def __init__(self, graphs: bool = True) -> None:

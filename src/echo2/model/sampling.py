@@ -4,7 +4,7 @@ learner's evaluation sample through this one module.
 A plain KV-cached decoding loop over an HF causal LM rather than ``generate``: RL needs the
 log-prob of every sampled token under exactly the distribution it was sampled from
 (``softmax(logits / temperature)``), and the learner recomputes that same quantity with the
-same batch layout (:mod:`echo2.tokens`), so the two agree to float precision at S = 0. Rows
+same batch layout (:mod:`echo2.model.tokens`), so the two agree to float precision at S = 0. Rows
 that share a prompt (a group) share one prefill of it.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from echo2.decoding import Choice, Decoder, DynamicDecoder
-from echo2.tokens import prefill
+from echo2.model.decoding import Choice, Decoder, DynamicDecoder
+from echo2.model.tokens import prefill
 
 
 @dataclass
@@ -58,9 +58,9 @@ def sample(
 
     With ``greedy`` the argmax token is taken and ``logprobs`` are those of the
     temperature-scaled distribution all the same. ``share_prompts=False`` runs every row's
-    prompt on its own (the cost without :func:`~echo2.tokens.prefill`'s sharing, for benchmarks).
-    ``decoder`` runs the per-token steps (:mod:`echo2.decoding`: dynamic by default; a
-    :class:`~echo2.decoding.StaticDecoder` replays CUDA graphs) and does not change what is sampled.
+    prompt on its own (the cost without :func:`~echo2.model.tokens.prefill`'s sharing, for benchmarks).
+    ``decoder`` runs the per-token steps (:mod:`echo2.model.decoding`: dynamic by default; a
+    :class:`~echo2.model.decoding.StaticDecoder` replays CUDA graphs) and does not change what is sampled.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")

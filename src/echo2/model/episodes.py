@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the coordinator replays episodes and imports no torch
-    from echo2.generation import Samples
+    from echo2.model.sampling import Samples
 
 #: ``respond(rows, replies)``: for each row still playing, its model replies so far (decoded);
 #: returns the environment's next message for each, or None where the episode is over.

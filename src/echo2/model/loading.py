@@ -1,4 +1,4 @@
-"""Loading models and tokenizers from any source :mod:`echo2.model_sources` resolves.
+"""Loading models and tokenizers from any source :mod:`echo2.model.sources` resolves.
 
 Both the learner and the workers go through here, so that they build the very same policy.
 """
@@ -13,8 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
-from echo2.lora import is_adapter_folder, load_adapter_folder
-from echo2.model_sources import SHIPPED_MODEL, SHIPPED_MODEL_DIR, resolve_model_path
+from echo2.model.lora import adapter_base, is_adapter_folder, load_adapter_folder
+from echo2.model.sources import SHIPPED_MODEL, SHIPPED_MODEL_DIR, resolve_model_path
 
 transformers_logging.disable_progress_bar()  # per-load progress bars would drown the run's own progress line
 
@@ -42,9 +42,9 @@ def load_model(name: str, dtype: str = "float32") -> PreTrainedModel:
     """
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype={dtype!r}: expected one of {sorted(DTYPES)}")
-    if is_adapter_folder(resolve_model_path(name)):
-        return load_adapter_folder(resolve_model_path(name), dtype)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype=DTYPES[dtype])
+    if is_adapter_folder(path := resolve_model_path(name)):
+        return load_adapter_folder(path, load_model(adapter_base(path), dtype))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
     model.eval()
     return model
 

@@ -1,7 +1,7 @@
 """How a worker checks who it talks to over TLS: a CA bundle, or the pinned certificate itself.
 
 The coordinator (``coordinator.tls_certfile``/``tls_keyfile``) and every relay
-(``--relay-certfile``/``--relay-keyfile``) can serve TLS (:class:`echo2.serving.BackgroundServer`).
+(``--relay-certfile``/``--relay-keyfile``) can serve TLS (:class:`echo2.net.serving.BackgroundServer`).
 A worker then verifies each server in one of two ways:
 
 * ``--ca-file BUNDLE`` — the usual chain-of-trust check against a CA bundle, host name included;

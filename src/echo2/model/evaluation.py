@@ -1,6 +1,6 @@
 """Held-out evaluation: greedy exact-match accuracy and the mean reward of temperature samples.
 
-Each held-out prompt is played as an episode (:mod:`echo2.episodes`) with the task answering
+Each held-out prompt is played as an episode (:mod:`echo2.model.episodes`) with the task answering
 between turns itself: a single-turn task's episode is one greedy completion, exactly as before;
 an episode of several turns is right when :meth:`~echo2.tasks.Task.episode_correct` says so, and
 the accuracy of its first reply alone is reported beside it. Shown samples are whole episodes:
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from echo2.episodes import Episode, observation_ids, run_episodes
-from echo2.generation import sample
+from echo2.model.episodes import Episode, observation_ids, run_episodes
+from echo2.model.sampling import sample
 from echo2.tasks import Example, Task
 
 

@@ -5,7 +5,7 @@ server starts, and ``SO_REUSEADDR`` lets a resumed learner take its old port bac
 Given a certificate and its key (PEM files, uvicorn's ``ssl_certfile``/``ssl_keyfile``), the
 server speaks TLS and its :attr:`~BackgroundServer.url` is ``https://``; both files are loaded
 in the constructor, so a wrong path or a key that does not match fails there, with the paths.
-Every request head must arrive within ``head_timeout_s`` (:mod:`echo2.deadlines`), so a
+Every request head must arrive within ``head_timeout_s`` (:mod:`echo2.net.deadlines`), so a
 slow-loris client is cut off instead of holding a connection for ever.
 """
 
@@ -20,7 +20,7 @@ import time
 import uvicorn
 from fastapi import FastAPI
 
-from echo2.deadlines import with_head_timeout
+from echo2.net.deadlines import with_head_timeout
 
 
 class BackgroundServer:

@@ -18,7 +18,7 @@ plain model's speed. Both compute the same function up to one rounding of the me
 the model's dtype (none in float32), well inside the verification's log-prob tolerance.
 
 Checkpoints of a LoRA run are peft adapter folders (``adapter_config.json`` +
-``adapter_model.safetensors`` naming their base model); :func:`echo2.modeling.load_model`
+``adapter_model.safetensors`` naming their base model); :func:`echo2.model.loading.load_model`
 loads such a folder on top of its base, so ``echo2 eval`` and ``--resume`` work unchanged.
 """
 
@@ -74,13 +74,16 @@ def add_adapter(model: torch.nn.Module, spec: AdapterSpec) -> PeftModel:
     return wrapped
 
 
-def load_adapter_folder(path: str | Path, dtype: str) -> PeftModel:
-    """An adapter checkpoint on top of the base model it names, trainable (the learner resumes from it)."""
-    from echo2.modeling import load_model
+def adapter_base(path: str | Path) -> str:
+    """The base model an adapter checkpoint names."""
+    return json.loads((Path(path) / ADAPTER_CONFIG_FILE).read_text())["base_model_name_or_path"]
 
-    base = json.loads((Path(path) / ADAPTER_CONFIG_FILE).read_text())["base_model_name_or_path"]
+
+def load_adapter_folder(path: str | Path, base: torch.nn.Module) -> PeftModel:
+    """An adapter checkpoint on top of ``base`` (the model :func:`adapter_base` names), trainable
+    (the learner resumes from it)."""
     with _quiet():
-        model = _peft().PeftModel.from_pretrained(load_model(base, dtype), str(path), is_trainable=True)
+        model = _peft().PeftModel.from_pretrained(base, str(path), is_trainable=True)
     model.eval()
     return model
 

@@ -1,0 +1,78 @@
+"""The books of a simulated run: the event queue, the pacing ledger, the fleet, the relay plan's
+cache, the census of versions, billing, activation, the run clock, the recorder and the learner's
+counters — what every layer of the simulation reads and moves.
+
+The simulation is layered, each layer importing only the one below: these books; the fetches
+along the relay plan (:mod:`echo2.simulation.fetching`); the workers' lease loop
+(:mod:`echo2.simulation.workers`); the learner and the coordinator (:mod:`echo2.simulation.engine`).
+A lower layer names the few moves of an upper one it needs as abstract hooks.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, deque
+
+from echo2.core.fetch_chain import default_patience_s
+from echo2.core.pacing import PacingLedger
+from echo2.core.run_clock import RunClock
+from echo2.core.shares import SharePolicy
+from echo2.core.worker_protocol import WorkerProtocol
+from echo2.planning.activation_rule import ActivationPolicy
+from echo2.planning.billing import Billing
+from echo2.simulation.census import VersionCensus
+from echo2.simulation.centralized import simulate_centralized
+from echo2.simulation.dissemination import LearnerUplink, RelayUplink
+from echo2.simulation.events import EventQueue
+from echo2.simulation.fleet import SimWorker, build_fleet
+from echo2.simulation.recorder import Recorder
+from echo2.simulation.scenario import Scenario
+from echo2.units import MIB
+from echo2.units import link_bytes_per_s as mbps
+
+
+class SimBooks:
+    def __init__(self, scenario: Scenario, timeline_workers: int = 12) -> None:
+        self.scenario = scenario
+        recipe = scenario.recipe
+        self.rng = random.Random(scenario.seed)
+        self.queue = EventQueue()
+        self.ledger: PacingLedger[None, int] = PacingLedger(recipe.staleness, recipe.groups_per_step)
+        """Slots, buffer and pacing, as the coordinator keeps them (a group is its version here)."""
+        self.counters: Counter[str] = Counter()
+        self.workers: list[SimWorker] = build_fleet(scenario, self.rng)
+        for worker in self.workers:
+            worker.protocol = WorkerProtocol(recipe.protocol)
+        self.protocol = recipe.protocol
+        self.group_size, self.groups_per_lease = recipe.group_size, recipe.groups_per_lease
+        self.shares = SharePolicy(groups_per_lease=recipe.groups_per_lease, window_share=recipe.window_share)
+        self.train_s = scenario.train_step_s()
+        self.payload = scenario.model.payload_bytes
+        self.learner_upload = mbps(scenario.learner.upload_mbps)
+        self.chunk = min(scenario.broadcast.chunk_mib * MIB, self.payload)
+        self.learner_uplink = LearnerUplink(self.queue, self.learner_upload, self.payload, self.chunk)
+        self.patience_s = default_patience_s(scenario.broadcast.stall_s)
+        self.workers_by_id = {w.worker_id: w for w in self.workers}
+        for worker in self.workers:
+            worker.uplink = RelayUplink(self.queue, worker.upload)
+        self.waiting: deque[tuple[SimWorker, int, int]] = deque()
+        self.running: dict[str, SimWorker] = {}
+        self.parked: dict[str, tuple[SimWorker, int, int]] = {}
+        """Held lease requests of parked workers: id -> (worker, epoch, version)."""
+        self.membership = 0
+        self._plan_cache: tuple[int, dict[str, list[str]]] | None = None
+        """(membership, each running worker's sources) of the relay plan last made."""
+        self.census = VersionCensus()
+        self.billing = Billing(scenario.learner_price_per_hour)
+        self.activation = ActivationPolicy.from_rule(scenario.activation, recipe.rollouts_per_step,
+                                                     recipe.staleness)
+        self.centralized = simulate_centralized(scenario)
+        self.recorder = Recorder(scenario, {w.worker_id for w in self.workers[:timeline_workers]}, self.centralized)
+        self.step = 0
+        self.learner_busy = False
+        self.finished = False
+        self.wait_since = 0.0
+        self.busy_s = self.idle_s = self.startup_s = 0.0
+        self.clock = RunClock(scenario.activation.replan_every, train_s=self.train_s)
+        self.replanned_at = -1
+        self.replan_pending = False
