@@ -79,7 +79,8 @@ def test_missing_pieces_are_reported_not_guessed(tmp_path):
     (run / "timeline.jsonl").unlink()
     page = render(load_run(run))
     assert "no reliability.json in this run directory" in page
-    assert len(images(page)) == len(SECTIONS)  # dissemination falls back to the per-step metrics
+    assert len(images(page)) == len(SECTIONS) - 1  # dissemination falls back to the per-step metrics
+    assert "no timeline recorded" in page  # the timeline alone has nothing to draw
     with pytest.raises(FileNotFoundError, match="not a run directory"):
         load_run(tmp_path)
 

@@ -44,7 +44,7 @@ from echo2.rollout.options import WorkerOptions
 from echo2.core.staleness import versions_in_use
 from echo2.tasks import Task, load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
-from echo2.telemetry.plots import plot_curves, plot_timeline
+from echo2.report.figures import save_run_plots
 from echo2.telemetry.trackers import open_trackers
 from echo2.net.tls import certificate_fingerprint
 
@@ -275,8 +275,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         metrics.close()
         timeline.close()
     reliability = state.reliability()  # once nothing can reach the coordinator: the books are final
-    plot_curves(run_dir)
-    plot_timeline(run_dir)
+    save_run_plots(run_dir)
     last = [e for _, e in result.evals[1:]][-3:] or [result.evals[0][1]]
     summary = RunSummary(
         run_dir=run_dir, result=result,

@@ -40,6 +40,9 @@ SECTIONS: list[tuple[str, Callable[[RunData], Figure | None], str, str]] = [
      "no staleness counts recorded"),
     ("Dissemination", figures.dissemination, "Publish until the last worker holds the version.",
      "no dissemination latencies recorded"),
+    ("Timeline", figures.timeline,
+     "The first minute: learner steps against each worker's generation and weight fetches, and each version's "
+     "dissemination.", "no timeline recorded"),
     ("Cost by worker class", figures.costs, "Dollars by worker class and for the learner.",
      "no prices set for this run (activation.learner_price_per_hour, workers.fleet[].price_per_hour)"),
 ]
