@@ -164,6 +164,13 @@ class EvalConfig(Section):
     """Held-out prompts per evaluation (never trained on)."""
     show: int = Field(4, ge=0)
     """Sample completions printed and logged per evaluation."""
+    where: Literal["learner", "process"] = "learner"
+    """``learner``: the learner evaluates a due version before its next step (it waits);
+    ``process``: an evaluator process beside it does, on the version's weights, while the learner
+    keeps training (:mod:`echo2.learner.evaluations`); its results are logged when they arrive,
+    timed at the version's publish."""
+    threads: int = Field(1, ge=1)
+    """Torch threads of the evaluator process (``where: process``)."""
 
 
 class VerificationConfig(Section):

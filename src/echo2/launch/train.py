@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import secrets
 import sys
@@ -28,12 +29,14 @@ from echo2.coordinator.records import Limits
 from echo2.coordinator.scoring import Scorer, task_scorer
 from echo2.coordinator.state import CoordinatorState
 from echo2.model.episodes import observation_ids
+from echo2.model.evaluation import EvalResult
 from echo2.net.guard import viewer_credential
 from echo2.launch.local import LocalWorkers
 from echo2.launch.summary import RunSummary
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.learner.checkpoint import latest_resumable, load_resume_state
 from echo2.learner.distributed import Shard, announce, start
+from echo2.learner.evaluations import ProcessEvaluations
 from echo2.learner.loop import LearnerLoop
 from echo2.model.loading import check_cpus, load_tokenizer, pin_threads, pinned_cpus
 from echo2.planning.activation_rule import ActivationPolicy
@@ -261,12 +264,18 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     workers = launch_workers(config, server.url, token, run_dir / "workers", worker_cpus)
     workers.start()
     learner = build_learner(config, model, tokenizer, checkpoint, shard)
+    evaluations = None
     try:
+        if config.eval.where == "process":  # it loads its model while the workers start
+            evaluations = ProcessEvaluations(run_dir)
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
-        loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline)
+        loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline,
+                           evaluations)
         result = loop.run(resume)
         stats = state.stats(config.activation.learner_price_per_hour, result.wall_seconds)
     finally:
+        if evaluations is not None:
+            evaluations.stop()
         announce(shard, "stop")
         state.finish()
         workers.stop()
@@ -276,6 +285,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         timeline.close()
     reliability = state.reliability()  # once nothing can reach the coordinator: the books are final
     save_run_plots(run_dir)
+    if not result.evals:  # the evaluator failed (eval.where: process): said in train.log
+        result.evals = [(0, EvalResult(math.nan, math.nan))]
     last = [e for _, e in result.evals[1:]][-3:] or [result.evals[0][1]]
     summary = RunSummary(
         run_dir=run_dir, result=result,

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from echo2.broadcast.payload import serialize_parameters
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
 from echo2.core.staleness import versions_trainable
@@ -29,6 +30,7 @@ from echo2.exchange import Group, NoBatch, RolloutSource, RunStats
 from echo2.learner import interrupts
 from echo2.learner.checkpoint import save_checkpoint
 from echo2.learner.dynamic_sampling import informative_batch
+from echo2.learner.evaluations import Evaluated, InlineEvaluations, ProcessEvaluations
 from echo2.learner.trainer import Learner, require_finite
 from echo2.learner.verification import AuditPolicy, Verifier
 from echo2.learner.version_cache import VersionCache
@@ -59,12 +61,18 @@ class LoopResult:
 #: Seconds between looks at a held stop signal while the learner waits for data.
 STOP_POLL_S = 1.0
 
+#: How long the learner waits, at the end of a run, for the evaluator's last evaluations
+#: (``eval.where: process``; a SmolLM2 evaluation takes about a minute on a 2-core CPU).
+FINISH_EVALS_S = 900.0
+
 
 class LearnerLoop:
     def __init__(self, config: Config, state: RolloutSource, publisher: Publisher, learner: Learner, task: Task,
-                 eval_examples: list[Example], run_dir: Path, metrics: MetricsWriter, timeline: TimelineWriter
-                 ) -> None:
+                 eval_examples: list[Example], run_dir: Path, metrics: MetricsWriter, timeline: TimelineWriter,
+                 evaluations: ProcessEvaluations | None = None) -> None:
         self.config, self.state, self.publisher, self.learner, self.task = config, state, publisher, learner, task
+        self.evaluations = evaluations or InlineEvaluations(self._evaluate)
+        """Where held-out evaluation runs (:mod:`echo2.learner.evaluations`)."""
         self.eval_examples, self.run_dir = eval_examples, run_dir
         self.metrics, self.timeline = metrics, timeline
         self.progress = Progress(config.run.steps, enabled=config.telemetry.progress)
@@ -82,6 +90,10 @@ class LearnerLoop:
                               max_new_tokens=self.config.rollout.max_new_tokens,
                               temperature=self.config.rollout.temperature, seed=self.config.run.seed + version,
                               shown=self.config.eval.show)
+        self._report(version, result)
+        return result
+
+    def _report(self, version: int, result: EvalResult) -> None:
         self.progress.newline()
         among = "-" if result.well_formed_accuracy is None else f"{100 * result.well_formed_accuracy:.1f}%"
         log.info("eval v%d: held-out greedy accuracy %.1f%% | sampled reward %.1f%% | well-formed %.1f%% (accuracy "
@@ -93,7 +105,21 @@ class LearnerLoop:
                      version, 100 * result.first_turn_accuracy, 100 * result.accuracy, result.turns)
         for prompt, completion, reward in result.examples:
             log.info("  sample v%d: %s%s  (reward %.2f)", version, prompt, completion.replace("\n", "\\n"), reward)
-        return result
+
+    def _request_eval(self, version: int) -> EvalResult | None:
+        """Evaluate ``version`` now (``eval.where: learner``: its result) or hand it to the evaluator (None)."""
+        return self.evaluations.request(version, lambda: serialize_parameters(self.learner.policy,
+                                                                                kind=self.publisher.kind))
+
+    def _log_evaluated(self, done: list[Evaluated], result: LoopResult) -> float | None:
+        """Log the evaluator's finished evaluations, each timed at its version's publish; the newest accuracy."""
+        for evaluated in done:
+            self._report(evaluated.version, evaluated.result)
+            result.evals.append((evaluated.version, evaluated.result))
+            self.metrics.log(evaluated.version, {"version": evaluated.version, "time": evaluated.published_at,
+                                                 "eval_logged_time": time.time(), **evaluated.result.metrics()})
+        result.evals.sort(key=lambda pair: pair[0])
+        return done[-1].result.accuracy if done else None
 
     def _verified_batch(self, step: int, count: int) -> list[Group]:
         """The next ``count`` groups of workers that pass their audits. A suspect's groups are
@@ -244,12 +270,14 @@ class LearnerLoop:
             **self._run_metrics(state.stats(config.activation.learner_price_per_hour, time.time() - started)),
         )
         accuracy = None
-        if version % config.eval.every == 0 or version == config.run.steps:
-            evaluation = self._evaluate(version)
+        if (version % config.eval.every == 0 or version == config.run.steps) and (
+                evaluation := self._request_eval(version)) is not None:
             result.evals.append((version, evaluation))
             record.update(evaluation.metrics())
             accuracy = evaluation.accuracy
         self.metrics.log(version, record)
+        if (arrived := self._log_evaluated(self.evaluations.finished(), result)) is not None:
+            accuracy = arrived
         self.metrics.histogram("staleness", [step - g.version for g in batch], version)
         self.progress.update(version, version, record["reward_mean"], accuracy, result.utilization,
                              int(record["workers_alive"]), record["samples_per_s"])
@@ -267,10 +295,11 @@ class LearnerLoop:
             start_version = resume["version"]
             log.info("resumed at version %d (%d steps done before)", start_version, result.steps)
         # also after a resume: the restored weights must score what they scored before the crash
-        evaluation = self._evaluate(start_version)
-        result.evals = [(v, e) for v, e in result.evals if v != start_version] + [(start_version, evaluation)]
-        self.metrics.log(start_version, {"version": start_version, **evaluation.metrics(),
-                                         "resumed": resume is not None})
+        result.evals = [(v, e) for v, e in result.evals if v != start_version]
+        if (evaluation := self._request_eval(start_version)) is not None:
+            result.evals.append((start_version, evaluation))
+            self.metrics.log(start_version, {"version": start_version, **evaluation.metrics(),
+                                             "resumed": resume is not None})
         started = time.time() - result.wall_seconds
         deadline = started + 60 * config.run.max_minutes if config.run.max_minutes else float("inf")
         version = start_version
@@ -288,14 +317,16 @@ class LearnerLoop:
             log.warning("%s: stopping at version %d; checkpointed (continue with: echo2 train --resume %s)",
                         stop, version, self.run_dir)
             result.wall_seconds, result.interrupted = time.time() - started, True
+            self._log_evaluated(self.evaluations.finish(timeout_s=0.0), result)
             self._checkpoint(version, result)
             self.progress.newline()
             return result
         result.wall_seconds = time.time() - started
-        if result.evals[-1][0] != version:
-            evaluation = self._evaluate(version)
+        if version not in {v for v, _ in result.evals} | self.evaluations.pending() and (
+                evaluation := self._request_eval(version)) is not None:
             result.evals.append((version, evaluation))
             self.metrics.log(version, {"version": version, **evaluation.metrics()})
+        self._log_evaluated(self.evaluations.finish(timeout_s=FINISH_EVALS_S), result)
         final = self._run_metrics(self.state.stats(self.config.activation.learner_price_per_hour, result.wall_seconds,
                                                    settle_s=self.config.broadcast.stall_s))
         if "dissemination_s" in final:  # the last versions of the run, once they reached every worker
