@@ -347,3 +347,15 @@ def test_held_out_calibration_runs_at_the_start_and_halfway_through_every_round(
     assert len(calibrations) == len(set(calibrations)) == 2 * heldout.CALIBRATIONS_PER_ROUND
     assert all(steps == 20 for name, steps in trained if name.startswith(calibration))
     assert [len(d) for d in dirs.values()] == [2] * 5
+
+
+@pytest.mark.slow
+def test_eval_placement_bench_quick(tmp_path):
+    """Both arms run to their last step; the one with an evaluator process logs every due version."""
+    run_quick("eval_placement", tmp_path)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [r["where"] for r in rows] == ["learner", "process"]
+    for row in rows:
+        assert row["steps"] == 6 and [v for v, _ in row["evals"]] == [0, 3, 6]
+        assert 0 < row["busy_share"] <= 1 and row["train_wall_s"] > 0
+    assert rows[0]["steps_vs_inline"] == 1.0
