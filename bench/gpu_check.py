@@ -105,6 +105,8 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe-model", type=Path, default=None,
                         help="also run the SmolLM2 recipe end to end from this HF folder (config + tokenizer)")
     parser.add_argument("--recipe-steps", type=int, default=40)
+    parser.add_argument("--recipe-leases", default="4,device",
+                        help="rollout.groups_per_lease of each recipe run (comma-separated)")
     parser.add_argument("--checks", default="generate,logprobs,learner,vllm",
                         help="comma-separated checks to run (a lent GPU's time is short)")
     parser.add_argument("--profile", action="store_true",
@@ -353,36 +355,53 @@ def profile_fast_path(worker: torch.nn.Module, out: Path) -> None:
 RECIPE = Path(__file__).parent.parent / "configs" / "smollm2-135m-chain-sum.yaml"
 
 
-def recipe_row(model_dir: Path, steps: int) -> dict[str, Any]:
+def recipe_row(model_dir: Path, steps: int, leases: str) -> dict[str, Any]:
     """The SmolLM2 recipe end to end on the device (learner and one worker sharing it), from
     ``model_dir``: an HF folder of SmolLM2-135M-Instruct's config and tokenizer. Where the folder has
     no weights, seeded random ones are written into it (the 98 MB model file does not travel to a
-    lent GPU machine): speed, not learning — a random model never stops before ``max_new_tokens``."""
+    lent GPU machine): speed, not learning — a random model never stops before ``max_new_tokens``.
+    ``leases`` is ``rollout.groups_per_lease``: the recipe's fixed 4, or ``device`` (sized to the
+    card's free memory, capped by the staleness window)."""
     import re
     import subprocess
+    import tempfile
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    weights = "real"
+    made_here = model_dir / "DUMMY_WEIGHTS"
     if not (model_dir / "model.safetensors").exists():
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).save_pretrained(model_dir)
-        weights = "dummy (seeded random init)"
+        made_here.touch()
+    weights = "dummy (seeded random init)" if made_here.exists() else "real"
+    runs = Path(tempfile.mkdtemp(prefix="gpu-recipe-"))
     command = [sys.executable, "-m", "echo2.cli", "train", "--config", str(RECIPE), f"model.name={model_dir}",
-               f"task.options.chat_template={model_dir}",
+               f"task.options.chat_template={model_dir}", f"run.dir={runs}", "run.name=recipe",
+               f"rollout.groups_per_lease={leases}",
                "learner.device=cuda", "workers.device=cuda", f"run.steps={steps}", "eval.every=1000", "eval.size=64"]
     print("== recipe:", " ".join(command), flush=True)
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    output = done.stdout + done.stderr
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=150)
+    except subprocess.TimeoutExpired as timeout:
+        done = subprocess.CompletedProcess(command, returncode=-1, stdout=str(timeout.stdout or ""),
+                                           stderr=f"timed out after {timeout.timeout:.0f} s")
+    summary_file = runs / "recipe" / "summary.txt"
+    output = summary_file.read_text() if summary_file.exists() else done.stdout + done.stderr
     summary = re.search(r"(\d+) steps in (\d+)s \| (\d+) samples/s", output)
-    row = {"check": "recipe", "variant": f"smollm2-135m-chain-sum, {weights} weights, 1 worker, same GPU",
+    granted = re.search(r"leases (\d+) issued.*groups (\d+) accepted", output)
+    row = {"check": "recipe", "variant": f"smollm2-135m-chain-sum, groups_per_lease={leases}, {weights} weights, "
+                                         "1 worker, same GPU",
            "rows": None, "new_tokens": 16, "ok": done.returncode == 0 and summary is not None,
-           "note": " | ".join(line for line in output.splitlines() if "steps in" in line or "learner util" in line)[-300:]}
+           "note": " | ".join(line for line in output.splitlines() if "steps in" in line)[-300:]}
     if summary:
         steps_done, wall, rate = map(int, summary.groups())
         row.update(seconds=wall, samples_per_s=rate, steps=steps_done)
-    else:
-        row["note"] = output[-600:]
+    if granted:
+        issued, groups = map(int, granted.groups())
+        row.update(leases=issued, groups_per_lease=groups / max(issued, 1))
+        row["note"] += f" | {groups} groups in {issued} leases"
+    if not summary:
+        row["note"] = (done.stdout + done.stderr)[-600:]
     print(f"== recipe: {row}", flush=True)
     return row
 
@@ -411,9 +430,9 @@ def main() -> None:
     if "vllm" in checks:
         rows.append(vllm_row(shape, shared, longest, device))
     if args.recipe_model:
-        rows.append(recipe_row(args.recipe_model, args.recipe_steps))
+        rows += [recipe_row(args.recipe_model, args.recipe_steps, leases) for leases in args.recipe_leases.split(",")]
     columns = ["check", "variant", "rows", "new_tokens", "seconds", "samples_per_s", "tokens_per_s", "speedup",
-               "first_call_s", "mean_abs_nats", "max_abs_nats", "step_s", "warm_step_s", "peak_mem_gib", "max_abs_delta",
+               "first_call_s", "groups_per_lease", "mean_abs_nats", "max_abs_nats", "step_s", "warm_step_s", "peak_mem_gib", "max_abs_delta",
                "unchanged_frac", "unchanged_frac_2steps", "ok", "note"]
     import transformers
 

@@ -8,7 +8,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from echo2.model.decoding import CACHE_BUCKET, StaticDecoder
+from transformers.integrations.sdpa_attention import repeat_kv
+
+from echo2.model import decoding
+from echo2.model.decoding import CACHE_BUCKET, StaticDecoder, grouped_decode_attention
 from echo2.model.sampling import Samples, sample
 from echo2.model.lora import MergedCopy, add_adapter
 from echo2.protocol import AdapterSpec
@@ -98,6 +101,35 @@ def test_lora_merged_copy_decodes_alike_and_follows_new_adapter_weights():
     after = draw(merged.model, decoder)
     assert after.logprobs != before.logprobs
     assert_same(after, draw(merged.model, None))
+
+
+def test_grouped_decode_attention_is_attention_over_repeated_heads():
+    """Query head h reads key/value head h // groups, as transformers' repeat_kv lays them out."""
+    torch.manual_seed(0)
+    rows, kv_heads, groups, length, dim = 3, 2, 3, 7, 8
+    query = torch.randn(rows, kv_heads * groups, 1, dim)
+    key, value = torch.randn(rows, kv_heads, length, dim), torch.randn(rows, kv_heads, length, dim)
+    visible = torch.rand(rows, 1, 1, length) > 0.3
+    visible[..., 0] = True
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        query, repeat_kv(key, groups), repeat_kv(value, groups), attn_mask=visible, scale=0.5).transpose(1, 2)
+    grouped, _ = grouped_decode_attention(None, query, key, value, visible, scaling=0.5)
+    assert grouped.shape == (rows, 1, kv_heads * groups, dim)
+    torch.testing.assert_close(grouped, reference)
+    with pytest.raises(ValueError, match="one new token"):
+        grouped_decode_attention(None, query.expand(rows, kv_heads * groups, 2, dim), key, value, None)
+
+
+def test_static_steps_attend_grouped_and_leave_the_model_as_it_was(monkeypatch):
+    """Every static step runs the grouped attention (not the model's repeat-the-cache attention);
+    the prefill and the model's later callers keep the model's own."""
+    model, calls = tiny(), []
+    monkeypatch.setitem(decoding.AttentionInterface._global_mapping, decoding.GROUPED_ATTENTION,
+                        lambda *args, **kwargs: calls.append(args[1].shape) or grouped_decode_attention(*args, **kwargs))
+    draw(model, StaticDecoder(graphs=False), new_tokens=5)
+    layers = model.config.num_hidden_layers
+    assert len(calls) == 5 * layers and all(shape[2] == 1 for shape in calls)
+    assert model.config._attn_implementation == "sdpa"
 
 
 def test_unsupported_attention_is_refused_with_a_clear_error():

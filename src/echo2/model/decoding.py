@@ -13,7 +13,11 @@
 
 Both decode from the same :func:`echo2.model.tokens.prefill` (each group's shared prompt run once) and feed
 the model the same position ids, so their logits agree to float rounding: the static mask only adds
-slots whose attention weight is exactly zero. The sampling itself (temperature, RNG, log-probs) stays
+slots whose attention weight is exactly zero. A static step attends with :func:`grouped_decode_attention`
+(each key/value head read once for the query heads that share it) instead of the model's own
+attention, which repeats a grouped-query model's key/value heads over the whole cache every step and
+layer (transformers' SDPA path whenever a mask is given: SmolLM2's 3 key/value heads copied to 9, the
+largest share of a 256-row step on an H200, docs/real-model.md). The sampling itself (temperature, RNG, log-probs) stays
 in :mod:`echo2.model.sampling`, outside the graph, with the numerics the learner scores with.
 """
 
@@ -21,11 +25,15 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-from transformers import Cache
+import torch.nn.functional as F
+from transformers import AttentionInterface, Cache
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from echo2.model.tokens import Prefill
 
@@ -37,6 +45,33 @@ captured graph (attention over a few masked slots costs less than capturing anot
 GRAPHS_KEPT = 2
 """Captured shapes a :class:`StaticDecoder` keeps (each holds its KV cache: rows x length x layers)."""
 SUPPORTED_ATTENTION = ("sdpa", "eager")
+GROUPED_ATTENTION = "echo2_grouped_decode"
+"""The name :func:`grouped_decode_attention` is registered under with transformers' attention registry."""
+
+
+def grouped_decode_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                             attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                             **kwargs: object) -> tuple[torch.Tensor, None]:
+    """One new token's attention with the query heads grouped onto the key/value head they share.
+
+    Query head ``h`` reads key/value head ``h // groups`` (the order of transformers' ``repeat_kv``), so
+    ``query`` [rows, heads, 1, dim] is viewed as [rows, kv_heads, groups, dim]: one attention call over
+    the cache as stored, each group's queries standing in for the single query position. The boolean
+    ``attention_mask`` [rows, 1, 1, length] broadcasts over heads and groups. Returns transformers'
+    layout, [rows, 1, heads, dim].
+    """
+    rows, heads, new, dim = query.shape
+    if new != 1:
+        raise ValueError(f"grouped decode attention takes one new token per row, got {new}")
+    kv_heads = key.shape[1]
+    packed = query.reshape(rows, kv_heads, heads // kv_heads, dim)
+    out = F.scaled_dot_product_attention(packed, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                         scale=scaling)
+    return out.reshape(rows, heads, 1, dim).transpose(1, 2), None
+
+
+AttentionInterface.register(GROUPED_ATTENTION, grouped_decode_attention)
+AttentionMaskInterface.register(GROUPED_ATTENTION, sdpa_mask)  # never built: the static step passes a 4-D mask
 
 
 @dataclass(frozen=True)
@@ -166,6 +201,19 @@ class _Buffers:
     graph: torch.cuda.CUDAGraph | None = None
 
 
+@contextmanager
+def _attending_grouped(model: torch.nn.Module) -> Iterator[None]:
+    """Run ``model`` with :func:`grouped_decode_attention` for the duration (a static step only: a
+    replayed graph holds the kernels it was captured with, so this costs nothing per replay)."""
+    config = model.config
+    own = config._attn_implementation
+    config._attn_implementation = GROUPED_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = own
+
+
 def _layer_kv(cache: Cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Each layer's (keys, values) of a filled ``DynamicCache``."""
     return [(layer.keys, layer.values) for layer in cache.layers]
@@ -175,10 +223,8 @@ class _StaticSession:
     check_every = 16
     """Checking for all-finished rows waits for the device; a few steps past the last EOS are cheaper."""
 
-    def __init__(self, model: torch.nn.Module, buffers: _Buffers, start: Prefill, choice: Choice,
-                 additive_mask: bool) -> None:
-        self.model, self.buffers, self.start, self.choice, self.additive_mask = (model, buffers, start, choice,
-                                                                                  additive_mask)
+    def __init__(self, model: torch.nn.Module, buffers: _Buffers, start: Prefill, choice: Choice) -> None:
+        self.model, self.buffers, self.start, self.choice = model, buffers, start, choice
         self.noise, self.finished = buffers.noise, buffers.finished
         self.steps = 0
         self.reset()
@@ -207,13 +253,9 @@ class _StaticSession:
         b.logprobs.index_copy_(1, b.step, logprob[:, None])
         b.token.copy_(token[:, None])
         b.visible.index_fill_(3, b.cache.slot, True)
-        mask = b.visible
-        if self.additive_mask:  # eager attention adds its mask to the scores
-            dtype = b.cache.keys[0].dtype
-            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~b.visible,
-                                                                                       torch.finfo(dtype).min)
-        output = self.model(input_ids=b.token, attention_mask=mask, position_ids=b.position, past_key_values=b.cache,
-                            use_cache=True)
+        with _attending_grouped(self.model):
+            output = self.model(input_ids=b.token, attention_mask=b.visible, position_ids=b.position,
+                                past_key_values=b.cache, use_cache=True)
         b.logits.copy_(output.logits[:, -1, :])
         b.position.add_(1)
         b.cache.slot.add_(1)
@@ -251,7 +293,7 @@ class StaticDecoder:
         rows, width = start.attention_mask.shape
         length = -(-(width + max_new_tokens) // CACHE_BUCKET) * CACHE_BUCKET
         buffers = self._buffers(model, start, rows, length, choice)
-        session = _StaticSession(model, buffers, start, choice, additive_mask=attention == "eager")
+        session = _StaticSession(model, buffers, start, choice)
         if self.graphs and buffers.graph is None and start.next_logits.device.type == "cuda":
             try:
                 self._capture(session)
