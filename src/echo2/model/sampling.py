@@ -34,7 +34,7 @@ class Samples:
 def draw_exponential(noise: torch.Tensor, generator: torch.Generator | None) -> None:
     """Fill ``noise`` with Exp(1) draws from ``generator``, drawn where the generator lives (a CPU
     generator for a model on a GPU draws on the host): the same stream on any device."""
-    if generator is None or generator.device == noise.device:
+    if generator is None or generator.device.type == noise.device.type:  # "cuda" and "cuda:0" are one device
         noise.exponential_(generator=generator)
     else:
         noise.copy_(torch.empty(noise.shape, dtype=noise.dtype).exponential_(generator=generator))
