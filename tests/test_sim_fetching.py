@@ -32,7 +32,8 @@ def fetch_times(workers: int, fan_out: int = 1, start: list[int] | None = None,
     for worker in sim.workers:
         sim._run_worker(worker, holding=0)
         worker.phase = "generate"
-    sim.census.published(0.0)
+    sim.census.publish(1, 0.0)
+    sim.published_times.append(0.0)
     sim.ledger.version = 1
     for index in range(workers) if start is None else start:
         sim._begin_fetch(sim.workers[index], 0.0)

@@ -101,10 +101,10 @@ class Books:
     def _time_dissemination(self) -> None:
         """Versions that now reached every live worker (:meth:`VersionBook.pop_disseminated`): on
         the timeline, into the run clock, and into the next report (call locked)."""
-        done = self.versions.pop_disseminated([r.loaded_version for r in self.registry.live()])
-        for version, published, loaded in done:
-            self.on_interval("broadcast", "disseminate", published, loaded, version)
-        latencies = [loaded - published for _, published, loaded in done]
+        done = self.versions.pop_disseminated()
+        for reached in done:
+            self.on_interval("broadcast", "disseminate", reached.published, reached.reached, reached.version)
+        latencies = [reached.reached - reached.published for reached in done]
         self.clock.disseminated(latencies)
         self.disseminated += latencies
 

@@ -2,6 +2,8 @@
 
 Not locked on its own: :class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
 Only the versions a worker may still use are kept (:func:`echo2.core.staleness.versions_in_use`).
+When a version has reached the fleet is :class:`echo2.core.dissemination.DisseminationCensus`'s
+rule, the simulator's too: a live worker counts from its first load on, until it dies or leaves.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import time
 
 from echo2.broadcast.topology import Node, Plan, Planner
+from echo2.core.dissemination import DisseminationCensus, Reached
 from echo2.protocol import LEARNER_SOURCE, VersionInfo
 from echo2.core.staleness import versions_in_use
 
@@ -19,7 +22,8 @@ class VersionBook:
         self.published: dict[int, VersionInfo] = {}
         self.published_at: dict[int, float] = {}
         self.plans: dict[int, Plan] = {}
-        self._load_times: dict[int, dict[str, float]] = {}  # version -> worker id -> when it loaded
+        self.census = DisseminationCensus()
+        self._reached: list[Reached] = []
 
     def publish(self, info: VersionInfo, live: list[Node]) -> None:
         """Record ``info.version`` and plan who relays it to whom among the ``live`` workers (one
@@ -29,9 +33,8 @@ class VersionBook:
         self.plans[version] = self.planner(live, list(previous))
         self.published[version] = info
         self.published_at[version] = time.time()
-        if live:  # dissemination is measured from publish to the workers live at that moment
-            self._load_times[version] = {}
-        for table in (self.plans, self.published, self.published_at, self._load_times):
+        self.census.publish(version, self.published_at[version])
+        for table in (self.plans, self.published, self.published_at):
             for old in [v for v in table if v <= version - versions_in_use(self.staleness)]:
                 del table[old]
 
@@ -41,26 +44,21 @@ class VersionBook:
         return self.published[version].model_copy(update={"sources": [*chain, LEARNER_SOURCE]})
 
     def loaded(self, version: int, worker_id: str, at: float) -> None:
-        if version in self._load_times:
-            self._load_times[version][worker_id] = at
+        """``worker_id`` finished loading ``version`` at ``at`` (its own clock: remote workers need
+        synchronised clocks, NTP, for the figure to be exact)."""
+        self.census.loaded(version)
+        held = self.census.holding.get(worker_id, -1)
+        self._reached += self.census.hold(worker_id, max(held, version), at)
+
+    def gone(self, worker_id: str, at: float) -> None:
+        """``worker_id`` died or left: the fleet no longer waits for it."""
+        self._reached += self.census.hold(worker_id, None, at)
 
     def spreading(self) -> bool:
-        """Whether a version's dissemination is still being measured (see :meth:`pop_disseminated`)."""
-        return bool(self._load_times)
+        """Whether a published version has yet to reach some live worker."""
+        return self.census.spreading()
 
-    def pop_disseminated(self, live_loaded_versions: list[int]) -> list[tuple[int, float, float]]:
-        """Versions every live worker now holds (or has skipped past): ``(version, published, last loaded)``.
-
-        Dissemination latency of a version = its publish time to the moment the last live worker
-        that loaded it finished (a worker that went straight to a newer version is not waited for).
-        Times are wall-clock ``time.time()`` of the worker's fetch events, so remote workers need
-        synchronised clocks (NTP) for the figure to be exact.
-        """
-        done = []
-        for version in sorted(self._load_times):
-            if any(held < version for held in live_loaded_versions):
-                continue
-            loads = self._load_times.pop(version)
-            if loads:  # else every worker went straight past it: nothing to measure
-                done.append((version, self.published_at[version], max(loads.values())))
+    def pop_disseminated(self) -> list[Reached]:
+        """Versions that reached every live worker since the last call."""
+        done, self._reached = self._reached, []
         return done

@@ -10,9 +10,11 @@ A lower layer names the few moves of an upper one it needs as abstract hooks.
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections import Counter, deque
 
+from echo2.core.dissemination import DisseminationCensus
 from echo2.core.fetch_chain import default_patience_s
 from echo2.core.pacing import PacingLedger
 from echo2.core.run_clock import RunClock
@@ -20,7 +22,6 @@ from echo2.core.shares import SharePolicy
 from echo2.core.worker_protocol import WorkerProtocol
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.planning.billing import Billing
-from echo2.simulation.census import VersionCensus
 from echo2.simulation.centralized import simulate_centralized
 from echo2.simulation.dissemination import LearnerUplink, RelayUplink
 from echo2.simulation.events import EventQueue
@@ -62,7 +63,9 @@ class SimBooks:
         self.membership = 0
         self._plan_cache: tuple[int, dict[str, list[str]]] | None = None
         """(membership, each running worker's sources) of the relay plan last made."""
-        self.census = VersionCensus()
+        self.census = DisseminationCensus()
+        self.published_times: list[float] = [0.0]
+        """When each version was published (index = version)."""
         self.billing = Billing(scenario.learner_price_per_hour)
         self.activation = ActivationPolicy.from_rule(scenario.activation, recipe.rollouts_per_step,
                                                      recipe.staleness)
@@ -76,3 +79,7 @@ class SimBooks:
         self.clock = RunClock(scenario.activation.replan_every, train_s=self.train_s)
         self.replanned_at = -1
         self.replan_pending = False
+
+    def version_at(self, server_time: float) -> int:
+        """The newest version published at or before ``server_time``."""
+        return max(0, bisect.bisect_right(self.published_times, server_time) - 1)

@@ -100,7 +100,8 @@ class Simulation(WorkerLoop):
         self.step += 1
         replan_due = self.clock.published(self.step, now)
         self.ledger.version = self.step
-        self.census.published(now)
+        self.census.publish(self.step, now)
+        self.published_times.append(now)
         self._publish(self.step)
         self.clock.disseminated(self.recorder.step(self, versions, started))
         if self.step >= self.scenario.recipe.steps:
@@ -129,12 +130,12 @@ class Simulation(WorkerLoop):
                 self.queue.at(tick + worker.rtt_s / 2, self._heartbeat, worker, worker.epoch)
 
     def _census(self, worker: SimWorker) -> None:
-        """Count ``worker``'s version (:class:`~echo2.simulation.census.VersionCensus`); record each version that reached the fleet."""
+        """Count ``worker``'s version (:class:`~echo2.core.dissemination.DisseminationCensus`: running,
+        active and unparked workers count); record each version that reached the fleet."""
         counted = (worker.running and worker.active and worker.worker_id not in self.parked
                    and worker.protocol.version >= 0)
-        for reached, published in self.census.count(worker, worker.protocol.version if counted else None,
-                                                     self.ledger.version):
-            self.recorder.disseminated(reached, published, self.queue.now)
+        for reached in self.census.hold(worker.worker_id, worker.protocol.version if counted else None, self.queue.now):
+            self.recorder.disseminated(reached.version, reached.published, reached.reached)
 
     # ------------------------------------------------------------------ coordinator: leases
     def _lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:

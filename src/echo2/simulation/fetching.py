@@ -49,7 +49,7 @@ class FetchRouting(SimBooks):
         """``GET /v1/version``: the newest version and this worker's sources."""
         if epoch != worker.epoch:
             return
-        version = self.census.version_at(self.queue.now - worker.rtt_s / 2)
+        version = self.version_at(self.queue.now - worker.rtt_s / 2)
         chain = SourceChain(self._sources(worker), self.patience_s, self.queue.now)
         self._try_source(Fetch(worker, epoch, version, chain, begin, self.payload))
 

@@ -67,8 +67,6 @@ class SimWorker:
     """Simulated time before which the coordinator grants it nothing (its leases kept expiring)."""
     protocol: WorkerProtocol = field(default_factory=lambda: WorkerProtocol("sync"), repr=False)
     """Its weights-and-leases state and decisions, the live worker's own (:mod:`echo2.core.worker_protocol`)."""
-    counted_version: int | None = None
-    """The version this worker stands for in the dissemination census (None: not counted)."""
     # the worker's chunk store and relay (:mod:`echo2.simulation.fetching`)
     held: deque[int] = field(default_factory=deque)
     """Versions whole in its store, oldest first."""

@@ -124,7 +124,7 @@ class WorkerLoop(FetchRouting):
         worker.protocol.fetch_ended(version)
         interval = self.scenario.recipe.heartbeat_interval_s
         last_tick = now - (now - worker.heartbeat_phase) % interval
-        worker.protocol.heard(self.census.version_at(last_tick - worker.rtt_s / 2))
+        worker.protocol.heard(self.version_at(last_tick - worker.rtt_s / 2))
         if worker.phase == "wait_stage":
             self._cycle(worker)
         if worker.protocol.wants_fetch():
@@ -132,7 +132,7 @@ class WorkerLoop(FetchRouting):
 
     def _load(self, worker: SimWorker, version: int) -> None:
         """The worker loaded ``version`` (its protocol state says so already): count it."""
-        self.census.loaded.add(version)
+        self.census.loaded(version)
         self._census(worker)
 
     # ------------------------------------------------------------------ running and parked

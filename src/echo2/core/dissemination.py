@@ -1,0 +1,94 @@
+"""When a published version has reached the whole fleet: the one rule behind the dissemination figure.
+
+ECHO-2's dissemination latency (arXiv 2602.02192, the overlap model's ``T_bcast``) is the time from
+a version's publish to the moment every counted worker holds it or a newer one. The coordinator
+feeds this census with its workers' fetch events and deaths, the simulator with its simulated ones;
+both read the same figure from it. Pure: no clock (every event carries its time), no threads, no I/O.
+
+Which workers count is the caller's to say (the coordinator: live workers that loaded a version; the
+simulator: running, active, unparked ones): :meth:`DisseminationCensus.hold` with ``None`` takes a
+worker out. A version no worker loaded itself (every worker went straight past it) reaches the
+fleet unmeasured. Event times may arrive out of order (remote workers report in batches): a
+version's time is the latest of the moments each counted worker first held it or a newer one, and
+never earlier than the event that completed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Reached:
+    """``version``, published at ``published``, held by the whole fleet at ``reached``."""
+
+    version: int
+    published: float
+    reached: float
+
+
+class DisseminationCensus:
+    def __init__(self, start: float = 0.0) -> None:
+        self.published_at: dict[int, float] = {0: start}
+        """Publish time of every version not yet reached by the fleet (and of the newest)."""
+        self.newest = 0
+        self.reached_through = 0
+        """Every version up to this one has reached the fleet."""
+        self.holding: dict[Hashable, int] = {}
+        """The version each counted worker holds."""
+        self._first_held: dict[Hashable, dict[int, float]] = {}
+        """Per counted worker: when it first held each unreached version (or a newer one)."""
+        self._loaded: set[int] = {0}
+        """Unreached versions some worker loaded itself."""
+
+    def publish(self, version: int, at: float) -> None:
+        self.published_at[version] = at
+        self.newest = max(self.newest, version)
+
+    def loaded(self, version: int) -> None:
+        """A worker loaded ``version`` itself (so its spread is measured)."""
+        if version > self.reached_through:
+            self._loaded.add(version)
+
+    def fleet_version(self) -> int:
+        """The newest version the whole fleet holds (or a newer one): the oldest any counted worker
+        holds; the newest published when none counts."""
+        return min(self.holding.values()) if self.holding else self.newest
+
+    def spreading(self) -> bool:
+        """Whether a published version has yet to reach some counted worker."""
+        return self.fleet_version() < self.newest
+
+    def hold(self, worker: Hashable, version: int | None, at: float) -> list[Reached]:
+        """``worker`` holds ``version`` from ``at`` on (``None``: it no longer counts); the versions
+        that have now reached every counted worker (all published ones when none counts)."""
+        if self.holding.get(worker) == version:
+            return []
+        if version is None:
+            self.holding.pop(worker, None)
+            self._first_held.pop(worker, None)
+        else:
+            self.holding[worker] = version
+            first = self._first_held.setdefault(worker, {})
+            for gone in [v for v in first if v > version]:
+                del first[gone]
+            for v in range(self.reached_through + 1, version + 1):
+                first.setdefault(v, at)
+        oldest = self.fleet_version()
+        done = []
+        for version_reached in range(self.reached_through + 1, oldest + 1):
+            if version_reached in self._loaded:
+                times = [first[version_reached] for first in self._first_held.values() if version_reached in first]
+                done.append(Reached(version_reached, self.published_at[version_reached], max([at, *times])))
+        if oldest > self.reached_through:
+            self._forget_through(oldest)
+        return done
+
+    def _forget_through(self, version: int) -> None:
+        self.reached_through = version
+        self._loaded = {v for v in self._loaded if v > version}
+        self.published_at = {v: t for v, t in self.published_at.items() if v > version or v == self.newest}
+        for first in self._first_held.values():
+            for v in [v for v in first if v <= version]:
+                del first[v]

@@ -1,0 +1,114 @@
+"""When a version has reached the fleet (``core/dissemination.py``): the one rule behind the
+dissemination figure, read by the coordinator's version book and by the simulator alike."""
+
+import pytest
+from test_simulation import scenario
+
+from echo2.broadcast.topology import Node, star_plan
+from echo2.coordinator.versions import VersionBook
+from echo2.core.dissemination import DisseminationCensus, Reached
+from echo2.protocol import VersionInfo
+from echo2.simulation.engine import simulate
+
+
+def test_a_version_reaches_the_fleet_when_its_last_counted_worker_holds_it_or_a_newer_one():
+    census = DisseminationCensus()
+    census.publish(1, at=10.0)
+    census.loaded(1)
+    census.hold("b", 0, at=9.0)  # a worker counts from its first load on
+    assert census.hold("a", 1, at=12.0) == []  # b still on 0
+    assert census.spreading()
+    assert census.hold("b", 1, at=13.0) == [Reached(1, 10.0, 13.0)]
+    assert not census.spreading()
+    assert census.hold("b", 1, at=14.0) == []  # reported once
+
+
+def test_a_worker_that_skips_a_version_counts_by_the_newer_one_and_a_skipped_version_goes_unmeasured():
+    census = DisseminationCensus()
+    for version, at in ((1, 10.0), (2, 20.0), (3, 30.0)):
+        census.publish(version, at)
+    for worker in "ab":
+        census.hold(worker, 0, at=0.0)
+    census.loaded(1)
+    census.loaded(3)
+    assert census.hold("a", 1, at=11.0) == []
+    assert census.hold("a", 3, at=31.0) == []
+    # b goes from 0 straight to 3: version 1 reached the fleet then; 2 nobody loaded itself
+    assert census.hold("b", 3, at=33.0) == [Reached(1, 10.0, 33.0), Reached(3, 30.0, 33.0)]
+
+
+def test_a_worker_that_dies_is_no_longer_waited_for():
+    census = DisseminationCensus()
+    census.publish(1, at=10.0)
+    census.loaded(1)
+    census.hold("b", 0, at=0.0)
+    census.hold("a", 1, at=11.0)
+    assert census.hold("b", None, at=15.0) == [Reached(1, 10.0, 15.0)]
+    assert census.hold("b", None, at=16.0) == []
+
+
+def test_events_reported_out_of_order_time_a_version_by_its_last_holder():
+    """Remote workers report in batches: a's load at 12 reported after b's at 14 still times
+    version 1 at 14, the moment the last worker held it."""
+    census = DisseminationCensus()
+    census.publish(1, at=10.0)
+    census.loaded(1)
+    census.hold("a", 0, at=0.0)
+    census.hold("b", 1, at=14.0)
+    assert census.hold("a", 1, at=12.0) == [Reached(1, 10.0, 14.0)]
+
+
+def _book() -> VersionBook:
+    return VersionBook(star_plan, staleness=1)
+
+
+WORKERS = [Node("a", 1e6), Node("b", 1e6)]
+
+
+def test_the_coordinators_book_times_a_version_from_publish_to_its_last_live_holder():
+    book = _book()
+    book.publish(VersionInfo(version=1, sha256="hash1", size_bytes=10), WORKERS)
+    published = book.published_at[1]
+    book.loaded(0, "b", at=published - 1.0)
+    book.loaded(1, "a", at=published + 2.0)
+    book.loaded(0, "a", at=published - 1.0)  # an older load reported late moves nothing back
+    assert book.pop_disseminated() == [] and book.spreading()
+    book.loaded(1, "b", at=published + 3.0)
+    [reached] = book.pop_disseminated()
+    assert reached.version == 1 and reached.reached - reached.published == 3.0
+    assert not book.spreading() and book.pop_disseminated() == []
+
+
+def test_the_book_stops_waiting_for_a_worker_gone():
+    book = _book()
+    book.publish(VersionInfo(version=1, sha256="hash1", size_bytes=10), WORKERS)
+    book.loaded(0, "b", at=0.0)
+    book.loaded(1, "a", at=book.published_at[1] + 1.0)
+    assert book.pop_disseminated() == []
+    book.gone("b", at=book.published_at[1] + 4.0)
+    [reached] = book.pop_disseminated()
+    assert reached.reached - reached.published == 4.0
+
+
+def test_a_wrong_rule_in_the_census_changes_the_coordinators_figure_and_the_simulated_one(monkeypatch):
+    """A census that calls a version spread once its first worker holds it (max for min)."""
+    def coordinator_latency() -> float:
+        book = _book()
+        book.publish(VersionInfo(version=1, sha256="hash1", size_bytes=10), WORKERS)
+        book.loaded(0, "b", at=0.0)
+        book.loaded(1, "a", at=book.published_at[1] + 0.5)
+        book.loaded(1, "b", at=book.published_at[1] + 3.0)
+        [reached] = book.pop_disseminated()
+        return reached.reached - reached.published
+
+    def simulated_latency() -> float:
+        fleet = [{"name": "fast", "count": 1, "rollouts_per_s": 320.0, "fetch_delay_s": 0.05},
+                 {"name": "slow", "count": 1, "rollouts_per_s": 320.0, "fetch_delay_s": 0.5}]
+        return simulate(scenario(recipe__steps=10, fleet=fleet)).summary()["dissemination_mean_s"]
+
+    right_live, right_sim = coordinator_latency(), simulated_latency()
+    assert right_live == 3.0 and right_sim >= 0.5
+    monkeypatch.setattr(DisseminationCensus, "fleet_version",
+                        lambda self: max(self.holding.values()) if self.holding else self.newest)
+    assert coordinator_latency() == 0.5
+    assert simulated_latency() < 0.3
