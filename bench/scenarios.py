@@ -40,7 +40,7 @@ SENSITIVITY = [
     ("learner generation tokens/s x 0.5", {"learner": {"generation_tokens_per_s_per_gpu": 7000}}),
     ("learner $2.49/GPU-h (low end of [P2])", {"learner": {"price_per_gpu_hour": 2.49}}),
     ("learner $3.99/GPU-h (high end of [P2])", {"learner": {"price_per_gpu_hour": 3.99}}),
-    ("responses 4096 tokens", {"recipe": {"response_tokens": 4096}}),
+    ("responses 4096 tokens", {"workload": {"response_tokens": 4096}}),
     ("preemptions x 5", {"fleet": {"0": {"preemption_per_hour": 0.5}}}),
     ("worker uplinks 500 Mbit/s", {"fleet": {"0": {"upload_mbps": 500}}}),
 ]
@@ -66,7 +66,7 @@ def run(path: Path, steps: int | None, changes: dict | None = None) -> SimResult
     """Simulate ``path`` with nested ``changes`` (and ``steps`` learner steps when given)."""
     changes = dict(changes or {})
     if steps:
-        changes["recipe"] = {**changes.get("recipe", {}), "steps": steps}
+        changes["recipe"] = {**changes.get("recipe", {}), "run": {"steps": steps}}
     return simulate(load_scenario(path, changes), timeline_workers=0)
 
 

@@ -76,7 +76,8 @@ def test_plan_predicts_the_configured_fleet_when_activation_is_off():
 def test_scenario_takes_the_config_and_the_measured_figures():
     config = fleet_config("protocol=sync", "run.steps=12")
     scenario = scenario_for(config, calibration())
-    assert scenario.recipe.protocol == "sync" and scenario.recipe.steps == 12
+    assert scenario.recipe is config  # the config itself, not a copy of its fields
+    assert scenario.recipe.protocol == "sync" and scenario.recipe.run.steps == 12
     assert [w.rollouts_per_s for w in scenario.fleet] == [500, 250, 500]
     assert {w.rtt_ms for w in scenario.fleet} == {25.0} and {w.fetch_delay_s for w in scenario.fleet} == {0.02}
     assert scenario.fleet[1].upload_mbps == 8 and scenario.model.payload_bytes == pytest.approx(1e6)

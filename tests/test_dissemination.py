@@ -104,7 +104,7 @@ def test_a_wrong_rule_in_the_census_changes_the_coordinators_figure_and_the_simu
     def simulated_latency() -> float:
         fleet = [{"name": "fast", "count": 1, "rollouts_per_s": 320.0, "fetch_delay_s": 0.05},
                  {"name": "slow", "count": 1, "rollouts_per_s": 320.0, "fetch_delay_s": 0.5}]
-        return simulate(scenario(recipe__steps=10, fleet=fleet)).summary()["dissemination_mean_s"]
+        return simulate(scenario(recipe__run__steps=10, fleet=fleet)).summary()["dissemination_mean_s"]
 
     right_live, right_sim = coordinator_latency(), simulated_latency()
     assert right_live == 3.0 and right_sim >= 0.5

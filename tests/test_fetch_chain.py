@@ -68,7 +68,7 @@ def _simulated_fetches_from_the_learner(monkeypatch) -> int:
     served = []
     original = LearnerUplink.fetch
     monkeypatch.setattr(LearnerUplink, "fetch", lambda self, *args: served.append(1) or original(self, *args))
-    simulate(scenario(recipe__steps=60, recipe__heartbeat_timeout_s=2.0, model={"name": "m", "parameters_b": 0.05,
+    simulate(scenario(recipe__run__steps=60, recipe__coordinator__heartbeat_timeout_s=2.0, model={"name": "m", "parameters_b": 0.05,
                                                                               "payload_gb": 0.4},
                       fleet=[{"name": "spot", "count": 6, "rollouts_per_s": 40.0, "preemption_per_hour": 600,
                               "recovery_s": 3.0, "upload_mbps": 400.0}]))

@@ -45,7 +45,8 @@ def test_plan_simulate_and_report_commands_run_without_torch(tmp_path):
     scenario.write_text(json.dumps({
         "name": "tiny", "model": {"name": "m", "parameters_b": 0.005, "payload_gb": 0.01},
         "learner": {"train_step_s": 1.0},
-        "recipe": {"steps": 5, "groups_per_step": 4, "group_size": 4, "groups_per_lease": 4},
+        "recipe": {"run": {"steps": 5}, "learner": {"groups_per_step": 4},
+                   "rollout": {"group_size": 4, "groups_per_lease": 4}},
         "fleet": [{"name": "w", "count": 2, "rollouts_per_s": 100.0}]}))
     run_dir = tmp_path / "sim"
     loaded = modules_loaded_by(

@@ -119,7 +119,7 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
     :class:`Oracle`: same answers, same slots, same batches."""
     rng = random.Random(staleness)
     state = make_state(staleness=staleness, groups_per_step=3)
-    sim = Simulation(scenario(recipe__staleness=staleness, recipe__groups_per_step=3))
+    sim = Simulation(scenario(recipe__staleness=staleness, recipe__learner__groups_per_step=3))
     assert type(sim.ledger) is type(state.ledger)
     oracle = Oracle(staleness, 3)
     worker = state.register("w")

@@ -65,7 +65,7 @@ def test_real_run_report_embeds_every_figure_and_the_reliability_table(tmp_path)
 
 def test_simulated_run_report_says_what_a_simulation_cannot_show(tmp_path):
     scenario = ROOT / "configs" / "scenarios" / "qwen3-8b-256w-wan.yaml"
-    assert main(["simulate", "--out", str(tmp_path / "sim"), str(scenario), "recipe.steps=30"]) == 0
+    assert main(["simulate", "--out", str(tmp_path / "sim"), str(scenario), "recipe.run.steps=30"]) == 0
     assert main(["report", str(tmp_path / "sim")]) == 0
     page = (tmp_path / "sim" / "report.html").read_text()
     assert "simulated run (echo2 simulate" in page and "a simulation has no model to evaluate" in page

@@ -84,7 +84,7 @@ def test_a_wrong_rule_in_the_clock_changes_the_coordinators_plan_and_the_simulat
 
     def simulated_cheap_hours() -> float:  # the cheapest sufficient set for need = 32 / T_train x 1.1
         classes = [{"name": "cheap", "count": 10, "price_per_hour": 0.1, "rollouts_per_s": 10.0}]
-        result = simulate(scenario(activation={"enabled": True}, recipe__staleness=2, recipe__groups_per_lease=1,
+        result = simulate(scenario(activation={"enabled": True}, recipe__staleness=2, recipe__rollout__groups_per_lease=1,
                                    fleet=classes))
         return result.worker_hours["cheap"] / (result.wall_s / 3600)
 

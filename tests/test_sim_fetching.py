@@ -21,7 +21,8 @@ def fetch_times(workers: int, fan_out: int = 1, start: list[int] | None = None,
     sim = Simulation(parse_scenario({
         "name": "fetching", "model": {"name": "m", "parameters_b": 0.001, "payload_gb": PAYLOAD_CHUNKS * MIB / 1e9},
         "learner": {"train_step_s": 1.0, "upload_mbps": ONE_CHUNK_PER_S_MBPS},
-        "recipe": {"steps": 1, "groups_per_step": 1, "group_size": 1, "protocol": "async", "staleness": 1},
+        "recipe": {"run": {"steps": 1}, "learner": {"groups_per_step": 1}, "rollout": {"group_size": 2},
+                   "protocol": "async", "staleness": 1},
         "broadcast": {"mode": "pipelined", "chunk_mib": 1.0, "fan_out": fan_out},
         "activation": {"enabled": False},
         "fleet": [{"name": f"w{i}", "count": 1, "rollouts_per_s": 1.0, "upload_mbps": ONE_CHUNK_PER_S_MBPS * (1 - i / 1e6)}

@@ -20,23 +20,32 @@ from echo2.units import MIB, link_bytes_per_s
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def recipe(steps: int, groups_per_lease: int, staleness: int, heartbeat_interval_s: float) -> dict:
+    """An async recipe of B = 8 groups of 4, workers beating every ``heartbeat_interval_s`` (a run's
+    config derives the beat from the timeout: a quarter of it)."""
+    return {"protocol": "async", "staleness": staleness, "run": {"steps": steps}, "learner": {"groups_per_step": 8},
+            "rollout": {"group_size": 4, "groups_per_lease": groups_per_lease},
+            "coordinator": {"lease_timeout_s": 3600.0, "heartbeat_timeout_s": 4 * heartbeat_interval_s}}
+
+
 def scenario(**changes):
-    """One learner step = 1 s; B = 8 groups of 4; a 10 MB payload; two fast local workers."""
+    """One learner step = 1 s; B = 8 groups of 4; a 10 MB payload; two fast local workers.
+    ``section__key=value`` replaces a key (``recipe__run__steps=10``: a nested one), ``section=value``
+    a whole section."""
     data = {
         "name": "tiny",
         "model": {"name": "m", "parameters_b": 0.005, "payload_gb": 0.01},
         "learner": {"train_step_s": 1.0},
-        "recipe": {"steps": 40, "groups_per_step": 8, "group_size": 4, "groups_per_lease": 8, "protocol": "async",
-                   "staleness": 1, "heartbeat_interval_s": 0.01},
+        "recipe": recipe(steps=40, groups_per_lease=8, staleness=1, heartbeat_interval_s=0.01),
         "activation": {"enabled": False},
         "fleet": [{"name": "w", "count": 2, "rollouts_per_s": 320.0}],
     }
     for key, value in changes.items():
-        section, _, field = key.partition("__")
-        if field:
-            data[section] = {**data[section], field: value}
-        else:
-            data[section] = value
+        *path, field = key.split("__")
+        section = data
+        for name in path:
+            section = section.setdefault(name, {})
+        section[field] = value
     return parse_scenario(data)
 
 
@@ -107,8 +116,7 @@ def test_star_grows_with_the_fleet_and_the_chain_does_not():
     for mode in ("star", "pipelined"):
         result = simulate(scenario(model={"name": "m", "parameters_b": 0.004, "payload_gb": payload_mb / 1000},
                                    learner={"train_step_s": 5.0, "upload_mbps": cap_mbps},  # no queueing
-                                   recipe={"steps": 30, "groups_per_step": 8, "group_size": 4, "groups_per_lease": 1,
-                                           "protocol": "async", "staleness": 8, "heartbeat_interval_s": 0.01},
+                                   recipe=recipe(steps=30, groups_per_lease=1, staleness=8, heartbeat_interval_s=0.01),
                                    broadcast={"mode": mode, "chunk_mib": 1.0},
                                    fleet=[{"name": "w", "count": workers, "rollouts_per_s": 3200.0,
                                            "upload_mbps": cap_mbps}]))
@@ -151,8 +159,7 @@ def test_a_saturated_star_runs_at_the_capacity_models_period(staleness):
     holds its own version): the simulator's period is the capacity model's saturated-star period."""
     result = simulate(scenario(model={"name": "m", "parameters_b": 0.0004, "payload_gb": 0.0015},
                                learner={"train_step_s": 0.3, "step_cv": 0.0, "upload_mbps": 12.0},
-                               recipe={"steps": 60, "groups_per_step": 8, "group_size": 4, "groups_per_lease": 1,
-                                       "protocol": "async", "staleness": staleness, "heartbeat_interval_s": 0.5},
+                               recipe=recipe(steps=60, groups_per_lease=1, staleness=staleness, heartbeat_interval_s=0.5),
                                broadcast={"mode": "star", "chunk_mib": 1.0},
                                fleet=[{"name": "w", "count": 2, "rollouts_per_s": 320.0, "throughput_cv": 0.0}]))
     star = StepTimes(train_s=0.3, broadcast_s=2.0, rollouts_per_step=32, staleness=staleness, uplink_s=1.0, copies=2)
@@ -160,7 +167,7 @@ def test_a_saturated_star_runs_at_the_capacity_models_period(staleness):
 
 
 def test_preempted_workers_leases_are_reissued_and_every_step_is_full():
-    result = simulate(scenario(recipe__steps=60, recipe__heartbeat_timeout_s=2.0,
+    result = simulate(scenario(recipe__run__steps=60, recipe__coordinator__heartbeat_timeout_s=2.0,
                                fleet=[{"name": "steady", "count": 2, "rollouts_per_s": 40.0},
                                       # slower than the steady pair, so that a preemption often cuts a lease
                                       {"name": "spot", "count": 2, "rollouts_per_s": 10.0, "preemption_per_hour": 400,
@@ -173,7 +180,7 @@ def test_preempted_workers_leases_are_reissued_and_every_step_is_full():
 
 
 def test_a_lease_finishing_within_the_notice_is_still_submitted():
-    result = simulate(scenario(recipe__steps=60, fleet=[
+    result = simulate(scenario(recipe__run__steps=60, fleet=[
         {"name": "steady", "count": 1, "rollouts_per_s": 40.0},
         {"name": "spot", "count": 2, "rollouts_per_s": 40.0, "preemption_per_hour": 400, "recovery_s": 3.0,
          "preemption_notice_s": 60.0}]))
@@ -186,7 +193,7 @@ def test_activation_runs_the_cheapest_sufficient_set():
     One group per lease keeps the measured dissemination (publish -> loaded, after the lease in hand) short."""
     classes = [{"name": "cheap", "count": 10, "price_per_hour": 0.1, "rollouts_per_s": 10.0},
                {"name": "premium", "count": 2, "price_per_hour": 2.0, "rollouts_per_s": 40.0}]
-    result = simulate(scenario(activation={"enabled": True}, recipe__staleness=2, recipe__groups_per_lease=1,
+    result = simulate(scenario(activation={"enabled": True}, recipe__staleness=2, recipe__rollout__groups_per_lease=1,
                                fleet=classes))
     need = 32 / 1.0 * 1.1
     expected = choose_active([Candidate(f"{c['name']}#{i}", c["price_per_hour"], c["rollouts_per_s"])
@@ -202,7 +209,7 @@ def test_centralized_baseline_is_serial_generation_then_training():
     """It trains as long as the distributed learner minus publishing, and hands weights over instead."""
     result = simulate(scenario(learner={"train_step_s": 1.2, "publish_s": 0.2, "gpus": 2, "price_per_gpu_hour": 3.6,
                                         "generation_tokens_per_s_per_gpu": 64.0, "weight_sync_s": 0.5},
-                               recipe__response_tokens=4.0))
+                               workload__response_tokens=4.0))
     baseline = result.centralized
     generate = 32 * 4.0 / (2 * 64.0)
     assert baseline.wall_s == pytest.approx(40 * (1.0 + generate + 0.5))
@@ -213,18 +220,18 @@ def test_centralized_baseline_is_serial_generation_then_training():
 def test_learner_step_time_from_flops():
     s = scenario(learner={"gpus": 8, "peak_tflops_per_gpu": 1000.0, "mfu": 0.5, "publish_s": 2.0},
                  model={"name": "m", "parameters_b": 30.0, "active_parameters_b": 3.0},
-                 recipe__prompt_tokens=100.0, recipe__response_tokens=900.0)
+                 workload__prompt_tokens=100.0, workload__response_tokens=900.0)
     assert s.train_compute_s() == pytest.approx(8 * 3e9 * 32 * 1000 / (8 * 1000e12 * 0.5))
     assert s.train_step_s() == pytest.approx(s.train_compute_s() + 2.0)
     assert s.model.payload_bytes == 30e9 * 2
 
 
 def test_run_directory_has_the_real_runs_files(tmp_path):
-    out = write_run_dir(simulate(scenario(recipe__steps=5)), tmp_path / "sim")
+    out = write_run_dir(simulate(scenario(recipe__run__steps=5)), tmp_path / "sim")
     for name in ("metrics.jsonl", "timeline.jsonl", "reliability.json", "summary.txt", "scenario.yaml",
                  "simulation.json"):
         assert (out / name).stat().st_size > 0
-    assert load_scenario(out / "scenario.yaml") == scenario(recipe__steps=5)
+    assert load_scenario(out / "scenario.yaml") == scenario(recipe__run__steps=5)
 
 
 def test_overrides_reach_nested_and_list_fields():
@@ -260,8 +267,7 @@ def test_a_simulated_async_worker_asks_ahead_when_its_round_trip_is_long_against
 
     def run():
         return simulate(scenario(learner={"train_step_s": 0.01, "upload_mbps": 80},
-                                 recipe={"steps": 200, "groups_per_step": 8, "group_size": 4, "groups_per_lease": 8,
-                                         "protocol": "async", "staleness": 32, "heartbeat_interval_s": 0.01},
+                                 recipe=recipe(steps=200, groups_per_lease=8, staleness=32, heartbeat_interval_s=0.01),
                                  fleet=[{"name": "w", "count": 2, "rollouts_per_s": 320.0, "rtt_ms": 80}]))
 
     asking = run()

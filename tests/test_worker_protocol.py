@@ -98,7 +98,7 @@ def _simulated_run_finishes() -> bool:
     from test_simulation import scenario
 
     try:
-        simulate(scenario(recipe__steps=10))
+        simulate(scenario(recipe__run__steps=10))
     except SimulationStalled:
         return False
     return True

@@ -1,6 +1,6 @@
-"""The two knobs of asynchrony, declared once for a run's config (:class:`echo2.config.Config`)
-and a simulated recipe (:class:`echo2.simulation.scenario.RecipeSpec`): the protocol and the
-staleness bound S, resolved by the one rule :func:`echo2.core.staleness.resolve`."""
+"""The two knobs of asynchrony of a run's config (:class:`echo2.config.Config`, also a simulated
+scenario's recipe): the protocol and the staleness bound S, resolved by the one rule
+:func:`echo2.core.staleness.resolve`."""
 
 from __future__ import annotations
 

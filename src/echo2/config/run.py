@@ -291,14 +291,17 @@ class Config(Asynchrony):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
     @property
+    def rollouts_per_step(self) -> int:
+        """Completions a learner step trains on: B groups of G."""
+        return self.learner.groups_per_step * self.rollout.group_size
+
+    @property
     def lease_groups(self) -> int:
-        """The most groups one lease grants: ``rollout.groups_per_lease``, or with ``device`` the
-        whole staleness window."""
-        groups = self.rollout.groups_per_lease
-        if groups == "device":
-            assert self.staleness is not None  # resolved by validation
-            return (self.staleness + 1) * self.learner.groups_per_step
-        return groups
+        """The most groups one lease grants: ``rollout.groups_per_lease`` (``device``: the staleness window)."""
+        if self.rollout.groups_per_lease != "device":
+            return self.rollout.groups_per_lease
+        assert self.staleness is not None  # resolved by validation
+        return (self.staleness + 1) * self.learner.groups_per_step
 
     @model_validator(mode="after")
     def _colocated(self) -> Config:

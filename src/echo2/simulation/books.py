@@ -38,15 +38,15 @@ class SimBooks:
         recipe = scenario.recipe
         self.rng = random.Random(scenario.seed)
         self.queue = EventQueue()
-        self.ledger: PacingLedger[None, int] = PacingLedger(recipe.staleness, recipe.groups_per_step)
+        self.ledger: PacingLedger[None, int] = PacingLedger(recipe.staleness, recipe.learner.groups_per_step)
         """Slots, buffer and pacing, as the coordinator keeps them (a group is its version here)."""
         self.counters: Counter[str] = Counter()
         self.workers: list[SimWorker] = build_fleet(scenario, self.rng)
         for worker in self.workers:
             worker.protocol = WorkerProtocol(recipe.protocol)
         self.protocol = recipe.protocol
-        self.group_size, self.groups_per_lease = recipe.group_size, recipe.groups_per_lease
-        self.shares = SharePolicy(groups_per_lease=recipe.groups_per_lease, window_share=recipe.window_share)
+        self.group_size, self.groups_per_lease = recipe.rollout.group_size, recipe.lease_groups
+        self.shares = SharePolicy(groups_per_lease=recipe.lease_groups, window_share=recipe.coordinator.window_share)
         self.train_s = scenario.train_step_s()
         self.payload = scenario.model.payload_bytes
         self.learner_upload = mbps(scenario.learner.upload_mbps)

@@ -1,6 +1,7 @@
 """A run configuration as a simulator scenario, timed by a calibration (``echo2 simulate --calibration``).
 
-What the configuration states is taken from it: protocol, S, B, G, groups per lease, broadcast
+What the configuration states is taken from it — the scenario's recipe is the config itself
+(protocol, S, B, G, groups per lease, lease and heartbeat timing) — and so are the broadcast
 mode and chunk size, every local worker's speed (``throughput_factor``), uplink, relay and price,
 the learner's uplink, the activation rule. What nobody can state comes from one calibration run
 (:mod:`echo2.planning.calibration`), measured on another configuration:
@@ -56,12 +57,7 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
         "learner": {"train_step_s": calibration.step_s(config.run.steps), "step_cv": calibration.train_step_cv,
                     "upload_mbps": config.broadcast.learner_upload_mbps,
                     "price_per_gpu_hour": config.activation.learner_price_per_hour},
-        "recipe": {"steps": config.run.steps, "groups_per_step": config.learner.groups_per_step,
-                   "group_size": config.rollout.group_size, "groups_per_lease": config.lease_groups,
-                   "protocol": config.protocol, "staleness": config.staleness,
-                   "lease_timeout_s": config.coordinator.lease_timeout_s,
-                   "heartbeat_timeout_s": config.coordinator.heartbeat_timeout_s,
-                   "heartbeat_interval_s": config.coordinator.heartbeat_interval_s},
+        "recipe": config,
         "broadcast": {"mode": config.broadcast.mode, "chunk_mib": config.broadcast.chunk_mib,
                       "fan_out": config.broadcast.fan_out, "learner_fan_out": config.broadcast.learner_fan_out,
                       "stall_s": config.broadcast.stall_s},

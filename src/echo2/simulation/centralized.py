@@ -40,10 +40,10 @@ class CentralizedResult:
 
 def generation_s(scenario: Scenario) -> float | None:
     """Seconds the learner's GPUs take to generate one step's rollouts (None: no figure given)."""
-    learner, recipe = scenario.learner, scenario.recipe
+    learner = scenario.learner
     if learner.generation_tokens_per_s_per_gpu is None:
         return None
-    return recipe.rollouts_per_step * recipe.response_tokens / (learner.gpus * learner.generation_tokens_per_s_per_gpu)
+    return scenario.recipe.rollouts_per_step * scenario.workload.response_tokens / (learner.gpus * learner.generation_tokens_per_s_per_gpu)
 
 
 def simulate_centralized(scenario: Scenario) -> CentralizedResult | None:
@@ -52,7 +52,7 @@ def simulate_centralized(scenario: Scenario) -> CentralizedResult | None:
         return None
     rng = random.Random(scenario.seed)
     train = scenario.train_compute_s()
-    steps = scenario.recipe.steps
+    steps = scenario.recipe.run.steps
     busy = sum(lognormal(rng, train, scenario.learner.step_cv) for _ in range(steps))
     wall = busy + steps * (generate + scenario.learner.weight_sync_s)
     return CentralizedResult(steps=steps, wall_s=wall, busy_s=busy, price_per_hour=scenario.learner_price_per_hour)

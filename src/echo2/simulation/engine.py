@@ -50,7 +50,7 @@ class Simulation(WorkerLoop):
             self._cycle(worker)
         self.queue.run(until=lambda: self.finished)
         if not self.finished:
-            raise SimulationStalled(f"simulation stalled at step {self.step} of {self.scenario.recipe.steps} "
+            raise SimulationStalled(f"simulation stalled at step {self.step} of {self.scenario.recipe.run.steps} "
                                     f"(t = {self.queue.now:.0f}s, {len(self.running)} workers running, "
                                     f"{len(self.ledger)} groups buffered)")
         return self.recorder.result(self, time.perf_counter() - started)
@@ -104,7 +104,7 @@ class Simulation(WorkerLoop):
         self.published_times.append(now)
         self._publish(self.step)
         self.clock.disseminated(self.recorder.step(self, versions, started))
-        if self.step >= self.scenario.recipe.steps:
+        if self.step >= self.scenario.recipe.run.steps:
             self._finish()
             return
         self.wait_since = now
@@ -123,7 +123,7 @@ class Simulation(WorkerLoop):
         """Async workers hear of the version at their next heartbeat (the others ask before a lease)."""
         if self.protocol != "async":
             return
-        now, interval = self.queue.now, self.scenario.recipe.heartbeat_interval_s
+        now, interval = self.queue.now, self.scenario.recipe.coordinator.heartbeat_interval_s
         for worker in self.running.values():
             if not worker.protocol.fetching:
                 tick = now + (worker.heartbeat_phase - now) % interval
@@ -184,8 +184,8 @@ class Simulation(WorkerLoop):
         self.queue.at(start, self._generating, worker, worker.epoch, lease)
         self.queue.at(start + generate, self._generated, worker, worker.epoch, generate)
         self.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
-        if lease.ends_at - now > self.scenario.recipe.lease_timeout_s:
-            self.queue.after(self.scenario.recipe.lease_timeout_s, self._expire, lease)
+        if lease.ends_at - now > self.scenario.recipe.coordinator.lease_timeout_s:
+            self.queue.after(self.scenario.recipe.coordinator.lease_timeout_s, self._expire, lease)
 
     def _generating(self, worker: SimWorker, epoch: int, lease: Lease) -> None:
         """The worker starts on ``lease`` (unless it is leaving: it finished the lease in hand); an
@@ -232,7 +232,7 @@ class Simulation(WorkerLoop):
         lease.state = "expired"
         self.ledger.release(lease.slots)
         self.counters["leases_expired"] += 1
-        missed(self.shares, lease.worker, self.queue.now, self.scenario.recipe.lease_timeout_s)
+        missed(self.shares, lease.worker, self.queue.now, self.scenario.recipe.coordinator.lease_timeout_s)
         self._open_window()
 
     def _open_window(self) -> None:

@@ -109,8 +109,8 @@ class Lease:
 
 def build_fleet(scenario: Scenario, rng: random.Random) -> list[SimWorker]:
     workers = []
-    response_tokens = scenario.recipe.response_tokens
-    interval = scenario.recipe.heartbeat_interval_s
+    response_tokens = scenario.workload.response_tokens
+    interval = scenario.recipe.coordinator.heartbeat_interval_s
     inventory = scenario.inventory()
     for spec in scenario.fleet:
         rate, declared = spec.rollout_rate(response_tokens), inventory.throughput(spec)

@@ -78,8 +78,9 @@ def simulated_runs(config: Config, calibration: Calibration, name: str = "calibr
     ``max_steps`` steps each): what ``echo2 simulate --calibration`` reports, the mean of these."""
     scenario = scenario_for(config, calibration, name)
     if max_steps is not None:
-        recipe = scenario.recipe.model_copy(update={"steps": min(scenario.recipe.steps, max_steps)})
-        scenario = scenario.model_copy(update={"recipe": recipe})
+        recipe = scenario.recipe
+        run = recipe.run.model_copy(update={"steps": min(recipe.run.steps, max_steps)})
+        scenario = scenario.model_copy(update={"recipe": recipe.model_copy(update={"run": run})})
     return [simulate(scenario.model_copy(update={"seed": seed}), timeline_workers=0) for seed in SEEDS]
 
 

@@ -94,7 +94,7 @@ class Recorder:
 
     def result(self, sim: RunView, runtime_s: float) -> SimResult:
         books, ledger = sim.counters, sim.ledger
-        trained = books["groups_trained"] * self.scenario.recipe.group_size
+        trained = books["groups_trained"] * self.scenario.recipe.rollout.group_size
         now = sim.queue.now
         outstanding = sum(lease.state == "out" for w in sim.workers for lease in w.leases)
         reliability = {

@@ -129,7 +129,7 @@ def planned(scenario: Scenario) -> dict:
 def write_run_dir(result: SimResult, out: Path) -> Path:
     """Write ``out`` (created) as a run directory that ``echo2 report`` reads."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "scenario.yaml").write_text(yaml.safe_dump(result.scenario.model_dump(), sort_keys=False))
+    (out / "scenario.yaml").write_text(yaml.safe_dump(result.scenario.inputs(), sort_keys=False))
     _jsonl(out / "metrics.jsonl", result.records)
     _jsonl(out / "timeline.jsonl", result.timeline)
     (out / "reliability.json").write_text(json.dumps(result.reliability, indent=2))

@@ -1,7 +1,8 @@
 """A simulation scenario: every assumption of a run past this machine, as an explicit input (YAML).
 
 A scenario names the model (what a version weighs on the wire, what a step costs to train), the
-learner's hardware and price, the recipe (groups per step, lengths, protocol, staleness bound S),
+learner's hardware and price, the recipe (the run's own config: groups per step, protocol, staleness
+bound S, lease and heartbeat timing), the workload (prompt and completion lengths),
 the broadcast topology, cost-aware activation, and a fleet of worker classes with throughput,
 price, bandwidth and latency distributions and preemption rates. Shipped scenarios live in
 ``configs/scenarios/``, each figure with its source in a comment. The centralized co-located
@@ -15,14 +16,14 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from echo2.config.asynchrony import Asynchrony
+from echo2.config import Config
 from echo2.config.base import ConfigError, Section, apply_override, first_error, merge, read_yaml
 from echo2.config.fleet import ActivationRule, LearnerHardware, WorkerClass
 from echo2.planning.inventory import Inventory
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
 from echo2.units import GB, MIB
 
-__all__ = ["ActivationSpec", "BroadcastSpec", "LearnerSpec", "ModelSpec", "RecipeSpec", "Scenario", "WorkerClass",
+__all__ = ["ActivationSpec", "BroadcastSpec", "LearnerSpec", "ModelSpec", "Scenario", "WorkerClass", "Workload",
            "dotted_overrides", "load_scenario", "parse_scenario"]
 
 
@@ -73,34 +74,13 @@ class LearnerSpec(LearnerHardware):
     co-located inference engine."""
 
 
-class RecipeSpec(Asynchrony):
-    """The run recipe a scenario simulates; ``protocol`` and ``staleness`` as in a run's config."""
+class Workload(Section):
+    """What a run's config cannot say about the work: how long its prompts and completions are."""
 
-    steps: int = Field(ge=1)
-    """Learner steps to simulate."""
-    groups_per_step: int = Field(ge=1)
-    """B: prompts (groups) per learner step."""
-    group_size: int = Field(ge=1)
-    """G: completions per prompt."""
-    groups_per_lease: int = Field(1, ge=1)
-    """Groups a worker asks for per lease."""
     prompt_tokens: float = Field(0.0, ge=0)
     """Mean prompt tokens (learner FLOPs only)."""
     response_tokens: float = Field(1.0, gt=0)
     """Mean completion tokens: converts tokens/s into rollouts/s, and sets the learner FLOPs."""
-    lease_timeout_s: float = Field(3600.0, gt=0)
-    """A lease not submitted within this time expires and its prompts are re-issued."""
-    window_share: float = Field(0.5, gt=0, le=1)
-    """The most of the window one worker may hold while others are live (``coordinator.window_share``)."""
-    heartbeat_timeout_s: float = Field(30.0, gt=0)
-    """A worker killed without notice is declared dead (its lease re-issued) this long after."""
-    heartbeat_interval_s: float = Field(2.0, gt=0)
-    """Workers hear of a new version at the latest one heartbeat after it is published."""
-
-    @property
-    def rollouts_per_step(self) -> int:
-        return self.groups_per_step * self.group_size
-
 
 
 class BroadcastSpec(Section):
@@ -135,17 +115,22 @@ class Scenario(Section):
     """Seed of every random draw (uplinks, jitter, preemptions)."""
     model: ModelSpec
     learner: LearnerSpec
-    recipe: RecipeSpec
+    recipe: Config
+    """The run's own config (echo2's keys: ``protocol``, ``staleness``, ``run.steps``,
+    ``learner.groups_per_step``, ``rollout.group_size``, ``rollout.groups_per_lease``,
+    ``coordinator.lease_timeout_s`` / ``window_share`` / ``heartbeat_*``), validated and defaulted
+    as ``echo2 train`` does: the simulator reads the recipe from it, not from a copy."""
+    workload: Workload = Workload()
     broadcast: BroadcastSpec = BroadcastSpec()
     activation: ActivationSpec = ActivationSpec()
     fleet: list[WorkerClass] = Field(min_length=1)
 
     def train_compute_s(self) -> float:
         """Training alone (no publishing): measured, or FLOPs per step over the learner's achieved FLOP/s."""
-        learner, recipe = self.learner, self.recipe
+        learner, workload = self.learner, self.workload
         if learner.train_step_s is not None:
             return max(learner.train_step_s - learner.publish_s, 0.0)
-        tokens = recipe.rollouts_per_step * (recipe.prompt_tokens + recipe.response_tokens)
+        tokens = self.recipe.rollouts_per_step * (workload.prompt_tokens + workload.response_tokens)
         flops = learner.flops_per_token_per_parameter * self.model.flops_parameters * tokens
         return flops / (learner.gpus * learner.peak_tflops_per_gpu * 1e12 * learner.mfu)
 
@@ -160,13 +145,20 @@ class Scenario(Section):
     def inventory(self) -> Inventory:
         """The same figures as an ``echo2 plan`` inventory (the capacity model's view of the scenario)."""
         learner = self.learner
-        generation = (learner.gpus * learner.generation_tokens_per_s_per_gpu / self.recipe.response_tokens
+        generation = (learner.gpus * learner.generation_tokens_per_s_per_gpu / self.workload.response_tokens
                       if learner.generation_tokens_per_s_per_gpu else None)
         return Inventory(
             learner=InventoryLearner(price_per_hour=self.learner_price_per_hour, train_step_s=self.train_step_s(),
                                      upload_mbps=learner.upload_mbps, payload_mib=self.model.payload_bytes / MIB,
                                      generation_rollouts_per_s=generation),
-            workers=self.fleet, response_tokens=self.recipe.response_tokens)
+            workers=self.fleet, response_tokens=self.workload.response_tokens)
+
+    def inputs(self) -> dict:
+        """The scenario as given (the recipe's keys as set, with the staleness it resolves to)."""
+        data = self.model_dump(mode="json")
+        data["recipe"] = {"protocol": self.recipe.protocol, "staleness": self.recipe.staleness,
+                          **self.recipe.model_dump(mode="json", exclude_unset=True)}
+        return data
 
 
 def load_scenario(path: str | Path, overrides: dict | None = None) -> Scenario:

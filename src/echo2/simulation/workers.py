@@ -122,7 +122,7 @@ class WorkerLoop(FetchRouting):
             self.queue.after(worker.spec.load_s + worker.rtt_s / 2, self._lease_arrives, worker, epoch, version)
             return
         worker.protocol.fetch_ended(version)
-        interval = self.scenario.recipe.heartbeat_interval_s
+        interval = self.scenario.recipe.coordinator.heartbeat_interval_s
         last_tick = now - (now - worker.heartbeat_phase) % interval
         worker.protocol.heard(self.version_at(last_tick - worker.rtt_s / 2))
         if worker.phase == "wait_stage":
@@ -202,7 +202,7 @@ class WorkerLoop(FetchRouting):
         self.counters["workers_left" if graceful else "workers_dead"] += 1
         for lease in begun:
             self.recorder.waste("preempted", len(lease.slots) * self.group_size)
-        detected = now if graceful else now + notice + self.scenario.recipe.heartbeat_timeout_s
+        detected = now if graceful else now + notice + self.scenario.recipe.coordinator.heartbeat_timeout_s
         self._stop_running(worker)
         worker.phase = "down"
         for lease in out:
