@@ -29,18 +29,19 @@ def fetch_times(workers: int, fan_out: int = 1, start: list[int] | None = None,
                   for i in range(workers)],  # uploads decreasing by a hair: the planner's order is the index
     }, "fetching"), timeline_workers=0)
     done: dict[int, float] = {}
-    sim._fetched = lambda worker, epoch, version, begin: done.setdefault(sim.workers.index(worker), sim.queue.now)
-    for worker in sim.workers:
-        sim._run_worker(worker, holding=0)
+    sim.lease_loop.fetches._fetched = lambda worker, epoch, version, begin: done.setdefault(
+        sim.books.workers.index(worker), sim.books.queue.now)
+    for worker in sim.books.workers:
+        sim.lease_loop.run_worker(worker, holding=0)
         worker.phase = "generate"
-    sim.census.publish(1, 0.0)
-    sim.published_times.append(0.0)
-    sim.ledger.version = 1
+    sim.books.census.publish(1, 0.0)
+    sim.books.published_times.append(0.0)
+    sim.books.ledger.version = 1
     for index in range(workers) if start is None else start:
-        sim._begin_fetch(sim.workers[index], 0.0)
+        sim.lease_loop.fetches.begin(sim.books.workers[index], 0.0)
     if die is not None:
-        sim.queue.at(die[1], sim._stop_running, sim.workers[die[0]])
-    sim.queue.run(until=lambda: False)
+        sim.books.queue.at(die[1], sim.lease_loop.stop_running, sim.books.workers[die[0]])
+    sim.books.queue.run(until=lambda: False)
     return done
 
 

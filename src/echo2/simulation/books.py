@@ -2,10 +2,12 @@
 cache, the census of versions, billing, activation, the run clock, the recorder and the learner's
 counters — what every layer of the simulation reads and moves.
 
-The simulation is layered, each layer importing only the one below: these books; the fetches
-along the relay plan (:mod:`echo2.simulation.fetching`); the workers' lease loop
-(:mod:`echo2.simulation.workers`); the learner and the coordinator (:mod:`echo2.simulation.engine`).
-A lower layer names the few moves of an upper one it needs as abstract hooks.
+The simulation is composed, not layered: an event clock (these books' queue) drives separate
+objects over these books, each handed the ones it calls — the fetches along the relay plan
+(:class:`echo2.simulation.fetching.Fetches`), the workers' lease loop
+(:class:`echo2.simulation.workers.WorkerLoop`, which fetches through them), and the learner and
+the coordinator (:class:`echo2.simulation.engine.Simulation`, whose public moves the lease loop
+asks for). Every decision is a core's, the one the live roles call (``echo2.core``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class SimBooks:
         self.parked: dict[str, tuple[SimWorker, int, int]] = {}
         """Held lease requests of parked workers: id -> (worker, epoch, version)."""
         self.membership = 0
-        self._plan_cache: tuple[int, dict[str, list[str]]] | None = None
+        self.plan_cache: tuple[int, dict[str, list[str]]] | None = None
         """(membership, each running worker's sources) of the relay plan last made."""
         self.census = DisseminationCensus()
         self.published_times: list[float] = [0.0]

@@ -28,6 +28,7 @@ from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.fleet import Lease, SimWorker, lognormal
 from echo2.simulation.results import SimResult
 from echo2.simulation.scenario import Scenario
+from echo2.simulation.books import SimBooks
 from echo2.simulation.workers import WorkerLoop
 from echo2.units import MIB
 
@@ -36,156 +37,167 @@ class SimulationStalled(RuntimeError):
     """Nothing is left to happen but the learner still waits (e.g. no worker can ever serve it)."""
 
 
-class Simulation(WorkerLoop):
-    """The learner and the coordinator's side, over the workers' side (:class:`WorkerLoop`), over
-    the fetches (:class:`~echo2.simulation.fetching.FetchRouting`), over the books (:class:`SimBooks`)."""
+class Simulation:
+    """The learner and the coordinator's side of a simulated run: an event clock (the books' queue)
+    driving the books (:class:`SimBooks`), the workers' lease loop (:class:`WorkerLoop`, which
+    fetches through :class:`~echo2.simulation.fetching.Fetches`) and the same cores the live roles
+    call; the moves the workers ask of the coordinator are this class's public methods."""
+
+    def __init__(self, scenario: Scenario, timeline_workers: int = 12) -> None:
+        self.books = SimBooks(scenario, timeline_workers)
+        self.lease_loop = WorkerLoop(self.books, self)
 
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:
         started = time.perf_counter()
         self._initial_plan()
-        for worker in self.workers:
-            self._run_worker(worker, holding=0)
-        for worker in list(self.running.values()):
-            self._cycle(worker)
-        self.queue.run(until=lambda: self.finished)
-        if not self.finished:
-            raise SimulationStalled(f"simulation stalled at step {self.step} of {self.scenario.recipe.run.steps} "
-                                    f"(t = {self.queue.now:.0f}s, {len(self.running)} workers running, "
-                                    f"{len(self.ledger)} groups buffered)")
-        return self.recorder.result(self, time.perf_counter() - started)
+        for worker in self.books.workers:
+            self.lease_loop.run_worker(worker, holding=0)
+        for worker in list(self.books.running.values()):
+            self.lease_loop.cycle(worker)
+        self.books.queue.run(until=lambda: self.books.finished)
+        if not self.books.finished:
+            raise SimulationStalled(f"simulation stalled at step {self.books.step} of "
+                                    f"{self.books.scenario.recipe.run.steps} "
+                                    f"(t = {self.books.queue.now:.0f}s, {len(self.books.running)} workers running, "
+                                    f"{len(self.books.ledger)} groups buffered)")
+        return self.books.recorder.result(self.books, time.perf_counter() - started)
 
     def _initial_plan(self) -> None:
         """The provisioning rule on declared throughputs (an ``echo2 plan``), iterated with the
         dissemination estimate of the chosen set (``planning/provision.py`` does the same)."""
-        for worker in self.workers:
+        for worker in self.books.workers:
             worker.alive, worker.throughput = True, worker.declared_throughput
-        broadcast = self.scenario.broadcast
+        broadcast = self.books.scenario.broadcast
         for _ in range(5):
-            uploads = [w.upload for w in self.workers if w.active or self.clock.broadcast_s is None]
-            estimate = broadcast_seconds(self.payload, self.learner_upload, uploads, broadcast.mode,
+            uploads = [w.upload for w in self.books.workers if w.active or self.books.clock.broadcast_s is None]
+            estimate = broadcast_seconds(self.books.payload, self.books.learner_upload, uploads, broadcast.mode,
                                          broadcast.chunk_mib * MIB)
-            if estimate == self.clock.broadcast_s:
+            if estimate == self.books.clock.broadcast_s:
                 break
-            self.clock.broadcast_s = estimate
+            self.books.clock.broadcast_s = estimate
             self._decide()
-        self.replanned_at = 0
+        self.books.replanned_at = 0
 
     # ------------------------------------------------------------------ learner
     def _learner_try(self) -> None:
-        if self.learner_busy or self.finished:
+        if self.books.learner_busy or self.books.finished:
             return
-        stale_before = self.ledger.dropped_stale
-        versions = self.ledger.take(self.step, self.ledger.groups_per_step)
-        if dropped := self.ledger.dropped_stale - stale_before:
-            self.recorder.waste("stale", dropped * self.group_size)
+        stale_before = self.books.ledger.dropped_stale
+        versions = self.books.ledger.take(self.books.step, self.books.ledger.groups_per_step)
+        if dropped := self.books.ledger.dropped_stale - stale_before:
+            self.books.recorder.waste("stale", dropped * self.books.group_size)
             self._open_window()
         if versions is None:
             return
-        self.counters["groups_trained"] += len(versions)
-        now = self.queue.now
-        if self.step == 0:
-            self.startup_s = now - self.wait_since
+        self.books.counters["groups_trained"] += len(versions)
+        now = self.books.queue.now
+        if self.books.step == 0:
+            self.books.startup_s = now - self.books.wait_since
         else:
-            self.idle_s += now - self.wait_since
-        self.learner_busy = True
-        self.clock.batch_taken(now)
-        self.queue.after(lognormal(self.rng, self.train_s, self.scenario.learner.step_cv), self._learner_done,
-                         versions, now)
+            self.books.idle_s += now - self.books.wait_since
+        self.books.learner_busy = True
+        self.books.clock.batch_taken(now)
+        step_s = lognormal(self.books.rng, self.books.train_s, self.books.scenario.learner.step_cv)
+        self.books.queue.after(step_s, self._learner_done, versions, now)
 
     def _learner_done(self, versions: list[int], started: float) -> None:
-        now = self.queue.now
-        self.busy_s += now - started
-        self.learner_busy = False
-        self.step += 1
-        replan_due = self.clock.published(self.step, now)
-        self.ledger.version = self.step
-        self.census.publish(self.step, now)
-        self.published_times.append(now)
-        self._publish(self.step)
-        self.clock.disseminated(self.recorder.step(self, versions, started))
-        if self.step >= self.scenario.recipe.run.steps:
+        now = self.books.queue.now
+        self.books.busy_s += now - started
+        self.books.learner_busy = False
+        self.books.step += 1
+        replan_due = self.books.clock.published(self.books.step, now)
+        self.books.ledger.version = self.books.step
+        self.books.census.publish(self.books.step, now)
+        self.books.published_times.append(now)
+        self._publish(self.books.step)
+        self.books.clock.disseminated(self.books.recorder.step(self.books, versions, started))
+        if self.books.step >= self.books.scenario.recipe.run.steps:
             self._finish()
             return
-        self.wait_since = now
-        if replan_due or self.replan_pending:
+        self.books.wait_since = now
+        if replan_due or self.books.replan_pending:
             self._replan("periodic")
         self._open_window()
         self._learner_try()
 
     def _finish(self) -> None:
-        self.finished = True
-        for worker in self.workers:
-            self.billing.stop(worker.worker_id, worker.worker_class, self.queue.now)
+        self.books.finished = True
+        for worker in self.books.workers:
+            self.books.billing.stop(worker.worker_id, worker.worker_class, self.books.queue.now)
 
     # ------------------------------------------------------------------ versions
     def _publish(self, version: int) -> None:
         """Async workers hear of the version at their next heartbeat (the others ask before a lease)."""
-        if self.protocol != "async":
+        if self.books.protocol != "async":
             return
-        now, interval = self.queue.now, self.scenario.recipe.coordinator.heartbeat_interval_s
-        for worker in self.running.values():
+        now, interval = self.books.queue.now, self.books.scenario.recipe.coordinator.heartbeat_interval_s
+        for worker in self.books.running.values():
             if not worker.protocol.fetching:
                 tick = now + (worker.heartbeat_phase - now) % interval
-                self.queue.at(tick + worker.rtt_s / 2, self._heartbeat, worker, worker.epoch)
+                self.books.queue.at(tick + worker.rtt_s / 2, self.lease_loop.heartbeat, worker, worker.epoch)
 
-    def _census(self, worker: SimWorker) -> None:
+    def census(self, worker: SimWorker) -> None:
         """Count ``worker``'s version (:class:`~echo2.core.dissemination.DisseminationCensus`: running,
         active and unparked workers count); record each version that reached the fleet."""
-        counted = (worker.running and worker.active and worker.worker_id not in self.parked
+        counted = (worker.running and worker.active and worker.worker_id not in self.books.parked
                    and worker.protocol.version >= 0)
-        for reached in self.census.hold(worker.worker_id, worker.protocol.version if counted else None, self.queue.now):
-            self.recorder.disseminated(reached.version, reached.published, reached.reached)
+        version = worker.protocol.version if counted else None
+        for reached in self.books.census.hold(worker.worker_id, version, self.books.queue.now):
+            self.books.recorder.disseminated(reached.version, reached.published, reached.reached)
 
     # ------------------------------------------------------------------ coordinator: leases
-    def _lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:
+    def lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:
         if epoch == worker.epoch:
             self._respond(worker, epoch, version, self._lease_answer(worker, version))
 
     def _lease_answer(self, worker: SimWorker, version: int) -> LeaseAnswer:
         """:func:`echo2.core.leasing.answer_lease` over the simulation's books, now."""
         held = sum(len(lease.slots) for lease in worker.leases if lease.state == "out")
-        others = any(w is not worker and w.active for w in self.running.values())
-        return answer_lease(self.ledger, self.shares, worker, worker_version=version, requested=self.groups_per_lease,
-                            held=held, active=worker.active, others_live=others, now=self.queue.now,
-                            finished=self.finished)
+        others = any(w is not worker and w.active for w in self.books.running.values())
+        return answer_lease(self.books.ledger, self.books.shares, worker, worker_version=version,
+                            requested=self.books.groups_per_lease,
+                            held=held, active=worker.active, others_live=others, now=self.books.queue.now,
+                            finished=self.books.finished)
 
     def _respond(self, worker: SimWorker, epoch: int, version: int, answer: LeaseAnswer) -> None:
         """Carry out the answer; the ones that change with time are held as the coordinator holds them."""
         if answer.status == "stop":
             return
         if answer.status == "parked" and not worker.active:
-            self._park(worker, epoch, version)  # until activation picks it again
+            self.lease_loop.park(worker, epoch, version)  # until activation picks it again
         elif answer.status == "parked":  # its leases kept expiring: held back until its parking ends
-            self.queue.at(worker.parked_until, self._lease_arrives, worker, epoch, version)
+            self.books.queue.at(worker.parked_until, self.lease_arrives, worker, epoch, version)
         elif answer.status == "wait":
             worker.phase = "wait_window"
-            self.waiting.append((worker, epoch, version))
+            self.books.waiting.append((worker, epoch, version))
         else:
             self._answer(worker, answer, version)
 
     def _answer(self, worker: SimWorker, answer: LeaseAnswer, version: int) -> None:
         """The reply reaches the worker; a lease asked for ahead is generated after the one in hand."""
-        now = self.queue.now
+        now = self.books.queue.now
         reply = now + worker.rtt_s / 2
-        action = worker.protocol.answered(answer.status, self.ledger.version, worker.rtt_s)
-        self._learn(worker, self.ledger.version, reply)
+        action = worker.protocol.answered(answer.status, self.books.ledger.version, worker.rtt_s)
+        self.lease_loop.learn(worker, self.books.ledger.version, reply)
         if answer.status == "refresh":
-            self.queue.at(max(reply, worker.busy_until), self._refreshed, worker, worker.epoch, action)
+            self.books.queue.at(max(reply, worker.busy_until), self.lease_loop.refreshed, worker, worker.epoch, action)
             return
-        slots = list(self.ledger.grant(version, answer.size, lambda: None))
-        self.counters["leases_issued"] += 1
-        generate = lognormal(self.rng, len(slots) * self.group_size / worker.rate, worker.spec.throughput_cv)
+        slots = list(self.books.ledger.grant(version, answer.size, lambda: None))
+        self.books.counters["leases_issued"] += 1
+        generate = lognormal(self.books.rng, len(slots) * self.books.group_size / worker.rate,
+                             worker.spec.throughput_cv)
         start = max(reply, worker.busy_until)
         worker.busy_until = start + generate
-        lease = Lease(worker, version, slots, granted_at=now, starts_at=start, ends_at=start + generate + worker.rtt_s / 2)
+        lease = Lease(worker, version, slots, granted_at=now, starts_at=start,
+                      ends_at=start + generate + worker.rtt_s / 2)
         worker.leases.append(lease)
         worker.phase = "generate"
-        self.queue.at(start, self._generating, worker, worker.epoch, lease)
-        self.queue.at(start + generate, self._generated, worker, worker.epoch, generate)
-        self.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
-        if lease.ends_at - now > self.scenario.recipe.coordinator.lease_timeout_s:
-            self.queue.after(self.scenario.recipe.coordinator.lease_timeout_s, self._expire, lease)
+        self.books.queue.at(start, self._generating, worker, worker.epoch, lease)
+        self.books.queue.at(start + generate, self._generated, worker, worker.epoch, generate)
+        self.books.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
+        if lease.ends_at - now > self.books.scenario.recipe.coordinator.lease_timeout_s:
+            self.books.queue.after(self.books.scenario.recipe.coordinator.lease_timeout_s, self.expire, lease)
 
     def _generating(self, worker: SimWorker, epoch: int, lease: Lease) -> None:
         """The worker starts on ``lease`` (unless it is leaving: it finished the lease in hand); an
@@ -193,10 +205,10 @@ class Simulation(WorkerLoop):
         a fetched version waits to be swapped in (:mod:`echo2.rollout.lease_ahead`)."""
         if epoch != worker.epoch or worker.leaving:
             return
-        self.recorder.interval(worker.worker_id, "generate", lease.starts_at, lease.ends_at - worker.rtt_s / 2,
+        self.books.recorder.interval(worker.worker_id, "generate", lease.starts_at, lease.ends_at - worker.rtt_s / 2,
                                lease.version)
         if worker.protocol.ask_ahead():
-            self.queue.after(worker.rtt_s / 2, self._lease_arrives, worker, epoch, worker.protocol.version)
+            self.books.queue.after(worker.rtt_s / 2, self.lease_arrives, worker, epoch, worker.protocol.version)
 
     def _generated(self, worker: SimWorker, epoch: int, seconds: float) -> None:
         if epoch == worker.epoch:
@@ -206,46 +218,48 @@ class Simulation(WorkerLoop):
         if epoch != worker.epoch:
             return
         worker.leases.remove(lease)
-        now = self.queue.now
-        rollouts = len(lease.slots) * self.group_size
-        self.recorder.generated += rollouts
+        now = self.books.queue.now
+        rollouts = len(lease.slots) * self.books.group_size
+        self.books.recorder.generated += rollouts
         if lease.state == "expired":  # ran past its deadline: the coordinator refuses it
-            self.counters["groups_rejected_expired_lease"] += len(lease.slots)
-            self.recorder.waste("late", rollouts)
+            self.books.counters["groups_rejected_expired_lease"] += len(lease.slots)
+            self.books.recorder.waste("late", rollouts)
         else:
             lease.state = "done"
             delivered(worker)
             for slot in lease.slots:
-                self.ledger.admit(slot, lease.version, lease.version)
-            self.counters["leases_completed"] += 1
-            self.counters["groups_accepted"] += len(lease.slots)
+                self.books.ledger.admit(slot, lease.version, lease.version)
+            self.books.counters["leases_completed"] += 1
+            self.books.counters["groups_accepted"] += len(lease.slots)
             busy_s = busy_seconds(now, lease.granted_at, worker.last_submitted_at)
             worker.throughput, worker.last_submitted_at = profile(worker.throughput, rollouts, busy_s), now
         if worker.leaving or not (worker.leases or worker.protocol.asking_ahead):
-            self._cycle(worker, head_start_s=worker.rtt_s / 2)  # it began its next cycle when it sent these results
+            # it began its next cycle when it sent these results
+            self.lease_loop.cycle(worker, head_start_s=worker.rtt_s / 2)
         self._open_window()  # a request held back by this worker's share of the window
         self._learner_try()
 
-    def _expire(self, lease: Lease) -> None:
+    def expire(self, lease: Lease) -> None:
         if lease.state != "out":
             return
         lease.state = "expired"
-        self.ledger.release(lease.slots)
-        self.counters["leases_expired"] += 1
-        missed(self.shares, lease.worker, self.queue.now, self.scenario.recipe.coordinator.lease_timeout_s)
+        self.books.ledger.release(lease.slots)
+        self.books.counters["leases_expired"] += 1
+        missed(self.books.shares, lease.worker, self.books.queue.now,
+               self.books.scenario.recipe.coordinator.lease_timeout_s)
         self._open_window()
 
     def _open_window(self) -> None:
         """Answer the held lease requests that the window now admits (in arrival order)."""
-        while self.waiting:
-            worker, epoch, version = self.waiting[0]
+        while self.books.waiting:
+            worker, epoch, version = self.books.waiting[0]
             if epoch != worker.epoch or worker.phase != "wait_window":
-                self.waiting.popleft()
+                self.books.waiting.popleft()
                 continue
             answer = self._lease_answer(worker, version)
             if answer.status == "wait":
                 return
-            self.waiting.popleft()
+            self.books.waiting.popleft()
             self._respond(worker, epoch, version, answer)
 
     # ------------------------------------------------------------------ coordinator: activation
@@ -253,30 +267,31 @@ class Simulation(WorkerLoop):
         """Re-decide the active set with the coordinator's rule: answer the held requests of the
         workers it activates; the ones it parks get ``parked`` at their next request (a request
         waiting for the window is parked at once, as the coordinator's long-poll does)."""
-        if not self.scenario.activation.enabled:
+        if not self.books.scenario.activation.enabled:
             return
-        self.replanned_at, self.replan_pending = self.step, False
+        self.books.replanned_at, self.books.replan_pending = self.books.step, False
         self._decide()
-        for worker in self.workers:
-            if worker.active and worker.worker_id in self.parked:
-                self._unpark(worker)
+        for worker in self.books.workers:
+            if worker.active and worker.worker_id in self.books.parked:
+                self.lease_loop.unpark(worker)
             elif not worker.active and worker.running:
-                self._bill(worker)
-                self._census(worker)
+                self.lease_loop.bill(worker)
+                self.census(worker)
         self._open_window()
 
     def _decide(self) -> None:
         """Apply the provisioning rule to the live workers."""
-        live = [w for w in self.workers if w.alive]
-        decision = decide(self.activation, [WorkerView(w.worker_id, w.price_per_hour, w.throughput) for w in live],
-                          self.clock.train_s, self.clock.broadcast_s)
+        live = [w for w in self.books.workers if w.alive]
+        views = [WorkerView(w.worker_id, w.price_per_hour, w.throughput) for w in live]
+        decision = decide(self.books.activation, views,
+                          self.books.clock.train_s, self.books.clock.broadcast_s)
         for worker in live:
             worker.active = worker.worker_id in decision.active
 
-    def _request_replan(self, reason: str) -> None:
+    def request_replan(self, reason: str) -> None:
         """On an active worker's death: at once, unless a re-plan already ran at this step (then at its end)."""
-        if self.replanned_at == self.step:
-            self.replan_pending = True
+        if self.books.replanned_at == self.books.step:
+            self.books.replan_pending = True
         else:
             self._replan(reason)
 

@@ -19,12 +19,13 @@ What the real worker and downloader do (``rollout/worker.py``, ``broadcast/downl
   rules are the downloader's own (:class:`echo2.core.fetch_chain.SourceChain`).
 
 A fetch ends when its last byte is in, plus the hop's one-way latency and the class's fixed
-``fetch_delay_s`` (:meth:`~echo2.simulation.workers.WorkerLoop._fetched`).
+``fetch_delay_s`` (:meth:`~echo2.simulation.workers.WorkerLoop.fetched`).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from echo2.broadcast.chunk_store import KEEP_VERSIONS
 from echo2.broadcast.topology import LEARNER, plan_tree
@@ -33,37 +34,37 @@ from echo2.simulation.books import SimBooks
 from echo2.simulation.fleet import Fetch, SimWorker
 
 
-class FetchRouting(SimBooks):
-    """The books with every worker's fetches timed along its sources."""
+class Fetches:
+    """Every worker's fetches over the books, timed along its sources; ``fetched`` is told when a
+    fetch's last byte is in (the worker's side takes it from there: :mod:`echo2.simulation.workers`)."""
 
-    def _fetched(self, worker: SimWorker, epoch: int, version: int, begin: float) -> None:
-        """A fetch's last byte is in: the worker's side takes it from here (:mod:`echo2.simulation.workers`)."""
-        raise NotImplementedError
+    def __init__(self, books: SimBooks, fetched: Callable[[SimWorker, int, int, float], None]) -> None:
+        self.books, self._fetched = books, fetched
 
-    def _begin_fetch(self, worker: SimWorker, begin: float) -> None:
+    def begin(self, worker: SimWorker, begin: float) -> None:
         """Fetch the newest version, asking the coordinator for it at ``begin``."""
         worker.protocol.fetch_started()
-        self.queue.at(begin, self._ask_version, worker, worker.epoch, begin)
+        self.books.queue.at(begin, self._ask_version, worker, worker.epoch, begin)
 
     def _ask_version(self, worker: SimWorker, epoch: int, begin: float) -> None:
         """``GET /v1/version``: the newest version and this worker's sources."""
         if epoch != worker.epoch:
             return
-        version = self.version_at(self.queue.now - worker.rtt_s / 2)
-        chain = SourceChain(self._sources(worker), self.patience_s, self.queue.now)
-        self._try_source(Fetch(worker, epoch, version, chain, begin, self.payload))
+        version = self.books.version_at(self.books.queue.now - worker.rtt_s / 2)
+        chain = SourceChain(self._sources(worker), self.books.patience_s, self.books.queue.now)
+        self._try_source(Fetch(worker, epoch, version, chain, begin, self.books.payload))
 
     def _sources(self, worker: SimWorker) -> list[str]:
         """The worker's fallback chain in the plan the coordinator makes for the running workers."""
-        if self.scenario.broadcast.mode == "star":
+        if self.books.scenario.broadcast.mode == "star":
             return [LEARNER]
-        if self._plan_cache is None or self._plan_cache[0] != self.membership:
-            broadcast = self.scenario.broadcast
-            incumbent = list(self._plan_cache[1]) if self._plan_cache is not None else []
-            plan = plan_tree([w.peer.node for w in self.running.values()], broadcast.fan_out, broadcast.learner_fan_out,
-                             incumbent)
-            self._plan_cache = (self.membership, plan)
-        return self._plan_cache[1].get(worker.worker_id, [LEARNER])
+        if self.books.plan_cache is None or self.books.plan_cache[0] != self.books.membership:
+            broadcast = self.books.scenario.broadcast
+            incumbent = list(self.books.plan_cache[1]) if self.books.plan_cache is not None else []
+            nodes = [w.peer.node for w in self.books.running.values()]
+            plan = plan_tree(nodes, broadcast.fan_out, broadcast.learner_fan_out, incumbent)
+            self.books.plan_cache = (self.books.membership, plan)
+        return self.books.plan_cache[1].get(worker.worker_id, [LEARNER])
 
     def _try_source(self, fetch: Fetch) -> None:
         """Ask ``fetch``'s current source for its version (see the module docstring)."""
@@ -72,10 +73,10 @@ class FetchRouting(SimBooks):
         worker, source = fetch.worker, fetch.chain.source
         if source == LEARNER:
             self._start_receiving(fetch, None)
-            self.learner_uplink.fetch(worker.download, lambda: self._transferred(fetch, worker.peer.one_way_s),
+            self.books.learner_uplink.fetch(worker.download, lambda: self._transferred(fetch, worker.peer.one_way_s),
                                       fetch.live, fetch.left)
             return
-        relay = self.workers_by_id[source]
+        relay = self.books.workers_by_id[source]
         if not relay.running:  # connection refused
             self._next_source(fetch)
         elif fetch.version in relay.held or fetch.version == relay.receiving:
@@ -85,11 +86,11 @@ class FetchRouting(SimBooks):
             relay.serving.append(fetch)
         elif fetch.version < relay.newest:  # skipped or evicted there: ask for the newest at once
             fetch.patience += 1
-            self.queue.after(worker.rtt_s, self._ask_version, worker, fetch.epoch, fetch.begin)
+            self.books.queue.after(worker.rtt_s, self._ask_version, worker, fetch.epoch, fetch.begin)
         else:  # nothing of it there yet: long-poll while the relay makes progress
             if fetch.relay is not relay:
                 fetch.relay = relay
-                self.queue.after(fetch.chain.patience_s, self._give_up, fetch, fetch.patience)
+                self.books.queue.after(fetch.chain.patience_s, self._give_up, fetch, fetch.patience)
             relay.waiters.append(fetch)
 
     def _start_receiving(self, fetch: Fetch, relay: SimWorker | None) -> None:
@@ -116,21 +117,21 @@ class FetchRouting(SimBooks):
             relay.serving.remove(fetch)
             fetch.relay, fetch.flow = None, None
             if fetch.live():
-                self.queue.after(fetch.worker.rtt_s, self._ask_version, fetch.worker, fetch.epoch, fetch.begin)
+                self.books.queue.after(fetch.worker.rtt_s, self._ask_version, fetch.worker, fetch.epoch, fetch.begin)
 
     def _abandon(self, relay: SimWorker, fetch: Fetch) -> None:
         """The relay went on to a newer version without finishing ``fetch``'s: what it was passing
         on of it stops there, and its children get the rest from their next sources."""
         cut = [(f, relay.uplink.cancel(f.flow)) for f in relay.serving if f.version == fetch.version]
         relay.serving = [f for f in relay.serving if f.version != fetch.version]
-        self._resume_elsewhere(cut + [(f, self.chunk) for f in fetch.followers])
+        self._resume_elsewhere(cut + [(f, self.books.chunk) for f in fetch.followers])
         fetch.followers = []
 
     def _resume_elsewhere(self, cut: list[tuple[Fetch, float]]) -> None:
         """Fetches broken off at their source, with the bytes each still needs: the next source."""
         for fetch, left in cut:
             if fetch.live():
-                fetch.left = max(left, self.chunk)
+                fetch.left = max(left, self.books.chunk)
                 self._next_source(fetch)
 
     def _give_up(self, fetch: Fetch, patience: int) -> None:
@@ -143,7 +144,7 @@ class FetchRouting(SimBooks):
     def _next_source(self, fetch: Fetch) -> None:
         fetch.patience += 1
         fetch.relay, fetch.flow, fetch.upstream = None, None, None
-        fetch.chain.fail(fetch.chain.level, self.queue.now)  # the next source; the learner is retried
+        fetch.chain.fail(fetch.chain.level, self.books.queue.now)  # the next source; the learner is retried
         self._try_source(fetch)
 
     def _relayed(self, fetch: Fetch) -> None:
@@ -163,8 +164,9 @@ class FetchRouting(SimBooks):
     def _after_upstream(self, fetch: Fetch, upstream_end: float) -> None:
         """A fetch pipelined on its relay's own ends a chunk after it (at the rate between the two)."""
         assert fetch.relay is not None
-        chunk_s = self.chunk / min(fetch.relay.upload, fetch.worker.download)
-        self.queue.at(max(self.queue.now, upstream_end + chunk_s), self._transferred, fetch, self._hop_s(fetch))
+        chunk_s = self.books.chunk / min(fetch.relay.upload, fetch.worker.download)
+        self.books.queue.at(max(self.books.queue.now, upstream_end + chunk_s), self._transferred, fetch,
+                            self._hop_s(fetch))
 
     def _hop_s(self, fetch: Fetch) -> float:
         relay = fetch.relay
@@ -176,16 +178,16 @@ class FetchRouting(SimBooks):
         if not fetch.live():
             return
         worker = fetch.worker
-        fetch.ended_at = self.queue.now
+        fetch.ended_at = self.books.queue.now
         worker.receiving, worker.inbound = -1, None
         worker.held.append(fetch.version)
         for follower in fetch.followers:
             if follower.live():
                 self._after_upstream(follower, fetch.ended_at)
-        self.queue.after(latency + worker.spec.fetch_delay_s, self._fetched, worker, fetch.epoch, fetch.version,
+        self.books.queue.after(latency + worker.spec.fetch_delay_s, self._fetched, worker, fetch.epoch, fetch.version,
                          fetch.begin)
 
-    def _drop_fetches(self, worker: SimWorker) -> None:
+    def drop(self, worker: SimWorker) -> None:
         """The worker went down (its epoch already bumped): free its share of its source's uplink,
         and send every fetch it served or was about to serve on to the next source."""
         inbound = worker.inbound
@@ -193,7 +195,7 @@ class FetchRouting(SimBooks):
             inbound.relay.uplink.cancel(inbound.flow)
             inbound.relay.serving.remove(inbound)
         cut = [(f, worker.uplink.cancel(f.flow)) for f in worker.serving if f.flow is not None]
-        cut += [(f, self.chunk) for f in (inbound.followers if inbound else [])]
+        cut += [(f, self.books.chunk) for f in (inbound.followers if inbound else [])]
         cut += [(f, f.left) for f in worker.waiters]
         worker.serving, worker.waiters, worker.inbound = [], [], None
         worker.receiving, worker.held = -1, deque()

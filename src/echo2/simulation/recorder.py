@@ -23,7 +23,7 @@ from echo2.simulation.scenario import Scenario
 
 
 class RunView(Protocol):
-    """What the recorder reads of a simulated run (:class:`echo2.simulation.engine.Simulation`)."""
+    """What the recorder reads of a simulated run (:class:`echo2.simulation.books.SimBooks`)."""
 
     queue: EventQueue
     step: int

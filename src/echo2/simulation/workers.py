@@ -23,72 +23,78 @@ when it was idle and had notice, else after the heartbeat timeout). A replacemen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from echo2.simulation.fetching import FetchRouting
+from echo2.simulation.books import SimBooks
+from echo2.simulation.fetching import Fetches
 from echo2.simulation.fleet import Lease, SimWorker
 
 if TYPE_CHECKING:
     from echo2.core.worker_protocol import AfterAnswer
 
 
-class WorkerLoop(FetchRouting):
-    """The books and the fetches with every worker's lease loop. The coordinator's moves it needs
-    are the hooks below (:class:`echo2.simulation.engine.Simulation` makes them)."""
+class CoordinatorMoves(Protocol):
+    """What the workers' side asks of the coordinator (:class:`echo2.simulation.engine.Simulation`)."""
 
-    def _lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:
+    def lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:
         """A lease request reaches the coordinator."""
-        raise NotImplementedError
 
-    def _expire(self, lease: Lease) -> None:
+    def expire(self, lease: Lease) -> None:
         """The coordinator gives up on ``lease`` (its worker gone)."""
-        raise NotImplementedError
 
-    def _census(self, worker: SimWorker) -> None:
+    def census(self, worker: SimWorker) -> None:
         """``worker``'s version, running or active state changed: the coordinator counts it again."""
-        raise NotImplementedError
 
-    def _request_replan(self, reason: str) -> None:
+    def request_replan(self, reason: str) -> None:
         """An active worker died: activation re-plans."""
-        raise NotImplementedError
+
+
+class WorkerLoop:
+    """Every worker's lease loop over the books, fetching through :class:`Fetches`, asking the
+    coordinator's moves of ``coordinator``."""
+
+    def __init__(self, books: SimBooks, coordinator: CoordinatorMoves) -> None:
+        self.books, self.coordinator = books, coordinator
+        self.fetches = Fetches(books, self.fetched)
 
     # ------------------------------------------------------------------ the lease loop
     def _cycle_event(self, worker: SimWorker, epoch: int) -> None:
         if epoch == worker.epoch:
-            self._cycle(worker)
+            self.cycle(worker)
 
-    def _cycle(self, worker: SimWorker, head_start_s: float = 0.0) -> None:
+    def cycle(self, worker: SimWorker, head_start_s: float = 0.0) -> None:
         """Between two leases: refresh the weights as the protocol says, then ask for a lease.
         ``head_start_s``: how long ago the worker began (it submits in the background: its next
         request left with its submission, and arrives with it)."""
-        if self.finished:
+        if self.books.finished:
             return
         if worker.leaving:  # once the lease in hand is submitted (a lease asked ahead is handed back)
-            if not any(lease.starts_at <= self.queue.now for lease in worker.leases):
+            if not any(lease.starts_at <= self.books.queue.now for lease in worker.leases):
                 self._leave(worker)
             return
         worker.phase = "request"
         before = worker.protocol.before_lease()
         if before == "fetch_newest":
-            self.queue.after(worker.rtt_s / 2 - head_start_s, self._version_check, worker, worker.epoch)
+            self.books.queue.after(worker.rtt_s / 2 - head_start_s, self._version_check, worker, worker.epoch)
             return
         delay = -head_start_s
         if before == "swap_in" and (swapped := worker.protocol.swap_in()) is not None:
             self._load(worker, swapped)
             delay += worker.spec.load_s
-        self.queue.after(delay + worker.rtt_s / 2, self._lease_arrives, worker, worker.epoch, worker.protocol.version)
+        self.books.queue.after(delay + worker.rtt_s / 2, self.coordinator.lease_arrives, worker, worker.epoch,
+                               worker.protocol.version)
 
     def _version_check(self, worker: SimWorker, epoch: int) -> None:
         """Sequential pull: the coordinator's answer to ``GET /v1/version``."""
         if epoch != worker.epoch:
             return
-        if self.ledger.version > worker.protocol.version:
+        if self.books.ledger.version > worker.protocol.version:
             worker.phase = "fetch"
-            self._begin_fetch(worker, self.queue.now + worker.rtt_s / 2)
+            self.fetches.begin(worker, self.books.queue.now + worker.rtt_s / 2)
         else:
-            self.queue.after(worker.rtt_s, self._lease_arrives, worker, epoch, worker.protocol.version)
+            self.books.queue.after(worker.rtt_s, self.coordinator.lease_arrives, worker, epoch, worker.protocol.version)
 
-    def _refreshed(self, worker: SimWorker, epoch: int, action: AfterAnswer) -> None:
+    def refreshed(self, worker: SimWorker, epoch: int, action: AfterAnswer) -> None:
         """The lease reply said ``refresh`` (the worker's weights are too old for the next slot), and
         the protocol ``action``: ask again, or wait for the staged version (unless one is staged)."""
         if epoch != worker.epoch:
@@ -96,147 +102,149 @@ class WorkerLoop(FetchRouting):
         if action == "wait_for_staged" and worker.protocol.staged is None:
             worker.phase = "wait_stage"
         else:
-            self._cycle(worker)
+            self.cycle(worker)
 
     # ------------------------------------------------------------------ weights
-    def _heartbeat(self, worker: SimWorker, epoch: int) -> None:
+    def heartbeat(self, worker: SimWorker, epoch: int) -> None:
         if epoch == worker.epoch:
-            self._learn(worker, self.ledger.version, self.queue.now + worker.rtt_s / 2)
+            self.learn(worker, self.books.ledger.version, self.books.queue.now + worker.rtt_s / 2)
 
-    def _learn(self, worker: SimWorker, version: int, at: float) -> None:
+    def learn(self, worker: SimWorker, version: int, at: float) -> None:
         """The worker hears at ``at`` that ``version`` is out; an idle async fetcher starts on it
         (after one round trip to ask for the version's sources)."""
         if worker.protocol.heard(version):
-            self._begin_fetch(worker, at + worker.rtt_s)
+            self.fetches.begin(worker, at + worker.rtt_s)
 
-    def _fetched(self, worker: SimWorker, epoch: int, version: int, begin: float) -> None:
+    def fetched(self, worker: SimWorker, epoch: int, version: int, begin: float) -> None:
         if epoch != worker.epoch:
             return
-        now = self.queue.now
-        if worker.worker_id in self.recorder.timeline_ids:
-            self.recorder.interval(worker.worker_id, "fetch", begin, now, version)
+        now = self.books.queue.now
+        if worker.worker_id in self.books.recorder.timeline_ids:
+            self.books.recorder.interval(worker.worker_id, "fetch", begin, now, version)
         if worker.phase == "fetch":  # blocking: the pull protocols, and every (re)start
             worker.protocol.loaded(version)
             self._load(worker, version)
             worker.phase = "request"
-            self.queue.after(worker.spec.load_s + worker.rtt_s / 2, self._lease_arrives, worker, epoch, version)
+            self.books.queue.after(worker.spec.load_s + worker.rtt_s / 2, self.coordinator.lease_arrives, worker, epoch,
+                                   version)
             return
         worker.protocol.fetch_ended(version)
-        interval = self.scenario.recipe.coordinator.heartbeat_interval_s
+        interval = self.books.scenario.recipe.coordinator.heartbeat_interval_s
         last_tick = now - (now - worker.heartbeat_phase) % interval
-        worker.protocol.heard(self.version_at(last_tick - worker.rtt_s / 2))
+        worker.protocol.heard(self.books.version_at(last_tick - worker.rtt_s / 2))
         if worker.phase == "wait_stage":
-            self._cycle(worker)
+            self.cycle(worker)
         if worker.protocol.wants_fetch():
-            self._begin_fetch(worker, now + worker.rtt_s)
+            self.fetches.begin(worker, now + worker.rtt_s)
 
     def _load(self, worker: SimWorker, version: int) -> None:
         """The worker loaded ``version`` (its protocol state says so already): count it."""
-        self.census.loaded(version)
-        self._census(worker)
+        self.books.census.loaded(version)
+        self.coordinator.census(worker)
 
     # ------------------------------------------------------------------ running and parked
-    def _run_worker(self, worker: SimWorker, holding: int | None = None) -> None:
+    def run_worker(self, worker: SimWorker, holding: int | None = None) -> None:
         """The worker is up: billed, relaying, preemptible; it fetches the newest version first
         (blocking) unless it already holds ``holding``."""
-        now = self.queue.now
+        now = self.books.queue.now
         worker.running, worker.leaving = True, False
-        self.running[worker.worker_id] = worker
-        self.membership += 1
-        self._bill(worker)
+        self.books.running[worker.worker_id] = worker
+        self.books.membership += 1
+        self.bill(worker)
         rate = worker.spec.preemption_per_hour
         if rate > 0:
-            self.queue.after(self.rng.expovariate(rate / 3600), self._preempt, worker, worker.epoch)
+            self.books.queue.after(self.books.rng.expovariate(rate / 3600), self._preempt, worker, worker.epoch)
         worker.protocol.forget()
         if holding is not None:
             worker.protocol.loaded(holding)
             worker.held.append(holding)
-            self._census(worker)
+            self.coordinator.census(worker)
             return
         worker.phase = "fetch"
-        self._begin_fetch(worker, now + worker.rtt_s)
+        self.fetches.begin(worker, now + worker.rtt_s)
 
-    def _bill(self, worker: SimWorker) -> None:
+    def bill(self, worker: SimWorker) -> None:
         """Full price while active, the parked share while parked (a booting replacement is billed as
         the worker it replaces was)."""
-        share = 1.0 if worker.active else self.scenario.activation.parked_price_fraction
-        self.billing.start(worker.worker_id, worker.worker_class, share * worker.price_per_hour, self.queue.now,
+        share = 1.0 if worker.active else self.books.scenario.activation.parked_price_fraction
+        self.books.billing.start(worker.worker_id, worker.worker_class, share * worker.price_per_hour,
+                                 self.books.queue.now,
                            worker.active)
 
-    def _stop_running(self, worker: SimWorker) -> None:
+    def stop_running(self, worker: SimWorker) -> None:
         """Void the worker's pending events and take it out of the plan and the version census."""
         worker.epoch += 1
         worker.running, worker.leases = False, []
         worker.protocol.forget()
-        self.parked.pop(worker.worker_id, None)
-        if self.running.pop(worker.worker_id, None) is not None:
-            self.membership += 1
-        self._drop_fetches(worker)
-        self._census(worker)
+        self.books.parked.pop(worker.worker_id, None)
+        if self.books.running.pop(worker.worker_id, None) is not None:
+            self.books.membership += 1
+        self.fetches.drop(worker)
+        self.coordinator.census(worker)
 
-    def _park(self, worker: SimWorker, epoch: int, version: int) -> None:
+    def park(self, worker: SimWorker, epoch: int, version: int) -> None:
         """The coordinator holds a parked worker's lease request (it stays registered, keeps its
         weights current and relays) until activation picks it again."""
         worker.phase = "parked"
-        self.parked[worker.worker_id] = (worker, epoch, version)
-        self._bill(worker)
-        self._census(worker)
+        self.books.parked[worker.worker_id] = (worker, epoch, version)
+        self.bill(worker)
+        self.coordinator.census(worker)
 
-    def _unpark(self, worker: SimWorker) -> None:
-        _, epoch, version = self.parked.pop(worker.worker_id)
-        self._bill(worker)
-        self._census(worker)
-        self._lease_arrives(worker, epoch, version)
+    def unpark(self, worker: SimWorker) -> None:
+        _, epoch, version = self.books.parked.pop(worker.worker_id)
+        self.bill(worker)
+        self.coordinator.census(worker)
+        self.coordinator.lease_arrives(worker, epoch, version)
 
     # ------------------------------------------------------------------ preemption
     def _preempt(self, worker: SimWorker, epoch: int) -> None:
-        if epoch != worker.epoch or not worker.running or self.finished:
+        if epoch != worker.epoch or not worker.running or self.books.finished:
             return
-        now, notice = self.queue.now, worker.spec.preemption_notice_s
+        now, notice = self.books.queue.now, worker.spec.preemption_notice_s
         out = [lease for lease in worker.leases if lease.state == "out"]
         begun = [lease for lease in out if lease.starts_at <= now]
         if begun and begun[-1].ends_at - now <= notice:
-            worker.leaving = True  # finishes and submits, then deregisters (see _cycle)
+            worker.leaving = True  # finishes and submits, then deregisters (see cycle)
             return
         graceful = notice > 0 and not out  # idle with notice: deregisters at once
-        self.counters["workers_left" if graceful else "workers_dead"] += 1
+        self.books.counters["workers_left" if graceful else "workers_dead"] += 1
         for lease in begun:
-            self.recorder.waste("preempted", len(lease.slots) * self.group_size)
-        detected = now if graceful else now + notice + self.scenario.recipe.coordinator.heartbeat_timeout_s
-        self._stop_running(worker)
+            self.books.recorder.waste("preempted", len(lease.slots) * self.books.group_size)
+        detected = now if graceful else now + notice + self.books.scenario.recipe.coordinator.heartbeat_timeout_s
+        self.stop_running(worker)
         worker.phase = "down"
         for lease in out:
-            self.queue.at(detected, self._expire, lease)
-        self.queue.at(detected, self._declared_gone, worker, worker.epoch)
-        self.queue.at(max(now + worker.spec.recovery_s, detected), self._registered, worker, worker.epoch)
+            self.books.queue.at(detected, self.coordinator.expire, lease)
+        self.books.queue.at(detected, self._declared_gone, worker, worker.epoch)
+        self.books.queue.at(max(now + worker.spec.recovery_s, detected), self._registered, worker, worker.epoch)
 
     def _leave(self, worker: SimWorker) -> None:
         """Deregistered after finishing its lease under a preemption notice: a lease it had asked for
         ahead goes back to the window at once (the coordinator re-issues it first)."""
-        self.counters["workers_left"] += 1
+        self.books.counters["workers_left"] += 1
         for lease in worker.leases:
             if lease.state == "out":
                 lease.state = "withdrawn"
-                self.ledger.release(lease.slots, front=True)
-        self._stop_running(worker)
+                self.books.ledger.release(lease.slots, front=True)
+        self.stop_running(worker)
         worker.phase = "down"
         self._declared_gone(worker, worker.epoch)
-        self.queue.after(worker.spec.recovery_s, self._registered, worker, worker.epoch)
+        self.books.queue.after(worker.spec.recovery_s, self._registered, worker, worker.epoch)
 
     def _declared_gone(self, worker: SimWorker, epoch: int) -> None:
         """The coordinator re-plans when an active worker dies (a parked one leaves the set as it was)."""
-        if epoch != worker.epoch or self.finished:
+        if epoch != worker.epoch or self.books.finished:
             return
         worker.alive = False
         if worker.active:
-            self._request_replan("death")
+            self.coordinator.request_replan("death")
 
     def _registered(self, worker: SimWorker, epoch: int) -> None:
         """The replacement registers: a new worker, unmeasured, hence active on probation, and on
         trial for its lease size (:mod:`echo2.core.shares`). (The
         coordinator re-plans on a join too, but that cannot change the set until the newcomer is
         measured; the next periodic re-plan sees it.)"""
-        if epoch != worker.epoch or self.finished:
+        if epoch != worker.epoch or self.books.finished:
             return
         worker.alive, worker.active, worker.throughput, worker.proven = True, True, None, False
-        self._run_worker(worker)
+        self.run_worker(worker)
