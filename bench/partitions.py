@@ -90,7 +90,9 @@ class Case:
     """Cut one second after a version is published (mid-download), else at once."""
     timeout: str
     detect: list[tuple[str, str]]
-    """(log, pattern) pairs: detected once each has a match after the cut (the last of them)."""
+    """(log, pattern) pairs: detected once each has a match after the cut (the last of them); for a
+    cut after a publish, from that publish on (a worker whose fetch of the version skipped the
+    host from its start, a moment before the cut, was never held up by it: 0 s)."""
     recover: list[tuple[str, str]] | None
     """(log, pattern) pairs: recovered once each has a match after the cut (the last of them);
     None: at the learner's first step after the heal."""
@@ -162,9 +164,11 @@ def wait_until(predicate, timeout_s: float, what: str) -> None:
 
 
 def play(case: Case, lab: Lab, run: LabRun, logs: Logs, outage_s: float, settle_s: float) -> dict:
+    since = time.time()
     if case.after_publish:
         published = len(learner_steps(run.run_dir))
         wait_until(lambda: len(learner_steps(run.run_dir)) > published, 300, "a version to be published")
+        since = time.time()  # a fetch of this version that left r1 at its start, before the cut, counts
         time.sleep(1.0)
     print(f"  {case.name}: cutting {case.host}{' from ' + case.peer if case.peer else ''} for {outage_s:.0f}s",
           flush=True)
@@ -183,11 +187,11 @@ def play(case: Case, lab: Lab, run: LabRun, logs: Logs, outage_s: float, settle_
         time.sleep(0.5)
     time.sleep(settle_s)
     back = recovered()
-    detected = logs.last_of_firsts(case.detect, cut)
+    detected = logs.last_of_firsts(case.detect, since)
     waited = logs.first("learner", r"waiting \d+s for step \d+'s data", cut)
     return {"case": case.name, "cut": f"{case.host}{' <-/-> ' + case.peer if case.peer else ' from all'}",
             "cut_at": cut, "healed_at": healed, "outage_s": healed - cut, "timeout": case.timeout,
-            "detected_s": None if detected is None else detected - cut,
+            "detected_s": None if detected is None else max(detected - cut, 0.0),
             "recovered_s": None if back is None else back - healed,
             "learner_said_why": waited is not None and waited < healed + 5}
 

@@ -359,3 +359,26 @@ def test_eval_placement_bench_quick(tmp_path):
         assert row["steps"] == 6 and [v for v, _ in row["evals"]] == [0, 3, 6]
         assert 0 < row["busy_share"] <= 1 and row["train_wall_s"] > 0
     assert rows[0]["steps_vs_inline"] == 1.0
+
+
+@pytest.mark.slow
+def test_echo2_experiment_bench_quick(tmp_path):
+    """The co-located baseline and (as root) async S = 2 across lab hosts run, each recorded once:
+    evaluated after training, every evaluation timed and priced, the lab's links capped."""
+    import os
+
+    run_quick("echo2_experiment", tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows, runs = results["rows"], results["meta"]["runs"]
+    arms = ["colocated", "async-S2"] if os.geteuid() == 0 else ["colocated"]
+    assert [r["arm"] for r in rows] == arms and [r["arm"] for r in runs] == arms
+    for run in runs:
+        assert run["steps"] == 6 and 0 < run["utilization"] <= 1 and run["dollars_per_hour"] > 0
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [t for t, _, _ in records[0]["points"]][0] == 0.0  # v0, at the first step
+    assert all(d1 <= d2 for (_, d1, _), (_, d2, _) in zip(records[0]["points"], records[0]["points"][1:]))
+    if len(records) > 1:
+        assert records[1]["cap_mbps"] > 0 and records[1]["dollars_per_hour"] > records[0]["dollars_per_hour"]
+    assert (tmp_path / "echo2-experiment.png").stat().st_size > 0
+    run_quick("echo2_experiment", tmp_path)  # again: every run is on record, none is made twice
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == len(records)

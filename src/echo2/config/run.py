@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from echo2.config.asynchrony import Asynchrony
 from echo2.config.base import ConfigError, Section, apply_override, describe, read_yaml
+from echo2.config.evaluation import EvalConfig
 from echo2.config.fleet import ActivationRule, LocalWorkerSpec
 from echo2.config.learner import LearnerConfig
 from echo2.model.sources import SHIPPED_MODEL
@@ -155,22 +156,6 @@ class BroadcastConfig(Section):
     """A source that sends nothing for this long is abandoned for the next one in the fallback chain."""
     timeout_s: float = Field(300.0, gt=0)
     """Longest a worker spends fetching one version before reporting failure and retrying."""
-
-
-class EvalConfig(Section):
-    every: int = Field(10, ge=1)
-    """Evaluate every this many learner steps (and before the first and after the last)."""
-    size: int = Field(500, ge=1)
-    """Held-out prompts per evaluation (never trained on)."""
-    show: int = Field(4, ge=0)
-    """Sample completions printed and logged per evaluation."""
-    where: Literal["learner", "process"] = "learner"
-    """``learner``: the learner evaluates a due version before its next step (it waits);
-    ``process``: an evaluator process beside it does, on the version's weights, while the learner
-    keeps training (:mod:`echo2.learner.evaluations`); its results are logged when they arrive,
-    timed at the version's publish."""
-    threads: int = Field(1, ge=1)
-    """Torch threads of the evaluator process (``where: process``)."""
 
 
 class VerificationConfig(Section):

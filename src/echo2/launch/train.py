@@ -266,8 +266,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     learner = build_learner(config, model, tokenizer, checkpoint, shard)
     evaluations = None
     try:
-        if config.eval.where == "process":  # it loads its model while the workers start
-            evaluations = ProcessEvaluations(run_dir)
+        if config.eval.where != "learner":  # (``process``: it loads its model while the workers start)
+            evaluations = ProcessEvaluations(run_dir, deferred=config.eval.where == "after")
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
         loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline,
                            evaluations)

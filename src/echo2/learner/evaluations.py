@@ -8,7 +8,9 @@ weights go as a file into ``RUN_DIR/evals/`` (written whole, then renamed into p
 result comes back as a JSON file beside it. A finished evaluation is logged with the version it
 evaluated and that version's publish time, so accuracy against wall time measures training. Files,
 not sockets: the evaluator is a child of the learner on the same host and the run directory is
-the learner's own.
+the learner's own. ``eval.where: after`` starts the same evaluator only when training ends: the
+due versions wait as files, and no evaluation shares the CPUs with training while it runs (what a
+benchmark of time to an accuracy wants on a machine whose every core is spoken for).
 """
 
 from __future__ import annotations
@@ -75,9 +77,11 @@ class InlineEvaluations:
 
 
 class ProcessEvaluations:
-    """Hand each requested version to the evaluator process; collect what it finished."""
+    """Hand each requested version to the evaluator process; collect what it finished. ``deferred``:
+    start the evaluator only in :meth:`finish` (``eval.where: after``)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, deferred: bool = False) -> None:
+        self.run_dir = run_dir
         self.folder = run_dir / "evals"
         self.folder.mkdir(exist_ok=True)
         (self.folder / "stop").unlink(missing_ok=True)
@@ -85,13 +89,16 @@ class ProcessEvaluations:
         """Versions handed over and not evaluated yet: when each was published."""
         self.failed = False
         self.log_file = (self.folder / "evaluator.log").open("ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "echo2.launch.evaluator", str(run_dir)],
-                                        stdout=self.log_file, stderr=subprocess.STDOUT)
+        self.process: subprocess.Popen | None = None if deferred else self._start()
+
+    def _start(self) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "echo2.launch.evaluator", str(self.run_dir)],
+                                stdout=self.log_file, stderr=subprocess.STDOUT)
 
     def request(self, version: int, payload: Callable[[], bytes]) -> EvalResult | None:
         """Write ``version``'s weights for the evaluator (whole, then renamed into place); nothing
         once the evaluator has exited (its log says why)."""
-        if self.process.poll() is not None:
+        if self.process is not None and self.process.poll() is not None:
             if not self.failed:
                 log.error("the evaluator exited (code %s; see %s): held-out evaluation stops",
                           self.process.returncode, self.log_file.name)
@@ -120,8 +127,11 @@ class ProcessEvaluations:
         return done
 
     def finish(self, timeout_s: float) -> list[Evaluated]:
-        """Wait up to ``timeout_s`` for the evaluations still pending, then stop the evaluator."""
+        """Wait up to ``timeout_s`` for the evaluations still pending (starting a deferred evaluator
+        now), then stop the evaluator."""
         (self.folder / "stop").touch()
+        if self.process is None:
+            self.process = self._start()
         deadline = time.monotonic() + timeout_s
         done = self.finished()
         while self.published and self.process.poll() is None and time.monotonic() < deadline:
@@ -136,7 +146,7 @@ class ProcessEvaluations:
 
     def stop(self) -> None:
         """End the evaluator now (what it has not finished is not evaluated)."""
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(10)

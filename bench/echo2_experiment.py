@@ -1,0 +1,194 @@
+"""ECHO-2's central experiment on a real model: distributed workers behind slow links vs the co-located baseline.
+
+    python bench/echo2_experiment.py [--quick] [--out DIR] [--arms A,B,...] [--seeds N] [--minutes M]
+                                     [--eval-every K] [--summarize]
+
+The SmolLM2-135M recipe (``configs/smollm2-135m-chain-sum.yaml``, LoRA) in the arms of
+``bench/experiment_arms.py``: the co-located baseline (``workers.colocated=true``: one worker on the
+learner's own core, generation and training taking turns, S = 0), and distributed runs with the
+learner and two workers on hosts of the network lab — sync S = 0, async S = 1, 2, 4, and S = 2 with
+a star broadcast instead of the pipelined relay chain. The lab's links are shaped by the kernel so
+that one version takes about two learner steps to cross them, from the first co-located run's
+learner step time and bytes per version. Prices are declared (``experiment_arms.PRICE_SOURCES``)
+and billed by echo2 itself. Every run trains for ``--minutes`` and is evaluated afterwards
+(``eval.where=after``: no evaluation shares the CPUs with training) every ``--eval-every`` versions
+on the recipe's 200 held-out prompts, each evaluation timed at its version's publish.
+
+Runs accumulate: each finished one is appended to ``OUT/runs.jsonl`` (its record) and skipped when
+the experiment is started again, so the seeds of an arm can be made in several sittings;
+``--summarize`` only reads the records. The target is the co-located runs' final accuracy (mean of
+their last three evaluations, over their seeds) less 2 points; per arm: time and dollars to the
+target and final accuracy, mean and 95% interval over seeds (Student's t), against sync S = 0 and
+the baseline. Plots: held-out accuracy against wall time and against dollars (mean and band over
+seeds), learner utilization, staleness of the trained groups. ``--quick``: the shipped tiny model,
+6 steps, one seed of the baseline and of async S = 2 (the lab arm needs root).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import common  # noqa: E402
+from common import format_table, write_results  # noqa: E402
+from experiment_arms import (ARMS, BY_NAME, LEARNER_PRICE, PRICE_SOURCES, WORKER_PRICE, overrides,  # noqa: E402
+                             record, run_arm)
+
+TRANSFER_STEPS = 2.0
+"""A capped link carries one version in about this many learner steps."""
+
+
+def _options(parser) -> None:
+    parser.add_argument("--arms", default=None, help="comma-separated arms to run (default: all)")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: each arm's own)")
+    parser.add_argument("--minutes", type=float, default=12.0, help="run.max_minutes of every run")
+    parser.add_argument("--eval-every", type=int, default=10, help="evaluate every this many versions (quick: 3)")
+    parser.add_argument("--summarize", action="store_true", help="only summarize the runs already recorded")
+
+
+def interval(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and half-width of its 95% Student-t interval (None without two values; both without one)."""
+    return common.mean_ci95(values) if values else (None, None)
+
+
+def reached(points: list[list[float]], target: float) -> tuple[float | None, float | None]:
+    """Seconds and dollars to the first evaluation at or above ``target`` (None: never)."""
+    return next(((t, dollars) for t, dollars, accuracy in points if accuracy >= target), (None, None))
+
+
+def load_records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def link_cap(records: list[dict]) -> float:
+    """Mbit/s at which one version takes :data:`TRANSFER_STEPS` learner steps (first co-located run)."""
+    base = next(r for r in records if r["arm"] == "colocated")
+    return 8 * base["bytes_per_version"] / (TRANSFER_STEPS * base["learner_step_s"]) / 1e6
+
+
+def run_missing(args, records: list[dict], runs_file: Path) -> list[dict]:
+    names = args.arms.split(",") if args.arms else [arm.name for arm in ARMS]
+    unknown = sorted(set(names) - set(BY_NAME))
+    if unknown:
+        raise SystemExit(f"unknown arms {unknown}: choose from {[arm.name for arm in ARMS]}")
+    if args.quick:
+        names = ["colocated", "async-S2"] if os.geteuid() == 0 else ["colocated"]
+    for arm in sorted((BY_NAME[name] for name in names), key=lambda arm: arm.lab):  # the baseline first: the cap
+        for seed in range(1 if args.quick else args.seeds or arm.seeds):
+            if any(r["arm"] == arm.name and r["seed"] == seed for r in records):
+                continue
+            cap = link_cap(records) if arm.lab else None
+            print(f"== {arm.name} seed {seed}" + (f" ({cap:.3g} Mbit/s links)" if cap else ""), flush=True)
+            run_dir = args.out / "runs" / f"{arm.name}-seed{seed}"
+            run_arm(arm, seed, run_dir, overrides(arm, seed, args.minutes, args.eval_every, args.quick), cap)
+            records.append({**record(arm, seed, run_dir), "cap_mbps": cap, **common.provenance()})
+            with runs_file.open("a") as out:
+                out.write(json.dumps(records[-1]) + "\n")
+    return records
+
+
+def summarize(records: list[dict]) -> tuple[list[dict], float]:
+    base_finals = [r["acc_final"] for r in records if r["arm"] == "colocated"]
+    target = statistics.fmean(base_finals) - 0.02
+    rows = []
+    for arm in ARMS:
+        runs = [r for r in records if r["arm"] == arm.name]
+        if not runs:
+            continue
+        hits = [reached(r["points"], target) for r in runs]
+        seconds = interval([t for t, _ in hits if t is not None])
+        dollars = interval([d for _, d in hits if d is not None])
+        final = interval([r["acc_final"] for r in runs])
+        rows.append({"arm": arm.name, "seeds": len(runs), "reached": sum(t is not None for t, _ in hits),
+                     "time_to_target_s": seconds[0], "time_ci_s": seconds[1], "dollars_to_target": dollars[0],
+                     "dollars_ci": dollars[1], "acc_final": final[0], "acc_final_ci": final[1],
+                     "utilization": statistics.fmean(r["utilization"] for r in runs),
+                     "samples_per_s": statistics.fmean(r["samples_per_s"] for r in runs),
+                     "dollars_per_hour": statistics.fmean(r["dollars_per_hour"] for r in runs),
+                     "steps": statistics.fmean(r["steps"] for r in runs)})
+    by = {row["arm"]: row for row in rows}
+    for row in rows:
+        for other, key in (("sync-S0", "time_vs_sync"), ("colocated", "time_vs_colocated")):
+            mine, theirs = row["time_to_target_s"], by.get(other, {}).get("time_to_target_s")
+            row[key] = mine / theirs if mine and theirs else None
+        mine, theirs = row["dollars_to_target"], by.get("colocated", {}).get("dollars_to_target")
+        row["dollars_vs_colocated"] = mine / theirs if mine and theirs else None
+    return rows, target
+
+
+def plot(records: list[dict], rows: list[dict], target: float, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    for column, (axis, label) in enumerate(((axes[0][0], "wall time since the first step (s)"),
+                                            (axes[0][1], "dollars billed (declared prices)"))):
+        for row in rows:
+            runs = [r for r in records if r["arm"] == row["arm"]]
+            end = min(max(p[column] for p in r["points"]) for r in runs)
+            grid = [end * i / 60 for i in range(61)]
+            curves = [[max([p[2] for p in r["points"] if p[column] <= x] or [r["points"][0][2]]) for x in grid]
+                      for r in runs]  # the best accuracy evaluated by then
+            mean = [statistics.fmean(c[i] for c in curves) for i in range(len(grid))]
+            line, = axis.plot(grid, mean, label=f"{row['arm']} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+            if len(runs) > 1:
+                axis.fill_between(grid, [min(c[i] for c in curves) for i in range(len(grid))],
+                                  [max(c[i] for c in curves) for i in range(len(grid))], alpha=0.15,
+                                  color=line.get_color())
+        axis.axhline(target, color="grey", linestyle=":", label=f"target {target:.1%}")
+        axis.set_xlabel(label)
+        axis.set_ylabel("held-out greedy accuracy (best so far)")
+        axis.legend(fontsize=7)
+    axes[1][0].bar([row["arm"] for row in rows], [row["utilization"] for row in rows])
+    axes[1][0].set_ylabel("learner utilization")
+    axes[1][0].tick_params(axis="x", labelrotation=30, labelsize=8)
+    for row in rows:
+        counts: dict[int, float] = {}
+        for r in (r for r in records if r["arm"] == row["arm"]):
+            for staleness, count in r["staleness"].items():
+                counts[int(staleness)] = counts.get(int(staleness), 0) + count
+        total = sum(counts.values()) or 1
+        axes[1][1].plot(sorted(counts), [counts[k] / total for k in sorted(counts)], "o-", label=row["arm"])
+    axes[1][1].set_xlabel("staleness of a trained group (learner version - generating version - 1)")
+    axes[1][1].set_ylabel("share of trained groups")
+    axes[1][1].legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "echo2-experiment.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    args = common.parse_args(__doc__.splitlines()[0], "bench/out/echo2-experiment", _options)
+    args.eval_every = 3 if args.quick else args.eval_every
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs_file = args.out / "runs.jsonl"
+    records = load_records(runs_file)
+    if not args.summarize:
+        records = run_missing(args, records, runs_file)
+    rows, target = summarize(records)
+    columns = ["arm", "seeds", "reached", "time_to_target_s", "time_ci_s", "time_vs_sync", "time_vs_colocated",
+               "dollars_to_target", "dollars_ci", "dollars_vs_colocated", "acc_final", "acc_final_ci", "utilization",
+               "samples_per_s", "dollars_per_hour", "steps"]
+    print(f"\ntarget {target:.3f} (the co-located runs' final accuracy less 2 points); prices: learner "
+          f"${LEARNER_PRICE}/h, worker ${WORKER_PRICE}/h ({PRICE_SOURCES['learner']}; {PRICE_SOURCES['worker']})")
+    print(format_table(rows, columns))
+    caps = sorted({r["cap_mbps"] for r in records if r.get("cap_mbps")})
+    meta = {"quick": args.quick, "target_accuracy": target, "prices": {"learner_per_hour": LEARNER_PRICE,
+            "worker_per_hour": WORKER_PRICE, "sources": PRICE_SOURCES}, "link_cap_mbps": caps,
+            "transfer_steps": TRANSFER_STEPS, "minutes": args.minutes, "eval_every": args.eval_every,
+            "runs": [{k: v for k, v in r.items() if k != "points"} for r in records]}
+    models = ("echo2/tiny-arith",) if args.quick else ("smollm2-135m-instruct",)
+    print(f"wrote {write_results(args.out, rows, meta, models)} and {plot(records, rows, target, args.out)}")
+
+
+if __name__ == "__main__":
+    main()
