@@ -1,7 +1,7 @@
 """ECHO-2's central experiment on a real model: distributed workers behind slow links vs the co-located baseline.
 
-    python bench/echo2_experiment.py [--quick] [--out DIR] [--arms A,B,...] [--seeds N] [--minutes M]
-                                     [--eval-every K] [--summarize]
+    python bench/echo2_experiment.py [--quick] [--out DIR] [--runs FILE] [--arms A,B,...] [--seeds N]
+                                     [--minutes M] [--eval-every K] [--summarize]
 
 The SmolLM2-135M recipe (``configs/smollm2-135m-chain-sum.yaml``, LoRA) in the arms of
 ``bench/experiment_arms.py``: the co-located baseline (``workers.colocated=true``: one worker on the
@@ -14,9 +14,11 @@ and billed by echo2 itself. Every run trains for ``--minutes`` and is evaluated 
 (``eval.where=after``: no evaluation shares the CPUs with training) every ``--eval-every`` versions
 on the recipe's 200 held-out prompts, each evaluation timed at its version's publish.
 
-Runs accumulate: each finished one is appended to ``OUT/runs.jsonl`` (its record) and skipped when
-the experiment is started again, so the seeds of an arm can be made in several sittings;
-``--summarize`` only reads the records. The target is the co-located runs' final accuracy (mean of
+Runs accumulate: each finished one's record is appended to ``--runs`` (default
+``docs/results/echo2-experiment-runs.jsonl``, kept with the code: its commit and machine in every
+record; ``OUT/runs.jsonl`` with ``--quick``) and a run on record is not made again, so the seeds of
+an arm can be made in several sittings; ``--summarize`` only reads the records. Run directories go
+to ``OUT/runs/``. The target is the co-located runs' final accuracy (mean of
 their last three evaluations, over their seeds) less 2 points; per arm: time and dollars to the
 target and final accuracy, mean and 95% interval over seeds (Student's t), against sync S = 0 and
 the baseline. Plots: held-out accuracy against wall time and against dollars (mean and band over
@@ -39,6 +41,7 @@ from common import format_table, write_results  # noqa: E402
 from experiment_arms import (ARMS, BY_NAME, LEARNER_PRICE, PRICE_SOURCES, WORKER_PRICE, overrides,  # noqa: E402
                              record, run_arm)
 
+RUNS = Path(__file__).parent.parent / "docs" / "results" / "echo2-experiment-runs.jsonl"
 TRANSFER_STEPS = 2.0
 """A capped link carries one version in about this many learner steps."""
 
@@ -48,6 +51,8 @@ def _options(parser) -> None:
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: each arm's own)")
     parser.add_argument("--minutes", type=float, default=12.0, help="run.max_minutes of every run")
     parser.add_argument("--eval-every", type=int, default=10, help="evaluate every this many versions (quick: 3)")
+    parser.add_argument("--runs", type=Path, default=None, help="the runs' records (JSON lines; default "
+                        "docs/results/echo2-experiment-runs.jsonl, with --quick OUT/runs.jsonl)")
     parser.add_argument("--summarize", action="store_true", help="only summarize the runs already recorded")
 
 
@@ -67,7 +72,9 @@ def load_records(path: Path) -> list[dict]:
 
 def link_cap(records: list[dict]) -> float:
     """Mbit/s at which one version takes :data:`TRANSFER_STEPS` learner steps (first co-located run)."""
-    base = next(r for r in records if r["arm"] == "colocated")
+    base = next((r for r in records if r["arm"] == "colocated"), None)
+    if base is None:
+        raise SystemExit("no co-located run on record: its learner step and version size size the lab's links")
     return 8 * base["bytes_per_version"] / (TRANSFER_STEPS * base["learner_step_s"]) / 1e6
 
 
@@ -94,6 +101,8 @@ def run_missing(args, records: list[dict], runs_file: Path) -> list[dict]:
 
 def summarize(records: list[dict]) -> tuple[list[dict], float]:
     base_finals = [r["acc_final"] for r in records if r["arm"] == "colocated"]
+    if not base_finals:
+        raise SystemExit("no co-located run on record: the target is the baseline's final accuracy (run its arm)")
     target = statistics.fmean(base_finals) - 0.02
     rows = []
     for arm in ARMS:
@@ -170,7 +179,7 @@ def main() -> None:
     args = common.parse_args(__doc__.splitlines()[0], "bench/out/echo2-experiment", _options)
     args.eval_every = 3 if args.quick else args.eval_every
     args.out.mkdir(parents=True, exist_ok=True)
-    runs_file = args.out / "runs.jsonl"
+    runs_file = args.runs or (args.out / "runs.jsonl" if args.quick else RUNS)
     records = load_records(runs_file)
     if not args.summarize:
         records = run_missing(args, records, runs_file)

@@ -5,6 +5,7 @@ inventory (``echo2 plan``) and the scenario (``echo2 simulate``).
   YAML files and dotted ``key=value`` overrides;
 * :mod:`echo2.config.asynchrony` — the protocol and the staleness bound;
 * :mod:`echo2.config.learner` — the learner's section (objective, optimizer, EchoClip, LoRA);
+* :mod:`echo2.config.evaluation` — the ``eval`` section;
 * :mod:`echo2.config.fleet` — worker classes, the learner's hardware, the activation rule;
 * :mod:`echo2.config.run` — every other section, :class:`Config`, :func:`load_config`.
 
