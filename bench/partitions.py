@@ -21,7 +21,9 @@ for ``outage_s`` — longer than every timeout that applies — then healed:
    worst);
 2. ``learner_download``: ``r1`` cut off from the learner one second after a version is
    published, mid-download (star-free: the learner is its only source). Detected when its download
-   stalls (``broadcast.stall_s``); recovered at its first complete version after the heal;
+   stalls (``broadcast.stall_s``), or, when it had not started that download yet (it hears of a
+   version at its next heartbeat or lease answer, which the cut then stops), when it finds the
+   coordinator out of reach; recovered at its first complete version after the heal;
 3. ``relay_download``: ``r3`` cut off from its relay ``r1`` one second after a publish. Detected
    when it moves on to the next source of its chain (``broadcast.stall_s``); recovered when that
    version completes from the learner: before the heal, which it does not need (negative). Its
@@ -108,8 +110,8 @@ LEFT_R1 = rf"from {R1}: .*moving on to|skipping {R1}"
 CASES = [
     Case("mid_lease", "r2", None, False, "coordinator.heartbeat_timeout_s=8 (lease_timeout_s=15)",
          [("learner", r"worker r2 silent for \S+: declared dead")], [("r2", r"registered again"), ("r2", LOADED)]),
-    Case("learner_download", "r1", "learner", True, STALL,
-         [("r1", r"chunk \d+ from \S+: |fetch(ing)? .*failed")], [("r1", LOADED)]),
+    Case("learner_download", "r1", "learner", True, f"{STALL}, or the coordinator's connect timeout (5 s)",
+         [("r1", r"chunk \d+ from \S+: |fetch(ing)? .*failed|cannot reach the coordinator")], [("r1", LOADED)]),
     Case("relay_download", "r3", "r1", True, STALL, [("r3", LEFT_R1)], [("r3", LOADED)]),
     Case("relay_serving", "r1", None, True, STALL, [("r2", LEFT_R1), ("r3", LEFT_R1)],
          [("r2", LOADED), ("r3", LOADED)]),
