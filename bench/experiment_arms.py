@@ -52,8 +52,8 @@ class Arm:
 
 
 ARMS = (
-    Arm("colocated", ("workers.colocated=true", "protocol=sync"), lab=False, seeds=3),
-    Arm("sync-S0", ("protocol=sync",), lab=True, seeds=3),
+    Arm("colocated", ("workers.colocated=true", "protocol=sync", "staleness=0"), lab=False, seeds=3),
+    Arm("sync-S0", ("protocol=sync", "staleness=0"), lab=True, seeds=3),
     Arm("async-S1", ("protocol=async", "staleness=1"), lab=True, seeds=1),
     Arm("async-S2", ("protocol=async", "staleness=2"), lab=True, seeds=3),
     Arm("async-S4", ("protocol=async", "staleness=4"), lab=True, seeds=1),
