@@ -11,8 +11,9 @@ a star broadcast instead of the pipelined relay chain. The lab's links are shape
 that one version takes about two learner steps to cross them, from the first co-located run's
 learner step time and bytes per version. Prices are declared (``experiment_arms.PRICE_SOURCES``)
 and billed by echo2 itself. Every run trains for ``--minutes`` and is evaluated afterwards
-(``eval.where=after``: no evaluation shares the CPUs with training) every ``--eval-every`` versions
-on the recipe's 200 held-out prompts, each evaluation timed at its version's publish.
+(``eval.where=after``: no evaluation shares the CPUs with training; greedy only, on both cores) every
+``--eval-every`` versions on the recipe's 200 held-out prompts, each evaluation timed at its version's
+publish.
 
 Runs accumulate: each finished one's record is appended to ``--runs`` (default
 ``docs/results/echo2-experiment-runs.jsonl``, kept with the code: its commit and machine in every
@@ -49,7 +50,7 @@ TRANSFER_STEPS = 2.0
 def _options(parser) -> None:
     parser.add_argument("--arms", default=None, help="comma-separated arms to run (default: all)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: each arm's own)")
-    parser.add_argument("--minutes", type=float, default=12.0, help="run.max_minutes of every run")
+    parser.add_argument("--minutes", type=float, default=20.0, help="run.max_minutes of every run")
     parser.add_argument("--eval-every", type=int, default=10, help="evaluate every this many versions (quick: 3)")
     parser.add_argument("--runs", type=Path, default=None, help="the runs' records (JSON lines; default "
                         "docs/results/echo2-experiment-runs.jsonl, with --quick OUT/runs.jsonl)")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 RECIPE = "configs/smollm2-135m-chain-sum.yaml"
 LEARNER_CPUS, WORKER_CPUS = [0], [1]
+EVAL_CPUS = LEARNER_CPUS + WORKER_CPUS
+"""The evaluator runs once training is over and the workers have stopped: every core is its own."""
 LAB_WORKERS = ("w1", "w2")
 CHUNK_MIB = 0.5
 """The recipe's LoRA version (about 5 MB in bf16) in ten chunks: a relay passes a version on while it
@@ -64,10 +66,12 @@ BY_NAME = {arm.name: arm for arm in ARMS}
 
 def overrides(arm: Arm, seed: int, minutes: float, eval_every: int, quick: bool) -> list[str]:
     """Everything a run of ``arm`` sets: its own overrides, the seed, the length, evaluation after
-    training (nothing shares the CPUs with it meanwhile), the learner's CPUs and price."""
+    training (nothing shares the CPUs with it meanwhile; greedy accuracy only, the figure the
+    experiment reads, at half the cost), the learner's CPUs and price."""
     length = ["run.steps=6", "eval.size=20"] if quick else [f"run.max_minutes={minutes:g}"]
     return [*(() if quick else ("--config", RECIPE)), *arm.overrides, *length, f"run.seed={seed}",
-            "eval.where=after", f"eval.every={eval_every}", "eval.show=0", "telemetry.progress=false",
+            "eval.where=after", f"eval.every={eval_every}", "eval.show=0", "eval.sampled=false",
+            f"eval.cpus={EVAL_CPUS}", f"eval.threads={len(EVAL_CPUS)}", "telemetry.progress=false",
             "telemetry.tensorboard=false", "checkpoint.every=0", f"learner.cpus={LEARNER_CPUS}",
             f"activation.learner_price_per_hour={LEARNER_PRICE}", f"broadcast.chunk_mib={CHUNK_MIB}"]
 

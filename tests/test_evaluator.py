@@ -3,6 +3,7 @@ evaluates the versions the learner hands it while the learner keeps training (``
 training is over)."""
 
 import json
+import os
 
 import pytest
 
@@ -25,15 +26,32 @@ def test_the_evaluator_is_a_config_switch_and_the_learner_evaluates_by_default()
         load_config(overrides=["eval.where=worker"])
 
 
+def test_greedy_only_evaluation_plays_no_temperature_episode():
+    from echo2.model.evaluation import evaluate
+    from echo2.model.loading import SHIPPED_MODEL, load_model, load_tokenizer
+    from echo2.tasks import load_task
+
+    model, tokenizer, task = load_model(SHIPPED_MODEL), load_tokenizer(SHIPPED_MODEL), load_task("arithmetic")
+    examples = task.eval_examples(8)
+    both = evaluate(model, tokenizer, task, examples, max_new_tokens=8)
+    greedy = evaluate(model, tokenizer, task, examples, max_new_tokens=8, sampled=False)
+    assert greedy.accuracy == both.accuracy and greedy.greedy_tokens == both.greedy_tokens
+    assert greedy.sampled_reward is None and both.sampled_reward is not None
+    assert "eval_sampled_reward" not in greedy.metrics() and "eval_sampled_reward" in both.metrics()
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("where", ["process", "after"])
 def test_a_run_with_an_evaluator_process_logs_every_due_version_timed_at_its_publish(tmp_path, where):
     from echo2.launch.train import run_training
 
+    cpus = sorted(os.sched_getaffinity(0))
+    # after training the evaluator may take every core, and a benchmark may leave out the sampled reward
+    after = [f"learner.cpus=[{cpus[0]}]", f"eval.cpus={cpus}", "eval.sampled=false"] if where == "after" else []
     config = load_config(overrides=[
         "run.steps=6", "eval.size=20", "eval.every=3", f"eval.where={where}", "learner.groups_per_step=8",
         "rollout.groups_per_lease=4", "workers.count=1", "telemetry.tensorboard=false", "telemetry.progress=false",
-        f"run.dir={tmp_path}", "run.name=run"])
+        f"run.dir={tmp_path}", "run.name=run", *after])
     summary = run_training(config)
     run_dir = summary.run_dir
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -44,8 +62,16 @@ def test_a_run_with_an_evaluator_process_logs_every_due_version_timed_at_its_pub
     for version in (3, 6):  # timed at the publish, logged when the evaluator was done
         assert evals[version]["time"] <= steps[version]["time"] + 1.0
         assert evals[version]["eval_logged_time"] >= evals[version]["time"]
-    if where == "after":  # nothing was evaluated before the last step was trained
+    log = (run_dir / "evals" / "evaluator.log").read_text()
+    if where == "after":  # nothing was evaluated before the last step was trained, nor generated after
         assert min(r["eval_logged_time"] for r in evals.values()) >= steps[6]["time"]
+        timeline = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+        generated = [i["start"] for i in timeline if i["who"] != "learner"]
+        assert generated and max(generated) < min(r["eval_logged_time"] for r in evals.values())
+        assert f"threads on CPUs {cpus}" in log
+        assert not any("eval_sampled_reward" in r for r in evals.values()) and summary.sampled_reward_after is None
+    else:
+        assert all("eval_sampled_reward" in r for r in evals.values())
     assert summary.accuracy_before == summary.result.evals[0][1].accuracy
     evals_dir = run_dir / "evals"
-    assert not list(evals_dir.glob("*.safetensors")) and "held-out accuracy" in (evals_dir / "evaluator.log").read_text()
+    assert not list(evals_dir.glob("*.safetensors")) and "held-out accuracy" in log

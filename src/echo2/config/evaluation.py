@@ -25,3 +25,11 @@ class EvalConfig(Section):
     version's weights wait in ``RUN_DIR/evals/`` until then."""
     threads: int = Field(1, ge=1)
     """Torch threads of the evaluator process (``where: process`` or ``after``)."""
+    cpus: list[int] | None = None
+    """CPUs of the evaluator process (``where: process`` or ``after``; None: the learner's, whose
+    process starts it). Under ``after`` the run's workers have stopped when it starts, so it may take
+    every core of the host."""
+    sampled: bool = True
+    """Also play one temperature-``T`` episode per held-out prompt (the sampled reward). Off halves
+    an evaluation's cost, for runs that read only the greedy accuracy (a benchmark of time to an
+    accuracy)."""

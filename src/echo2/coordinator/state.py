@@ -96,6 +96,7 @@ class CoordinatorState(WorkSide, LearnerSide):
             self.cond.notify_all()
 
     def finish(self) -> None:
+        """Training is over: heartbeats and lease requests tell the workers to stop (twice is once)."""
         with self.cond:
             self.finished = True
             if self.relay_checker is not None:

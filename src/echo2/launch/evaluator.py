@@ -25,7 +25,7 @@ from echo2.config import load_config
 from echo2.launch.train import run_spec
 from echo2.learner.evaluations import POLL_S, result_path, result_to_json
 from echo2.model.evaluation import evaluate
-from echo2.model.loading import load_tokenizer
+from echo2.model.loading import load_tokenizer, pin_cpus
 from echo2.rollout.engines.hf import HfEngine
 from echo2.tasks import load_task
 
@@ -39,6 +39,7 @@ def pending(folder: Path) -> list[tuple[int, Path]]:
 
 def serve(run_dir: Path) -> None:
     config = load_config(run_dir / "config.yaml")
+    pin_cpus(config.eval.cpus)
     torch.set_num_threads(config.eval.threads)
     task = load_task(config.task.name, config.task.options)
     examples = task.eval_examples(config.eval.size)
@@ -46,7 +47,8 @@ def serve(run_dir: Path) -> None:
     engine = HfEngine(run_spec(config, task.max_turns), tokenizer.eos_token_id, tokenizer.pad_token_id,
                       device=config.learner.device)
     folder, parent = run_dir / "evals", os.getppid()
-    log.info("evaluator: %d held-out prompts, %d threads", len(examples), config.eval.threads)
+    log.info("evaluator: %d held-out prompts, %d threads on CPUs %s", len(examples), config.eval.threads,
+             sorted(os.sched_getaffinity(0)))
     while os.getppid() == parent:
         waiting = pending(folder)
         if not waiting:
@@ -59,7 +61,7 @@ def serve(run_dir: Path) -> None:
         engine.load(path.read_bytes(), path.with_suffix(".sha256").read_text().strip())
         result = evaluate(engine.sampling_model, tokenizer, task, examples,
                           max_new_tokens=config.rollout.max_new_tokens, temperature=config.rollout.temperature,
-                          seed=config.run.seed + version, shown=config.eval.show)
+                          seed=config.run.seed + version, shown=config.eval.show, sampled=config.eval.sampled)
         target = result_path(folder, version)
         target.with_suffix(".partial").write_text(json.dumps(result_to_json(result)))
         target.with_suffix(".partial").rename(target)

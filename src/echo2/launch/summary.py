@@ -17,8 +17,9 @@ class RunSummary:
     result: LoopResult
     accuracy_before: float
     accuracy_after: float
-    sampled_reward_before: float
-    sampled_reward_after: float
+    sampled_reward_before: float | None
+    sampled_reward_after: float | None
+    """None when the run's evaluations played no temperature episodes (``eval.sampled: false``)."""
     groups_dropped: int
     workers_registered: int
     costs: dict[str, float]
@@ -31,8 +32,9 @@ class RunSummary:
             f"run directory: {self.run_dir}",
             f"held-out accuracy {100 * self.accuracy_before:.1f}% -> {100 * self.accuracy_after:.1f}% "
             f"(greedy exact match; after = mean of the last {min(3, len(r.evals) - 1)} evals)",
-            f"sampled reward {100 * self.sampled_reward_before:.1f}% -> {100 * self.sampled_reward_after:.1f}% "
-            "(temperature samples on held-out prompts)",
+            *([f"sampled reward {100 * self.sampled_reward_before:.1f}% -> {100 * self.sampled_reward_after:.1f}% "
+               "(temperature samples on held-out prompts)"]
+              if self.sampled_reward_before is not None and self.sampled_reward_after is not None else []),
             f"{r.steps} steps in {r.wall_seconds:.0f}s | {r.samples / max(r.wall_seconds, 1e-9):.0f} samples/s "
             f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
             *self.format_lines(),

@@ -187,6 +187,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
     try:
         check_cpus(config.learner.cpus, "learner.cpus")
         check_cpus(config.workers.cpus, "workers.cpus")
+        check_cpus(config.eval.cpus, "eval.cpus")
     except ValueError as error:
         raise ConfigError(str(error)) from None
     with pinned_cpus(config.learner.cpus) as started_on:
@@ -267,7 +268,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     evaluations = None
     try:
         if config.eval.where != "learner":  # (``process``: it loads its model while the workers start)
-            evaluations = ProcessEvaluations(run_dir, deferred=config.eval.where == "after")
+            evaluations = ProcessEvaluations(run_dir, deferred=config.eval.where == "after", before_start=state.finish)
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
         loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline,
                            evaluations)
@@ -288,12 +289,13 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     if not result.evals:  # the evaluator failed (eval.where: process): said in train.log
         result.evals = [(0, EvalResult(math.nan, math.nan))]
     last = [e for _, e in result.evals[1:]][-3:] or [result.evals[0][1]]
+    sampled = [e.sampled_reward for e in last if e.sampled_reward is not None]  # none: eval.sampled is off
     summary = RunSummary(
         run_dir=run_dir, result=result,
         accuracy_before=result.evals[0][1].accuracy,
         accuracy_after=sum(e.accuracy for e in last) / len(last),
         sampled_reward_before=result.evals[0][1].sampled_reward,
-        sampled_reward_after=sum(e.sampled_reward for e in last) / len(last),
+        sampled_reward_after=sum(sampled) / len(sampled) if sampled else None,
         groups_dropped=stats.groups_dropped_stale,
         workers_registered=stats.workers_registered,
         costs=stats.costs,

@@ -78,10 +78,11 @@ class InlineEvaluations:
 
 class ProcessEvaluations:
     """Hand each requested version to the evaluator process; collect what it finished. ``deferred``:
-    start the evaluator only in :meth:`finish` (``eval.where: after``)."""
+    start the evaluator only in :meth:`finish` (``eval.where: after``), after calling ``before_start``
+    (the run stops its workers there, so that the evaluator has the host's cores to itself)."""
 
-    def __init__(self, run_dir: Path, deferred: bool = False) -> None:
-        self.run_dir = run_dir
+    def __init__(self, run_dir: Path, deferred: bool = False, before_start: Callable[[], None] = lambda: None) -> None:
+        self.run_dir, self.before_start = run_dir, before_start
         self.folder = run_dir / "evals"
         self.folder.mkdir(exist_ok=True)
         (self.folder / "stop").unlink(missing_ok=True)
@@ -131,6 +132,7 @@ class ProcessEvaluations:
         now), then stop the evaluator."""
         (self.folder / "stop").touch()
         if self.process is None:
+            self.before_start()
             self.process = self._start()
         deadline = time.monotonic() + timeout_s
         done = self.finished()

@@ -61,9 +61,10 @@ class LoopResult:
 #: Seconds between looks at a held stop signal while the learner waits for data.
 STOP_POLL_S = 1.0
 
-#: How long the learner waits, at the end of a run, for the evaluator's last evaluations
-#: (``eval.where: process``; a SmolLM2 evaluation takes about a minute on a 2-core CPU).
-FINISH_EVALS_S = 900.0
+#: How long the learner waits, at the end of a run, for each evaluation the evaluator has not
+#: finished (``eval.where: process`` or ``after``; a SmolLM2 evaluation takes about a minute on a
+#: 2-core CPU, its evaluator's start some seconds more).
+EVAL_TIMEOUT_S = 300.0
 
 
 class LearnerLoop:
@@ -89,17 +90,17 @@ class LearnerLoop:
             result = evaluate(self.learner.sampling_policy(), self.learner.tokenizer, self.task, self.eval_examples,
                               max_new_tokens=self.config.rollout.max_new_tokens,
                               temperature=self.config.rollout.temperature, seed=self.config.run.seed + version,
-                              shown=self.config.eval.show)
+                              shown=self.config.eval.show, sampled=self.config.eval.sampled)
         self._report(version, result)
         return result
 
     def _report(self, version: int, result: EvalResult) -> None:
         self.progress.newline()
         among = "-" if result.well_formed_accuracy is None else f"{100 * result.well_formed_accuracy:.1f}%"
-        log.info("eval v%d: held-out greedy accuracy %.1f%% | sampled reward %.1f%% | well-formed %.1f%% (accuracy "
-                 "among them %s) | %.1f tokens (%d prompts)", version, 100 * result.accuracy,
-                 100 * result.sampled_reward, 100 * result.well_formed, among, result.greedy_tokens,
-                 len(self.eval_examples))
+        sampled = "" if result.sampled_reward is None else f" | sampled reward {100 * result.sampled_reward:.1f}%"
+        log.info("eval v%d: held-out greedy accuracy %.1f%%%s | well-formed %.1f%% (accuracy among them %s) | "
+                 "%.1f tokens (%d prompts)", version, 100 * result.accuracy, sampled, 100 * result.well_formed, among,
+                 result.greedy_tokens, len(self.eval_examples))
         if result.first_turn_accuracy is not None:
             log.info("eval v%d: episodes: first reply right %.1f%%, right within the episode %.1f%%, %.2f turns",
                      version, 100 * result.first_turn_accuracy, 100 * result.accuracy, result.turns)
@@ -326,12 +327,13 @@ class LearnerLoop:
                 evaluation := self._request_eval(version)) is not None:
             result.evals.append((version, evaluation))
             self.metrics.log(version, {"version": version, **evaluation.metrics()})
-        self._log_evaluated(self.evaluations.finish(timeout_s=FINISH_EVALS_S), result)
         final = self._run_metrics(self.state.stats(self.config.activation.learner_price_per_hour, result.wall_seconds,
                                                    settle_s=self.config.broadcast.stall_s))
         if "dissemination_s" in final:  # the last versions of the run, once they reached every worker
             self.metrics.log(version, {"version": version, "dissemination_s": final["dissemination_s"],
                                        "dissemination_max_s": final["dissemination_max_s"]})
+        pending = len(self.evaluations.pending())
+        self._log_evaluated(self.evaluations.finish(timeout_s=EVAL_TIMEOUT_S * max(1, pending)), result)
         self._checkpoint(version, result)
         self.progress.newline()
         return result

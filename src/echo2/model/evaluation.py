@@ -23,8 +23,8 @@ from echo2.tasks import Example, Task
 class EvalResult:
     accuracy: float
     """Fraction of held-out prompts whose greedy episode is right (one turn: exact match)."""
-    sampled_reward: float
-    """Mean training reward of one temperature-``T`` episode per held-out prompt."""
+    sampled_reward: float | None
+    """Mean training reward of one temperature-``T`` episode per held-out prompt (None: not played)."""
     examples: list[tuple[str, str, float]] = field(default_factory=list)
     """A few (prompt, greedy episode, reward) triples to show."""
     well_formed: float = 1.0
@@ -41,10 +41,11 @@ class EvalResult:
 
     def metrics(self) -> dict[str, float]:
         """The figures every evaluation logs."""
-        optional = {"eval_well_formed_accuracy": self.well_formed_accuracy,
+        optional = {"eval_sampled_reward": self.sampled_reward,
+                    "eval_well_formed_accuracy": self.well_formed_accuracy,
                     "eval_first_turn_accuracy": self.first_turn_accuracy, "eval_turns": self.turns}
-        return {"eval_accuracy": self.accuracy, "eval_sampled_reward": self.sampled_reward,
-                "eval_well_formed": self.well_formed, "eval_greedy_tokens": self.greedy_tokens,
+        return {"eval_accuracy": self.accuracy, "eval_well_formed": self.well_formed,
+                "eval_greedy_tokens": self.greedy_tokens,
                 **{name: value for name, value in optional.items() if value is not None}}
 
 
@@ -68,7 +69,10 @@ def evaluate(
     batch_size: int = 512,
     seed: int = 0,
     shown: int = 4,
+    sampled: bool = True,
 ) -> EvalResult:
+    """Greedy accuracy of ``examples`` and, with ``sampled``, the mean reward of one temperature
+    episode each (a second generation pass over the prompts, as long as the first)."""
     was_training = model.training
     model.eval()
     generator = torch.Generator().manual_seed(seed)
@@ -90,8 +94,9 @@ def evaluate(
                 max_context=window - max_new_tokens if window else None, eos_id=tokenizer.eos_token_id)
 
         greedy = play({"greedy": True})
-        sampled = play({"temperature": temperature, "generator": generator})
-        for example, episode, sampled_episode in zip(chunk, greedy, sampled):
+        temperature_episodes = (play({"temperature": temperature, "generator": generator}) if sampled
+                                else [None] * len(chunk))
+        for example, episode, sampled_episode in zip(chunk, greedy, temperature_episodes):
             right, formed = task.episode_correct(example, episode.replies), task.is_well_formed(episode.replies[-1])
             correct += right
             first_correct += task.is_correct(example, episode.replies[0])
@@ -99,7 +104,8 @@ def evaluate(
             well_formed_correct += right and formed
             greedy_tokens += sum(episode.mask)
             turns += episode.turns
-            reward_sum += task.episode_reward(example, sampled_episode.replies)
+            if sampled_episode is not None:
+                reward_sum += task.episode_reward(example, sampled_episode.replies)
             if len(shown_examples) < shown * task.max_turns:  # candidates; episodes of several turns first
                 shown_examples.append((task.display_prompt(example), shown_episode(episode),
                                        task.episode_reward(example, episode.replies)))
@@ -107,8 +113,8 @@ def evaluate(
     shown_examples = sorted(shown_examples, key=lambda e: "⟦" not in e[1])[:shown]  # stable: in order otherwise
     n = max(1, len(examples))
     episodes = task.max_turns > 1
-    return EvalResult(accuracy=correct / n, sampled_reward=reward_sum / n, examples=shown_examples,
-                      well_formed=well_formed / n,
+    return EvalResult(accuracy=correct / n, sampled_reward=reward_sum / n if sampled else None,
+                      examples=shown_examples, well_formed=well_formed / n,
                       well_formed_accuracy=well_formed_correct / well_formed if well_formed else None,
                       greedy_tokens=greedy_tokens / n, first_turn_accuracy=first_correct / n if episodes else None,
                       turns=turns / n if episodes else None)

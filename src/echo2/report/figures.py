@@ -214,7 +214,8 @@ def _rewards(ax, steps: list[dict], run: RunData) -> None:
             label="training reward (batch mean)")
     ax.plot([r["time"] - run.origin for r in evals], [r["eval_accuracy"] for r in evals], "o-", color="tab:blue",
             label="held-out greedy accuracy")
-    ax.plot([r["time"] - run.origin for r in evals], [r["eval_sampled_reward"] for r in evals], "s--",
+    sampled = [r for r in evals if "eval_sampled_reward" in r]  # absent: eval.sampled was off
+    ax.plot([r["time"] - run.origin for r in sampled], [r["eval_sampled_reward"] for r in sampled], "s--",
             color="tab:red", label="held-out sampled reward (T=1)")
     ax.set_ylabel("fraction")
     ax.legend()
