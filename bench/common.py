@@ -105,15 +105,19 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
          12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 
+def t975(df: float) -> float:
+    """Student's t 97.5% quantile at ``df`` degrees of freedom, rounded down to a tabled one (a
+    fractional Welch df gets the wider interval)."""
+    return _T975[max(d for d in _T975 if d <= max(df, 1))] if df <= 30 else 1.96
+
+
 def mean_ci95(values: list[float]) -> tuple[float, float | None]:
     """Mean and the half-width of its two-sided 95% Student-t interval (None for one value): on
     paired per-seed differences, the interval of the mean difference."""
     mean, std = mean_std(values)
     if len(values) < 2:
         return mean, None
-    df = len(values) - 1
-    quantile = _T975[max(d for d in _T975 if d <= df)] if df <= 30 else 1.96
-    return mean, quantile * std / len(values) ** 0.5
+    return mean, t975(len(values) - 1) * std / len(values) ** 0.5
 
 
 def coordinator_endpoint(run_dir: Path, done: threading.Event) -> dict[str, Any] | None:

@@ -382,3 +382,14 @@ def test_echo2_experiment_bench_quick(tmp_path):
     assert (tmp_path / "echo2-experiment.png").stat().st_size > 0
     run_quick("echo2_experiment", tmp_path)  # again: every run is on record, none is made twice
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == len(records)
+
+
+@pytest.mark.slow
+def test_real_fidelity_bench_quick(tmp_path):
+    """GRPO and GRPO+EchoClip, one seed each, recorded and compared paired by seed."""
+    run_quick("real_fidelity", tmp_path)
+    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert [(r["row"], r["setting"]) for r in rows] == [("echoclip", "grpo"), ("echoclip", "grpo+echoclip")]
+    assert all(r["steps"] == 4 and 0 <= r["acc_final"] <= 1 for r in rows)
+    assert rows[1]["pairs"] == 1 and rows[1]["vs_baseline_points"] == pytest.approx(
+        100 * (rows[1]["acc_final"] - rows[0]["acc_final"]))

@@ -1,0 +1,144 @@
+"""Learning fidelity on the real model: the staleness correction at S = 8, and GRPO vs GRPO+EchoClip.
+
+    python bench/real_fidelity.py [--quick] [--out DIR] [--runs FILE] [--rows correction,echoclip] [--seeds N]
+                                  [--summarize]
+
+The SmolLM2-135M recipe (LoRA) on this host: the learner on CPU 0, two workers on CPU 1
+(``experiment_arms.LEARNER_CPUS``, ``WORKER_CPUS``), evaluated after training every 10 versions on
+the 200 held-out prompts (greedy, as ``bench/echo2_experiment.py`` does). Short runs, by steps:
+most of the recipe's gain comes in its first 40 steps, which is where a correction that fails or an
+auxiliary loss that helps shows.
+
+**correction** (3 seeds each): ``learner.correction`` none / truncated / decoupled at S = 8 (async).
+Here generation is the slow side (a worker's core makes ~10 samples/s, the learner trains ~20), so
+S = 8 would stay nearly on-policy; each step therefore makes 4 PPO epochs of 2 minibatches
+(``learner.epochs=4``, ``learner.minibatches=2``, AReaL's and PPO's several updates per batch):
+the learner becomes the slow side, the workers fill the staleness window and the trained groups
+are about 8 versions old — the setting the correction is for, and one where PPO's clip binds
+(the decoupled objective's clip acts only over several updates). 50 steps.
+
+**echoclip** (5 seeds, paired by seed: the same prompts and initial state): GRPO vs GRPO+EchoClip
+(``learner.echoclip.enabled``) at the recipe's async S = 1. chain_sum's answers are one number of
+one to three digits and no worked steps, so EchoClip's *step* is a token
+(``learner.echoclip.step_delimiters=[]``): the clip of an all-correct group's rollout ends at its
+highest-entropy token (the uncertain digit), and the auxiliary loss trains that prefix. 40 steps.
+
+Runs accumulate in ``--runs`` (default ``docs/results/real-fidelity-runs.jsonl``: commit and machine
+in each record) and a run on record is not made again. Rows: final held-out accuracy (mean of the
+last three evaluations) per setting, mean and 95% Student-t interval over seeds, and the
+difference against truncated (correction; unpaired, Welch's interval) or GRPO (EchoClip; paired by
+seed), with its 95% interval, whichever way it falls. ``--quick``: the shipped tiny model, 4 steps,
+one seed of GRPO and of GRPO+EchoClip.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import common  # noqa: E402
+from common import format_table, write_results  # noqa: E402
+from experiment_arms import WORKER_CPUS, Arm, overrides, record, run_arm  # noqa: E402
+
+RUNS = Path(__file__).parent.parent / "docs" / "results" / "real-fidelity-runs.jsonl"
+LOCAL = ("protocol=async", "workers.count=2", f"workers.cpus={WORKER_CPUS}")
+SETTINGS = {
+    "correction": [Arm(f"S8-{correction}", (*LOCAL, "staleness=8", f"learner.correction={correction}",
+                                            "learner.epochs=4", "learner.minibatches=2"), lab=False, seeds=3)
+                   for correction in ("none", "truncated", "decoupled")],
+    "echoclip": [Arm(name, (*LOCAL, "staleness=1", f"learner.echoclip.enabled={enabled}",
+                            "learner.echoclip.step_delimiters=[]"), lab=False, seeds=5)
+                 for name, enabled in (("grpo", "false"), ("grpo+echoclip", "true"))],
+}
+STEPS = {"correction": 50, "echoclip": 40}
+BASELINE = {"correction": "S8-truncated", "echoclip": "grpo"}
+"""What each row's difference is measured against."""
+
+
+def _options(parser) -> None:
+    parser.add_argument("--rows", default="correction,echoclip", help="comma-separated: correction, echoclip")
+    parser.add_argument("--seeds", type=int, default=None, help="seeds per setting (default: each row's own)")
+    parser.add_argument("--runs", type=Path, default=None, help="the runs' records (JSON lines; default "
+                        "docs/results/real-fidelity-runs.jsonl, with --quick OUT/runs.jsonl)")
+    parser.add_argument("--summarize", action="store_true", help="only summarize the runs already recorded")
+
+
+def run_missing(args, records: list[dict], runs_file: Path) -> list[dict]:
+    for row in ["echoclip"] if args.quick else args.rows.split(","):
+        if row not in SETTINGS:
+            raise SystemExit(f"unknown row {row!r}: choose from {sorted(SETTINGS)}")
+        for arm in SETTINGS[row]:
+            for seed in range(1 if args.quick else args.seeds or arm.seeds):
+                if any(r["arm"] == arm.name and r["seed"] == seed for r in records):
+                    continue
+                print(f"== {arm.name} seed {seed}", flush=True)
+                run_dir = args.out / "runs" / f"{arm.name}-seed{seed}"
+                steps = 4 if args.quick else STEPS[row]
+                settings = [*overrides(arm, seed, 60, 2 if args.quick else 10, args.quick), f"run.steps={steps}"]
+                run_arm(arm, seed, run_dir, settings, None)
+                records.append({**record(arm, seed, run_dir), "row": row, **common.provenance()})
+                with runs_file.open("a") as out:
+                    out.write(json.dumps(records[-1]) + "\n")
+    return records
+
+
+def welch_ci95(a: list[float], b: list[float]) -> float | None:
+    """Half-width of the 95% interval of mean(a) - mean(b) (Welch; None without two of each)."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if va + vb else len(a) + len(b) - 2
+    return common.t975(df) * (va + vb) ** 0.5
+
+
+def summarize(records: list[dict]) -> list[dict]:
+    rows = []
+    for row, arms in SETTINGS.items():
+        base = {r["seed"]: r for r in records if r["arm"] == BASELINE[row]}
+        for arm in arms:
+            runs = {r["seed"]: r for r in records if r["arm"] == arm.name}
+            if not runs:
+                continue
+            final, final_ci = common.mean_ci95([r["acc_final"] for r in runs.values()])
+            staleness = [int(k) for r in runs.values() for k, n in r["staleness"].items() for _ in range(n)]
+            out = {"row": row, "setting": arm.name, "seeds": len(runs), "steps": statistics.fmean(
+                   r["steps"] for r in runs.values()), "acc_start": statistics.fmean(r["acc_start"] for r in runs.values()),
+                   "acc_final": final, "acc_final_ci": final_ci, "staleness_mean": statistics.fmean(staleness)}
+            if arm.name != BASELINE[row] and base:
+                if row == "echoclip":  # paired by seed
+                    diffs = [runs[s]["acc_final"] - base[s]["acc_final"] for s in sorted(runs.keys() & base.keys())]
+                    out["vs_baseline_points"], ci = common.mean_ci95(diffs) if diffs else (None, None)
+                    out["vs_baseline_ci_points"], out["pairs"] = ci, len(diffs)
+                else:
+                    mine, theirs = [r["acc_final"] for r in runs.values()], [r["acc_final"] for r in base.values()]
+                    out["vs_baseline_points"] = statistics.fmean(mine) - statistics.fmean(theirs)
+                    out["vs_baseline_ci_points"] = welch_ci95(mine, theirs)
+                for key in ("vs_baseline_points", "vs_baseline_ci_points"):
+                    out[key] = None if out[key] is None else 100 * out[key]
+            rows.append(out)
+    return rows
+
+
+def main() -> None:
+    args = common.parse_args(__doc__.splitlines()[0], "bench/out/real-fidelity", _options)
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs_file = args.runs or (args.out / "runs.jsonl" if args.quick else RUNS)
+    records = [json.loads(line) for line in runs_file.read_text().splitlines()] if runs_file.exists() else []
+    if not args.summarize:
+        records = run_missing(args, records, runs_file)
+    rows = summarize(records)
+    print(format_table(rows, ["row", "setting", "seeds", "steps", "acc_start", "acc_final", "acc_final_ci",
+                              "staleness_mean", "vs_baseline_points", "vs_baseline_ci_points"]))
+    meta = {"quick": args.quick, "steps": STEPS, "baseline": BASELINE,
+            "settings": {arm.name: list(arm.overrides) for arms in SETTINGS.values() for arm in arms},
+            "runs": [{k: v for k, v in r.items() if k != "points"} for r in records]}
+    models = ("echo2/tiny-arith",) if args.quick else ("smollm2-135m-instruct",)
+    print(f"wrote {write_results(args.out, rows, meta, models)}")
+
+
+if __name__ == "__main__":
+    main()
