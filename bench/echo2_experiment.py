@@ -94,7 +94,8 @@ def run_missing(args, records: list[dict], runs_file: Path) -> list[dict]:
             print(f"== {arm.name} seed {seed}" + (f" ({cap:.3g} Mbit/s links)" if cap else ""), flush=True)
             run_dir = args.out / "runs" / f"{arm.name}-seed{seed}"
             run_arm(arm, seed, run_dir, overrides(arm, seed, args.minutes, args.eval_every, args.quick), cap)
-            records.append({**record(arm, seed, run_dir), "cap_mbps": cap, **common.provenance()})
+            records.append({**record(arm, seed, run_dir), "cap_mbps": cap, "minutes": args.minutes,
+                            **common.provenance()})
             with runs_file.open("a") as out:
                 out.write(json.dumps(records[-1]) + "\n")
     return records
