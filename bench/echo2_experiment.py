@@ -20,7 +20,7 @@ Runs accumulate: each finished one's record is appended to ``--runs`` (default
 record; ``OUT/runs.jsonl`` with ``--quick``) and a run on record is not made again, so the seeds of
 an arm can be made in several sittings; ``--summarize`` only reads the records. Run directories go
 to ``OUT/runs/``. A run's curve is read smoothed, each evaluation as the mean of the last three
-(one evaluation of 200 prompts moves by about 3.5 points on its own); its *plateau* is that
+(one evaluation of 200 prompts is noisy on its own: a binomial standard error of ~3.5 points); its *plateau* is that
 curve's highest point, where it flattens. The target is the co-located runs' plateau (over their
 seeds) less 2 points, reached when the smoothed curve first gets there; per arm: time and dollars
 to the target, plateau and final accuracy (the last three evaluations), mean and 95% interval over
