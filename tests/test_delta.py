@@ -62,11 +62,12 @@ def test_a_delta_whose_body_rebuilds_other_bytes_is_refused_by_its_result_check(
 import torch  # noqa: E402
 
 from echo2.broadcast.chunk_store import ChunkStore  # noqa: E402
-from echo2.broadcast.delta_fetch import fetch_by_delta  # noqa: E402
+from echo2.broadcast.delta_fetch import delta_route, fetch_by_delta  # noqa: E402
 from echo2.broadcast.downloader import fetch_version  # noqa: E402
 from echo2.broadcast.publisher import Publisher  # noqa: E402
 from echo2.broadcast.relay import RelayServer  # noqa: E402
 from echo2.config import BroadcastConfig  # noqa: E402
+from echo2.protocol import DeltaStep, VersionInfo  # noqa: E402
 
 
 class Node:
@@ -182,3 +183,60 @@ def test_a_cancelled_delta_fetch_is_not_retried_as_a_full_one(learner):
             fetch_by_delta(infos[2], [relay.url], node.store, node.deltas, cancel=cancelled)
     finally:
         node.close()
+
+
+def _step(version: int, delta_bytes: int) -> DeltaStep:
+    return DeltaStep(version=version, sha256=f"{version:064x}", delta_sha256=f"{version + 100:064x}",
+                     delta_bytes=delta_bytes)
+
+
+def test_a_worker_behind_catches_up_by_the_deltas_in_between_when_they_are_smaller_than_the_version():
+    from echo2.broadcast.payload import serialize_parameters
+
+    store = ChunkStore()
+    store.publish(3, serialize_parameters(torch.nn.Linear(64, 64), "float32"), chunk_size=4096)  # holds v3 (16.9 kB)
+    info = VersionInfo(version=6, sha256=f"{6:064x}", size_bytes=16384, delta_sha256=f"{106:064x}", delta_bytes=3000,
+                       catch_up=[_step(3, 3000), _step(4, 3000), _step(5, 3000)])
+    base, route = delta_route(info, store)
+    assert base == 3 and [step.version for step in route] == [4, 5, 6] and route[-1].sha256 == info.sha256
+    # three deltas larger than the version: the full version is cheaper
+    assert delta_route(info.model_copy(update={"delta_bytes": 12000}), store) is None
+    # a version on the way without its delta (not kept any more): no route
+    assert delta_route(info.model_copy(update={"catch_up": [_step(5, 3000)]}), store) is None
+    # the previous version held: its delta alone, whatever its size (as before)
+    assert delta_route(info.model_copy(update={"version": 4, "delta_bytes": 20000, "catch_up": [_step(3, 1)]}),
+                       store)[0] == 3
+
+
+@pytest.mark.integration
+def test_a_worker_two_versions_behind_rebuilds_the_newest_from_two_deltas():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8))
+    publisher = Publisher(BroadcastConfig(encoding="delta", chunk_mib=0.004), keep_versions=3, token=None)
+    relay = RelayServer(publisher.store, deltas=publisher.deltas).start()
+    infos = []
+    for version in range(3):  # each step moves the last layer only: two deltas are smaller than a version
+        infos.append(publisher.publish(version, model))
+        with torch.no_grad():
+            model[1].weight.add_(torch.randn_like(model[1].weight) * 1e-4)
+    behind, parent = Node(), Node()
+    catch_up = [DeltaStep(version=1, sha256=infos[1].sha256, delta_sha256=infos[1].delta_sha256,
+                          delta_bytes=infos[1].delta_bytes)]
+    info = infos[2].model_copy(update={"catch_up": catch_up})
+    try:
+        fetch_version(0, [relay.url], behind.store, expected_sha256=infos[0].sha256)
+        # the parent holds v2's delta, not v1's (it fetched v1 whole): the child asks it first for
+        # both and the learner for v1's, at once
+        fetch_version(1, [relay.url], parent.store, expected_sha256=infos[1].sha256)
+        assert fetch_by_delta(infos[2], [relay.url], parent.store, parent.deltas) is not None
+        payload = fetch_by_delta(info, [parent.relay.url, relay.url], behind.store, behind.deltas, timeout_s=20)
+        assert payload == publisher.store.payload(2) and behind.store.complete(2)
+        assert behind.deltas.complete(1) and behind.deltas.complete(2) and not behind.store.complete(1)
+        # a wrong hash on the way: nothing is loaded, the caller fetches the full version
+        lying = info.model_copy(update={"catch_up": [catch_up[0].model_copy(update={"sha256": "0" * 64})]})
+        behind.store.drop(2)
+        assert fetch_by_delta(lying, [relay.url], behind.store, ChunkStore(), timeout_s=20) is None
+    finally:
+        for closing in (behind, parent, relay):
+            closing.close() if closing is not relay else relay.stop()
+        publisher.close()

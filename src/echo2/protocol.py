@@ -263,6 +263,15 @@ class SubmitResponse(Message):
 
 
 
+class DeltaStep(Message):
+    """One kept version and its delta from the version before it (see ``VersionInfo.catch_up``)."""
+
+    version: int
+    sha256: str
+    delta_sha256: str
+    delta_bytes: int
+
+
 class VersionInfo(Message):
     version: int
     sha256: str
@@ -273,6 +282,12 @@ class VersionInfo(Message):
     delta). A worker holding the previous version may fetch and apply it instead; the result must
     still hash to ``sha256``."""
     delta_bytes: int | None = None
+    catch_up: list[DeltaStep] = Field(default_factory=list)
+    """The versions the coordinator still keeps before this one that have deltas, oldest first. A
+    worker some versions behind may rebuild this one from the version it holds by applying their
+    deltas in turn, when together they are smaller than the version; otherwise one version skipped
+    would make every later fetch a full one on a link that carries a full version more slowly than
+    versions come (each result is checked against these hashes, the last against ``sha256``)."""
     sources: list[str] = Field(default_factory=list)
     """Where the asking worker should fetch this version's chunks: parent relay URL first, then
     the fallback chain, ending with ``"learner"`` (the coordinator itself)."""

@@ -12,7 +12,7 @@ import time
 
 from echo2.broadcast.topology import Node, Plan, Planner
 from echo2.core.dissemination import DisseminationCensus, Reached
-from echo2.protocol import LEARNER_SOURCE, VersionInfo
+from echo2.protocol import LEARNER_SOURCE, DeltaStep, VersionInfo
 from echo2.core.staleness import versions_in_use
 
 
@@ -41,7 +41,10 @@ class VersionBook:
     def info_for(self, version: int, worker_id: str, relay_urls: dict[str, str]) -> VersionInfo:
         """``version`` with the sources ``worker_id`` should fetch it from: its relay chain, then the learner."""
         chain = [relay_urls[s] for s in self.plans.get(version, {}).get(worker_id, []) if s in relay_urls]
-        return self.published[version].model_copy(update={"sources": [*chain, LEARNER_SOURCE]})
+        catch_up = [DeltaStep(version=v, sha256=info.sha256, delta_sha256=info.delta_sha256,
+                              delta_bytes=info.delta_bytes or 0)
+                    for v, info in sorted(self.published.items()) if v < version and info.delta_sha256]
+        return self.published[version].model_copy(update={"sources": [*chain, LEARNER_SOURCE], "catch_up": catch_up})
 
     def loaded(self, version: int, worker_id: str, at: float) -> None:
         """``worker_id`` finished loading ``version`` at ``at`` (its own clock: remote workers need
