@@ -54,18 +54,18 @@ def _fetch_delta(step: DeltaStep, sources: list[str], deltas: ChunkStore, on_the
     """The delta of ``step.version``. One ``on_the_way`` to the version asked for may be missing at
     a relay that skipped it: such a relay is left at once, and if it says the version is gone
     (older than what it keeps), the learner, which keeps every version a worker may need, is asked."""
+    def fetch(urls: list[str], **options: Any) -> FetchResult:
+        return fetch_version(step.version, urls, deltas, expected_sha256=step.delta_sha256, prefix=DELTA_PREFIX,
+                             **{**fetch_options, **options})
+
     if not on_the_way:
-        return fetch_version(step.version, sources, deltas, expected_sha256=step.delta_sha256, prefix=DELTA_PREFIX,
-                             **fetch_options)
-    options = {**fetch_options, "patience_s": 0.0}
+        return fetch(sources)
     try:
-        return fetch_version(step.version, sources, deltas, expected_sha256=step.delta_sha256, prefix=DELTA_PREFIX,
-                             **options)
+        return fetch(sources, patience_s=0.0)
     except VersionSuperseded:
         if len(sources) == 1:
             raise
-        return fetch_version(step.version, sources[-1:], deltas, expected_sha256=step.delta_sha256,
-                             prefix=DELTA_PREFIX, **options)
+        return fetch(sources[-1:], patience_s=0.0)
 
 
 def fetch_by_delta(info: VersionInfo, sources: list[str], store: ChunkStore, deltas: ChunkStore,
