@@ -59,6 +59,8 @@ def test_a_delta_whose_body_rebuilds_other_bytes_is_refused_by_its_result_check(
 
 
 # ---------------------------------------------------------------- delta versions through relays
+from contextlib import contextmanager  # noqa: E402
+
 import torch  # noqa: E402
 
 from echo2.broadcast.chunk_store import ChunkStore  # noqa: E402
@@ -81,9 +83,10 @@ class Node:
         self.relay.stop()
 
 
-@pytest.fixture
-def learner():
-    """A learner publishing three versions of a small model a training-like step apart, with deltas."""
+@contextmanager
+def publishing(moved=lambda model: list(model.parameters())):
+    """A learner publishing three versions of a small model, with deltas: between two versions
+    the parameters ``moved(model)`` take a training-like step."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8))
     publisher = Publisher(BroadcastConfig(encoding="delta", chunk_mib=0.004), keep_versions=3, token=None)
@@ -92,11 +95,19 @@ def learner():
     for version in range(3):
         infos.append(publisher.publish(version, model))
         with torch.no_grad():
-            for p in model.parameters():
+            for p in moved(model):
                 p.add_(torch.randn_like(p) * 1e-4)
-    yield publisher, relay, infos
-    relay.stop()
-    publisher.close()
+    try:
+        yield publisher, relay, infos
+    finally:
+        relay.stop()
+        publisher.close()
+
+
+@pytest.fixture
+def learner():
+    with publishing() as published:
+        yield published
 
 
 def test_the_learner_publishes_a_delta_from_the_previous_version_only(learner):
@@ -210,33 +221,25 @@ def test_a_worker_behind_catches_up_by_the_deltas_in_between_when_they_are_small
 
 @pytest.mark.integration
 def test_a_worker_two_versions_behind_rebuilds_the_newest_from_two_deltas():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 8))
-    publisher = Publisher(BroadcastConfig(encoding="delta", chunk_mib=0.004), keep_versions=3, token=None)
-    relay = RelayServer(publisher.store, deltas=publisher.deltas).start()
-    infos = []
-    for version in range(3):  # each step moves the last layer only: two deltas are smaller than a version
-        infos.append(publisher.publish(version, model))
-        with torch.no_grad():
-            model[1].weight.add_(torch.randn_like(model[1].weight) * 1e-4)
-    behind, parent = Node(), Node()
-    catch_up = [DeltaStep(version=1, sha256=infos[1].sha256, delta_sha256=infos[1].delta_sha256,
-                          delta_bytes=infos[1].delta_bytes)]
-    info = infos[2].model_copy(update={"catch_up": catch_up})
-    try:
-        fetch_version(0, [relay.url], behind.store, expected_sha256=infos[0].sha256)
-        # the parent holds v2's delta, not v1's (it fetched v1 whole): the child asks it first for
-        # both and the learner for v1's, at once
-        fetch_version(1, [relay.url], parent.store, expected_sha256=infos[1].sha256)
-        assert fetch_by_delta(infos[2], [relay.url], parent.store, parent.deltas) is not None
-        payload = fetch_by_delta(info, [parent.relay.url, relay.url], behind.store, behind.deltas, timeout_s=20)
-        assert payload == publisher.store.payload(2) and behind.store.complete(2)
-        assert behind.deltas.complete(1) and behind.deltas.complete(2) and not behind.store.complete(1)
-        # a wrong hash on the way: nothing is loaded, the caller fetches the full version
-        lying = info.model_copy(update={"catch_up": [catch_up[0].model_copy(update={"sha256": "0" * 64})]})
-        behind.store.drop(2)
-        assert fetch_by_delta(lying, [relay.url], behind.store, ChunkStore(), timeout_s=20) is None
-    finally:
-        for closing in (behind, parent, relay):
-            closing.close() if closing is not relay else relay.stop()
-        publisher.close()
+    # each step moves the last layer only: two deltas are smaller than a version
+    with publishing(lambda model: [model[1].weight]) as (publisher, relay, infos):
+        behind, parent = Node(), Node()
+        catch_up = [DeltaStep(version=1, sha256=infos[1].sha256, delta_sha256=infos[1].delta_sha256,
+                              delta_bytes=infos[1].delta_bytes)]
+        info = infos[2].model_copy(update={"catch_up": catch_up})
+        try:
+            fetch_version(0, [relay.url], behind.store, expected_sha256=infos[0].sha256)
+            # the parent holds v2's delta, not v1's (it fetched v1 whole): the child asks it first
+            # for both and the learner for v1's, at once
+            fetch_version(1, [relay.url], parent.store, expected_sha256=infos[1].sha256)
+            assert fetch_by_delta(infos[2], [relay.url], parent.store, parent.deltas) is not None
+            payload = fetch_by_delta(info, [parent.relay.url, relay.url], behind.store, behind.deltas, timeout_s=20)
+            assert payload == publisher.store.payload(2) and behind.store.complete(2)
+            assert behind.deltas.complete(1) and behind.deltas.complete(2) and not behind.store.complete(1)
+            # a wrong hash on the way: nothing is loaded, the caller fetches the full version
+            lying = info.model_copy(update={"catch_up": [catch_up[0].model_copy(update={"sha256": "0" * 64})]})
+            behind.store.drop(2)
+            assert fetch_by_delta(lying, [relay.url], behind.store, ChunkStore(), timeout_s=20) is None
+        finally:
+            behind.close()
+            parent.close()
