@@ -55,7 +55,19 @@ def provenance() -> dict[str, Any]:
     commit = git("rev-parse", "HEAD") or None
     if commit and git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS):
         commit += "+dirty"
-    return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+    return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {cpu_model()}"}
+
+
+def cpu_model() -> str:
+    """The processor's name (Linux ``/proc/cpuinfo``; else what ``platform`` knows): machines of one
+    kind may differ in it, and a run's pace is only comparable on the same one."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown processor"
 
 
 def write_results(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any],

@@ -35,6 +35,7 @@ import json
 import os
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -210,6 +211,8 @@ def main() -> None:
     print(f"\ntarget {target:.3f} (the co-located runs' plateau less 2 points); prices: learner "
           f"${LEARNER_PRICE}/h, worker ${WORKER_PRICE}/h ({PRICE_SOURCES['learner']}; {PRICE_SOURCES['worker']})")
     print(format_table(rows, columns))
+    machines = Counter(r.get("machine", "machine not recorded") for r in records)
+    print("runs by machine (pace compares only within one): " + "; ".join(f"{m}: {n}" for m, n in machines.items()))
     caps = sorted({r["cap_mbps"] for r in records if r.get("cap_mbps")})
     meta = {"quick": args.quick, "target_accuracy": target, "prices": {"learner_per_hour": LEARNER_PRICE,
             "worker_per_hour": WORKER_PRICE, "sources": PRICE_SOURCES}, "link_cap_mbps": caps,
