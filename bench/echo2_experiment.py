@@ -141,14 +141,27 @@ def summarize(records: list[dict]) -> tuple[list[dict], float]:
                      "samples_per_s": statistics.fmean(r["samples_per_s"] for r in runs),
                      "dollars_per_hour": statistics.fmean(r["dollars_per_hour"] for r in runs),
                      "steps": statistics.fmean(r["steps"] for r in runs)})
-    by = {row["arm"]: row for row in rows}
     for row in rows:
-        for other, key in (("sync-S0", "time_vs_sync"), ("colocated", "time_vs_colocated")):
-            mine, theirs = row["time_to_target_s"], by.get(other, {}).get("time_to_target_s")
-            row[key] = mine / theirs if mine and theirs else None
-        mine, theirs = row["dollars_to_target"], by.get("colocated", {}).get("dollars_to_target")
-        row["dollars_vs_colocated"] = mine / theirs if mine and theirs else None
+        runs = [r for r in records if r["arm"] == row["arm"]]
+        for other, key, which in (("sync-S0", "time_vs_sync", 0), ("colocated", "time_vs_colocated", 0),
+                                  ("colocated", "dollars_vs_colocated", 1)):
+            row[key], row[f"{key}_ci"] = interval(same_machine_ratios(runs, records, other, target, which))
     return rows, target
+
+
+def same_machine_ratios(runs: list[dict], records: list[dict], other: str, target: float, which: int) -> list[float]:
+    """Each run's seconds (``which`` 0) or dollars (1) to ``target`` over the mean of ``other``'s runs
+    that reached it **on the same machine** (a run's pace is its processor's: machines of one kind
+    differ by up to 2x, so a ratio across two would measure the machines, not the arms)."""
+    ratios = []
+    for run in runs:
+        mine = reached(run["points"], target)[which]
+        theirs = [reached(r["points"], target)[which] for r in records
+                  if r["arm"] == other and r.get("machine") == run.get("machine")]
+        theirs = [value for value in theirs if value is not None]
+        if mine is not None and theirs:
+            ratios.append(mine / statistics.fmean(theirs))
+    return ratios
 
 
 def plot(records: list[dict], rows: list[dict], target: float, out: Path) -> Path:

@@ -8,6 +8,7 @@ import pytest
 from echo2.config import load_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from echo2_experiment import summarize  # noqa: E402
 from experiment_arms import ARMS, overrides  # noqa: E402
 from real_fidelity import SETTINGS  # noqa: E402
 
@@ -33,3 +34,27 @@ def test_every_fidelity_setting_is_a_valid_config_of_the_recipe(arm):
     else:
         assert config.staleness == 1 and config.learner.echoclip.step_delimiters == []
         assert config.learner.echoclip.enabled == arm.name.endswith("echoclip")
+
+
+def _run(arm: str, machine: str, seconds_to_half: float) -> dict:
+    """A run whose curve is 0.1 until ``seconds_to_half``, then 0.5 (dollars = seconds / 100)."""
+    points = [[t, t / 100, 0.1 if t < seconds_to_half else 0.5] for t in (0, seconds_to_half, 2 * seconds_to_half,
+                                                                        3 * seconds_to_half, 4 * seconds_to_half)]
+    return {"arm": arm, "machine": machine, "points": points, "acc_final": 0.5, "utilization": 0.5,
+            "samples_per_s": 1.0, "dollars_per_hour": 1.0, "steps": 10}
+
+
+def test_ratios_to_the_baseline_compare_runs_on_the_same_machine_only():
+    """A machine twice as fast halves every arm's time: the ratio of an arm to the baseline must come
+    out the same on both, not measure the machines against each other."""
+    records = [_run("colocated", "fast", 100), _run("async-S2", "fast", 50),
+               _run("colocated", "slow", 200), _run("async-S2", "slow", 100), _run("sync-S0", "slow", 400)]
+    rows, target = summarize(records)
+    by = {row["arm"]: row for row in rows}
+    assert abs(target - 0.48) < 1e-9  # smoothed plateau 0.5, less 2 points
+    # smoothed over 3 evaluations the curve first reaches 0.48 at the fourth point: 3x the switch time
+    assert by["async-S2"]["time_vs_colocated"] == pytest.approx(0.5)
+    assert by["async-S2"]["time_vs_colocated_ci"] == pytest.approx(0.0)
+    assert by["async-S2"]["dollars_vs_colocated"] == pytest.approx(0.5)
+    assert by["async-S2"]["time_vs_sync"] == pytest.approx(0.25)  # only the slow machine has a sync run
+    assert by["sync-S0"]["time_vs_colocated"] == pytest.approx(2.0)
