@@ -219,7 +219,8 @@ def main() -> None:
         records = run_missing(args, records, runs_file)
     rows, target = summarize(records)
     columns = ["arm", "seeds", "reached", "time_to_target_s", "time_ci_s", "time_vs_sync", "time_vs_colocated",
-               "dollars_to_target", "dollars_ci", "dollars_vs_colocated", "acc_plateau", "acc_plateau_ci", "acc_final",
+               "time_vs_colocated_ci", "dollars_to_target", "dollars_ci", "dollars_vs_colocated",
+               "dollars_vs_colocated_ci", "acc_plateau", "acc_plateau_ci", "acc_final",
                "acc_final_ci", "utilization", "samples_per_s", "dollars_per_hour", "steps"]
     print(f"\ntarget {target:.3f} (the co-located runs' plateau less 2 points); prices: learner "
           f"${LEARNER_PRICE}/h, worker ${WORKER_PRICE}/h ({PRICE_SOURCES['learner']}; {PRICE_SOURCES['worker']})")
