@@ -159,7 +159,7 @@ def same_machine_ratios(runs: list[dict], records: list[dict], other: str, targe
         theirs = [reached(r["points"], target)[which] for r in records
                   if r["arm"] == other and r.get("machine") == run.get("machine")]
         theirs = [value for value in theirs if value is not None]
-        if mine is not None and theirs:
+        if mine is not None and theirs and statistics.fmean(theirs) > 0:  # no ratio to a target met at the start
             ratios.append(mine / statistics.fmean(theirs))
     return ratios
 
