@@ -158,9 +158,9 @@ def same_machine_ratios(runs: list[dict], records: list[dict], other: str, targe
         mine = reached(run["points"], target)[which]
         theirs = [reached(r["points"], target)[which] for r in records
                   if r["arm"] == other and r.get("machine") == run.get("machine")]
-        theirs = [value for value in theirs if value is not None]
-        if mine is not None and theirs and statistics.fmean(theirs) > 0:  # no ratio to a target met at the start
-            ratios.append(mine / statistics.fmean(theirs))
+        theirs = statistics.fmean(met) if (met := [value for value in theirs if value is not None]) else 0.0
+        if mine is not None and theirs > 0:  # no ratio to a target never met, or met at the start
+            ratios.append(mine / theirs)
     return ratios
 
 
