@@ -1,11 +1,15 @@
 """Learning fidelity on the real model: the staleness correction at S = 8, and GRPO vs GRPO+EchoClip.
 
     python bench/real_fidelity.py [--quick] [--out DIR] [--runs FILE] [--rows correction,echoclip] [--seeds N]
-                                  [--summarize]
+                                  [--device cpu|cuda] [--jobs N] [--summarize]
 
 The SmolLM2-135M recipe (LoRA) on this host: the learner on CPU 0, two workers on CPU 1
 (``experiment_arms.LEARNER_CPUS``, ``WORKER_CPUS``), evaluated after training every 10 versions on
-the 200 held-out prompts (greedy, as ``bench/echo2_experiment.py`` does). Short runs, by steps:
+the 200 held-out prompts (greedy, as ``bench/echo2_experiment.py`` does). ``--device cuda`` puts the
+learner, the workers and the evaluator of each run on the GPU instead (no CPU pinning), and
+``--jobs N`` makes N runs at once (a GPU host's cores and card hold several of these small runs;
+on a 2-core host keep 1). The rows compare settings, so each row's runs belong on one machine:
+every record names its machine and device. Short runs, by steps:
 most of the recipe's gain comes in its first 40 steps, which is where a correction that fails or an
 auxiliary loss that helps shows.
 
@@ -36,6 +40,8 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -45,7 +51,10 @@ from common import format_table, write_results  # noqa: E402
 from experiment_arms import WORKER_CPUS, Arm, overrides, record, run_arm  # noqa: E402
 
 RUNS = Path(__file__).parent.parent / "docs" / "results" / "real-fidelity-runs.jsonl"
-LOCAL = ("protocol=async", "workers.count=2", f"workers.cpus={WORKER_CPUS}")
+LOCAL = ("protocol=async", "workers.count=2")
+PLACEMENT = {"cpu": (f"workers.cpus={WORKER_CPUS}",),
+             "cuda": ("learner.device=cuda", "workers.device=cuda", "learner.cpus=null", "eval.cpus=null")}
+"""Where a run's processes go, after :func:`experiment_arms.overrides` (which pins the CPUs)."""
 SETTINGS = {
     "correction": [Arm(f"S8-{correction}", (*LOCAL, "staleness=8", f"learner.correction={correction}",
                                             "learner.epochs=4", "learner.minibatches=2"), lab=False, seeds=3)
@@ -65,24 +74,47 @@ def _options(parser) -> None:
     parser.add_argument("--runs", type=Path, default=None, help="the runs' records (JSON lines; default "
                         "docs/results/real-fidelity-runs.jsonl, with --quick OUT/runs.jsonl)")
     parser.add_argument("--summarize", action="store_true", help="only summarize the runs already recorded")
+    parser.add_argument("--device", choices=sorted(PLACEMENT), default="cpu",
+                        help="where each run's learner, workers and evaluator run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+
+
+def device_name(device: str) -> str:
+    if device == "cpu":
+        return "cpu"
+    import torch
+
+    return f"cuda ({torch.cuda.get_device_name()})"
 
 
 def run_missing(args, records: list[dict], runs_file: Path) -> list[dict]:
+    """Make every run not on record, ``args.jobs`` at a time, appending each record as it finishes."""
+    todo = []
     for row in ["echoclip"] if args.quick else args.rows.split(","):
         if row not in SETTINGS:
             raise SystemExit(f"unknown row {row!r}: choose from {sorted(SETTINGS)}")
-        for arm in SETTINGS[row]:
-            for seed in range(1 if args.quick else args.seeds or arm.seeds):
-                if any(r["arm"] == arm.name and r["seed"] == seed for r in records):
-                    continue
-                print(f"== {arm.name} seed {seed}", flush=True)
-                run_dir = args.out / "runs" / f"{arm.name}-seed{seed}"
-                steps = 4 if args.quick else STEPS[row]
-                settings = [*overrides(arm, seed, 60, 2 if args.quick else 10, args.quick), f"run.steps={steps}"]
-                run_arm(arm, seed, run_dir, settings, None)
-                records.append({**record(arm, seed, run_dir), "row": row, **common.provenance()})
-                with runs_file.open("a") as out:
-                    out.write(json.dumps(records[-1]) + "\n")
+        todo += [(row, arm, seed) for arm in SETTINGS[row] for seed in range(1 if args.quick else args.seeds or arm.seeds)
+                 if not any(r["arm"] == arm.name and r["seed"] == seed for r in records)]
+    todo.sort(key=lambda job: job[2])  # seed by seed: a run cut short leaves whole seeds of every setting
+    device, lock = device_name(args.device), threading.Lock()
+
+    def run(row: str, arm: Arm, seed: int) -> None:
+        print(f"== {arm.name} seed {seed}", flush=True)
+        run_dir = args.out / "runs" / f"{arm.name}-seed{seed}"
+        steps = 4 if args.quick else STEPS[row]
+        settings = [*overrides(arm, seed, 60, 2 if args.quick else 10, args.quick), *PLACEMENT[args.device],
+                    f"run.steps={steps}"]
+        run_arm(arm, seed, run_dir, settings, None)
+        done = {**record(arm, seed, run_dir), "row": row, **common.provenance(), "device": device}
+        with lock:
+            records.append(done)
+            with runs_file.open("a") as out:
+                out.write(json.dumps(done) + "\n")
+        print(f"== {arm.name} seed {seed}: final {done['acc_final']:.3f} after {done['steps']} steps", flush=True)
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for finished in [pool.submit(run, *job) for job in todo]:
+            finished.result()
     return records
 
 
@@ -105,7 +137,9 @@ def summarize(records: list[dict]) -> list[dict]:
                 continue
             final, final_ci = common.mean_ci95([r["acc_final"] for r in runs.values()])
             staleness = [int(k) for r in runs.values() for k, n in r["staleness"].items() for _ in range(n)]
-            out = {"row": row, "setting": arm.name, "seeds": len(runs), "steps": statistics.fmean(
+            out = {"row": row, "setting": arm.name, "seeds": len(runs),
+                   "device": " + ".join(sorted({r.get("device", "cpu") for r in runs.values()})),
+                   "steps": statistics.fmean(
                    r["steps"] for r in runs.values()), "acc_start": statistics.fmean(r["acc_start"] for r in runs.values()),
                    "acc_final": final, "acc_final_ci": final_ci, "staleness_mean": statistics.fmean(staleness)}
             if arm.name != BASELINE[row] and base:
@@ -131,7 +165,7 @@ def main() -> None:
     if not args.summarize:
         records = run_missing(args, records, runs_file)
     rows = summarize(records)
-    print(format_table(rows, ["row", "setting", "seeds", "steps", "acc_start", "acc_final", "acc_final_ci",
+    print(format_table(rows, ["row", "setting", "seeds", "device", "steps", "acc_start", "acc_final", "acc_final_ci",
                               "staleness_mean", "vs_baseline_points", "vs_baseline_ci_points"]))
     meta = {"quick": args.quick, "steps": STEPS, "baseline": BASELINE,
             "settings": {arm.name: list(arm.overrides) for arms in SETTINGS.values() for arm in arms},
