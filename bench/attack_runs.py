@@ -117,7 +117,7 @@ class Observer:
         def observed_gaps(verifier, model, groups, version):
             found = gaps(verifier, model, groups, version)
             observer.audited += [{"t": time.time(), "worker_id": g.worker_id, "slot": g.slot, "version": version,
-                                  "gap": gap} for g, gap in zip(groups, found)]
+                                  "gap": gap, "worst_token_gap": worst} for g, (gap, worst) in zip(groups, found)]
             return found
 
         Verifier._gaps = observed_gaps

@@ -51,10 +51,12 @@ def git(*args: str) -> str:
 
 def provenance() -> dict[str, Any]:
     """The commit the benchmark ran on (``+dirty`` with uncommitted changes to the code it ran,
-    :data:`CODE_PATHS`; documentation may change meanwhile) and the machine. A copy of the tree
-    without its history (sent to a lent GPU machine) is named by ``ECHO2_COMMIT``."""
-    commit = git("rev-parse", "HEAD") or os.environ.get("ECHO2_COMMIT") or None
-    if commit and git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS):
+    :data:`CODE_PATHS`; documentation may change meanwhile) and the machine. ``ECHO2_COMMIT``
+    names the commit of a copy of the tree sent elsewhere (a lent GPU machine), whose own git
+    history, if any, may be older than its files."""
+    commit = os.environ.get("ECHO2_COMMIT") or git("rev-parse", "HEAD") or None
+    if commit and "ECHO2_COMMIT" not in os.environ and git("status", "--porcelain", "--untracked-files=no", "--",
+                                                          *CODE_PATHS):
         commit += "+dirty"
     return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {cpu_model()}"}
 

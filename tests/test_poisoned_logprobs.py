@@ -125,14 +125,37 @@ def test_any_accepted_log_probs_keep_the_parameters_finite(policy, values, rows)
     assert finite(learner.model)
 
 
-def test_the_loop_quarantines_the_workers_of_left_out_groups(policy):
+def left_out_by_the_step(groups, suspects: dict[int, str]) -> list:
+    """What the loop gives back after a step that left ``suspects`` out, audited against v0's weights."""
     from types import SimpleNamespace
 
     from echo2.learner.loop import LearnerLoop
+    from echo2.learner.verification import AuditPolicy, Verifier
+    from echo2.learner.version_cache import VersionCache
 
-    groups = [dataclasses.replace(g, worker_id=f"w{i}") for i, g in enumerate(policy[2])]
+    model = load_model("echo2/tiny-arith")
+    versions = VersionCache(keep=2)
+    versions.put(0, model)
+    verifier = Verifier(AuditPolicy(probation_groups=0, decay=1.0, floor=0.0, logprob_tolerance=0.2, temperature=1.0),
+                        model, load_tokenizer("echo2/tiny-arith"), versions, seed=0)
     calls = []
-    loop = SimpleNamespace(learner=SimpleNamespace(suspects={2: IMPLAUSIBLE}),
+    loop = SimpleNamespace(learner=SimpleNamespace(suspects=suspects), verifier=verifier,
                            state=SimpleNamespace(give_back=lambda taken, reason, why: calls.append((taken, reason, why))))
     LearnerLoop._quarantine_suspects(loop, groups)
-    assert calls == [([groups[2]], "suspect", IMPLAUSIBLE)]  # its worker quarantined, its prompt back in the queue
+    return calls
+
+
+def test_the_loop_quarantines_a_left_out_group_whose_audit_fails(policy):
+    groups = [dataclasses.replace(g, worker_id=f"w{i}") for i, g in enumerate(poisoned(policy[2], 2, -40.0))]
+    [(taken, reason, why)] = left_out_by_the_step(groups, {2: IMPLAUSIBLE})
+    assert taken == [groups[2]] and reason == "suspect"  # its worker quarantined, its prompt back in the queue
+    assert why.startswith(IMPLAUSIBLE) and "from v0's, the version the group claims" in why
+
+
+@pytest.mark.parametrize("why", [IMPLAUSIBLE, NONFINITE])
+def test_an_honest_group_the_step_left_out_keeps_its_worker(policy, why):
+    """Far from the learner's current policy is no proof of a lie: a policy that moved a lot since
+    (no correction at S = 8, several updates a batch) strays from honest samples too. The group's
+    audit at the version it claims passes, so nobody is quarantined."""
+    groups = [dataclasses.replace(g, worker_id=f"w{i}") for i, g in enumerate(policy[2])]
+    assert left_out_by_the_step(groups, {1: why, 2: why}) == []

@@ -78,6 +78,21 @@ def test_a_group_claiming_an_older_version_is_audited_under_that_version(shipped
         [Group(**{**honest_old.__dict__, "version": 5})]).suspects != {}
 
 
+def test_one_token_far_from_its_version_fails_an_audit_whose_mean_it_passes(shipped):
+    """An honest sampler agrees with its own version at every token: one token 30 nats off is a
+    lie even where the group's mean gap is under the tolerance (here a lax 5 nats/token)."""
+    old, _, tokenizer = shipped
+    honest = sampled_group(old, tokenizer, version=4, worker_id="one-token")
+    rows = [list(row) for row in honest.logprobs]
+    rows[0][0] -= 30.0
+    poisoned = Group(**{**honest.__dict__, "logprobs": rows})
+    assert 30.0 / sum(map(len, rows)) < 5.0
+    lax = AuditPolicy(probation_groups=1000, decay=0.5, floor=0.05, logprob_tolerance=5.0, temperature=1.0)
+    verifier = Verifier(lax, old, tokenizer, _only(4, old), seed=0)
+    suspects = verifier.confirm([poisoned, Group(**{**honest.__dict__, "worker_id": "honest"})])
+    assert set(suspects) == {"one-token"} and "at its worst token" in suspects["one-token"]
+
+
 def _only(version, model) -> VersionCache:
     versions = VersionCache(keep=1)
     versions.put(version, model)

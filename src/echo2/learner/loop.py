@@ -141,10 +141,17 @@ class LearnerLoop:
         return kept
 
     def _quarantine_suspects(self, trained: list[Group]) -> None:
-        """Quarantine the workers of the groups the step left out (implausible log-probs, or a
-        refused non-finite update); those groups' prompts go back to the queue."""
+        """Quarantine the workers of the groups the step left out (implausible log-probs, or a refused
+        non-finite update) whose audit at their own version fails too, re-queueing those prompts; one
+        that passes was sampled honestly and the learner's policy moved away from it: its worker stays."""
+        left_out = {index: trained[index] for index in self.learner.suspects}
+        confirmed = self.verifier.confirm(list(left_out.values())) if left_out else {}
         for index, why in self.learner.suspects.items():
-            self.state.give_back([trained[index]], "suspect", why)
+            if left_out[index].worker_id in confirmed:
+                self.state.give_back([left_out[index]], "suspect", f"{why}; {confirmed[left_out[index].worker_id]}")
+        if drifted := sum(group.worker_id not in confirmed for group in left_out.values()):
+            log.warning("%d group(s) left out of the step passed their audit at the version they claim: the "
+                        "policy moved away from honest samples; their workers stay", drifted)
 
     def _take(self, step: int, count: int) -> list[Group]:
         """``count`` groups for ``step`` within ``coordinator.data_timeout_s``, waited for in short

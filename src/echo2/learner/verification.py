@@ -5,8 +5,9 @@ a worker's word: the coordinator computes them from the submitted tokens
 (:mod:`echo2.coordinator.scoring`). What remains a worker's word is the **behaviour log-probs**
 (the denominators of the importance weights) and the **version** it says it sampled with. An
 audit recomputes an audited group's log-probs under the policy of the group's own version and
-compares; a mean absolute difference above ``logprob_tolerance`` nats per token means the worker
-sampled from other weights or at another temperature, or made the numbers up. Every version a
+compares; a mean absolute difference above ``logprob_tolerance`` nats per token, or one token
+beyond ``LOG_RATIO_LIMIT`` nats, means the worker sampled from other weights or at another
+temperature, or made the numbers up. Every version a
 group may still be trained at (the last S + 1) is kept by
 :class:`~echo2.learner.version_cache.VersionCache`, so claiming an older version hides nothing.
 
@@ -37,6 +38,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from echo2.broadcast.payload import wire_parameters
 from echo2.exchange import Group
 from echo2.learner.logprobs import completion_logprobs
+from echo2.learner.objectives.surrogate import LOG_RATIO_LIMIT
 from echo2.learner.version_cache import VersionCache
 from echo2.model.lora import MergedCopy, has_adapter
 from echo2.model.loading import DTYPES
@@ -125,25 +127,49 @@ class Verifier:
             for version in versions:
                 drawn[version].append(group)
             self.rates.passed(group.worker_id)
+        suspects = self._audit(drawn)
+        self._tally["audit_seconds"] += time.perf_counter() - started
+        return AuditResult(suspects=suspects, unauditable=unauditable)
+
+    def confirm(self, groups: list[Group]) -> dict[str, str]:
+        """The suspect workers (id -> why) among those of ``groups``, each group audited at its own
+        version(s) whatever its worker's rate. For groups the learner's step left out (log-probs
+        implausible under its *current* policy, or a refused non-finite update): far from the
+        current policy is not proof of a lie, since a policy that moved a lot in S versions (no
+        off-policy correction, several updates per batch) strays from honest samples too; the
+        version the group claims is the test. A group whose version is not kept cannot be confirmed
+        and names no suspect (it was not trained on)."""
+        started = time.perf_counter()
+        drawn: dict[int, list[Group]] = defaultdict(list)
+        for group in groups:
+            if all(version in self.versions for version in group.versions()):
+                for version in group.versions():
+                    drawn[version].append(group)
+        suspects = self._audit(drawn)
+        self._tally["audit_seconds"] += time.perf_counter() - started
+        return suspects
+
+    def _audit(self, drawn: dict[int, list[Group]]) -> dict[str, str]:
+        """Audit each version's ``drawn`` groups at that version: the workers whose groups fail."""
         suspects: dict[str, str] = {}
         for version in sorted(drawn):
             parameters = self.versions.get(version)
             assert parameters is not None
             model = self._audit_model(version, parameters)
             groups = [g for g in drawn[version] if g.worker_id not in suspects]
-            for group, gap in zip(groups, self._gaps(model, groups, version)):
+            for group, (gap, worst) in zip(groups, self._gaps(model, groups, version)):
                 if version == group.versions()[0]:  # counted once, however many versions its turns span
                     self._tally["audited_groups"] += 1
                     self.totals["audited_groups"] += 1
                 if group.worker_id in suspects:
                     continue
-                if gap > self.policy.logprob_tolerance:
+                if gap > self.policy.logprob_tolerance or worst > LOG_RATIO_LIMIT:
                     self.totals["audits_failed"] += 1
                     suspects[group.worker_id] = (
                         f"behaviour log-probs differ by {gap:.3f} nats/token from v{version}'s, the version the "
-                        f"group claims (tolerance {self.policy.logprob_tolerance})")
-        self._tally["audit_seconds"] += time.perf_counter() - started
-        return AuditResult(suspects=suspects, unauditable=unauditable)
+                        f"group claims (tolerance {self.policy.logprob_tolerance}; {worst:.1f} at its worst token, "
+                        f"limit {LOG_RATIO_LIMIT:g})")
+        return suspects
 
     def pop_metrics(self) -> dict[str, float]:
         """Audit metrics since the last call (one learner step): ``audit_rate_mean`` (the mean
@@ -182,7 +208,7 @@ class Verifier:
         ``version`` sampled (the model's own, not those an environment inserted)."""
         rows = [(g, i) for g in groups for i in range(len(g.token_ids))]
         prompts = {id(g): self.tokenizer(g.example.prompt)["input_ids"] for g in groups}
-        gap, tokens = torch.zeros(len(groups)), torch.zeros(len(groups))
+        gap, tokens, worst = torch.zeros(len(groups)), torch.zeros(len(groups)), torch.zeros(len(groups))
         index = {id(g): k for k, g in enumerate(groups)}
         for start in range(0, len(rows), ROWS_PER_PASS):
             chunk = rows[start : start + ROWS_PER_PASS]
@@ -194,8 +220,10 @@ class Verifier:
                 reported[row, : len(g.logprobs[i])] = torch.tensor(g.logprobs[i], dtype=reported.dtype)
                 mask[row, : len(g.logprobs[i])] *= torch.tensor(g.mask_at(i, version), dtype=mask.dtype,
                                                                 device=mask.device)
-            per_row, counted = ((logprobs - reported).abs() * mask).sum(dim=1).cpu(), mask.sum(dim=1).cpu()
+            token_gaps = ((logprobs - reported).abs() * mask).cpu()
+            per_row, counted, row_worst = token_gaps.sum(dim=1), mask.sum(dim=1).cpu(), token_gaps.amax(dim=1)
             for row, (g, _) in enumerate(chunk):
                 gap[index[id(g)]] += per_row[row]
                 tokens[index[id(g)]] += counted[row]
-        return (gap / tokens.clamp(min=1)).tolist()
+                worst[index[id(g)]] = torch.maximum(worst[index[id(g)]], row_worst[row])
+        return list(zip((gap / tokens.clamp(min=1)).tolist(), worst.tolist()))
