@@ -125,4 +125,6 @@ def record(arm: Arm, seed: int, run_dir: Path) -> dict:
             "bytes_per_version": sum(r.get("delta_bytes", r["broadcast_bytes"]) for r in steps) / len(steps),
             "acc_start": points[0][2], "acc_final": sum(final) / len(final), "points": points,
             "staleness": {str(k): v for k, v in sorted(staleness.items())},
-            "dropped_stale": last["groups_dropped_stale"]}
+            "dropped_stale": last["groups_dropped_stale"],
+            "implausible_rows": sum(r.get("implausible_rows", 0) for r in steps),
+            "echoclip_tokens": sum(r.get("echoclip_tokens", 0) for r in steps)}

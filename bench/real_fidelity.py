@@ -127,6 +127,17 @@ def welch_ci95(a: list[float], b: list[float]) -> float | None:
     return common.t975(df) * (va + vb) ** 0.5
 
 
+def _mean_of(runs: dict[int, dict], value) -> float | None:
+    """Mean of ``value`` over the runs whose records have it (older records lack the newer fields)."""
+    values = []
+    for run in runs.values():
+        try:
+            values.append(value(run))
+        except KeyError:
+            pass
+    return statistics.fmean(values) if values else None
+
+
 def summarize(records: list[dict]) -> list[dict]:
     rows = []
     for row, arms in SETTINGS.items():
@@ -141,7 +152,9 @@ def summarize(records: list[dict]) -> list[dict]:
                    "device": " + ".join(sorted({r.get("device", "cpu") for r in runs.values()})),
                    "steps": statistics.fmean(
                    r["steps"] for r in runs.values()), "acc_start": statistics.fmean(r["acc_start"] for r in runs.values()),
-                   "acc_final": final, "acc_final_ci": final_ci, "staleness_mean": statistics.fmean(staleness)}
+                   "acc_final": final, "acc_final_ci": final_ci, "staleness_mean": statistics.fmean(staleness),
+                   "echoclip_tokens_per_step": _mean_of(runs, lambda r: r["echoclip_tokens"] / r["steps"]),
+                   "implausible_rows": _mean_of(runs, lambda r: r["implausible_rows"])}
             if arm.name != BASELINE[row] and base:
                 if row == "echoclip":  # paired by seed
                     diffs = [runs[s]["acc_final"] - base[s]["acc_final"] for s in sorted(runs.keys() & base.keys())]
@@ -166,8 +179,13 @@ def main() -> None:
         records = run_missing(args, records, runs_file)
     rows = summarize(records)
     print(format_table(rows, ["row", "setting", "seeds", "device", "steps", "acc_start", "acc_final", "acc_final_ci",
-                              "staleness_mean", "vs_baseline_points", "vs_baseline_ci_points"]))
+                              "staleness_mean", "echoclip_tokens_per_step", "implausible_rows", "vs_baseline_points",
+                              "vs_baseline_ci_points"]))
     meta = {"quick": args.quick, "steps": STEPS, "baseline": BASELINE,
+            # where and on what code the runs ran (the oldest run's commit), not where they were summarized
+            "machine": " + ".join(sorted({f"{r['machine']}, {r.get('device', 'cpu')}" for r in records})) or None,
+            "commit": records[0]["commit"] if records else None,
+            "commits": sorted({r["commit"] for r in records}),
             "settings": {arm.name: list(arm.overrides) for arms in SETTINGS.values() for arm in arms},
             "runs": [{k: v for k, v in r.items() if k != "points"} for r in records]}
     models = ("echo2/tiny-arith",) if args.quick else ("smollm2-135m-instruct",)
