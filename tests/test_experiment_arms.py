@@ -10,7 +10,7 @@ from echo2.config import load_config
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from echo2_experiment import summarize  # noqa: E402
 from experiment_arms import ARMS, overrides  # noqa: E402
-from real_fidelity import SETTINGS  # noqa: E402
+from real_fidelity import PLACEMENT, SETTINGS  # noqa: E402
 
 
 @pytest.mark.parametrize("arm", ARMS, ids=lambda arm: arm.name)
@@ -26,8 +26,11 @@ def test_every_arm_is_a_valid_config_of_the_recipe(arm):
 @pytest.mark.parametrize("arm", [arm for arms in SETTINGS.values() for arm in arms], ids=lambda arm: arm.name)
 def test_every_fidelity_setting_is_a_valid_config_of_the_recipe(arm):
     settings = overrides(arm, seed=0, minutes=60, eval_every=10, quick=False)
-    config = load_config(settings[1], settings[2:])
+    config = load_config(settings[1], [*settings[2:], *PLACEMENT["cpu"]])
     assert config.protocol == "async" and config.workers.count == 2 and config.workers.cpus == [1]
+    on_gpu = load_config(settings[1], [*settings[2:], *PLACEMENT["cuda"]])
+    assert (on_gpu.learner.device, on_gpu.workers.device) == ("cuda", "cuda")
+    assert (on_gpu.learner.cpus, on_gpu.workers.cpus, on_gpu.eval.cpus) == (None, None, None)
     if arm.name.startswith("S8-"):
         assert (config.staleness, config.learner.epochs, config.learner.minibatches) == (8, 4, 2)
         assert config.learner.correction == arm.name.removeprefix("S8-")
