@@ -7,9 +7,9 @@ a worker's word: the coordinator computes them from the submitted tokens
 audit recomputes an audited group's log-probs under the policy of the group's own version and
 compares; a mean absolute difference above ``logprob_tolerance`` nats per token, or one token
 beyond ``LOG_RATIO_LIMIT`` nats, means the worker sampled from other weights or at another
-temperature, or made the numbers up. Every version a
-group may still be trained at (the last S + 1) is kept by
-:class:`~echo2.learner.version_cache.VersionCache`, so claiming an older version hides nothing.
+temperature, or made the numbers up. Every version a group may still be trained at (the last
+S + 1) is kept by :class:`~echo2.learner.version_cache.VersionCache`, so claiming an older version
+hides nothing.
 
 The audit model is a worker's sampler, rebuilt on the learner: one scratch copy of the policy,
 made at the first audit, with its trainable parameters in ``model.dtype`` and no autocast (what
