@@ -241,7 +241,9 @@ def relay_chain(peers, store_and_forward=False):
     urls = [root.url] + [p.url for p in chain]
     started = time.monotonic()
     for i, peer in enumerate(chain):
-        peer.fetch(1, urls[i::-1])  # [parent, grandparent, ..., root]
+        # A 2 s long-poll: a parent on a busy machine may take over the default 0.5 s to get the
+        # manifest itself, and the child would then (rightly) fail over to its grandparent.
+        peer.fetch(1, urls[i::-1], poll_s=2.0)  # [parent, grandparent, ..., root]
         if store_and_forward:
             peer.thread.join(20)
     for peer in chain:
