@@ -27,8 +27,10 @@ one to three digits and no worked steps, so EchoClip's *step* is a token
 (``learner.echoclip.step_delimiters=[]``): the clip of an all-correct group's rollout ends at its
 highest-entropy token (the uncertain digit), and the auxiliary loss trains that prefix. 40 steps.
 
-Runs accumulate in ``--runs`` (default ``docs/results/real-fidelity-runs.jsonl``: commit and machine
-in each record) and a run on record is not made again. Rows: final held-out accuracy (mean of the
+Runs accumulate in ``--runs`` (default ``docs/results/real-fidelity-runs.jsonl``: commit, machine and
+device in each record) and a run on record for this device is not made again. Each row compares
+its settings on one device, its newest run's; runs of another device stay on record, listed in the
+results as set aside. Rows: final held-out accuracy (mean of the
 last three evaluations) per setting, mean and 95% Student-t interval over seeds, and the
 difference against truncated (correction; unpaired, Welch's interval) or GRPO (EchoClip; paired by
 seed), with its 95% interval, whichever way it falls. ``--quick``: the shipped tiny model, 4 steps,
@@ -88,15 +90,16 @@ def device_name(device: str) -> str:
 
 
 def run_missing(args, records: list[dict], runs_file: Path) -> list[dict]:
-    """Make every run not on record, ``args.jobs`` at a time, appending each record as it finishes."""
-    todo = []
+    """Make every run not on record for this device, ``args.jobs`` at a time, appending each record
+    as it finishes."""
+    todo, device, lock = [], device_name(args.device), threading.Lock()
     for row in ["echoclip"] if args.quick else args.rows.split(","):
         if row not in SETTINGS:
             raise SystemExit(f"unknown row {row!r}: choose from {sorted(SETTINGS)}")
         todo += [(row, arm, seed) for arm in SETTINGS[row] for seed in range(1 if args.quick else args.seeds or arm.seeds)
-                 if not any(r["arm"] == arm.name and r["seed"] == seed for r in records)]
+                 if not any(r["arm"] == arm.name and r["seed"] == seed and r.get("device", "cpu") == device
+                            for r in records)]
     todo.sort(key=lambda job: job[2])  # seed by seed: a run cut short leaves whole seeds of every setting
-    device, lock = device_name(args.device), threading.Lock()
 
     def run(row: str, arm: Arm, seed: int) -> None:
         print(f"== {arm.name} seed {seed}", flush=True)
@@ -138,19 +141,27 @@ def _mean_of(runs: dict[int, dict], value) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def row_device(records: list[dict], row: str) -> str | None:
+    """The one device a row's runs are compared on: the device of its newest run (None if it has
+    none). Its settings compare only on one machine and device, so a row never pools runs of
+    two; the runs of another device stay on record, listed as set aside."""
+    devices = [r.get("device", "cpu") for r in records if r["row"] == row]
+    return devices[-1] if devices else None
+
+
 def summarize(records: list[dict]) -> list[dict]:
     rows = []
     for row, arms in SETTINGS.items():
-        base = {r["seed"]: r for r in records if r["arm"] == BASELINE[row]}
+        device = row_device(records, row)
+        records_of_row = [r for r in records if r["row"] == row and r.get("device", "cpu") == device]
+        base = {r["seed"]: r for r in records_of_row if r["arm"] == BASELINE[row]}
         for arm in arms:
-            runs = {r["seed"]: r for r in records if r["arm"] == arm.name}
+            runs = {r["seed"]: r for r in records_of_row if r["arm"] == arm.name}
             if not runs:
                 continue
             final, final_ci = common.mean_ci95([r["acc_final"] for r in runs.values()])
             staleness = [int(k) for r in runs.values() for k, n in r["staleness"].items() for _ in range(n)]
-            out = {"row": row, "setting": arm.name, "seeds": len(runs),
-                   "device": " + ".join(sorted({r.get("device", "cpu") for r in runs.values()})),
-                   "steps": statistics.fmean(
+            out = {"row": row, "setting": arm.name, "seeds": len(runs), "device": device, "steps": statistics.fmean(
                    r["steps"] for r in runs.values()), "acc_start": statistics.fmean(r["acc_start"] for r in runs.values()),
                    "acc_final": final, "acc_final_ci": final_ci, "staleness_mean": statistics.fmean(staleness),
                    "echoclip_tokens_per_step": _mean_of(runs, lambda r: r["echoclip_tokens"] / r["steps"]),
@@ -187,7 +198,9 @@ def main() -> None:
             "commit": records[0]["commit"] if records else None,
             "commits": sorted({r["commit"] for r in records}),
             "settings": {arm.name: list(arm.overrides) for arms in SETTINGS.values() for arm in arms},
-            "runs": [{k: v for k, v in r.items() if k != "points"} for r in records]}
+            "runs": [{k: v for k, v in r.items() if k != "points"} for r in records],
+            "set_aside": [{"row": r["row"], "arm": r["arm"], "seed": r["seed"], "device": r.get("device", "cpu")}
+                          for r in records if r.get("device", "cpu") != row_device(records, r["row"])]}
     models = ("echo2/tiny-arith",) if args.quick else ("smollm2-135m-instruct",)
     print(f"wrote {write_results(args.out, rows, meta, models)}")
 

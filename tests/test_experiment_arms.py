@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from echo2_experiment import summarize  # noqa: E402
 from experiment_arms import ARMS, overrides  # noqa: E402
 from real_fidelity import PLACEMENT, SETTINGS  # noqa: E402
+from real_fidelity import summarize as summarize_fidelity  # noqa: E402
 
 
 @pytest.mark.parametrize("arm", ARMS, ids=lambda arm: arm.name)
@@ -61,3 +62,20 @@ def test_ratios_to_the_baseline_compare_runs_on_the_same_machine_only():
     assert by["async-S2"]["dollars_vs_colocated"] == pytest.approx(0.5)
     assert by["async-S2"]["time_vs_sync"] == pytest.approx(0.25)  # only the slow machine has a sync run
     assert by["sync-S0"]["time_vs_colocated"] == pytest.approx(2.0)
+
+
+def test_a_fidelity_row_compares_its_settings_on_one_device_only():
+    """A row's runs made on two devices are not pooled: the row shows its newest run's device, and
+    the difference against the baseline pairs only runs of that device."""
+    def run(arm: str, seed: int, acc: float, device: str) -> dict:
+        return {"row": "correction", "arm": arm, "seed": seed, "acc_final": acc, "acc_start": 0.16, "steps": 50,
+                "staleness": {"8": 4}, "device": device}
+
+    gpu = "cuda (NVIDIA H200)"
+    records = [run("S8-truncated", 0, 0.90, gpu),
+               *(run(f"S8-{c}", seed, acc + seed / 100, "cpu") for seed in (0, 1)
+                 for c, acc in (("truncated", 0.30), ("none", 0.20)))]
+    rows = {r["setting"]: r for r in summarize_fidelity(records)}
+    assert {r["device"] for r in rows.values()} == {"cpu"}
+    assert rows["S8-truncated"]["seeds"] == 2 and rows["S8-truncated"]["acc_final"] == pytest.approx(0.305)
+    assert rows["S8-none"]["vs_baseline_points"] == pytest.approx(-10.0)
