@@ -143,8 +143,8 @@ def summarize(records: list[dict]) -> tuple[list[dict], float]:
                      "steps": statistics.fmean(r["steps"] for r in runs)})
     for row in rows:
         runs = [r for r in records if r["arm"] == row["arm"]]
-        for other, key, which in (("sync-S0", "time_vs_sync", 0), ("colocated", "time_vs_colocated", 0),
-                                  ("colocated", "dollars_vs_colocated", 1)):
+        for other, key, which in (("sync-S0", "time_vs_sync", 0), ("async-S2", "time_vs_async_S2", 0),
+                                  ("colocated", "time_vs_colocated", 0), ("colocated", "dollars_vs_colocated", 1)):
             row[key], row[f"{key}_ci"] = interval(same_machine_ratios(runs, records, other, target, which))
     return rows, target
 
@@ -218,10 +218,10 @@ def main() -> None:
     if not args.summarize:
         records = run_missing(args, records, runs_file)
     rows, target = summarize(records)
-    columns = ["arm", "seeds", "reached", "time_to_target_s", "time_ci_s", "time_vs_sync", "time_vs_colocated",
-               "time_vs_colocated_ci", "dollars_to_target", "dollars_ci", "dollars_vs_colocated",
-               "dollars_vs_colocated_ci", "acc_plateau", "acc_plateau_ci", "acc_final",
-               "acc_final_ci", "utilization", "samples_per_s", "dollars_per_hour", "steps"]
+    columns = ["arm", "seeds", "reached", "time_to_target_s", "time_ci_s", "time_vs_sync", "time_vs_async_S2",
+               "time_vs_colocated", "time_vs_colocated_ci", "dollars_to_target", "dollars_ci", "dollars_vs_colocated",
+               "dollars_vs_colocated_ci", "acc_plateau", "acc_plateau_ci", "acc_final", "acc_final_ci", "utilization",
+               "samples_per_s", "dollars_per_hour", "steps"]
     print(f"\ntarget {target:.3f} (the co-located runs' plateau less 2 points); prices: learner "
           f"${LEARNER_PRICE}/h, worker ${WORKER_PRICE}/h ({PRICE_SOURCES['learner']}; {PRICE_SOURCES['worker']})")
     print(format_table(rows, columns))
