@@ -62,6 +62,8 @@ def test_ratios_to_the_baseline_compare_runs_on_the_same_machine_only():
     assert by["async-S2"]["dollars_vs_colocated"] == pytest.approx(0.5)
     assert by["async-S2"]["time_vs_sync"] == pytest.approx(0.25)  # only the slow machine has a sync run
     assert by["sync-S0"]["time_vs_colocated"] == pytest.approx(2.0)
+    assert by["sync-S0"]["time_vs_async_S2"] == pytest.approx(4.0)  # the star's column: against pipelined S = 2
+    assert by["colocated"]["time_vs_async_S2"] == pytest.approx(2.0)  # 2.0 on either machine
 
 
 def test_a_fidelity_row_compares_its_settings_on_one_device_only():
