@@ -161,8 +161,9 @@ def summarize(records: list[dict]) -> list[dict]:
                 continue
             final, final_ci = common.mean_ci95([r["acc_final"] for r in runs.values()])
             staleness = [int(k) for r in runs.values() for k, n in r["staleness"].items() for _ in range(n)]
-            out = {"row": row, "setting": arm.name, "seeds": len(runs), "device": device, "steps": statistics.fmean(
-                   r["steps"] for r in runs.values()), "acc_start": statistics.fmean(r["acc_start"] for r in runs.values()),
+            out = {"row": row, "setting": arm.name, "seeds": len(runs), "device": device,
+                   "steps": statistics.fmean(r["steps"] for r in runs.values()),
+                   "acc_start": statistics.fmean(r["acc_start"] for r in runs.values()),
                    "acc_final": final, "acc_final_ci": final_ci, "staleness_mean": statistics.fmean(staleness),
                    "echoclip_tokens_per_step": _mean_of(runs, lambda r: r["echoclip_tokens"] / r["steps"]),
                    "implausible_rows": _mean_of(runs, lambda r: r["implausible_rows"])}
@@ -189,6 +190,7 @@ def main() -> None:
     if not args.summarize:
         records = run_missing(args, records, runs_file)
     rows = summarize(records)
+    devices = {row: row_device(records, row) for row in SETTINGS}
     print(format_table(rows, ["row", "setting", "seeds", "device", "steps", "acc_start", "acc_final", "acc_final_ci",
                               "staleness_mean", "echoclip_tokens_per_step", "implausible_rows", "vs_baseline_points",
                               "vs_baseline_ci_points"]))
@@ -200,7 +202,7 @@ def main() -> None:
             "settings": {arm.name: list(arm.overrides) for arms in SETTINGS.values() for arm in arms},
             "runs": [{k: v for k, v in r.items() if k != "points"} for r in records],
             "set_aside": [{"row": r["row"], "arm": r["arm"], "seed": r["seed"], "device": r.get("device", "cpu")}
-                          for r in records if r.get("device", "cpu") != row_device(records, r["row"])]}
+                          for r in records if r.get("device", "cpu") != devices[r["row"]]]}
     models = ("echo2/tiny-arith",) if args.quick else ("smollm2-135m-instruct",)
     print(f"wrote {write_results(args.out, rows, meta, models)}")
 
