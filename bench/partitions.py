@@ -214,7 +214,7 @@ def main() -> None:
                 run.worker(worker, worker, "--upload-mbps", str(mbps))
             logs = Logs(run, datetime.now())
             wait_until(lambda: len(learner_steps(run_dir)) >= 5, 600, "the first 5 learner steps")
-            wait_until(lambda: re.search(LOADED, run.worker_log("r2")) is not None, 600, "r2's first weights")
+            run.wait_for_worker_line("r2", LOADED, 600)  # its first weights
             for case in CASES:
                 rows.append(play(case, lab, run, logs, long_outage_s if case.name == "learner_all" else outage_s,
                                  settle_s))

@@ -7,6 +7,7 @@ Tests and benchmarks drive partitions and NAT with it; docs/wan.md shows the sam
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -62,6 +63,19 @@ class LabRun:
 
     def worker_log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def wait_for_worker_line(self, name: str, pattern: str, timeout_s: float) -> re.Match[str]:
+        """The first match of ``pattern`` in worker ``name``'s log, once it is there: a TimeoutError
+        if it is not within ``timeout_s``, a RuntimeError if the worker or the learner exits first."""
+        deadline = time.monotonic() + timeout_s
+        while (match := re.search(pattern, self.worker_log(name))) is None:
+            exited = [p for p in (self.workers[name], self.learner) if p is not None and p.poll() is not None]
+            if exited:
+                raise RuntimeError(f"{name}'s log has no {pattern!r} and a process of the run exited: see {self.logs}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name}'s log has no {pattern!r} after {timeout_s:.0f}s: see {self.logs}")
+            time.sleep(0.2)
+        return match
 
     def wait(self, timeout_s: float) -> int:
         """The learner's exit status once the run is over (TimeoutError if it is not by then)."""
