@@ -10,7 +10,8 @@ A finished run is read back from its run directory into one record (:func:`recor
 evaluation timed from the learner's first step to the publish of the version it evaluated, and
 priced at the dollars echo2 billed from the run's start up to that version (the run's own
 ``cost_usd``, from the declared prices), the learner's utilization, the staleness of what it
-trained on, and the fleet's dollars per hour while it trained.
+trained on, the fleet's dollars per hour while it trained, and the rows the learner updated on (those
+with a learning signal, ``trained_sequences``) and left out of its steps as implausible.
 """
 
 from __future__ import annotations
@@ -127,4 +128,5 @@ def record(arm: Arm, seed: int, run_dir: Path) -> dict:
             "staleness": {str(k): v for k, v in sorted(staleness.items())},
             "dropped_stale": last["groups_dropped_stale"],
             "implausible_rows": sum(r.get("implausible_rows", 0) for r in steps),
+            "trained_sequences": sum(r["trained_sequences"] for r in steps),
             "echoclip_tokens": sum(r.get("echoclip_tokens", 0) for r in steps)}

@@ -69,15 +69,19 @@ def test_ratios_to_the_baseline_compare_runs_on_the_same_machine_only():
 def test_a_fidelity_row_compares_its_settings_on_one_device_only():
     """A row's runs made on two devices are not pooled: the row shows its newest run's device, and
     the difference against the baseline pairs only runs of that device."""
-    def run(arm: str, seed: int, acc: float, device: str) -> dict:
+    def run(arm: str, seed: int, acc: float, device: str, left_out: int = 0) -> dict:
         return {"row": "correction", "arm": arm, "seed": seed, "acc_final": acc, "acc_start": 0.16, "steps": 50,
-                "staleness": {"8": 4}, "device": device}
+                "staleness": {"8": 4}, "device": device, "implausible_rows": left_out, "trained_sequences": 200}
 
     gpu = "cuda (NVIDIA H200)"
     records = [run("S8-truncated", 0, 0.90, gpu),
-               *(run(f"S8-{c}", seed, acc + seed / 100, "cpu") for seed in (0, 1)
-                 for c, acc in (("truncated", 0.30), ("none", 0.20)))]
+               *(run(f"S8-{c}", seed, acc + seed / 100, "cpu", left_out + 20 * seed) for seed in (0, 1)
+                 for c, acc, left_out in (("truncated", 0.30, 0), ("none", 0.20, 40)))]
     rows = {r["setting"]: r for r in summarize_fidelity(records)}
     assert {r["device"] for r in rows.values()} == {"cpu"}
     assert rows["S8-truncated"]["seeds"] == 2 and rows["S8-truncated"]["acc_final"] == pytest.approx(0.305)
     assert rows["S8-none"]["vs_baseline_points"] == pytest.approx(-10.0)
+    # the rows left out, per run and as a share of the rows each run updated on (its own denominator)
+    assert rows["S8-none"]["implausible_rows"] == pytest.approx(50)
+    assert rows["S8-none"]["left_out_share"] == pytest.approx(0.25)
+    assert rows["S8-truncated"]["left_out_share"] == pytest.approx(0.05)
