@@ -35,7 +35,8 @@ last three evaluations) per setting, mean and 95% Student-t interval over seeds,
 difference against truncated (correction; unpaired, Welch's interval) or GRPO (EchoClip; paired by
 seed), with its 95% interval, whichever way it falls; and the rows a run's steps left out as
 implausible (``implausible_rows``), also as a share of the rows with a learning signal it updated
-on (``left_out_share``: the arms of a row update on different numbers of rows). ``--quick``: the shipped tiny model, 4 steps,
+on (``left_out_share``; ``trained_sequences``, per run: the arms of a row update on different
+numbers of rows). ``--quick``: the shipped tiny model, 4 steps,
 one seed of GRPO and of GRPO+EchoClip.
 """
 
@@ -169,7 +170,8 @@ def summarize(records: list[dict]) -> list[dict]:
                    "acc_final": final, "acc_final_ci": final_ci, "staleness_mean": statistics.fmean(staleness),
                    "echoclip_tokens_per_step": _mean_of(runs, lambda r: r["echoclip_tokens"] / r["steps"]),
                    "implausible_rows": _mean_of(runs, lambda r: r["implausible_rows"]),
-                   "left_out_share": _mean_of(runs, lambda r: r["implausible_rows"] / r["trained_sequences"])}
+                   "left_out_share": _mean_of(runs, lambda r: r["implausible_rows"] / r["trained_sequences"]),
+                   "trained_sequences": _mean_of(runs, lambda r: r["trained_sequences"])}
             if arm.name != BASELINE[row] and base:
                 if row == "echoclip":  # paired by seed
                     diffs = [runs[s]["acc_final"] - base[s]["acc_final"] for s in sorted(runs.keys() & base.keys())]
@@ -196,7 +198,7 @@ def main() -> None:
     devices = {row: row_device(records, row) for row in SETTINGS}
     print(format_table(rows, ["row", "setting", "seeds", "device", "steps", "acc_start", "acc_final", "acc_final_ci",
                               "staleness_mean", "echoclip_tokens_per_step", "implausible_rows", "left_out_share",
-                              "vs_baseline_points",
+                              "trained_sequences", "vs_baseline_points",
                               "vs_baseline_ci_points"]))
     meta = {"quick": args.quick, "steps": STEPS, "baseline": BASELINE,
             # where and on what code the runs ran (the oldest run's commit), not where they were summarized

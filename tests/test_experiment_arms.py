@@ -85,3 +85,4 @@ def test_a_fidelity_row_compares_its_settings_on_one_device_only():
     assert rows["S8-none"]["implausible_rows"] == pytest.approx(50)
     assert rows["S8-none"]["left_out_share"] == pytest.approx(0.25)
     assert rows["S8-truncated"]["left_out_share"] == pytest.approx(0.05)
+    assert rows["S8-truncated"]["trained_sequences"] == pytest.approx(200)
