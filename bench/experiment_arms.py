@@ -7,8 +7,8 @@ starts) keeps to :data:`LEARNER_CPUS`; lab workers to :data:`WORKER_CPUS`, so th
 adds is the workers' hardware, not a share of the learner's.
 
 A finished run is read back from its run directory into one record (:func:`record`): every held-out
-evaluation timed from the learner's first step to the publish of the version it evaluated, and
-priced at the dollars echo2 billed from the run's start up to that version (the run's own
+evaluation (its version in ``eval_versions``) timed from the learner's first step to the publish of
+the version it evaluated, and priced at the dollars echo2 billed from the run's start up to that version (the run's own
 ``cost_usd``, from the declared prices), the learner's utilization, the staleness of what it
 trained on, the fleet's dollars per hour while it trained, and the rows the learner updated on (those
 with a learning signal, ``trained_sequences``) and left out of its steps as implausible.
@@ -110,7 +110,8 @@ def record(arm: Arm, seed: int, run_dir: Path) -> dict:
     steps = [r for r in metrics if "reward_mean" in r]
     cost = {0: 0.0, **{r["version"]: r["cost_usd"] for r in steps}}
     evals = sorted((r["version"], r["eval_accuracy"]) for r in metrics if "eval_accuracy" in r)
-    points = [(published[v] - first, cost[v], accuracy) for v, accuracy in evals if v in published and v in cost]
+    evals = [(v, accuracy) for v, accuracy in evals if v in published and v in cost]
+    points = [(published[v] - first, cost[v], accuracy) for v, accuracy in evals]
     staleness: Counter[int] = Counter()
     for step in steps:
         staleness.update({int(key.rsplit("_", 1)[1]): value for key, value in step.items()
@@ -125,6 +126,7 @@ def record(arm: Arm, seed: int, run_dir: Path) -> dict:
             "learner_step_s": last["learner_busy_s"] / len(steps),
             "bytes_per_version": sum(r.get("delta_bytes", r["broadcast_bytes"]) for r in steps) / len(steps),
             "acc_start": points[0][2], "acc_final": sum(final) / len(final), "points": points,
+            "eval_versions": [v for v, _ in evals],
             "staleness": {str(k): v for k, v in sorted(staleness.items())},
             "dropped_stale": last["groups_dropped_stale"],
             "implausible_rows": sum(r.get("implausible_rows", 0) for r in steps),
