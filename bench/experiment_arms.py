@@ -8,10 +8,11 @@ adds is the workers' hardware, not a share of the learner's.
 
 A finished run is read back from its run directory into one record (:func:`record`): every held-out
 evaluation (its version in ``eval_versions``) timed from the learner's first step to the publish of
-the version it evaluated, and priced at the dollars echo2 billed from the run's start up to that version (the run's own
-``cost_usd``, from the declared prices), the learner's utilization, the staleness of what it
-trained on, the fleet's dollars per hour while it trained, and the rows the learner updated on (those
-with a learning signal, ``trained_sequences``) and left out of its steps as implausible.
+the version it evaluated, and priced at the dollars echo2 billed from the run's start up to that
+version (the run's own ``cost_usd``, from the declared prices), the learner's utilization, the
+staleness of what it trained on, the fleet's dollars per hour while it trained, and the rows the
+learner updated on (those with a learning signal, ``trained_sequences``) and left out of its steps
+as implausible.
 """
 
 from __future__ import annotations
@@ -109,8 +110,8 @@ def record(arm: Arm, seed: int, run_dir: Path) -> dict:
     published = {0: first, **{i["version"]: i["end"] for i in trains}}
     steps = [r for r in metrics if "reward_mean" in r]
     cost = {0: 0.0, **{r["version"]: r["cost_usd"] for r in steps}}
-    evals = sorted((r["version"], r["eval_accuracy"]) for r in metrics if "eval_accuracy" in r)
-    evals = [(v, accuracy) for v, accuracy in evals if v in published and v in cost]
+    evals = sorted((r["version"], r["eval_accuracy"]) for r in metrics
+                   if "eval_accuracy" in r and r["version"] in published and r["version"] in cost)
     points = [(published[v] - first, cost[v], accuracy) for v, accuracy in evals]
     staleness: Counter[int] = Counter()
     for step in steps:

@@ -36,8 +36,8 @@ difference against truncated (correction; unpaired, Welch's interval) or GRPO (E
 seed), with its 95% interval, whichever way it falls; and the rows a run's steps left out as
 implausible (``implausible_rows``), also as a share of the rows with a learning signal it updated
 on (``left_out_share``; ``trained_sequences``, per run: the arms of a row update on different
-numbers of rows). ``--quick``: the shipped tiny model, 4 steps,
-one seed of GRPO and of GRPO+EchoClip.
+numbers of rows). ``--quick``: the shipped tiny model, 4 steps, one seed of GRPO and of
+GRPO+EchoClip.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def run_missing(args, records: list[dict], runs_file: Path) -> list[dict]:
         if row not in SETTINGS:
             raise SystemExit(f"unknown row {row!r}: choose from {sorted(SETTINGS)}")
         todo += [(row, arm, seed) for arm in SETTINGS[row] for seed in range(1 if args.quick else args.seeds or arm.seeds)
-                 if not any(r["arm"] == arm.name and r["seed"] == seed and r.get("device", "cpu") == device
+                 if not any(r["arm"] == arm.name and r["seed"] == seed and run_device(r) == device
                             for r in records)]
     todo.sort(key=lambda job: job[2])  # seed by seed: a run cut short leaves whole seeds of every setting
 
@@ -144,11 +144,16 @@ def _mean_of(runs: dict[int, dict], value) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def run_device(record: dict) -> str:
+    """The device a run on record ran on (records from before devices were recorded: the CPU)."""
+    return record.get("device", "cpu")
+
+
 def row_device(records: list[dict], row: str) -> str | None:
     """The one device a row's runs are compared on: the device of its newest run (None if it has
     none). Its settings compare only on one machine and device, so a row never pools runs of
     two; the runs of another device stay on record, listed as set aside."""
-    devices = [r.get("device", "cpu") for r in records if r["row"] == row]
+    devices = [run_device(r) for r in records if r["row"] == row]
     return devices[-1] if devices else None
 
 
@@ -156,7 +161,7 @@ def summarize(records: list[dict]) -> list[dict]:
     rows = []
     for row, arms in SETTINGS.items():
         device = row_device(records, row)
-        records_of_row = [r for r in records if r["row"] == row and r.get("device", "cpu") == device]
+        records_of_row = [r for r in records if r["row"] == row and run_device(r) == device]
         base = {r["seed"]: r for r in records_of_row if r["arm"] == BASELINE[row]}
         for arm in arms:
             runs = {r["seed"]: r for r in records_of_row if r["arm"] == arm.name}
@@ -198,17 +203,16 @@ def main() -> None:
     devices = {row: row_device(records, row) for row in SETTINGS}
     print(format_table(rows, ["row", "setting", "seeds", "device", "steps", "acc_start", "acc_final", "acc_final_ci",
                               "staleness_mean", "echoclip_tokens_per_step", "implausible_rows", "left_out_share",
-                              "trained_sequences", "vs_baseline_points",
-                              "vs_baseline_ci_points"]))
+                              "trained_sequences", "vs_baseline_points", "vs_baseline_ci_points"]))
     meta = {"quick": args.quick, "steps": STEPS, "baseline": BASELINE,
             # where and on what code the runs ran (the oldest run's commit), not where they were summarized
-            "machine": " + ".join(sorted({f"{r['machine']}, {r.get('device', 'cpu')}" for r in records})) or None,
+            "machine": " + ".join(sorted({f"{r['machine']}, {run_device(r)}" for r in records})) or None,
             "commit": records[0]["commit"] if records else None,
             "commits": sorted({r["commit"] for r in records}),
             "settings": {arm.name: list(arm.overrides) for arms in SETTINGS.values() for arm in arms},
             "runs": [{k: v for k, v in r.items() if k != "points"} for r in records],
-            "set_aside": [{"row": r["row"], "arm": r["arm"], "seed": r["seed"], "device": r.get("device", "cpu")}
-                          for r in records if r.get("device", "cpu") != devices[r["row"]]]}
+            "set_aside": [{"row": r["row"], "arm": r["arm"], "seed": r["seed"], "device": run_device(r)}
+                          for r in records if run_device(r) != devices[r["row"]]]}
     models = ("echo2/tiny-arith",) if args.quick else ("smollm2-135m-instruct",)
     print(f"wrote {write_results(args.out, rows, meta, models)}")
 

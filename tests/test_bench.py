@@ -389,10 +389,10 @@ def test_echo2_experiment_bench_quick(tmp_path):
 def test_real_fidelity_bench_quick(tmp_path):
     """GRPO and GRPO+EchoClip, one seed each, recorded and compared paired by seed."""
     run_quick("real_fidelity", tmp_path)
-    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows, runs = results["rows"], results["meta"]["runs"]
     assert [(r["row"], r["setting"]) for r in rows] == [("echoclip", "grpo"), ("echoclip", "grpo+echoclip")]
     assert all(r["steps"] == 4 and 0 <= r["acc_final"] <= 1 for r in rows)
-    runs = json.loads((tmp_path / "results.json").read_text())["meta"]["runs"]
     assert all(r["eval_versions"] == [0, 2, 4] for r in runs)  # each evaluation's version, every 2 of 4 steps
     assert rows[1]["pairs"] == 1 and rows[1]["vs_baseline_points"] == pytest.approx(
         100 * (rows[1]["acc_final"] - rows[0]["acc_final"]))
