@@ -6,7 +6,7 @@ import pytest
 from conftest import make_state, submit_all
 
 from echo2.coordinator.fleet import Fleet
-from echo2.planning.activation_rule import ActivationPolicy
+from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide
 
 # 2 groups x 2 completions = 4 rollouts per step; S = 1
 POLICY = ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=1, headroom=1.0)
@@ -43,6 +43,41 @@ def test_cheap_worker_joining_parks_the_expensive_one_and_a_death_reactivates_it
     state.reap()
     assert not cheap.alive and expensive.active
     assert state.lease(expensive, worker_version=0, max_groups=2, wait_s=0).status == "granted"
+
+
+def test_probation_ends_for_a_worker_whose_measure_could_not_change_the_choice():
+    """An unmeasured worker is kept active (and billed) only while measuring it could matter: the
+    measured set falls short, or the newcomer is cheaper than the whole chosen set (it could replace
+    it alone), or it is free. A worker priced like the one that covers the need alone waits parked:
+    before, one that never got a lease stayed active and billed all run (docs/capacity.md)."""
+    fast = WorkerView("fast", 0.34, 10.0)  # covers the 4 rollouts/s asked alone
+    def active(*newcomers):
+        return decide(POLICY, [fast, *newcomers], train_s=1.0, broadcast_s=0.0).active
+    assert active(WorkerView("twin", 0.34, None)) == {"fast"}
+    assert active(WorkerView("cheaper", 0.20, None)) == {"fast", "cheaper"}
+    assert active(WorkerView("free", 0.0, None)) == {"fast", "free"}
+    # two measured workers at 0.34 each: a third at 0.34 could replace both alone
+    pair = [WorkerView("a", 0.34, 2.5), WorkerView("b", 0.34, 2.5)]
+    assert decide(POLICY, [*pair, WorkerView("c", 0.34, None)], 1.0, 0.0).active == {"a", "b", "c"}
+    # the measured set falls short of the need: every unmeasured worker is tried
+    slow = WorkerView("slow", 0.34, 1.0)
+    assert decide(POLICY, [slow, WorkerView("twin", 3.0, None)], 1.0, 0.0).active == {"slow", "twin"}
+    # no step time measured yet: everyone works
+    assert decide(POLICY, [fast, WorkerView("twin", 0.34, None)], None, None).active == {"fast", "twin"}
+
+
+def test_a_parked_newcomer_is_tried_when_the_measured_set_loses_its_cover():
+    state = make_state(staleness=1, fleet=Fleet(POLICY), heartbeat_timeout_s=0.3)
+    first = state.register("first", price_per_hour=1.0)
+    measured(state, first, 10.0)
+    replan(state, train_s=1.0, broadcast_s=0.0)
+    second = state.register("second", price_per_hour=1.0)
+    assert first.active and not second.active  # could not make the choice cheaper: not billed
+    assert state.lease(second, worker_version=0, max_groups=2, wait_s=0).status == "parked"
+    second.last_seen = time.monotonic() + 10
+    time.sleep(0.4)
+    state.reap()  # the measured worker dies: the newcomer is all there is
+    assert not first.alive and second.active
 
 
 def test_unreachable_target_aims_for_the_knee_instead_of_running_everyone():

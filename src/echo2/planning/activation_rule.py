@@ -14,8 +14,9 @@ one (``simulation/engine.py``) decide with the same function:
   ``reachable_share`` of the utilization unlimited throughput would give;
 * **the choice** (:func:`decide`) — :func:`echo2.planning.activation.choose_active` picks the
   cheapest measured set that meets the need; a worker not yet measured is active on probation
-  (so that it gets measured at all); only when even the reachable share is out of reach is every
-  worker active.
+  (so that it gets measured at all) while measuring it could change that choice
+  (:func:`could_change`); only when even the reachable share is out of reach is every worker
+  active.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from echo2.planning.activation import Candidate, choose_active
+from echo2.planning.activation import Activation, Candidate, choose_active
 from echo2.planning.capacity import StepTimes, provisioning_need
 from echo2.core.smoothing import ema
 
@@ -99,5 +100,20 @@ def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float 
     if math.isinf(need):
         return Decision(everyone, need)
     candidates = [Candidate(w.worker_id, w.price_per_hour, w.throughput or 0.0) for w in measured]
-    chosen = choose_active(candidates, need).active  # workers on probation are not counted towards the need
-    return Decision(frozenset(chosen) | {w.worker_id for w in probation}, need)
+    choice = choose_active(candidates, need)  # workers on probation are not counted towards the need
+    return Decision(frozenset(choice.active) | {w.worker_id for w in probation if could_change(w, choice)}, need)
+
+
+def could_change(worker: WorkerView, choice: Activation) -> bool:
+    """Whether measuring an unmeasured ``worker`` could change ``choice``, the measured set's.
+
+    Probation exists so a worker gets measured at all; it is worth its bill only while the result
+    could matter. When the measured set falls short of the need, every worker could. When it covers
+    the need, the best an unmeasured worker could do, at any throughput, is replace the whole
+    chosen set alone: so it is kept on probation only if its price is below the set's total (or it
+    is free, which the choice would take at no cost). Otherwise it waits parked, measured never,
+    billed never, until a death or a larger need leaves the measured set short. Without this end, a
+    worker that never gets a lease (one a relay hop behind a worker that fills the window alone,
+    docs/capacity.md) stayed active and billed all run.
+    """
+    return not choice.meets_requirement or worker.price_per_hour == 0 or worker.price_per_hour < choice.price_per_hour
