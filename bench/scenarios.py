@@ -2,7 +2,8 @@
 
     python bench/scenarios.py [--quick] [--out DIR]
 
-1. Every ``configs/scenarios/*.yaml``: learner utilization, seconds per step, staleness,
+1. Every ``configs/scenarios/*.yaml``: workers active on average and parked workers activated
+   again (``reactivations``), learner utilization, seconds per step, staleness,
    dissemination latency, rollouts wasted, dollars for the whole run and for the centralized
    co-located baseline (the learner's GPUs generating, then training) at equal learner steps,
    and how long the simulation itself took.
@@ -52,7 +53,8 @@ def row(result: SimResult, **labels) -> dict:
     hours = sum(result.worker_hours.values())
     return {
         **labels, "workers": sum(c.count for c in result.scenario.fleet),
-        "mean_active": hours * 3600 / result.wall_s, "S": result.scenario.recipe.staleness,
+        "mean_active": hours * 3600 / result.wall_s, "reactivations": result.reactivations,
+        "S": result.scenario.recipe.staleness,
         "util": result.utilization, "s_per_step": summary["seconds_per_step"],
         "staleness": summary["staleness_mean"], "dissemination_s": summary["dissemination_mean_s"],
         "wasted_pct": 100 * sum(result.wasted.values()) / max(result.rollouts_generated, 1),
@@ -91,14 +93,14 @@ def main() -> None:
     steps = 60 if args.quick else None
     paths = sorted(SCENARIOS.glob("*.yaml"))
     rows = [row(run(path, steps), scenario=path.stem) for path in paths]
-    columns = ["scenario", "workers", "mean_active", "S", "util", "s_per_step", "staleness", "dissemination_s",
+    columns = ["scenario", "workers", "mean_active", "reactivations", "S", "util", "s_per_step", "staleness", "dissemination_s",
                "wasted_pct", "cost_usd", "centralized_usd", "ratio", "centralized_util", "runtime_s"]
     print(format_table(rows, columns))
     swept = sweeps(steps, args.quick)
     for name, key in (("staleness bound", "S_"), ("workers available", "count")):
         print(f"\n{SWEPT.stem}, by {name}:")
         print(format_table(swept["staleness" if key == "S_" else "fleet_size"],
-                           [key, "mean_active", "util", "s_per_step", "dissemination_s", "cost_usd",
+                           [key, "mean_active", "reactivations", "util", "s_per_step", "dissemination_s", "cost_usd",
                             "centralized_usd", "ratio"]))
     print(f"\n{WAN.stem}, by bandwidth regime:")
     print(format_table(swept["bandwidth"], ["payload", "uplink_mbps", "mean_active", "util", "s_per_step",

@@ -7,6 +7,7 @@ from conftest import make_state, submit_all
 
 from echo2.coordinator.fleet import Fleet
 from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide
+from echo2.planning.billing import Billing
 
 # 2 groups x 2 completions = 4 rollouts per step; S = 1
 POLICY = ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=1, headroom=1.0)
@@ -64,6 +65,39 @@ def test_probation_ends_for_a_worker_whose_measure_could_not_change_the_choice()
     assert decide(POLICY, [slow, WorkerView("twin", 3.0, None)], 1.0, 0.0).active == {"slow", "twin"}
     # no step time measured yet: everyone works
     assert decide(POLICY, [fast, WorkerView("twin", 0.34, None)], None, None).active == {"fast", "twin"}
+
+
+def test_the_active_set_is_kept_until_switching_saves_more_than_the_margin():
+    """Incumbents are weighed 5% cheaper: a faster estimate elsewhere swaps nobody, a lower need
+    parks from the active set, a higher one activates at once, and a real saving still switches."""
+    def view(name, throughput, active, price=1.0):
+        return WorkerView(name, price, throughput, active)
+    # 4 rollouts/s asked; a and b (2.1 each) cover it; c and d are estimated a little faster
+    fleet = [view("a", 2.1, True), view("b", 2.1, True), view("c", 2.2, False), view("d", 2.2, False)]
+    assert decide(POLICY, fleet, 1.0, 0.0).active == {"a", "b"}  # no swap on a 5% estimate
+    fresh = [WorkerView(w.worker_id, w.price_per_hour, w.throughput) for w in fleet]  # nobody active yet
+    assert decide(POLICY, fresh, 1.0, 0.0).active == {"c", "d"}  # the cheapest cover, ties to throughput
+    # three active where two cover the need: one of them is parked, the parked one is not woken
+    three = [view("a", 2.1, True), view("b", 2.1, True), view("c", 2.1, True), view("d", 2.2, False)]
+    assert len(decide(POLICY, three, 1.0, 0.0).active & {"a", "b", "c"}) == 2
+    assert decide(POLICY, three, 1.0, 0.0).active <= {"a", "b", "c"}
+    # the need rises past the incumbents: the parked worker is activated at once
+    assert decide(POLICY, [view("a", 2.1, True), view("d", 2.2, False)], 1.0, 0.0).active == {"a", "d"}
+    # a real saving switches: a worker at half the price covering alone replaces two active ones
+    cheap = [view("a", 2.1, True), view("b", 2.1, True), view("e", 4.5, False, price=0.5)]
+    assert decide(POLICY, cheap, 1.0, 0.0).active == {"e"}
+
+
+def test_billing_counts_each_worker_activated_again():
+    billing = Billing(learner_price_per_hour=1.0)
+    billing.start("w", "gpu", 3600.0, now=0.0)
+    billing.start("v", "gpu", 3600.0, now=0.0)
+    billing.start("w", "gpu", 1800.0, now=1.0)  # re-priced, not re-activated
+    billing.stop("w", "gpu", now=2.0)  # parked
+    billing.start("w", "gpu", 3600.0, now=3.0, active=False)  # billed parked: not active
+    billing.start("w", "gpu", 3600.0, now=4.0)  # activated again
+    assert billing.activations == {"w": 2, "v": 1} and billing.reactivations() == 1
+    assert billing.seconds["gpu"] == pytest.approx(2 + 4)  # w active 0-2, v all 4 s
 
 
 def test_a_parked_newcomer_is_tried_when_the_measured_set_loses_its_cover():

@@ -29,6 +29,10 @@ class ActivationRule(Section):
     """When no available set reaches ``target_utilization`` (dissemination-bound, or too few
     workers), aim for this share of the utilization unlimited throughput would give instead of
     running every worker (:func:`echo2.planning.capacity.provisioning_need`)."""
+    switch_margin: float = Field(0.05, ge=0)
+    """Keep the workers active now while they still meet the need at most this share dearer than
+    the cheapest set that does (scaling down and swaps wait until they save more; scaling up is
+    immediate): without it, noise in the measured throughputs switches workers on and off."""
     replan_every: int = Field(5, ge=1)
     """Re-plan every this many learner steps (and whenever a worker joins, leaves or dies)."""
 

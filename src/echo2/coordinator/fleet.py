@@ -52,8 +52,8 @@ class Fleet:
                reason: str) -> None:
         """Re-decide which live workers are active."""
         live = [r for r in records if r.alive]
-        decision = decide(self.policy, [WorkerView(r.worker_id, r.price_per_hour, r.throughput) for r in live],
-                          train_s, broadcast_s)
+        views = [WorkerView(r.worker_id, r.price_per_hour, r.throughput, r.active) for r in live]
+        decision = decide(self.policy, views, train_s, broadcast_s)
         if decision.need is not None:
             self.need = decision.need
         changes = []

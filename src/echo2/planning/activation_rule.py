@@ -13,7 +13,8 @@ one (``simulation/engine.py``) decide with the same function:
   (dissemination-bound, e.g. S = 0 or a slow uplink, or too few workers) it aims for
   ``reachable_share`` of the utilization unlimited throughput would give;
 * **the choice** (:func:`decide`) — :func:`echo2.planning.activation.choose_active` picks the
-  cheapest measured set that meets the need; a worker not yet measured is active on probation
+  cheapest measured set that meets the need, the workers active now weighed ``switch_margin``
+  cheaper (:func:`incumbent_price`: no switching on noise); a worker not yet measured is active on probation
   (so that it gets measured at all) while measuring it could change that choice
   (:func:`could_change`); only when even the reachable share is out of reach is every worker
   active.
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from echo2.planning.activation import Activation, Candidate, choose_active
+from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.capacity import StepTimes, provisioning_need
 from echo2.core.smoothing import ema
 
@@ -45,12 +46,13 @@ class ActivationPolicy:
     headroom: float = 1.1
     target_utilization: float = 1.0
     reachable_share: float = 0.95
+    switch_margin: float = 0.05
 
     @classmethod
     def from_rule(cls, rule: ActivationRule, rollouts_per_step: int, staleness: int) -> ActivationPolicy:
         return cls(enabled=rule.enabled, rollouts_per_step=rollouts_per_step, staleness=staleness,
                    headroom=rule.headroom, target_utilization=rule.target_utilization,
-                   reachable_share=rule.reachable_share)
+                   reachable_share=rule.reachable_share, switch_margin=rule.switch_margin)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class WorkerView:
     price_per_hour: float
     throughput: float | None
     """Profiled rollouts/s; None: not measured yet (on probation)."""
+    active: bool = False
+    """Active now (the incumbent set :func:`decide` prefers while it still covers the need)."""
 
 
 @dataclass(frozen=True)
@@ -99,13 +103,31 @@ def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float 
                              policy.headroom, policy.reachable_share)
     if math.isinf(need):
         return Decision(everyone, need)
-    candidates = [Candidate(w.worker_id, w.price_per_hour, w.throughput or 0.0) for w in measured]
+    candidates = [Candidate(w.worker_id, incumbent_price(w, policy.switch_margin), w.throughput or 0.0)
+                  for w in measured]
     choice = choose_active(candidates, need)  # workers on probation are not counted towards the need
-    return Decision(frozenset(choice.active) | {w.worker_id for w in probation if could_change(w, choice)}, need)
+    price = sum(w.price_per_hour for w in measured if w.worker_id in choice.active)  # the real one
+    trying = {w.worker_id for w in probation if could_change(w, choice.meets_requirement, price)}
+    return Decision(frozenset(choice.active) | trying, need)
 
 
-def could_change(worker: WorkerView, choice: Activation) -> bool:
-    """Whether measuring an unmeasured ``worker`` could change ``choice``, the measured set's.
+def incumbent_price(worker: WorkerView, margin: float) -> float:
+    """The price the choice weighs ``worker`` at: a worker active now at ``1 / (1 + margin)`` of its
+    own, so that a set of them is kept unless another saves more than ``margin``.
+
+    Throughput estimates are moving averages and the need follows the learner's measured step and
+    dissemination times, so the cheapest cover changes with noise: among workers of one price a
+    slightly faster estimate swaps one worker for several others, and a scale-down picks its
+    survivors anew instead of parking the surplus. Weighing incumbents lower makes a scale-down
+    park from the active set, a swap wait until it pays, and leaves scaling up immediate (the
+    incumbents alone no longer cover the need). Billing still uses the real price.
+    """
+    return worker.price_per_hour / (1 + margin) if worker.active else worker.price_per_hour
+
+
+def could_change(worker: WorkerView, covered: bool, price: float) -> bool:
+    """Whether measuring an unmeasured ``worker`` could change the choice: the measured set chosen,
+    which ``covered`` the need or not, at a total ``price`` per hour.
 
     Probation exists so a worker gets measured at all; it is worth its bill only while the result
     could matter. When the measured set falls short of the need, every worker could. When it covers
@@ -116,4 +138,4 @@ def could_change(worker: WorkerView, choice: Activation) -> bool:
     worker that never gets a lease (one a relay hop behind a worker that fills the window alone,
     docs/capacity.md) stayed active and billed all run.
     """
-    return not choice.meets_requirement or worker.price_per_hour == 0 or worker.price_per_hour < choice.price_per_hour
+    return not covered or worker.price_per_hour == 0 or worker.price_per_hour < price

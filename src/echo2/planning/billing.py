@@ -26,6 +26,9 @@ class Billing:
         """Active (not parked) worker-seconds per class, up to ``since``."""
         self.count: Counter[str] = Counter()
         """Active workers per class now."""
+        self.activations: Counter[str] = Counter()
+        """Worker id -> times it started being billed as active (its first start included): more
+        than one is a parked worker activated again, what the activation rule's switching costs."""
 
     def _settle(self, now: float) -> None:
         elapsed = now - self.since
@@ -39,8 +42,11 @@ class Billing:
         """Bill ``worker_id`` at ``price_per_hour`` from ``now`` (re-prices a worker already billed);
         ``active`` workers count in the worker-hours."""
         state = (price_per_hour / 3600, active)
-        if self.billing.get(worker_id) == state:
+        previous = self.billing.get(worker_id)
+        if previous == state:
             return
+        if active and not (previous and previous[1]):
+            self.activations[worker_id] += 1
         self.stop(worker_id, worker_class, now)
         self.billing[worker_id] = state
         self.rate[worker_class] += state[0]
@@ -53,6 +59,10 @@ class Billing:
         rate, active = self.billing.pop(worker_id)
         self.rate[worker_class] -= rate
         self.count[worker_class] -= active
+
+    def reactivations(self) -> int:
+        """Times a worker parked (or stopped) earlier was billed as active again."""
+        return sum(count - 1 for count in self.activations.values())
 
     def by_class(self, now: float) -> dict[str, float]:
         self._settle(now)

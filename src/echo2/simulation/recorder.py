@@ -117,5 +117,6 @@ class Recorder:
             worker_hours={c.name: billing.seconds.get(c.name, 0.0) / 3600 for c in self.scenario.fleet},
             cost_learner_usd=billing.learner(now), rollouts_generated=self.generated, rollouts_trained=trained,
             wasted=dict(self.wasted), reliability=reliability, centralized=self.centralized, records=self.records,
-            timeline=self.timeline, events=sim.queue.processed, runtime_s=runtime_s,
+            timeline=self.timeline, reactivations=billing.reactivations(), events=sim.queue.processed,
+            runtime_s=runtime_s,
         )
