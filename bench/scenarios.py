@@ -12,6 +12,7 @@
 3. Bandwidth regimes for ``qwen3-8b-256w-wan``: the workers' median uplink, with full bf16 weights
    or a LoRA adapter on the wire.
 4. Sensitivity of the cost ratio of the swept scenario to single inputs (one changed at a time).
+5. Activation's switch margin: each shipped scenario again without it (``switch_margin`` 0).
 
 Every input is in the scenario files (with its source); nothing here is measured.
 """
@@ -54,6 +55,7 @@ def row(result: SimResult, **labels) -> dict:
     return {
         **labels, "workers": sum(c.count for c in result.scenario.fleet),
         "mean_active": hours * 3600 / result.wall_s, "reactivations": result.reactivations,
+        "switch_margin": result.scenario.activation.switch_margin,
         "S": result.scenario.recipe.staleness,
         "util": result.utilization, "s_per_step": summary["seconds_per_step"],
         "staleness": summary["staleness_mean"], "dissemination_s": summary["dissemination_mean_s"],
@@ -88,6 +90,17 @@ def sweeps(steps: int | None, quick: bool) -> dict[str, list[dict]]:
     return {"staleness": by_s, "fleet_size": by_count, "bandwidth": by_bandwidth, "sensitivity": sensitivity}
 
 
+def switch_margins(paths: list[Path], shipped: list[dict], steps: int | None) -> list[dict]:
+    """Each scenario's row as shipped beside the same run without ``activation.switch_margin``:
+    what weighing the active workers cheaper does to switching and to cost (the simulator bills
+    no switch, so the cost column shows only what holding on to incumbents costs)."""
+    by_name = {r["scenario"]: r for r in shipped}
+    out = []
+    for path in paths:
+        out += [by_name[path.stem], row(run(path, steps, {"activation": {"switch_margin": 0.0}}), scenario=path.stem)]
+    return out
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], "bench/out/scenarios")
     steps = 60 if args.quick else None
@@ -97,6 +110,7 @@ def main() -> None:
                "wasted_pct", "cost_usd", "centralized_usd", "ratio", "centralized_util", "runtime_s"]
     print(format_table(rows, columns))
     swept = sweeps(steps, args.quick)
+    swept["switch_margin"] = switch_margins(paths[:1] if args.quick else paths, rows, steps)
     for name, key in (("staleness bound", "S_"), ("workers available", "count")):
         print(f"\n{SWEPT.stem}, by {name}:")
         print(format_table(swept["staleness" if key == "S_" else "fleet_size"],
@@ -105,6 +119,9 @@ def main() -> None:
     print(f"\n{WAN.stem}, by bandwidth regime:")
     print(format_table(swept["bandwidth"], ["payload", "uplink_mbps", "mean_active", "util", "s_per_step",
                                             "dissemination_s", "cost_usd", "ratio"]))
+    print("\nactivation's switch margin, each shipped scenario as shipped (5%) and without one:")
+    print(format_table(swept["switch_margin"], ["scenario", "switch_margin", "reactivations", "mean_active", "util",
+                                                "cost_usd", "ratio"]))
     print(f"\n{SWEPT.stem}, one input changed at a time:")
     print(format_table(swept["sensitivity"], ["change", "mean_active", "util", "s_per_step", "cost_usd",
                                               "centralized_usd", "ratio"]))

@@ -145,6 +145,9 @@ def test_scenarios_bench_quick(tmp_path):
     assert len(data["rows"]) == len(list((ROOT / "configs" / "scenarios").glob("*.yaml")))
     for row in data["rows"] + data["meta"]["staleness"] + data["meta"]["sensitivity"]:
         assert 0 < row["util"] <= 1 and row["cost_usd"] > 0 and row["centralized_usd"] > 0
+    assert all(row["reactivations"] >= 0 for row in data["rows"] + data["meta"]["staleness"])
+    margins = data["meta"]["switch_margin"]  # the first scenario as shipped, then without the margin
+    assert [r["switch_margin"] for r in margins] == [0.05, 0.0] and margins[0] == data["rows"][0]
     assert [r["S_"] for r in data["meta"]["staleness"]] == [0, 2, 4]
     # the directions the docs claim: a staleness budget lifts utilization above S = 0's; below a
     # Gbit/s a LoRA adapter keeps the learner busier than full weights on the same uplinks
