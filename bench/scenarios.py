@@ -54,7 +54,7 @@ def row(result: SimResult, **labels) -> dict:
     hours = sum(result.worker_hours.values())
     return {
         **labels, "workers": sum(c.count for c in result.scenario.fleet),
-        "mean_active": hours * 3600 / result.wall_s, "reactivations": result.reactivations,
+        "mean_active": hours * 3600 / result.wall_s, "reactivations": result.reliability["workers_reactivated"],
         "switch_margin": result.scenario.activation.switch_margin,
         "S": result.scenario.recipe.staleness,
         "util": result.utilization, "s_per_step": summary["seconds_per_step"],

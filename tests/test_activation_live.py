@@ -76,6 +76,7 @@ def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path)
     assert summary.costs["cost/local-0_usd"] > 0 and summary.costs["cost/cheap_usd"] > 0
     assert summary.costs["cost_centralized_usd"] > summary.costs["cost_usd"] - summary.costs["cost_workers_usd"]
     assert summary.reliability["workers_left"] == 1 and outcome["preempted_exit_s"] < 20
+    assert summary.reliability["workers_reactivated"] >= 1  # local-0, parked then activated again
     assert "worker preempted left (deregistered)" in text
 
 

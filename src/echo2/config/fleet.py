@@ -30,9 +30,9 @@ class ActivationRule(Section):
     workers), aim for this share of the utilization unlimited throughput would give instead of
     running every worker (:func:`echo2.planning.capacity.provisioning_need`)."""
     switch_margin: float = Field(0.05, ge=0)
-    """Keep the workers active now while they still meet the need at most this share dearer than
-    the cheapest set that does (scaling down and swaps wait until they save more; scaling up is
-    immediate): without it, noise in the measured throughputs switches workers on and off."""
+    """Weigh the workers active now this share cheaper when choosing the active set, so that a
+    scale-down parks from them and a swap waits until it saves more (scaling up stays immediate):
+    without it, noise in the measured throughputs swaps workers on and off."""
     replan_every: int = Field(5, ge=1)
     """Re-plan every this many learner steps (and whenever a worker joins, leaves or dies)."""
 

@@ -39,6 +39,7 @@ def reliability_report(state: Books) -> dict[str, int | dict[str, int]]:
         "workers_dead": counters["workers_dead"],
         "workers_left": counters["workers_left"],
         "workers_quarantined": counters["workers_quarantined"],
+        "workers_reactivated": state.fleet.billing.reactivations(),
         "learner_restarts": counters["learner_restarts"],
         "leases_lost_in_restart": counters["leases_lost_in_restart"],
     }

@@ -14,8 +14,8 @@ one (``simulation/engine.py``) decide with the same function:
   ``reachable_share`` of the utilization unlimited throughput would give;
 * **the choice** (:func:`decide`) — :func:`echo2.planning.activation.choose_active` picks the
   cheapest measured set that meets the need, the workers active now weighed ``switch_margin``
-  cheaper (:func:`incumbent_price`: no switching on noise); a worker not yet measured is active on probation
-  (so that it gets measured at all) while measuring it could change that choice
+  cheaper (:func:`incumbent_price`: no switching on noise); a worker not yet measured is active
+  on probation (so that it gets measured at all) while measuring it could change that choice
   (:func:`could_change`); only when even the reachable share is out of reach is every worker
   active.
 """

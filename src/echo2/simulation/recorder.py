@@ -107,6 +107,7 @@ class Recorder:
             "duplicate_submissions": 0, "groups_dropped_stale": ledger.dropped_stale,
             "groups_discarded_quarantined": 0, "groups_buffered": len(sim.ledger),
             "workers_dead": books["workers_dead"], "workers_left": books["workers_left"], "workers_quarantined": 0,
+            "workers_reactivated": sim.billing.reactivations(),
         }
         billing = sim.billing
         billing.by_class(now)
@@ -117,6 +118,5 @@ class Recorder:
             worker_hours={c.name: billing.seconds.get(c.name, 0.0) / 3600 for c in self.scenario.fleet},
             cost_learner_usd=billing.learner(now), rollouts_generated=self.generated, rollouts_trained=trained,
             wasted=dict(self.wasted), reliability=reliability, centralized=self.centralized, records=self.records,
-            timeline=self.timeline, reactivations=billing.reactivations(), events=sim.queue.processed,
-            runtime_s=runtime_s,
+            timeline=self.timeline, events=sim.queue.processed, runtime_s=runtime_s,
         )

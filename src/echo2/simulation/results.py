@@ -45,8 +45,6 @@ class SimResult:
     centralized: CentralizedResult | None
     records: list[dict] = field(repr=False)
     timeline: list[dict] = field(repr=False)
-    reactivations: int = 0
-    """Times a parked worker was activated again (:meth:`echo2.planning.billing.Billing.reactivations`)."""
     events: int = 0
     runtime_s: float = 0.0
 
@@ -80,7 +78,7 @@ class SimResult:
             "cost_usd": self.cost_usd, "cost_per_step_usd": self.cost_per_step, "cost_learner_usd": self.cost_learner_usd,
             "cost_by_class_usd": self.cost_by_class, "worker_hours_by_class": self.worker_hours,
             "rollouts_generated": self.rollouts_generated, "rollouts_trained": self.rollouts_trained,
-            "rollouts_wasted": self.wasted, "reliability": self.reliability, "reactivations": self.reactivations,
+            "rollouts_wasted": self.wasted, "reliability": self.reliability,
             "events": self.events, "runtime_s": self.runtime_s, "capacity_model": planned(self.scenario),
         }
         if self.centralized is not None:
