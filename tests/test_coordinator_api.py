@@ -38,6 +38,19 @@ def test_register_needs_the_run_token():
     assert client.post("/v1/lease", json={"version": 0, "max_groups": 1}).status_code == 401
 
 
+@pytest.mark.parametrize("price", ["NaN", "Infinity", "-1", "-1e308", "1e30"])
+def test_a_price_activation_could_not_compare_is_refused_at_registration(price):
+    """Cost-aware activation ranks workers by their declared price and ends probation by comparing
+    it: a price that is not a finite number in [0, 1e4] is refused, and nobody is registered."""
+    state = make_state(staleness=1)
+    client = TestClient(create_app(state, lease_wait_s=0))
+    body = '{"name": "w", "price_per_hour": ' + price + '}'
+    response = client.post("/v1/register", content=body,
+                           headers={AUTH_HEADER: "t", "content-type": "application/json"})
+    assert response.status_code == 422 and "price_per_hour" in json.dumps(response.json()["detail"])
+    assert state.counters["workers_registered"] == 0
+
+
 def _submit(client, headers, body):
     return client.post("/v1/submit", content=body.model_dump_json() if hasattr(body, "model_dump_json") else body,
                        headers={**headers, "content-type": "application/json"})
