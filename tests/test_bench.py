@@ -148,6 +148,8 @@ def test_scenarios_bench_quick(tmp_path):
     assert all(row["reactivations"] >= 0 for row in data["rows"] + data["meta"]["staleness"])
     margins = data["meta"]["switch_margin"]  # the first scenario as shipped, then without the margin
     assert [r["switch_margin"] for r in margins] == [0.05, 0.0] and margins[0] == data["rows"][0]
+    assert [(r["scenario"], r["headroom"]) for r in data["meta"]["headroom"]] == [
+        ("qwen3-4b-64w-datacenter", h) for h in (1.1, 1.3, 1.5)]
     assert [r["S_"] for r in data["meta"]["staleness"]] == [0, 2, 4]
     # the directions the docs claim: a staleness budget lifts utilization above S = 0's; below a
     # Gbit/s a LoRA adapter keeps the learner busier than full weights on the same uplinks

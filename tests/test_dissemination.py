@@ -47,6 +47,24 @@ def test_a_worker_that_dies_is_no_longer_waited_for():
     assert census.hold("b", None, at=16.0) == []
 
 
+def test_each_worker_is_timed_from_the_first_version_it_lacked_and_keeps_its_time_while_out():
+    census = DisseminationCensus()
+    for version, at in ((1, 10.0), (2, 20.0), (3, 30.0)):
+        census.publish(version, at)
+    census.hold("a", 0, at=0.0)  # a first load: no spread to time
+    census.hold("b", 2, at=25.0)  # joined at version 2: nothing timed either
+    assert census.arrival_s == {}
+    census.hold("a", 1, at=14.0)
+    assert census.arrival_s == {"a": 4.0}
+    census.hold("a", 3, at=35.0)  # from 1 straight to 3: timed from 2's publish, smoothed (EMA weight 0.2)
+    assert census.arrival_s["a"] == pytest.approx(0.8 * 4.0 + 0.2 * 15.0)
+    census.hold("b", 3, at=31.0)
+    assert census.arrival_s["b"] == 1.0
+    census.hold("b", None, at=40.0)  # parked or dead: out of the count, its time kept for the choice
+    census.hold("b", 3, at=41.0)  # back: a first load again, not a spread
+    assert census.arrival_s["b"] == 1.0
+
+
 def test_events_reported_out_of_order_time_a_version_by_its_last_holder():
     """Remote workers report in batches: a's load at 12 reported after b's at 14 still times
     version 1 at 14, the moment the last worker held it."""

@@ -6,7 +6,7 @@ import pytest
 from conftest import make_state, submit_all
 
 from echo2.coordinator.fleet import Fleet
-from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide
+from echo2.planning.activation_rule import MAX_OPTIONS, ActivationPolicy, WorkerView, decide, dissemination_options
 from echo2.planning.billing import Billing
 
 # 2 groups x 2 completions = 4 rollouts per step; S = 1
@@ -130,6 +130,36 @@ def test_unreachable_target_aims_for_the_knee_instead_of_running_everyone():
     # the whole fleet falls short of even the knee: everyone works
     replan(state, train_s=0.01, broadcast_s=0.0)
     assert all(w.active for w in workers)
+
+
+def test_a_set_is_weighed_at_its_own_members_dissemination_times_so_the_choice_holds():
+    # S = 1, 4 rollouts per step, 1 s steps: the data is on time iff T_train + T_bcast + 4 / sum(mu) <= 2 s. Two
+    # workers near the learner hold a version in 0.2 s, two at the end of the chain in 3 s; each makes 3 rollouts/s.
+    def views(active):
+        return [WorkerView(f"{where}{i}", 1.0, 3.0, f"{where}{i}" in active, arrival)
+                for where, arrival in (("near", 0.2), ("far", 3.0)) for i in range(2)]
+
+    everyone = {"near0", "near1", "far0", "far1"}
+    # measured to the last active worker (3 s, all four active), not even the knee is in reach: the old rule ran
+    # everyone. Weighed at their own times the near pair reaches U = 1: 4 / (2 - 1 - 0.2) = 5 rollouts/s
+    assert decide(POLICY, [WorkerView(v.worker_id, 1.0, 3.0, True) for v in views(everyone)],
+                  train_s=1.0, broadcast_s=3.0).active == everyone
+    decision = decide(POLICY, views(everyone), train_s=1.0, broadcast_s=3.0)
+    assert decision.active == {"near0", "near1"}
+    assert decision.need == pytest.approx(5.0)
+    # and the next re-plan, measuring 0.2 s now that only they are active, keeps them: no swing back
+    assert decide(POLICY, views(decision.active), train_s=1.0, broadcast_s=0.2).active == decision.active
+
+
+def test_the_dissemination_times_weighed_are_a_bounded_set_of_quantiles():
+    workers = [WorkerView(f"w{i}", 1.0, 1.0, False, float(i)) for i in range(100)]
+    options = dissemination_options(POLICY, workers, train_s=1.0, broadcast_s=7.0)
+    limits = [option.times.broadcast_s for option in options]
+    assert len(limits) == MAX_OPTIONS and limits[0] == 0.0 and limits[-1] == 99.0
+    assert [len(option.workers) for option in options] == [int(limit) + 1 for limit in limits]
+    assert options[-1].throughput == 100.0
+    untimed = dissemination_options(POLICY, [WorkerView("x", 1.0, 1.0)], train_s=1.0, broadcast_s=7.0)
+    assert [option.times.broadcast_s for option in untimed] == [7.0]
 
 
 def test_throughput_is_profiled_from_submissions_and_cost_is_billed_for_active_time():

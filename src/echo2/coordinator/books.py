@@ -10,6 +10,7 @@ joined in :class:`echo2.coordinator.state.CoordinatorState`. Each layer imports 
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 
@@ -80,13 +81,6 @@ class Books:
         self.counters: Counter[str] = Counter()
         self.rejected = self.leases.rejected  # submissions refused, by code
 
-    @property
-    def version(self) -> int:
-        return self.ledger.version
-
-    def _replan(self, reason: str) -> None:
-        self.fleet.replan(self.registry.records(), self.clock.train_s, self.clock.broadcast_s, reason=reason)
-
     def _relay_verdict(self, worker_id: str, reachable: bool, why: str) -> None:
         with self.cond:
             self.registry.relay_checked(worker_id, reachable, why)
@@ -96,7 +90,15 @@ class Books:
         return self.ledger.version
 
     def _replan(self, reason: str) -> None:
-        self.fleet.replan(self.registry.records(), self.clock.train_s, self.clock.broadcast_s, reason=reason)
+        """Re-decide the active set; a worker parked leaves the dissemination census (it generates
+        nothing, so the figure does not wait for it) and counts again from its next load, as in the
+        simulator: a parked worker asking only when its held request times out is not timed by that."""
+        self.fleet.replan(self.registry.records(), self.clock.train_s, self.clock.broadcast_s,
+                          self.versions.census.arrival_s, reason=reason)
+        now = time.time()
+        for record in self.registry.live():
+            if not record.active:
+                self.versions.gone(record.worker_id, now)
 
     def _time_dissemination(self) -> None:
         """Versions that now reached every live worker (:meth:`VersionBook.pop_disseminated`): on

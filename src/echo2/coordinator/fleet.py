@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Mapping
 
 from echo2.coordinator.records import WorkerRecord
 from echo2.planning.activation_rule import ActivationPolicy, WorkerView, busy_seconds, decide, profile
@@ -49,10 +50,12 @@ class Fleet:
                 self.billing.stop(record.worker_id, record.worker_class, now)
 
     def replan(self, records: list[WorkerRecord], train_s: float | None, broadcast_s: float | None,
-               reason: str) -> None:
-        """Re-decide which live workers are active."""
+               arrivals: Mapping[str, float], reason: str) -> None:
+        """Re-decide which live workers are active (``arrivals``: each worker's own dissemination
+        time, :attr:`echo2.core.dissemination.DisseminationCensus.arrival_s`)."""
         live = [r for r in records if r.alive]
-        views = [WorkerView(r.worker_id, r.price_per_hour, r.throughput, r.active) for r in live]
+        views = [WorkerView(r.worker_id, r.price_per_hour, r.throughput, r.active, arrivals.get(r.worker_id))
+                 for r in live]
         decision = decide(self.policy, views, train_s, broadcast_s)
         if decision.need is not None:
             self.need = decision.need

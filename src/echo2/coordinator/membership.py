@@ -59,7 +59,8 @@ class Membership(Books):
         for event in events:
             if event.kind == "fetch":
                 record.fetched(event)
-                self.versions.loaded(event.version, record.worker_id, event.end)
+                if record.active:  # a parked worker is not counted (Books._replan)
+                    self.versions.loaded(event.version, record.worker_id, event.end)
             self.on_interval(record.name, event.kind, event.start, event.end, event.version)
         if any(event.kind == "fetch" for event in events):
             self._time_dissemination()

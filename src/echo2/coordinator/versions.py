@@ -3,7 +3,7 @@
 Not locked on its own: :class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
 Only the versions a worker may still use are kept (:func:`echo2.core.staleness.versions_in_use`).
 When a version has reached the fleet is :class:`echo2.core.dissemination.DisseminationCensus`'s
-rule, the simulator's too: a live worker counts from its first load on, until it dies or leaves.
+rule, the simulator's too: a live worker counts from its first load on, until it dies, leaves or is parked.
 """
 
 from __future__ import annotations

@@ -5,18 +5,25 @@ a version's publish to the moment every counted worker holds it or a newer one. 
 feeds this census with its workers' fetch events and deaths, the simulator with its simulated ones;
 both read the same figure from it. Pure: no clock (every event carries its time), no threads, no I/O.
 
-Which workers count is the caller's to say (the coordinator: live workers that loaded a version; the
-simulator: running, active, unparked ones): :meth:`DisseminationCensus.hold` with ``None`` takes a
-worker out. A version no worker loaded itself (every worker went straight past it) reaches the
+Which workers count is the caller's to say; the coordinator and the simulator say the same: a live
+(running) worker from its first load on, until it dies, leaves or is parked (it generates nothing,
+so the figure does not wait for it). :meth:`DisseminationCensus.hold` with ``None`` takes a worker
+out. A version no worker loaded itself (every worker went straight past it) reaches the
 fleet unmeasured. Event times may arrive out of order (remote workers report in batches): a
 version's time is the latest of the moments each counted worker first held it or a newer one, and
 never earlier than the event that completed it.
+
+Each counted worker's own share of that figure is kept too (:attr:`DisseminationCensus.arrival_s`):
+activation weighs the dissemination time of a set it could choose by its members' own (the
+slowest of them), not by the set that happened to be active (``planning/activation_rule.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+
+from echo2.core.smoothing import EMA_WEIGHT, ema
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,10 @@ class DisseminationCensus:
         """Per counted worker: when it first held each unreached version (or a newer one)."""
         self._loaded: set[int] = {0}
         """Unreached versions some worker loaded itself."""
+        self.arrival_s: dict[Hashable, float] = {}
+        """Per worker, counted now or before: the smoothed seconds from the publish of the first
+        version it lacked to its holding that version or a newer one (its own dissemination time;
+        kept while it does not count, e.g. parked, for the choice that could activate it again)."""
 
     def publish(self, version: int, at: float) -> None:
         self.published_at[version] = at
@@ -69,6 +80,10 @@ class DisseminationCensus:
             self.holding.pop(worker, None)
             self._first_held.pop(worker, None)
         else:
+            before = self.holding.get(worker)
+            first_lacked = self.published_at.get(before + 1) if before is not None and before < version else None
+            if first_lacked is not None:  # a spread, not a (re)joining worker's first load
+                self.arrival_s[worker] = ema(self.arrival_s.get(worker), max(at - first_lacked, 0.0), EMA_WEIGHT)
             self.holding[worker] = version
             first = self._first_held.setdefault(worker, {})
             for gone in [v for v in first if v > version]:

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from echo2.planning.activation import Candidate, choose_active
-from echo2.planning.capacity import StepTimes, provisioning_need
+from echo2.planning.activation import Activation, Candidate, choose_active
+from echo2.planning.capacity import StepTimes, provisioning_aim, required_throughput
 from echo2.core.smoothing import ema
 
 if TYPE_CHECKING:
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 #: Weight of the newest lease in a worker's throughput average.
 PROFILE_WEIGHT = 0.3
+#: Most dissemination times :func:`dissemination_options` weighs in one choice (one cover each).
+MAX_OPTIONS = 6
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class WorkerView:
     """Profiled rollouts/s; None: not measured yet (on probation)."""
     active: bool = False
     """Active now (the incumbent set :func:`decide` prefers while it still covers the need)."""
+    arrival_s: float | None = None
+    """Its own dissemination time, smoothed (:attr:`echo2.core.dissemination.DisseminationCensus.arrival_s`);
+    None: not timed yet."""
 
 
 @dataclass(frozen=True)
@@ -92,23 +97,71 @@ def busy_seconds(now: float, granted_at: float, previous_submission_at: float) -
 def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float | None,
            broadcast_s: float | None) -> Decision:
     """Which of the ``live`` workers to keep active (see module docstring). Without a measured
-    step time, or with the rule off, every live worker is active."""
+    step time, or with the rule off, every live worker is active. ``broadcast_s``: the measured
+    dissemination time, standing in for a worker's own (:attr:`WorkerView.arrival_s`) until that
+    is measured."""
     everyone = frozenset(w.worker_id for w in live)
     if not policy.enabled or train_s is None:
         return Decision(everyone, None)
-    times = StepTimes(max(train_s, 1e-6), broadcast_s or 0.0, policy.rollouts_per_step, policy.staleness)
     probation = [w for w in live if w.throughput is None]
     measured = [w for w in live if w.throughput is not None]
-    need = provisioning_need(times, sum(w.throughput or 0.0 for w in live), policy.target_utilization,
-                             policy.headroom, policy.reachable_share)
-    if math.isinf(need):
-        return Decision(everyone, need)
-    candidates = [Candidate(w.worker_id, incumbent_price(w, policy.switch_margin), w.throughput or 0.0)
-                  for w in measured]
-    choice = choose_active(candidates, need)  # workers on probation are not counted towards the need
+    options = dissemination_options(policy, measured, max(train_s, 1e-6), broadcast_s or 0.0)
+    aims = [provisioning_aim(option.times, option.throughput, policy.target_utilization, policy.headroom,
+                             policy.reachable_share) for option in options]
+    aim = max((a for a in aims if a is not None), default=None)
+    best: tuple[Activation, float] | None = None
+    for option in options if aim is not None else []:
+        need = required_throughput(option.times, aim) * policy.headroom
+        if need > option.throughput:
+            continue
+        candidates = [Candidate(w.worker_id, incumbent_price(w, policy.switch_margin), w.throughput or 0.0)
+                      for w in option.workers]
+        choice = choose_active(candidates, need)
+        if best is None or (choice.price_per_hour, -choice.throughput) < (best[0].price_per_hour, -best[0].throughput):
+            best = (choice, need)
+    if best is None:  # not even the reachable share is in reach: every worker works
+        return Decision(everyone, math.inf)
+    choice, need = best
     price = sum(w.price_per_hour for w in measured if w.worker_id in choice.active)  # the real one
-    trying = {w.worker_id for w in probation if could_change(w, choice.meets_requirement, price)}
+    trying = {w.worker_id for w in probation if could_change(w, True, price)}
     return Decision(frozenset(choice.active) | trying, need)
+
+
+@dataclass(frozen=True)
+class DisseminationOption:
+    """Choosing only among ``workers``, each holding a version within ``times.broadcast_s`` of its
+    publish: the step times a set of them would run at, and all the throughput they have."""
+
+    times: StepTimes
+    workers: tuple[WorkerView, ...]
+    throughput: float
+
+
+def dissemination_options(policy: ActivationPolicy, measured: Sequence[WorkerView], train_s: float,
+                          broadcast_s: float) -> list[DisseminationOption]:
+    """The dissemination times the choice weighs, each with the measured workers a set
+    disseminating within it may take: a set's dissemination time is its slowest member's
+    (:attr:`WorkerView.arrival_s`; ``broadcast_s``, the measured one, for a worker not yet timed).
+
+    Why not the measured time alone: it is the time to the last worker *active*, so it follows the
+    set. Near the dissemination bound, a larger set measured slower asked for more throughput or,
+    past the bound, for less (the reachable share of a lower ceiling), and the next re-plan undid
+    the last: the 4B scenario swung between 26 and 63 active workers every few re-plans
+    (docs/simulation.md). Weighing each candidate set at its own members' times ends the loop.
+    At most :data:`MAX_OPTIONS` times are tried (quantiles of the workers' times, the slowest always).
+    """
+    def latency(worker: WorkerView) -> float:
+        return worker.arrival_s if worker.arrival_s is not None else broadcast_s
+
+    times = sorted({latency(w) for w in measured})
+    if len(times) > MAX_OPTIONS:
+        times = sorted({times[round(k * (len(times) - 1) / (MAX_OPTIONS - 1))] for k in range(MAX_OPTIONS)})
+    options = []
+    for limit in times:
+        workers = tuple(w for w in measured if latency(w) <= limit)
+        options.append(DisseminationOption(StepTimes(train_s, limit, policy.rollouts_per_step, policy.staleness),
+                                           workers, sum(w.throughput or 0.0 for w in workers)))
+    return options
 
 
 def incumbent_price(worker: WorkerView, margin: float) -> float:

@@ -282,7 +282,9 @@ class Simulation:
     def _decide(self) -> None:
         """Apply the provisioning rule to the live workers."""
         live = [w for w in self.books.workers if w.alive]
-        views = [WorkerView(w.worker_id, w.price_per_hour, w.throughput, w.active) for w in live]
+        arrivals = self.books.census.arrival_s
+        views = [WorkerView(w.worker_id, w.price_per_hour, w.throughput, w.active, arrivals.get(w.worker_id))
+                 for w in live]
         decision = decide(self.books.activation, views,
                           self.books.clock.train_s, self.books.clock.broadcast_s)
         for worker in live:
