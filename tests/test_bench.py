@@ -147,7 +147,7 @@ def test_scenarios_bench_quick(tmp_path):
         assert 0 < row["util"] <= 1 and row["cost_usd"] > 0 and row["centralized_usd"] > 0
     assert all(row["reactivations"] >= 0 for row in data["rows"] + data["meta"]["staleness"])
     margins = data["meta"]["switch_margin"]  # the first scenario as shipped, then without the margin
-    assert [r["switch_margin"] for r in margins] == [0.05, 0.0] and margins[0] == data["rows"][0]
+    assert [r["switch_margin"] for r in margins] == [0.25, 0.0] and margins[0] == data["rows"][0]
     assert [(r["scenario"], r["headroom"]) for r in data["meta"]["headroom"]] == [
         ("qwen3-4b-64w-datacenter", h) for h in (1.1, 1.3, 1.5)]
     assert [r["S_"] for r in data["meta"]["staleness"]] == [0, 2, 4]

@@ -6,7 +6,8 @@ import pytest
 from conftest import make_state, submit_all
 
 from echo2.coordinator.fleet import Fleet
-from echo2.planning.activation_rule import MAX_OPTIONS, ActivationPolicy, WorkerView, decide, dissemination_options
+from echo2.planning.activation_rule import (MAX_OPTIONS, ActivationPolicy, LeaseCycle, WorkerView, busy_seconds, decide,
+                                           dissemination_options, profile)
 from echo2.planning.billing import Billing
 
 # 2 groups x 2 completions = 4 rollouts per step; S = 1
@@ -68,8 +69,9 @@ def test_probation_ends_for_a_worker_whose_measure_could_not_change_the_choice()
 
 
 def test_the_active_set_is_kept_until_switching_saves_more_than_the_margin():
-    """Incumbents are weighed 5% cheaper: a faster estimate elsewhere swaps nobody, a lower need
-    parks from the active set, a higher one activates at once, and a real saving still switches."""
+    """Incumbents are weighed the switch margin (25%) cheaper: a faster estimate elsewhere swaps
+    nobody, a lower need parks from the active set, a higher one activates at once, and a real
+    saving still switches."""
     def view(name, throughput, active, price=1.0):
         return WorkerView(name, price, throughput, active)
     # 4 rollouts/s asked; a and b (2.1 each) cover it; c and d are estimated a little faster
@@ -86,6 +88,45 @@ def test_the_active_set_is_kept_until_switching_saves_more_than_the_margin():
     # a real saving switches: a worker at half the price covering alone replaces two active ones
     cheap = [view("a", 2.1, True), view("b", 2.1, True), view("e", 4.5, False, price=0.5)]
     assert decide(POLICY, cheap, 1.0, 0.0).active == {"e"}
+
+
+def test_a_scale_down_waits_until_it_saves_more_than_the_margin():
+    def view(name, active=True):
+        return WorkerView(name, 1.0, 1.5, active)
+    # 4 rollouts/s asked; three of 1.5 cover it. Of four active, parking one saves 25%: not more than the margin
+    four = [view(n) for n in "abcd"]
+    assert decide(POLICY, four, 1.0, 0.0).active == {"a", "b", "c", "d"}
+    # of five, parking two saves 40%: done, from the active set
+    five = [view(n) for n in "abcde"]
+    assert len(decide(POLICY, five, 1.0, 0.0).active) == 3
+    # the incumbents no longer cover the need: scaling up is immediate, whatever it costs
+    assert decide(POLICY, [view("a"), view("b"), view("c", active=False)], 1.0, 0.0).active == {"a", "b", "c"}
+
+
+def test_a_lease_cycle_runs_from_submission_to_submission_less_what_is_not_the_workers_doing():
+    cycle = LeaseCycle()
+    assert busy_seconds(5.0, granted_at=3.0, cycle_began_at=cycle.began_at) == 2.0  # first lease: from its grant
+    cycle.submitted(5.0)
+    cycle.answered("granted", 6.0)  # the swap of a new version in and the request count
+    assert busy_seconds(8.0, granted_at=6.0, cycle_began_at=cycle.began_at) == 3.0
+    cycle.submitted(8.0)
+    for status in ("wait", "parked", "refresh"):  # a full window, parking, waiting for a version: not generation
+        cycle.answered(status, 9.0)
+        cycle.answered("granted", 20.0)
+        assert cycle.began_at == 20.0 and not cycle.paused
+        cycle.submitted(8.0)
+    cycle.answered("granted", 9.0)  # asked ahead, granted while the lease before is generated
+    cycle.submitted(12.0)
+    assert busy_seconds(15.0, granted_at=9.0, cycle_began_at=cycle.began_at) == 3.0
+
+
+def test_throughput_is_averaged_as_seconds_per_rollout():
+    # two cycles of 8 rollouts, 10 s and 30 s: the fleet gets 16 in 40 s, 0.4/s (a mean of rates says 0.53)
+    once = profile(None, 8, 10.0)
+    assert once == pytest.approx(0.8)
+    twice = profile(once, 8, 30.0)
+    assert 1 / twice == pytest.approx(0.7 * 10 / 8 + 0.3 * 30 / 8)
+    assert profile(twice, 0, 5.0) == twice and profile(twice, 8, 0.0) == twice
 
 
 def test_billing_counts_each_worker_activated_again():

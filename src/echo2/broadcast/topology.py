@@ -123,6 +123,7 @@ def plan_tree(nodes: list[Node], fan_out: int = 1, learner_fan_out: int = 1, inc
     plan: Plan = {}
     by_id: dict[str, str | Node] = {LEARNER: LEARNER, **{n.id: n for n in nodes}}
     open_parents: list[list] = [[LEARNER, learner_fan_out]]  # [id, free child slots], breadth-first
+    scoped = any(n.scope is not None for n in nodes)  # else every node may fetch from any (a chain's lists are long)
     for node in relay_order(nodes, incumbent):
         slot = next((entry for entry in open_parents if node.can_fetch_from(by_id[entry[0]])), None)
         if slot is not None:
@@ -133,7 +134,9 @@ def plan_tree(nodes: list[Node], fan_out: int = 1, learner_fan_out: int = 1, inc
         else:
             parent = _overflow_parent(node, plan, by_id) if fan_out > 0 else LEARNER
         inherited = [] if parent == LEARNER else plan[parent]
-        plan[node.id] = [parent] + [s for s in inherited if node.can_fetch_from(by_id[s])]
+        if scoped:
+            inherited = [s for s in inherited if node.can_fetch_from(by_id[s])]
+        plan[node.id] = [parent, *inherited]
         if node.reachable and fan_out > 0:
             open_parents.append([node.id, fan_out])
     return plan

@@ -36,9 +36,9 @@ class Fleet:
     def observe(record: WorkerRecord, rollouts: int, granted_at: float, now: float) -> None:
         """Fold the throughput of a lease granted at ``granted_at`` and submitted ``now`` (monotonic
         clock) into the worker's moving average."""
-        busy_s = busy_seconds(now, granted_at, record.last_submitted_at)
+        busy_s = busy_seconds(now, granted_at, record.cycle.began_at)
         record.throughput = profile(record.throughput, rollouts, busy_s)
-        record.last_submitted_at = now
+        record.cycle.submitted(now)
 
     def bill(self, records: list[WorkerRecord]) -> None:
         """Bring billing in line with who is active now (call after any change of the active set)."""

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from echo2.planning.activation_rule import LeaseCycle
 from echo2.tasks import Example
 
 if TYPE_CHECKING:
@@ -96,8 +97,8 @@ class WorkerRecord:
     """``time.monotonic()`` before which it gets no lease: its leases kept expiring unfulfilled."""
     throughput: float | None = None
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
-    last_submitted_at: float = 0.0
-    """``time.monotonic()`` of its latest accepted submission (:func:`~echo2.planning.activation_rule.busy_seconds`)."""
+    cycle: LeaseCycle = field(default_factory=LeaseCycle)
+    """Where its current lease cycle began, ``time.monotonic()`` (:func:`~echo2.planning.activation_rule.busy_seconds`)."""
     last_error: str = ""
     """Why its latest refused request was refused (code: reason), for the dashboard."""
 

@@ -43,8 +43,12 @@ class WorkSide(Membership):
             if worker_version > self.version:
                 raise Rejected(409, f"version {worker_version} is newer than the published {self.version}", "bad_version")
             # a request that could be granted later (window full, own lease still coming in, parked) is held open
-            self._wait(deadline, lambda: self._answer(record, worker_version, max_groups).final)
             answer = self._answer(record, worker_version, max_groups)
+            if not answer.final:
+                record.cycle.answered(answer.status, time.monotonic())
+                self._wait(deadline, lambda: self._answer(record, worker_version, max_groups).final)
+                answer = self._answer(record, worker_version, max_groups)
+            record.cycle.answered(answer.status, time.monotonic())
             if answer.status != "granted":
                 return LeaseResponse(status=answer.status, latest_version=self.version)
             examples = self.ledger.grant(worker_version, answer.size, lambda: next(self.examples))

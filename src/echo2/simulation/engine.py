@@ -164,6 +164,7 @@ class Simulation:
         """Carry out the answer; the ones that change with time are held as the coordinator holds them."""
         if answer.status == "stop":
             return
+        worker.cycle.answered(answer.status, self.books.queue.now)
         if answer.status == "parked" and not worker.active:
             self.lease_loop.park(worker, epoch, version)  # until activation picks it again
         elif answer.status == "parked":  # its leases kept expiring: held back until its parking ends
@@ -231,8 +232,8 @@ class Simulation:
                 self.books.ledger.admit(slot, lease.version, lease.version)
             self.books.counters["leases_completed"] += 1
             self.books.counters["groups_accepted"] += len(lease.slots)
-            busy_s = busy_seconds(now, lease.granted_at, worker.last_submitted_at)
-            worker.throughput, worker.last_submitted_at = profile(worker.throughput, rollouts, busy_s), now
+            worker.throughput = profile(worker.throughput, rollouts, busy_seconds(now, lease.granted_at, worker.cycle.began_at))
+            worker.cycle.submitted(now)
         if worker.leaving or not (worker.leases or worker.protocol.asking_ahead):
             # it began its next cycle when it sent these results
             self.lease_loop.cycle(worker, head_start_s=worker.rtt_s / 2)

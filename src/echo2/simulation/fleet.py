@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from echo2.config.fleet import WorkerClass
 from echo2.core.worker_protocol import WorkerProtocol
 from echo2.core.fetch_chain import SourceChain
+from echo2.planning.activation_rule import LeaseCycle
 from echo2.simulation.dissemination import Flow, Peer, RelayUplink
 from echo2.simulation.scenario import Scenario
 from echo2.units import link_bytes_per_s
@@ -85,7 +86,8 @@ class SimWorker:
     then the one it asked for ahead: :mod:`echo2.rollout.lease_ahead`)."""
     busy_until: float = 0.0
     """When the last of its leases is generated."""
-    last_submitted_at: float = 0.0
+    cycle: LeaseCycle = field(default_factory=LeaseCycle)
+    """Where its current lease cycle began (``planning.activation_rule.busy_seconds``)."""
     leaving: bool = False
 
     @property

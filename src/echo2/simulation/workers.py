@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from echo2.simulation.books import SimBooks
 from echo2.simulation.fetching import Fetches
+from echo2.planning.activation_rule import LeaseCycle
 from echo2.simulation.fleet import Lease, SimWorker
 
 if TYPE_CHECKING:
@@ -247,4 +248,5 @@ class WorkerLoop:
         if epoch != worker.epoch or self.books.finished:
             return
         worker.alive, worker.active, worker.throughput, worker.proven = True, True, None, False
+        worker.cycle = LeaseCycle()
         self.run_worker(worker)
