@@ -47,7 +47,7 @@ def test_a_worker_that_dies_is_no_longer_waited_for():
     assert census.hold("b", None, at=16.0) == []
 
 
-def test_each_worker_is_timed_from_the_first_version_it_lacked_and_keeps_its_time_while_out():
+def test_each_worker_is_timed_by_the_age_of_each_version_it_gets_and_keeps_its_time_while_out():
     census = DisseminationCensus()
     for version, at in ((1, 10.0), (2, 20.0), (3, 30.0)):
         census.publish(version, at)
@@ -56,8 +56,8 @@ def test_each_worker_is_timed_from_the_first_version_it_lacked_and_keeps_its_tim
     assert census.arrival_s == {}
     census.hold("a", 1, at=14.0)
     assert census.arrival_s == {"a": 4.0}
-    census.hold("a", 3, at=35.0)  # from 1 straight to 3: timed from 2's publish, smoothed (EMA weight 0.2)
-    assert census.arrival_s["a"] == pytest.approx(0.8 * 4.0 + 0.2 * 15.0)
+    census.hold("a", 3, at=35.0)  # from 1 straight to 3: the age of the version it got, smoothed (EMA weight 0.2)
+    assert census.arrival_s["a"] == pytest.approx(0.8 * 4.0 + 0.2 * 5.0)
     census.hold("b", 3, at=31.0)
     assert census.arrival_s["b"] == 1.0
     census.hold("b", None, at=40.0)  # parked or dead: out of the count, its time kept for the choice

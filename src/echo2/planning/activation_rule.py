@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from echo2.planning.activation import Activation, Candidate, choose_active
-from echo2.planning.capacity import StepTimes, provisioning_aim, required_throughput
+from echo2.planning.capacity import StepTimes, predicted_utilization, required_throughput
 from echo2.core.smoothing import ema
 
 if TYPE_CHECKING:
@@ -147,9 +147,7 @@ def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float 
     probation = [w for w in live if w.throughput is None]
     measured = [w for w in live if w.throughput is not None]
     options = dissemination_options(policy, measured, max(train_s, 1e-6), broadcast_s or 0.0)
-    aims = [provisioning_aim(option.times, option.throughput, policy.target_utilization, policy.headroom,
-                             policy.reachable_share) for option in options]
-    aim = max((a for a in aims if a is not None), default=None)
+    aim = common_aim(policy, options)
     best: tuple[Activation, float] | None = None
     for option in options if aim is not None else []:
         need = required_throughput(option.times, aim) * policy.headroom
@@ -170,7 +168,8 @@ def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float 
                                                   policy.rollouts_per_step, policy.staleness), aim):
         chosen = frozenset(w.worker_id for w in incumbents)
     price = sum(w.price_per_hour for w in measured if w.worker_id in chosen)  # the real one
-    trying = {w.worker_id for w in probation if could_change(w, True, price)}
+    reached = aim >= policy.target_utilization  # else the measured workers fall short: each newcomer could help
+    trying = {w.worker_id for w in probation if could_change(w, reached, price)}
     return Decision(chosen | trying, need)
 
 
@@ -198,6 +197,21 @@ class DisseminationOption:
     times: StepTimes
     workers: tuple[WorkerView, ...]
     throughput: float
+
+
+def common_aim(policy: ActivationPolicy, options: Sequence[DisseminationOption]) -> float | None:
+    """The utilization every option is asked to reach: the target when some option reaches it
+    (with ``headroom``), else ``reachable_share`` of the best any option reaches; None when none
+    reaches any (no throughput measured).
+
+    Below the target the rule aims a little under the best the available workers can do (the knee:
+    near it each added worker buys ever less), the best over all dissemination times: a set of
+    the nearest workers may fall short on throughput where the whole fleet, slower to reach, does
+    better, and the other way round."""
+    best = max((predicted_utilization(o.times, o.throughput / policy.headroom) for o in options), default=0.0)
+    if best <= 0:
+        return None
+    return policy.target_utilization if best >= policy.target_utilization else policy.reachable_share * best
 
 
 def dissemination_options(policy: ActivationPolicy, measured: Sequence[WorkerView], train_s: float,

@@ -153,13 +153,3 @@ def provisioning_need(times: StepTimes, available: float, target_utilization: fl
 def knee_utilization(times: StepTimes, target_utilization: float, reachable_share: float) -> float:
     """What the rule aims for when the target is out of reach: ``reachable_share`` of the ceiling."""
     return min(target_utilization, reachable_share * max_utilization(times))
-
-
-def provisioning_aim(times: StepTimes, available: float, target_utilization: float = 1.0, headroom: float = 1.0,
-                     reachable_share: float = 0.95) -> float | None:
-    """The utilization :func:`provisioning_need` provisions for with ``available`` throughput: the
-    target, else the knee; None when not even the knee is in reach (every worker runs)."""
-    for aim in (target_utilization, knee_utilization(times, target_utilization, reachable_share)):
-        if required_throughput(times, aim) * headroom <= available:
-            return aim
-    return None
