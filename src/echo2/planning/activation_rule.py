@@ -4,20 +4,22 @@ ECHO-2 provisions just enough rollout capacity to keep the learner busy. This is
 no clock and no coordinator in it, so that a live run (``coordinator/fleet.py``) and a simulated
 one (``simulation/engine.py``) decide with the same function:
 
-* **profiling** (:func:`profile`) — each submitted lease gives a worker's wall throughput (its
-  rollouts over the time from grant to submit, so slow links, throttling and contention all
-  count), smoothed by an exponential moving average;
-* **the need** — from the learner's measured step time and dissemination latency,
-  :func:`echo2.planning.capacity.provisioning_need` gives the aggregate throughput that keeps the
-  learner at the target utilization (times ``headroom``); when no available set can reach it
-  (dissemination-bound, e.g. S = 0 or a slow uplink, or too few workers) it aims for
-  ``reachable_share`` of the utilization unlimited throughput would give;
+* **profiling** (:func:`profile`) — each submitted lease gives a worker's throughput over its
+  whole lease cycle (:class:`LeaseCycle`: from its previous submission, so swapping a version in,
+  slow links, throttling and contention all count; the coordinator's holds and waits for a
+  version do not), smoothed as seconds per rollout;
+* **the need** — from the learner's measured step time and each worker's own dissemination time,
+  the capacity model (:mod:`echo2.planning.capacity`) gives, for each dissemination time a set
+  could have (:func:`dissemination_options`), the aggregate throughput that keeps the learner at
+  the target utilization (times ``headroom``); when no set reaches it (dissemination-bound, e.g.
+  S = 0 or a slow uplink, or too few workers) all aim for ``reachable_share`` of the best any
+  reaches (:func:`common_aim`);
 * **the choice** (:func:`decide`) — :func:`echo2.planning.activation.choose_active` picks the
-  cheapest measured set that meets the need, the workers active now weighed ``switch_margin``
-  cheaper (:func:`incumbent_price`: no switching on noise); a worker not yet measured is active
-  on probation (so that it gets measured at all) while measuring it could change that choice
-  (:func:`could_change`); only when even the reachable share is out of reach is every worker
-  active.
+  cheapest measured set that meets its need, the workers active now weighed ``switch_margin``
+  cheaper (:func:`incumbent_price`) and a scale-down made only when it saves more than that
+  (:func:`worth_scaling_down`): no switching on noise; a worker not yet measured is active on
+  probation (so that it gets measured at all) while measuring it could change that choice
+  (:func:`could_change`); only when nothing is measured is every worker active.
 """
 
 from __future__ import annotations
@@ -146,31 +148,43 @@ def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float 
         return Decision(everyone, None)
     probation = [w for w in live if w.throughput is None]
     measured = [w for w in live if w.throughput is not None]
-    options = dissemination_options(policy, measured, max(train_s, 1e-6), broadcast_s or 0.0)
+    train_s, broadcast_s = max(train_s, 1e-6), broadcast_s or 0.0
+    options = dissemination_options(policy, measured, train_s, broadcast_s)
     aim = common_aim(policy, options)
-    best: tuple[Activation, float] | None = None
-    for option in options if aim is not None else []:
-        need = required_throughput(option.times, aim) * policy.headroom
-        if need > option.throughput:
-            continue
-        candidates = [Candidate(w.worker_id, incumbent_price(w, policy.switch_margin), w.throughput or 0.0)
-                      for w in option.workers]
-        choice = choose_active(candidates, need)
-        if best is None or (choice.price_per_hour, -choice.throughput) < (best[0].price_per_hour, -best[0].throughput):
-            best = (choice, need)
-    if best is None:  # not even the reachable share is in reach: every worker works
+    cheapest = cheapest_cover(policy, options, aim) if aim is not None else None
+    if cheapest is None:  # nothing measured (or, by rounding, nothing reaches the aim): every worker works
         return Decision(everyone, math.inf)
-    choice, need = best
+    choice, need = cheapest
     chosen = frozenset(choice.active)
     incumbents = [w for w in measured if w.active]
-    if chosen < {w.worker_id for w in incumbents} and not worth_scaling_down(
-            policy, incumbents, chosen, StepTimes(max(train_s, 1e-6), set_latency(incumbents, broadcast_s or 0.0),
-                                                  policy.rollouts_per_step, policy.staleness), aim):
+    at_their_time = step_times(policy, train_s, set_latency(incumbents, broadcast_s))
+    if chosen < {w.worker_id for w in incumbents} and not worth_scaling_down(policy, incumbents, chosen,
+                                                                             at_their_time, aim):
         chosen = frozenset(w.worker_id for w in incumbents)
     price = sum(w.price_per_hour for w in measured if w.worker_id in chosen)  # the real one
     reached = aim >= policy.target_utilization  # else the measured workers fall short: each newcomer could help
     trying = {w.worker_id for w in probation if could_change(w, reached, price)}
     return Decision(chosen | trying, need)
+
+
+def cheapest_cover(policy: ActivationPolicy, options: Sequence[DisseminationOption],
+                   aim: float) -> tuple[Activation, float] | None:
+    """The cheapest set (and the need it covers) among the options that can reach ``aim``: each
+    option's workers at its dissemination time, incumbents weighed :func:`incumbent_price`."""
+    best: tuple[Activation, float] | None = None
+    for option in options:
+        need = required_throughput(option.times, aim) * policy.headroom
+        if need > option.throughput:
+            continue
+        choice = choose_active([Candidate(w.worker_id, incumbent_price(w, policy.switch_margin), w.throughput or 0.0)
+                                for w in option.workers], need)
+        if best is None or (choice.price_per_hour, -choice.throughput) < (best[0].price_per_hour, -best[0].throughput):
+            best = (choice, need)
+    return best
+
+
+def step_times(policy: ActivationPolicy, train_s: float, broadcast_s: float) -> StepTimes:
+    return StepTimes(train_s, broadcast_s, policy.rollouts_per_step, policy.staleness)
 
 
 def worth_scaling_down(policy: ActivationPolicy, incumbents: Sequence[WorkerView], chosen: frozenset[str],
@@ -236,8 +250,8 @@ def dissemination_options(policy: ActivationPolicy, measured: Sequence[WorkerVie
     options = []
     for limit in times:
         workers = tuple(w for w in measured if latency(w) <= limit)
-        options.append(DisseminationOption(StepTimes(train_s, limit, policy.rollouts_per_step, policy.staleness),
-                                           workers, sum(w.throughput or 0.0 for w in workers)))
+        options.append(DisseminationOption(step_times(policy, train_s, limit), workers,
+                                           sum(w.throughput or 0.0 for w in workers)))
     return options
 
 
