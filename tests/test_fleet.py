@@ -156,21 +156,19 @@ def test_a_parked_newcomer_is_tried_when_the_measured_set_loses_its_cover():
 
 
 def test_unreachable_target_aims_for_the_knee_instead_of_running_everyone():
-    # S = 0 never reaches U = 1: T / (T + 4 / sum(mu)). The best the three reach (300 rollouts/s, 1.1 headroom
-    # held back) is 0.986; 95% of it needs 65 x 1.1 rollouts/s, which the cheapest worker covers alone
+    # S = 0 never reaches U = 1; 95% of the best reachable (1 / (1 + 0)) needs 4 / (1/0.95 - 1) = 76 x 1.1 rollouts/s
     state = make_state(staleness=0, fleet=Fleet(ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=0)))
     workers = [state.register(f"w{i}", price_per_hour=1.0 + i) for i in range(3)]
     for worker in workers:
         measured(state, worker, 100.0)
     replan(state, train_s=1.0, broadcast_s=0.0)
     assert [w.active for w in workers] == [True, False, False]
-    aim = 0.95 / (1 + 4 / (300 / 1.1))
-    assert state.fleet.need == pytest.approx(4 / (1 / aim - 1) * 1.1)
-    # a slow link: S = 1 with T_bcast = 3 T_train caps utilization at 2 / 4 whatever the throughput; one worker
-    # reaches 95% of what all three do, where asking for U = 1 would have activated all three for no gain
+    assert state.fleet.need == pytest.approx(4 / (1 / 0.95 - 1) * 1.1)
+    # a slow link: S = 1 with T_bcast = 3 T_train caps utilization at 2 / 4; the knee asks for 4 / 0.21 x 1.1 = 21
+    # rollouts/s, where asking for U = 1 would have activated all three workers for no gain
     replan(state, train_s=1.0, broadcast_s=3.0)
     assert sum(w.active for w in workers) == 1
-    # a short step: only the whole fleet reaches 95% of the best the fleet can do, so everyone works
+    # the whole fleet falls short of even the knee: everyone works
     replan(state, train_s=0.01, broadcast_s=0.0)
     assert all(w.active for w in workers)
 

@@ -26,9 +26,10 @@ class ActivationRule(Section):
     target_utilization: float = Field(1.0, gt=0, le=1)
     """Learner utilization the rule provisions for."""
     reachable_share: float = Field(0.95, gt=0, le=1)
-    """When no set of the available workers reaches ``target_utilization`` (dissemination-bound, or
-    too few workers), aim for this share of the best utilization any of them reaches instead of
-    running every worker for the last few points (``planning.activation_rule.common_aim``)."""
+    """When no available set reaches ``target_utilization`` (dissemination-bound, or too few
+    workers), aim for this share of the utilization unlimited throughput would give instead of
+    running every worker for the last few points (:func:`echo2.planning.capacity.provisioning_need`,
+    per dissemination time in ``planning.activation_rule.common_aim``)."""
     switch_margin: float = Field(0.25, ge=0)
     """Weigh the workers active now this share cheaper when choosing the active set, and park some
     of them only when that saves more than this share of their price: a worker's throughput

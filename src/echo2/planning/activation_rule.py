@@ -12,8 +12,8 @@ one (``simulation/engine.py``) decide with the same function:
   the capacity model (:mod:`echo2.planning.capacity`) gives, for each dissemination time a set
   could have (:func:`dissemination_options`), the aggregate throughput that keeps the learner at
   the target utilization (times ``headroom``); when no set reaches it (dissemination-bound, e.g.
-  S = 0 or a slow uplink, or too few workers) all aim for ``reachable_share`` of the best any
-  reaches (:func:`common_aim`);
+  S = 0 or a slow uplink, or too few workers) all aim for the best any reaches up to
+  ``reachable_share`` of its ceiling (:func:`common_aim`);
 * **the choice** (:func:`decide`) — :func:`echo2.planning.activation.choose_active` picks the
   cheapest measured set that meets its need, the workers active now weighed ``switch_margin``
   cheaper (:func:`incumbent_price`) and a scale-down made only when it saves more than that
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from echo2.planning.activation import Activation, Candidate, choose_active
-from echo2.planning.capacity import StepTimes, predicted_utilization, required_throughput
+from echo2.planning.capacity import StepTimes, knee_utilization, predicted_utilization, required_throughput
 from echo2.core.smoothing import ema
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ def cheapest_cover(policy: ActivationPolicy, options: Sequence[DisseminationOpti
     best: tuple[Activation, float] | None = None
     for option in options:
         need = required_throughput(option.times, aim) * policy.headroom
-        if need > option.throughput:
+        if need > option.throughput * (1 + 1e-9):  # (all of an option's workers: equal but for rounding)
             continue
         choice = choose_active([Candidate(w.worker_id, incumbent_price(w, policy.switch_margin), w.throughput or 0.0)
                                 for w in option.workers], need)
@@ -215,17 +215,23 @@ class DisseminationOption:
 
 def common_aim(policy: ActivationPolicy, options: Sequence[DisseminationOption]) -> float | None:
     """The utilization every option is asked to reach: the target when some option reaches it
-    (with ``headroom``), else ``reachable_share`` of the best any option reaches; None when none
-    reaches any (no throughput measured).
+    (with ``headroom``), else the best any option reaches up to its knee; None when none reaches
+    any (no throughput measured).
 
-    Below the target the rule aims a little under the best the available workers can do (the knee:
-    near it each added worker buys ever less), the best over all dissemination times: a set of
-    the nearest workers may fall short on throughput where the whole fleet, slower to reach, does
-    better, and the other way round."""
-    best = max((predicted_utilization(o.times, o.throughput / policy.headroom) for o in options), default=0.0)
-    if best <= 0:
-        return None
-    return policy.target_utilization if best >= policy.target_utilization else policy.reachable_share * best
+    Per option this is :func:`echo2.planning.capacity.provisioning_need`'s aim (the target; else
+    ``reachable_share`` of the ceiling unlimited throughput would give at that dissemination time,
+    near which each added worker buys ever less; else, when not even that is in reach, all the
+    option's workers), and the rule aims for the best of them. Aiming instead for the share of the
+    best any option reaches parked workers where the learner, the dearest machine, then idled: the
+    4B scenario at S = 0 ran 36 of 64 workers at 0.27 utilization, dearer than all 64 at 0.38."""
+    def reaches(option: DisseminationOption) -> float:
+        full = predicted_utilization(option.times, option.throughput / policy.headroom)
+        if full >= policy.target_utilization:
+            return policy.target_utilization
+        return min(full, knee_utilization(option.times, policy.target_utilization, policy.reachable_share))
+
+    best = max((reaches(option) for option in options), default=0.0)
+    return best if best > 0 else None
 
 
 def dissemination_options(policy: ActivationPolicy, measured: Sequence[WorkerView], train_s: float,
