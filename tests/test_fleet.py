@@ -1,5 +1,6 @@
 """Cost-aware activation as the coordinator applies it: profiling, parking, re-activation, billing."""
 
+import threading
 import time
 
 import pytest
@@ -118,6 +119,35 @@ def test_a_lease_cycle_runs_from_submission_to_submission_less_what_is_not_the_w
     cycle.answered("granted", 9.0)  # asked ahead, granted while the lease before is generated
     cycle.submitted(12.0)
     assert busy_seconds(15.0, granted_at=9.0, cycle_began_at=cycle.began_at) == 3.0
+
+
+def test_the_coordinator_restarts_a_workers_cycle_when_it_releases_a_request_it_held():
+    """A parked worker's request is held open (its long-poll); the wait is activation's doing, not
+    the worker's, so its next lease is timed from the release, not from its last submission."""
+    state = make_state(staleness=1, fleet=Fleet(POLICY))
+    dear = state.register("dear", price_per_hour=3.0)
+    submit_all(state, dear, state.lease(dear, worker_version=0, max_groups=2, wait_s=0))
+    submitted_at = dear.cycle.began_at
+    assert submitted_at is not None
+    cheap = state.register("cheap", price_per_hour=0.5)
+    measured(state, cheap, 10.0)
+    replan(state, train_s=1.0, broadcast_s=0.0)
+    assert cheap.active and not dear.active  # 10 rollouts/s cover the 4 asked at a sixth of the price
+    died_at = []
+
+    def cheap_dies():
+        died_at.append(time.monotonic())
+        cheap.last_seen = died_at[0] - 1000
+        state.reap()
+
+    timer = threading.Timer(0.5, cheap_dies)
+    timer.start()
+    try:
+        answer = state.lease(dear, worker_version=0, max_groups=2, wait_s=10)  # held parked until then
+    finally:
+        timer.join()
+    assert answer.status == "granted" and dear.active
+    assert dear.cycle.began_at >= died_at[0] > submitted_at and not dear.cycle.paused
 
 
 def test_throughput_is_averaged_as_seconds_per_rollout():
