@@ -65,6 +65,17 @@ def test_each_worker_is_timed_by_the_age_of_each_version_it_gets_and_keeps_its_t
     assert census.arrival_s["b"] == 1.0
 
 
+def test_a_worker_claiming_it_held_a_version_before_its_publish_is_timed_at_zero_not_less():
+    # fetch times come from the worker's own report (the coordinator refuses NaN, infinities and times
+    # beyond its clock-skew bound); within the bound a too-early claim can make the worker look near,
+    # never nearer than holding the version at its publish
+    census = DisseminationCensus()
+    census.publish(1, at=100.0)
+    census.hold("liar", 0, at=0.0)
+    census.hold("liar", 1, at=40.0)
+    assert census.arrival_s["liar"] == 0.0
+
+
 def test_events_reported_out_of_order_time_a_version_by_its_last_holder():
     """Remote workers report in batches: a's load at 12 reported after b's at 14 still times
     version 1 at 14, the moment the last worker held it."""
