@@ -4,6 +4,7 @@ Everything runs on loopback with small payloads and caps, so the whole file take
 """
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -13,6 +14,7 @@ import pytest
 import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 from safetensors.numpy import save as save_numpy
 
 from echo2.broadcast.chunk_store import ChunkStore
@@ -94,6 +96,16 @@ def test_tampered_chunks_and_bad_inputs_are_rejected():
         build_manifest(payload, version=0, dtype="bfloat16")
     with pytest.raises(ValueError, match="chunk sizes add up"):
         Manifest(**{**manifest.model_dump(), "total_bytes": manifest.total_bytes + 1})
+
+
+@pytest.mark.parametrize("field, value", [("version", "7"), ("total_bytes", True), ("version", 7.0)])
+def test_a_relays_manifest_with_a_number_in_another_type_is_refused_not_coerced(field, value):
+    """A manifest comes from an untrusted relay: ``"7"`` or ``true`` where a number belongs is an
+    error naming the field (lax parsing took them as 7 and 1)."""
+    manifest, _ = build_manifest(random_payload(4 * KIB), version=7, chunk_size=KIB)
+    sent = json.dumps({**json.loads(manifest.model_dump_json()), field: value})
+    with pytest.raises(ValidationError, match=field):
+        Manifest.model_validate_json(sent)
 
 
 # ---------------------------------------------------------------------- chunk store

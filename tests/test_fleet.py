@@ -4,12 +4,13 @@ import threading
 import time
 
 import pytest
-from conftest import make_state, submit_all
+from conftest import make_state, publish, submit_all
 
 from echo2.coordinator.fleet import Fleet
-from echo2.planning.activation_rule import (MAX_OPTIONS, ActivationPolicy, LeaseCycle, WorkerView, busy_seconds, decide,
+from echo2.planning.activation_rule import (MAX_OPTIONS, ActivationPolicy, LeaseCycle, WorkerView, decide,
                                            dissemination_options, profile)
 from echo2.planning.billing import Billing
+from echo2.protocol import TimelineEvent
 
 # 2 groups x 2 completions = 4 rollouts per step; S = 1
 POLICY = ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=1, headroom=1.0)
@@ -106,19 +107,21 @@ def test_a_scale_down_waits_until_it_saves_more_than_the_margin():
 
 def test_a_lease_cycle_runs_from_submission_to_submission_less_what_is_not_the_workers_doing():
     cycle = LeaseCycle()
-    assert busy_seconds(5.0, granted_at=3.0, cycle_began_at=cycle.began_at) == 2.0  # first lease: from its grant
-    cycle.submitted(5.0)
+
+    def rate(now: float, granted_at: float) -> float | None:  # one rollout a lease, no history: 1 / cycle
+        return cycle.submitted(now, granted_at, rollouts=1, throughput=None)
+
+    assert rate(5.0, granted_at=3.0) == 1 / 2.0  # first lease: from its grant
     cycle.answered("granted", 6.0)  # the swap of a new version in and the request count
-    assert busy_seconds(8.0, granted_at=6.0, cycle_began_at=cycle.began_at) == 3.0
-    cycle.submitted(8.0)
+    assert rate(8.0, granted_at=6.0) == 1 / 3.0
     for status in ("wait", "parked", "refresh"):  # a full window, parking, waiting for a version: not generation
         cycle.answered(status, 9.0)
         cycle.answered("granted", 20.0)
         assert cycle.began_at == 20.0 and not cycle.paused
-        cycle.submitted(8.0)
-    cycle.answered("granted", 9.0)  # asked ahead, granted while the lease before is generated
-    cycle.submitted(12.0)
-    assert busy_seconds(15.0, granted_at=9.0, cycle_began_at=cycle.began_at) == 3.0
+        assert rate(24.0, granted_at=20.0) == 1 / 4.0
+    cycle.answered("granted", 25.0)  # asked ahead, granted while the lease before is generated
+    assert rate(27.0, granted_at=25.0) == 1 / 3.0  # from the submission at 24, not the grant at 25
+    assert cycle.submitted(29.0, 28.0, rollouts=4, throughput=1.0) == profile(1.0, 4, 2.0)  # folded into the average
 
 
 def test_the_coordinator_restarts_a_workers_cycle_when_it_releases_a_request_it_held():
@@ -246,3 +249,31 @@ def test_throughput_is_profiled_from_submissions_and_cost_is_billed_for_active_t
     assert 0.2 / 3600 * 36 * 0.5 < costs["cost/w_usd"] < 1.0
     assert costs["cost_learner_usd"] == pytest.approx(1.0)
     assert costs["cost_centralized_usd"] > costs["cost_learner_usd"]
+
+
+def test_a_quarantined_worker_leaves_activation_billing_the_relay_plan_and_the_census():
+    """It may keep sending heartbeats, but it gets no lease: counted as capacity it left the fleet
+    short, billed it cost what it could not earn, as a relay it took peers, in the census each
+    version's spread waited for it."""
+    state = make_state(staleness=1, fleet=Fleet(POLICY))
+    honest, cheat = state.register("honest", price_per_hour=0.5), state.register("cheat", price_per_hour=0.5)
+    for record in (honest, cheat):
+        measured(state, record, 3.0)  # 4 rollouts/s needed: both
+    replan(state, train_s=1.0, broadcast_s=0.0)
+    assert honest.active and cheat.active and set(state.fleet.billing.billing) == {honest.worker_id, cheat.worker_id}
+
+    def fetched(record, version: int, at: float) -> None:
+        state.heartbeat(record, version, [TimelineEvent(kind="fetch", start=at - 0.5, end=at, version=version)])
+
+    now = time.time()
+    for record in (honest, cheat):
+        fetched(record, 0, now)
+    state.quarantine(cheat.worker_id, "fabricated log-probs")
+    assert [node.id for node in state.registry.plan_nodes()] == [honest.worker_id]
+    assert set(state.fleet.billing.billing) == {honest.worker_id}  # stopped at the quarantine
+    assert honest.active  # alone: it is the fleet, even short of the need
+    publish(state, 1)
+    fetched(cheat, 1, time.time() + 5.0)  # reported first, but it no longer counts ...
+    assert state.versions.spreading()
+    fetched(honest, 1, time.time() + 1.0)  # ... so the version has spread once the honest worker holds it
+    assert not state.versions.spreading() and state.disseminated == [pytest.approx(1.0, abs=0.5)]

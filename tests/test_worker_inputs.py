@@ -112,3 +112,23 @@ def test_an_honest_heartbeat_with_a_fetch_is_recorded(client):
     assert response.status_code == 200, response.text
     record = state.registry.records()[0]
     assert record.fetches == 1 and record.upload_bytes_per_s == 1e8
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"version": "0"}, "version"),
+    ({"version": True}, "version"),
+    ({"version": 0.0}, "version"),
+    ({"version": 0, "upload_bytes_per_s": "1e8"}, "upload_bytes_per_s"),
+    ({"version": 0, "events": [{"kind": "fetch", "start": "1.0", "end": 2.0, "version": 0}]}, "start"),
+])
+def test_a_number_sent_in_another_type_is_refused_with_its_field_not_coerced(client, body, field):
+    """Strict wire types: ``"0"``, ``true`` or ``0.0`` where an integer belongs, a number sent as a
+    string: each a 422 naming the field (lax parsing took ``true`` for version 1 and ``"1e8"`` for
+    a rate), the record left as it was."""
+    state, http = client
+    session = register(http, "w").json()["session_token"]
+    response = heartbeat(http, session, body)
+    assert response.status_code == 422, response.text
+    assert field in response.text
+    record = state.registry.records()[0]
+    assert record.version == 0 and record.fetches == 0 and record.upload_bytes_per_s is None

@@ -55,9 +55,12 @@ def worker_name_problem(name: str) -> str | None:
 
 
 class Message(BaseModel):
-    # NaN and +-inf are refused in every float a peer sends: one infinite timeline time made the
-    # dashboard fail and the run directory unreadable for good
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    """Every wire message: no unknown field, no NaN or +-inf in a float (one infinite timeline time
+    made the dashboard fail and the run directory unreadable for good), and strict types: a number
+    sent as a string (``"version": "7"``), a bool as a number or a number as a bool is refused with
+    the field's name rather than guessed at (pydantic's lax mode took ``true`` for version 1)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 class RegisterRequest(Message):

@@ -37,7 +37,10 @@ Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Strict, as the wire messages are (:class:`echo2.protocol.Message`): a manifest comes from an
+    untrusted relay, and a chunk size or version sent as a string is refused, not coerced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ChunkInfo(_Model):

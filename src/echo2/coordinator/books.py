@@ -90,14 +90,15 @@ class Books:
         return self.ledger.version
 
     def _replan(self, reason: str) -> None:
-        """Re-decide the active set; a worker parked leaves the dissemination census (it generates
-        nothing, so the figure does not wait for it) and counts again from its next load, as in the
-        simulator: a parked worker asking only when its held request times out is not timed by that."""
+        """Re-decide the active set; a worker no longer at work (parked, quarantined) leaves the
+        dissemination census (it generates nothing, so the figure does not wait for it) and counts
+        again from its next load once at work, as in the simulator: a parked worker asking only when
+        its held request times out is not timed by that."""
         self.fleet.replan(self.registry.records(), self.clock.train_s, self.clock.broadcast_s,
                           self.versions.census.arrival_s, reason=reason)
         now = time.time()
         for record in self.registry.live():
-            if not record.active:
+            if not record.at_work:
                 self.versions.gone(record.worker_id, now)
 
     def _time_dissemination(self) -> None:

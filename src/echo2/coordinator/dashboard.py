@@ -126,7 +126,7 @@ def _state(record: WorkerRecord, oldest_usable: int, median: float | None) -> Wo
 def _workers(state: CoordinatorState) -> list[WorkerRow]:
     """The registry as rows (call under the state's lock)."""
     now, records = time.monotonic(), state.registry.records()
-    measured = sorted(r.throughput for r in records if r.alive and r.active and not r.quarantined and r.throughput)
+    measured = sorted(r.throughput for r in records if r.at_work and r.throughput)
     median = measured[len(measured) // 2] if len(measured) >= 2 else None
     return [WorkerRow(name=r.name, worker_id=r.worker_id, worker_class=r.worker_class,
                       state=_state(r, state.version - state.staleness, median), version=r.version,

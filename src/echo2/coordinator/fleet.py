@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 
 from echo2.coordinator.records import WorkerRecord
-from echo2.planning.activation_rule import ActivationPolicy, WorkerView, busy_seconds, decide, profile
+from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide
 from echo2.planning.billing import Billing, cost_summary
 
 log = logging.getLogger("echo2")
@@ -32,19 +32,11 @@ class Fleet:
     def _now(self) -> float:
         return time.monotonic() - self._started
 
-    @staticmethod
-    def observe(record: WorkerRecord, rollouts: int, granted_at: float, now: float) -> None:
-        """Fold the throughput of a lease granted at ``granted_at`` and submitted ``now`` (monotonic
-        clock) into the worker's moving average."""
-        busy_s = busy_seconds(now, granted_at, record.cycle.began_at)
-        record.throughput = profile(record.throughput, rollouts, busy_s)
-        record.cycle.submitted(now)
-
     def bill(self, records: list[WorkerRecord]) -> None:
         """Bring billing in line with who is active now (call after any change of the active set)."""
         now = self._now()
         for record in records:
-            if record.alive and record.active:
+            if record.at_work:
                 self.billing.start(record.worker_id, record.worker_class, record.price_per_hour, now)
             else:
                 self.billing.stop(record.worker_id, record.worker_class, now)
@@ -53,7 +45,7 @@ class Fleet:
                arrivals: Mapping[str, float], reason: str) -> None:
         """Re-decide which live workers are active (``arrivals``: each worker's own dissemination
         time, :attr:`echo2.core.dissemination.DisseminationCensus.arrival_s`)."""
-        live = [r for r in records if r.alive]
+        live = [r for r in records if r.in_fleet]
         views = [WorkerView(r.worker_id, r.price_per_hour, r.throughput, r.active, arrivals.get(r.worker_id))
                  for r in live]
         decision = decide(self.policy, views, train_s, broadcast_s)

@@ -59,7 +59,7 @@ class Membership(Books):
         for event in events:
             if event.kind == "fetch":
                 record.fetched(event)
-                if record.active:  # a parked worker is not counted (Books._replan)
+                if record.at_work:  # the census counts no parked or quarantined worker (Books._replan)
                     self.versions.loaded(event.version, record.worker_id, event.end)
             self.on_interval(record.name, event.kind, event.start, event.end, event.version)
         if any(event.kind == "fetch" for event in events):
@@ -118,5 +118,7 @@ class Membership(Books):
             mine = self.ledger.evict(lambda group: group.worker_id == worker_id)
             self.counters["groups_discarded_quarantined"] += len(mine)
             log.warning("quarantined worker %s: %s (%d groups discarded)", record.name, reason, len(mine) + len(taken))
+            self._replan(f"{record.name} quarantined")  # out of activation, billing and the census
+            self._time_dissemination()
             self.cond.notify_all()
             return len(mine) + len(taken)

@@ -97,11 +97,25 @@ class WorkerRecord:
     """``time.monotonic()`` before which it gets no lease: its leases kept expiring unfulfilled."""
     throughput: float | None = None
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
+
     cycle: LeaseCycle = field(default_factory=LeaseCycle)
     """Where its current lease cycle began, ``time.monotonic()`` (:func:`~echo2.planning.activation_rule.busy_seconds`)."""
     last_error: str = ""
     """Why its latest refused request was refused (code: reason), for the dashboard."""
 
+    @property
+    def in_fleet(self) -> bool:
+        """Alive and not quarantined: what activation chooses from, the relay plan sends peers to
+        and billing may count. A quarantined worker may keep its heartbeats, but it gets no lease:
+        counted as capacity it would leave the fleet short, billed it would cost what it cannot
+        earn, in the census every version's spread would wait for it."""
+        return self.alive and not self.quarantined
+
+    @property
+    def at_work(self) -> bool:
+        """In the fleet and not parked: the workers the dissemination census counts (the
+        simulator's rule too: :meth:`echo2.simulation.engine.Simulation.census`)."""
+        return self.in_fleet and self.active
     def fetched(self, event: TimelineEvent) -> None:
         """A weight fetch it finished: counts, latency, and the version it now holds."""
         self.fetches += 1

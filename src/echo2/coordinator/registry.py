@@ -88,6 +88,10 @@ class WorkerRegistry:
     def live(self) -> list[WorkerRecord]:
         return [record for record in self.workers.values() if record.alive]
 
+    def fleet(self) -> list[WorkerRecord]:
+        """Live workers not quarantined (:attr:`WorkerRecord.in_fleet`)."""
+        return [record for record in self.workers.values() if record.in_fleet]
+
     def silent(self, timeout_s: float) -> list[WorkerRecord]:
         """Live workers not heard from for ``timeout_s``."""
         now = time.monotonic()
@@ -100,14 +104,15 @@ class WorkerRegistry:
                  "answered: peers may fetch there" if reachable else "is unreachable: a leaf of the plan", why)
 
     def plan_nodes(self) -> list[Node]:
-        """The live workers as the broadcast planner sees them: a relay only once it answered as
-        its worker, one on a host-scoped address for its own site alone."""
+        """The workers of the fleet as the broadcast planner sees them (a quarantined one relays
+        for no peer): a relay only once it answered as its worker, one on a host-scoped address
+        for its own site alone."""
         return [Node(r.worker_id, r.upload_bytes_per_s or 0.0, reachable=r.relay_reachable is True, site=r.site,
-                     scope=r.site if r.relay_url and host_scoped(r.relay_url) else None) for r in self.live()]
+                     scope=r.site if r.relay_url and host_scoped(r.relay_url) else None) for r in self.fleet()]
 
     def relay_urls(self) -> dict[str, str]:
-        """Worker id -> relay URL of the live workers that serve chunks to peers."""
-        return {r.worker_id: r.relay_url for r in self.live() if r.relay_url}
+        """Worker id -> relay URL of the fleet's workers that serve chunks to peers."""
+        return {r.worker_id: r.relay_url for r in self.fleet() if r.relay_url}
 
     def stats(self) -> list[WorkerStats]:
         return [WorkerStats(r.name, r.alive, r.active, r.throughput, r.samples, r.tokens, r.generate_seconds,

@@ -28,7 +28,7 @@ class WorkSide(Membership):
     def _answer(self, record: WorkerRecord, worker_version: int, requested: int) -> LeaseAnswer:
         """:func:`echo2.core.leasing.answer_lease` over this coordinator's books, now."""
         held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
-        others = any(r is not record and r.active and not r.quarantined for r in self.registry.live())
+        others = any(r is not record and r.at_work for r in self.registry.live())
         return answer_lease(self.ledger, self.shares, record, worker_version=worker_version, requested=requested,
                             held=held, active=record.active, others_live=others, now=time.monotonic(),
                             finished=self.finished)
@@ -72,7 +72,8 @@ class WorkSide(Membership):
             self.counters["leases_completed"] += 1
             delivered(record)
             now = time.monotonic()
-            self.fleet.observe(record, sum(len(g.completions) for g in request.groups), lease.granted_at, now)
+            rollouts = sum(len(g.completions) for g in request.groups)
+            record.throughput = record.cycle.submitted(now, lease.granted_at, rollouts, record.throughput)
             for group in accepted_groups(lease, record.worker_id, request, rewards):
                 self.ledger.admit(group.slot, group.version, group)
             record.count(request, now - lease.granted_at)

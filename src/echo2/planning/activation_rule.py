@@ -133,8 +133,13 @@ class LeaseCycle:
             if self.began_at is not None:
                 self.began_at = now
 
-    def submitted(self, now: float) -> None:
+    def submitted(self, now: float, granted_at: float, rollouts: int, throughput: float | None) -> float | None:
+        """A lease of ``rollouts`` granted at ``granted_at`` was submitted ``now``: the worker's
+        ``throughput`` with this cycle folded in (:func:`profile` over :func:`busy_seconds`, the one
+        step the coordinator and the simulator both take); the next cycle begins now."""
+        busy_s = busy_seconds(now, granted_at, self.began_at)
         self.began_at = now
+        return profile(throughput, rollouts, busy_s)
 
 
 def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float | None,

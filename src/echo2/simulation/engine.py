@@ -23,7 +23,7 @@ import time
 
 from echo2.core.leasing import LeaseAnswer, answer_lease
 from echo2.core.shares import delivered, missed
-from echo2.planning.activation_rule import WorkerView, busy_seconds, decide, profile
+from echo2.planning.activation_rule import WorkerView, decide
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.fleet import Lease, SimWorker, lognormal
 from echo2.simulation.results import SimResult
@@ -232,8 +232,7 @@ class Simulation:
                 self.books.ledger.admit(slot, lease.version, lease.version)
             self.books.counters["leases_completed"] += 1
             self.books.counters["groups_accepted"] += len(lease.slots)
-            worker.throughput = profile(worker.throughput, rollouts, busy_seconds(now, lease.granted_at, worker.cycle.began_at))
-            worker.cycle.submitted(now)
+            worker.throughput = worker.cycle.submitted(now, lease.granted_at, rollouts, worker.throughput)
         if worker.leaving or not (worker.leases or worker.protocol.asking_ahead):
             # it began its next cycle when it sent these results
             self.lease_loop.cycle(worker, head_start_s=worker.rtt_s / 2)
