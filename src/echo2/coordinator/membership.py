@@ -56,11 +56,17 @@ class Membership(Books):
             return HeartbeatResponse(latest_version=self.version, stop=self.finished)
 
     def _record_events(self, record: WorkerRecord, events: list[TimelineEvent]) -> None:
+        """Count a worker's reported events. A fetch's end is the worker's word, on its own clock:
+        the census takes it no later than now, when the report arrived. A fetch cannot end after
+        the report of it, and a time inside the clock-skew allowance (``check_telemetry``'s day)
+        had let one worker claim a version took it a day to get, which made the fleet's
+        dissemination time a day and activation run every worker."""
+        now = time.time()
         for event in events:
             if event.kind == "fetch":
                 record.fetched(event)
                 if record.at_work:  # the census counts no parked or quarantined worker (Books._replan)
-                    self.versions.loaded(event.version, record.worker_id, event.end)
+                    self.versions.loaded(event.version, record.worker_id, min(event.end, now))
             self.on_interval(record.name, event.kind, event.start, event.end, event.version)
         if any(event.kind == "fetch" for event in events):
             self._time_dissemination()
