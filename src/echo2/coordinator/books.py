@@ -90,16 +90,19 @@ class Books:
         return self.ledger.version
 
     def _replan(self, reason: str) -> None:
-        """Re-decide the active set; a worker no longer at work (parked, quarantined) leaves the
-        dissemination census (it generates nothing, so the figure does not wait for it) and counts
-        again from its next load once at work, as in the simulator: a parked worker asking only when
-        its held request times out is not timed by that."""
+        """Re-decide the active set after the fleet changed (call locked). A worker no longer at
+        work (dead, gone, parked, quarantined) leaves the dissemination census: it generates
+        nothing, so the figure does not wait for it, and a parked one counts again from its next
+        load once at work, as in the simulator (a parked worker asking only when its held request
+        times out is not timed by that). The versions that its leaving lets reach the whole fleet
+        are timed at once."""
         self.fleet.replan(self.registry.records(), self.clock.train_s, self.clock.broadcast_s,
                           self.versions.census.arrival_s, reason=reason)
         now = time.time()
-        for record in self.registry.live():
+        for record in self.registry.records():
             if not record.at_work:
                 self.versions.gone(record.worker_id, now)
+        self._time_dissemination()
 
     def _time_dissemination(self) -> None:
         """Versions that now reached every live worker (:meth:`VersionBook.pop_disseminated`): on

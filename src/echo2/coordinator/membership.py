@@ -78,9 +78,7 @@ class Membership(Books):
                 record.alive = False
                 log.warning("worker %s silent for %.0fs: declared dead", record.name, self.heartbeat_timeout_s)
                 self.counters["workers_dead"] += 1
-                self.versions.gone(record.worker_id, time.time())
                 self._replan(f"{record.name} died")
-            self._time_dissemination()
             overdue = self.leases.overdue()
             for lease in self.leases.active():
                 record = self.registry.workers[lease.worker_id]
@@ -100,13 +98,11 @@ class Membership(Books):
         with self.cond:
             record.alive, record.left = False, True
             self.counters["workers_left"] += 1
-            self.versions.gone(record.worker_id, time.time())
             returned = self.leases.active(record.worker_id)
             for lease in returned:
                 self._expire(lease)
             log.info("worker %s left (deregistered); %d unfinished leases re-issued", record.name, len(returned))
             self._replan(f"{record.name} left")
-            self._time_dissemination()
 
     def quarantine(self, worker_id: str, reason: str, taken: list[Group] = ()) -> int:
         """Stop trusting a worker whose results failed verification: no more leases or submissions,
@@ -125,6 +121,5 @@ class Membership(Books):
             self.counters["groups_discarded_quarantined"] += len(mine)
             log.warning("quarantined worker %s: %s (%d groups discarded)", record.name, reason, len(mine) + len(taken))
             self._replan(f"{record.name} quarantined")  # out of activation, billing and the census
-            self._time_dissemination()
             self.cond.notify_all()
             return len(mine) + len(taken)

@@ -116,6 +116,7 @@ class WorkerRecord:
         """In the fleet and not parked: the workers the dissemination census counts (the
         simulator's rule too: :meth:`echo2.simulation.engine.Simulation.census`)."""
         return self.in_fleet and self.active
+
     def fetched(self, event: TimelineEvent) -> None:
         """A weight fetch it finished: counts, latency, and the version it now holds."""
         self.fetches += 1

@@ -28,7 +28,7 @@ class WorkSide(Membership):
     def _answer(self, record: WorkerRecord, worker_version: int, requested: int) -> LeaseAnswer:
         """:func:`echo2.core.leasing.answer_lease` over this coordinator's books, now."""
         held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
-        others = any(r is not record and r.at_work for r in self.registry.live())
+        others = any(r is not record and r.at_work for r in self.registry.fleet())
         return answer_lease(self.ledger, self.shares, record, worker_version=worker_version, requested=requested,
                             held=held, active=record.active, others_live=others, now=time.monotonic(),
                             finished=self.finished)
