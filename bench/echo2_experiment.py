@@ -36,6 +36,7 @@ import os
 import statistics
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -80,9 +81,33 @@ def plateau(points: list[list[float]]) -> float:
     return max(accuracy for _, _, accuracy in smoothed(points))
 
 
-def reached(points: list[list[float]], target: float) -> tuple[float | None, float | None]:
-    """Seconds and dollars to the first point of the smoothed curve at or above ``target`` (None: never)."""
-    return next(((t, dollars) for t, dollars, accuracy in smoothed(points) if accuracy >= target), (None, None))
+EVAL_EVERY = 10
+"""Versions between evaluations in the runs recorded before their records listed the versions."""
+
+
+def eval_versions(run: dict) -> list[int]:
+    """The version each of ``run``'s evaluations evaluated. Older records do not list them: those
+    runs were evaluated every :data:`EVAL_EVERY` versions from v0 and at their last version."""
+    if "eval_versions" in run:
+        return run["eval_versions"]
+    versions = [min(EVAL_EVERY * i, run["steps"]) for i in range(len(run["points"]))]
+    if versions[-1] != run["steps"] or len(set(versions)) != len(versions):
+        raise ValueError(f"the {run['arm']} seed {run['seed']} record lists {len(run['points'])} evaluations, not "
+                         f"one every {EVAL_EVERY} versions of its {run['steps']}: record its eval_versions")
+    return versions
+
+
+def reached(run: dict, target: float) -> tuple[float | None, float | None, int | None]:
+    """Seconds, dollars and versions to the first point of ``run``'s smoothed curve at or above
+    ``target`` (None: never). Seconds are versions times the run's pace: the split says whether an
+    arm is slower to the target because it learns less per version or because it makes fewer."""
+    return next(((t, dollars, version) for (t, dollars, accuracy), version
+                 in zip(smoothed(run["points"]), eval_versions(run)) if accuracy >= target), (None, None, None))
+
+
+def seconds_per_version(run: dict) -> float:
+    """The run's pace: its learner's wall time per version (a machine's, like its seconds)."""
+    return run["train_wall_s"] / run["steps"]
 
 
 def load_records(path: Path) -> list[dict]:
@@ -129,35 +154,45 @@ def summarize(records: list[dict]) -> tuple[list[dict], float]:
         runs = [r for r in records if r["arm"] == arm.name]
         if not runs:
             continue
-        hits = [reached(r["points"], target) for r in runs]
-        seconds = interval([t for t, _ in hits if t is not None])
-        dollars = interval([d for _, d in hits if d is not None])
+        hits = [reached(r, target) for r in runs]
+        seconds = interval([t for t, _, _ in hits if t is not None])
+        dollars = interval([d for _, d, _ in hits if d is not None])
+        versions = interval([v for _, _, v in hits if v is not None])
         final, peak = interval([r["acc_final"] for r in runs]), interval([plateau(r["points"]) for r in runs])
-        rows.append({"arm": arm.name, "seeds": len(runs), "reached": sum(t is not None for t, _ in hits),
+        rows.append({"arm": arm.name, "seeds": len(runs), "reached": sum(t is not None for t, _, _ in hits),
                      "time_to_target_s": seconds[0], "time_ci_s": seconds[1], "dollars_to_target": dollars[0],
-                     "dollars_ci": dollars[1], "acc_plateau": peak[0], "acc_plateau_ci": peak[1],
+                     "dollars_ci": dollars[1], "versions_to_target": versions[0], "versions_to_target_ci": versions[1],
+                     "acc_plateau": peak[0], "acc_plateau_ci": peak[1],
                      "acc_final": final[0], "acc_final_ci": final[1],
                      "utilization": statistics.fmean(r["utilization"] for r in runs),
                      "samples_per_s": statistics.fmean(r["samples_per_s"] for r in runs),
                      "dollars_per_hour": statistics.fmean(r["dollars_per_hour"] for r in runs),
                      "steps": statistics.fmean(r["steps"] for r in runs)})
+    def time_to(run: dict) -> float | None:
+        return reached(run, target)[0]
+
+    def dollars_to(run: dict) -> float | None:
+        return reached(run, target)[1]
+
     for row in rows:
         runs = [r for r in records if r["arm"] == row["arm"]]
-        for other, key, which in (("sync-S0", "time_vs_sync", 0), ("async-S2", "time_vs_async_S2", 0),
-                                  ("colocated", "time_vs_colocated", 0), ("colocated", "dollars_vs_colocated", 1)):
-            row[key], row[f"{key}_ci"] = interval(same_machine_ratios(runs, records, other, target, which))
+        for other, key, measure in (("sync-S0", "time_vs_sync", time_to), ("async-S2", "time_vs_async_S2", time_to),
+                                    ("colocated", "time_vs_colocated", time_to),
+                                    ("colocated", "dollars_vs_colocated", dollars_to),
+                                    ("colocated", "pace_vs_colocated", seconds_per_version)):
+            row[key], row[f"{key}_ci"] = interval(same_machine_ratios(runs, records, other, measure))
     return rows, target
 
 
-def same_machine_ratios(runs: list[dict], records: list[dict], other: str, target: float, which: int) -> list[float]:
-    """Each run's seconds (``which`` 0) or dollars (1) to ``target`` over the mean of ``other``'s runs
-    that reached it **on the same machine** (a run's pace is its processor's: machines of one kind
-    differ by up to 2x, so a ratio across two would measure the machines, not the arms)."""
+def same_machine_ratios(runs: list[dict], records: list[dict], other: str,
+                        measure: Callable[[dict], float | None]) -> list[float]:
+    """Each run's ``measure`` (seconds or dollars to the target, seconds per version) over the mean
+    of ``other``'s runs' **on the same machine** (a run's pace is its processor's: machines of one
+    kind differ by up to 2x, so a ratio across two would measure the machines, not the arms)."""
     ratios = []
     for run in runs:
-        mine = reached(run["points"], target)[which]
-        theirs = [reached(r["points"], target)[which] for r in records
-                  if r["arm"] == other and r.get("machine") == run.get("machine")]
+        mine = measure(run)
+        theirs = [measure(r) for r in records if r["arm"] == other and r.get("machine") == run.get("machine")]
         theirs = statistics.fmean(met) if (met := [value for value in theirs if value is not None]) else 0.0
         if mine is not None and theirs > 0:  # no ratio to a target never met, or met at the start
             ratios.append(mine / theirs)
@@ -219,7 +254,8 @@ def main() -> None:
         records = run_missing(args, records, runs_file)
     rows, target = summarize(records)
     columns = ["arm", "seeds", "reached", "time_to_target_s", "time_ci_s", "time_vs_sync", "time_vs_async_S2",
-               "time_vs_colocated", "time_vs_colocated_ci", "dollars_to_target", "dollars_ci", "dollars_vs_colocated",
+               "time_vs_colocated", "time_vs_colocated_ci", "versions_to_target", "versions_to_target_ci",
+               "pace_vs_colocated", "dollars_to_target", "dollars_ci", "dollars_vs_colocated",
                "dollars_vs_colocated_ci", "acc_plateau", "acc_plateau_ci", "acc_final", "acc_final_ci", "utilization",
                "samples_per_s", "dollars_per_hour", "steps"]
     print(f"\ntarget {target:.3f} (the co-located runs' plateau less 2 points); prices: learner "

@@ -40,12 +40,17 @@ def test_every_fidelity_setting_is_a_valid_config_of_the_recipe(arm):
         assert config.learner.echoclip.enabled == arm.name.endswith("echoclip")
 
 
-def _run(arm: str, machine: str, seconds_to_half: float) -> dict:
-    """A run whose curve is 0.1 until ``seconds_to_half``, then 0.5 (dollars = seconds / 100)."""
+def _run(arm: str, machine: str, seconds_to_half: float, versions_to_half: int = 10) -> dict:
+    """A run whose curve is 0.1 until ``seconds_to_half``, then 0.5 (dollars = seconds / 100), evaluated
+    at every ``versions_to_half`` versions of its 40, as the records made before they listed them."""
     points = [[t, t / 100, 0.1 if t < seconds_to_half else 0.5] for t in (0, seconds_to_half, 2 * seconds_to_half,
                                                                         3 * seconds_to_half, 4 * seconds_to_half)]
-    return {"arm": arm, "machine": machine, "points": points, "acc_final": 0.5, "utilization": 0.5,
-            "samples_per_s": 1.0, "dollars_per_hour": 1.0, "steps": 10}
+    run = {"arm": arm, "seed": 0, "machine": machine, "points": points, "acc_final": 0.5, "utilization": 0.5,
+           "samples_per_s": 1.0, "dollars_per_hour": 1.0, "steps": 4 * versions_to_half,
+           "train_wall_s": 4 * seconds_to_half}
+    if versions_to_half != 10:
+        run["eval_versions"] = [versions_to_half * i for i in range(5)]
+    return run
 
 
 def test_ratios_to_the_baseline_compare_runs_on_the_same_machine_only():
@@ -64,6 +69,18 @@ def test_ratios_to_the_baseline_compare_runs_on_the_same_machine_only():
     assert by["sync-S0"]["time_vs_colocated"] == pytest.approx(2.0)
     assert by["sync-S0"]["time_vs_async_S2"] == pytest.approx(4.0)  # the star's column: against pipelined S = 2
     assert by["colocated"]["time_vs_async_S2"] == pytest.approx(2.0)  # 2.0 on either machine
+    # every run reaches the target at its fourth evaluation, v30: all differ in pace, none in versions
+    assert by["async-S2"]["versions_to_target"] == by["colocated"]["versions_to_target"] == 30
+    assert by["async-S2"]["pace_vs_colocated"] == pytest.approx(0.5)
+
+
+def test_time_to_the_target_splits_into_versions_and_pace():
+    """An arm four times as fast per version that needs six times the versions takes 1.5x the time."""
+    records = [_run("colocated", "m", 100, versions_to_half=10), _run("async-S2", "m", 150, versions_to_half=60)]
+    by = {row["arm"]: row for row in summarize(records)[0]}
+    assert (by["colocated"]["versions_to_target"], by["async-S2"]["versions_to_target"]) == (30, 180)
+    assert by["async-S2"]["pace_vs_colocated"] == pytest.approx(0.25)  # 600 s / 240 versions vs 400 s / 40
+    assert by["async-S2"]["time_vs_colocated"] == pytest.approx(1.5)
 
 
 def test_a_fidelity_row_compares_its_settings_on_one_device_only():
