@@ -10,9 +10,11 @@ A finished run is read back from its run directory into one record (:func:`recor
 evaluation (its version in ``eval_versions``) timed from the learner's first step to the publish of
 the version it evaluated, and priced at the dollars echo2 billed from the run's start up to that
 version (the run's own ``cost_usd``, from the declared prices), the learner's utilization, the
-staleness of what it trained on, the fleet's dollars per hour while it trained, and the rows the
+staleness of what it trained on, the fleet's dollars per hour while it trained, the rows the
 learner updated on (those with a learning signal, ``trained_sequences``) and left out of its steps
-as implausible.
+as implausible, and the share of trained tokens whose PPO clip zeroed their gradient (its mean
+over steps: a stale token's ratio is taken against the policy that sampled it, so the clip stops
+what the versions since have already pushed).
 """
 
 from __future__ import annotations
@@ -132,4 +134,5 @@ def record(arm: Arm, seed: int, run_dir: Path) -> dict:
             "dropped_stale": last["groups_dropped_stale"],
             "implausible_rows": sum(r.get("implausible_rows", 0) for r in steps),
             "trained_sequences": sum(r["trained_sequences"] for r in steps),
-            "echoclip_tokens": sum(r.get("echoclip_tokens", 0) for r in steps)}
+            "echoclip_tokens": sum(r.get("echoclip_tokens", 0) for r in steps),
+            "clip_fraction": sum(r["clip_fraction"] for r in steps) / len(steps)}
