@@ -339,7 +339,8 @@ def test_a_tls_run_end_to_end_keeps_its_token_private(tmp_path):
     cert, key = self_signed(tmp_path)
     secret = "c0ffee0123456789abcdef42f00dfeed"
     config = load_config(overrides=[
-        "run.steps=4", "eval.size=10", "eval.every=2", "learner.groups_per_step=8", "rollout.groups_per_lease=4",
+        # 8 versions: a 4-step run on a loaded machine could end before either relay had served a peer
+        "run.steps=8", "eval.size=10", "eval.every=4", "learner.groups_per_step=8", "rollout.groups_per_lease=4",
         "telemetry.tensorboard=false", "telemetry.progress=false", "coordinator.data_timeout_s=120",
         "checkpoint.every=0", f"run.dir={tmp_path}", "run.name=run", f"coordinator.token={secret}",
         f"coordinator.tls_certfile={cert}", f"coordinator.tls_keyfile={key}", "broadcast.chunk_mib=0.05"])
