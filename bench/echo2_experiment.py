@@ -168,6 +168,7 @@ def summarize(records: list[dict]) -> tuple[list[dict], float]:
                      "samples_per_s": statistics.fmean(r["samples_per_s"] for r in runs),
                      "dollars_per_hour": statistics.fmean(r["dollars_per_hour"] for r in runs),
                      "steps": statistics.fmean(r["steps"] for r in runs)})
+
     def time_to(run: dict) -> float | None:
         return reached(run, target)[0]
 
