@@ -298,6 +298,19 @@ def resume_row(run: Outcome, spec: Attack) -> dict[str, Any]:
     return row
 
 
+#: attacks made of malicious submissions: an attacker that never got to send one attempted nothing
+SUBMISSION_KINDS = (*AUDIT_KINDS, "poison_logprob", "sybil_fabricate", "resume_claim")
+
+
+def attempted(run: Outcome, spec: Attack) -> bool:
+    """Whether the attacker made its attack. One that the run never let get that far (starved of
+    leases, or still delivering the honest groups it must send first when the run ended) proves
+    nothing about the defence either way: its row says ``not attempted``, not ``no``."""
+    if spec.kind not in SUBMISSION_KINDS:
+        return True
+    return any(e.get("malicious") for e in run.events(spec) if e["event"] in ("submitted", "submit_refused"))
+
+
 def make_row(spec: Attack, run: Outcome, clean: Outcome) -> dict[str, Any]:
     if spec.kind in AUDIT_KINDS:
         row = audit_row(run, spec)
@@ -316,6 +329,8 @@ def make_row(spec: Attack, run: Outcome, clean: Outcome) -> dict[str, Any]:
     crashed = run.events(spec, "crashed")
     if crashed:  # an attacker that fell over proves nothing
         row["detected"], row["attacker_crashed"] = "no", crashed[0]["error"]
+    elif not attempted(run, spec):
+        row["detected"] = "not attempted"
     return {"attack": spec.row, "kind": spec.kind, "run": run.name, "seconds_to_quarantine": None,
             "groups_to_quarantine": None, **row, "final_accuracy": run.final_accuracy,
             "clean_accuracy": clean.final_accuracy, "step_s_vs_clean": run.step_s / clean.step_s,
@@ -340,9 +355,10 @@ def plot(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], out: Path)
     groups.plot([i for i, a in zip(x, accepted) if a is not None], [a for a in accepted if a is not None], "kx",
                 markersize=9, label="malicious groups accepted before quarantine")
     for i, r in enumerate(rows):
-        groups.text(i, 0.97, "detected" if r["detected"] == "yes" else "NOT detected", ha="center", va="top",
-                    fontsize=7, rotation=90, transform=groups.get_xaxis_transform(),
-                    color="green" if r["detected"] == "yes" else "red")
+        verdict, color = {"yes": ("detected", "green"), "no": ("NOT detected", "red")}.get(
+            r["detected"], (r["detected"], "gray"))
+        groups.text(i, 0.97, verdict, ha="center", va="top", fontsize=7, rotation=90,
+                    transform=groups.get_xaxis_transform(), color=color)
     groups.set_yscale("symlog", linthresh=1)
     groups.set_ylim(0, max([r["attacker_groups_trained"] or 0 for r in rows] + [10]) * 30)
     groups.set_xticks(list(x), labels, rotation=35, ha="right", fontsize=8)

@@ -273,7 +273,7 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
         f"run.steps={steps}", "workers.count=2", "eval.every=1000", "eval.size=100", "eval.show=0",
         "learner.groups_per_step=8", "rollout.groups_per_lease=4", f"run.dir={out / 'runs'}", f"run.name={name}",
         "telemetry.progress=false", "telemetry.tensorboard=false", "checkpoint.every=0",
-        "coordinator.data_timeout_s=180", *extra,
+        "coordinator.data_timeout_s=180", "activation.enabled=false", *extra,
     ])
     run_dir = Path(config.run.dir) / name
     if run_dir.exists():  # an earlier invocation's run of the same name, under this bench's --out

@@ -3,7 +3,10 @@
     python bench/attacks.py [--quick] [--out DIR]
 
 Real ``echo2 train`` runs of the shipped tiny model (default config, made small: 8 groups per
-step, 4 per lease, S = 1, two honest local workers from ``workers.count``). Every attacker is a
+step, 4 per lease, S = 1, two honest local workers from ``workers.count``, cost-aware activation
+off: the bench measures the defences, and an attacker parked for being the slowest worker would
+never make its attack, while a clean run's fleet would vary with which worker the activation
+kept on). Every attacker is a
 separate process started here (``python bench/attacks.py --attacker ...``) that joins the run
 with the run token, as anyone invited to it could. It uses echo2's own code: a
 :class:`~echo2.rollout.client.CoordinatorClient` driven by hand (protocol attackers), or a
@@ -103,7 +106,8 @@ without a relay of its own gets a relay parent.
 
 Columns. ``detected``: refused at the door or quarantined, in the way the row expects (rows 9
 and 10 say ``no`` when nothing was refused or closed, and then ``how`` says whether the run
-absorbed it). ``seconds_to_quarantine``: the attacker's first accepted malicious submission to
+absorbed it; a row whose attacker never got to send a malicious submission says ``not
+attempted``). ``seconds_to_quarantine``: the attacker's first accepted malicious submission to
 its quarantine. ``groups_to_quarantine``: malicious groups the coordinator accepted from it
 (none can be accepted after). ``attacker_groups_trained``: the attacker's groups the learner
 trained on. For audit rows these are its malicious groups trained before the quarantine; for

@@ -68,13 +68,27 @@ def test_evict_removes_one_workers_groups_and_keeps_the_order_of_the_rest():
     assert book.take(0, 3) == [("good", 0), ("good", 2), ("good", 4)]
 
 
+def test_a_lent_slot_counts_against_the_window_only_once_its_group_arrives():
+    book, draw = ledger(staleness=0, groups_per_step=2), draws()  # a window of 2 slots at version 0
+    lent = book.grant(0, 1, draw, lent=True)
+    assert book.useful_slots == 0 and list(book.grant(0, 2, draw)) == [1, 2]  # the others' room is whole
+    book.release(lent)  # expired: its prompt is asked again, and nothing else is uncounted
+    assert book.useful_slots == 2 and list(book.requeued) == [0] and not book.lent
+    again = book.grant(0, 1, draw, lent=True) if book.grantable(0) == "granted" else {}
+    assert again == {} and book.grantable(0) == "wait"  # a lent slot is granted only inside the window
+    book.version = 1
+    delivered = book.grant(1, 1, draw, lent=True)
+    book.admit(*delivered, 1, "g")
+    assert book.useful_slots == 3 and not book.lent  # arrived: it counts from now on
+
+
 def test_a_snapshot_requeues_what_was_in_flight_and_restores_the_rest():
     book, draw = ledger(staleness=1, groups_per_step=2), draws()
-    slots = list(book.grant(0, 3, draw))
+    slots = [*book.grant(0, 3, draw), *book.grant(0, 1, draw, lent=True)]
     book.admit(slots[0], 0, "g0")
     restored = ledger(staleness=1, groups_per_step=2)
     restored.restore(book.snapshot(lambda p: p, lambda g: g), lambda p: p, lambda g: g)
-    assert list(restored.requeued) == [1, 2] and restored.useful_slots == 1 and restored.next_slot == 3
+    assert list(restored.requeued) == [1, 2, 3] and restored.useful_slots == 1 and restored.next_slot == 4
     assert restored.take(0, 1) == ["g0"]
 
 

@@ -81,6 +81,18 @@ def test_a_new_name_gains_a_hoarder_nothing_one_group_then_parked_until_it_deliv
     assert len(state.lease(latecomer, 0, 4096, wait_s=0).prompts) == 8
 
 
+def test_a_newcomers_slot_is_lent_so_the_others_keep_the_whole_window_while_it_holds_it():
+    state = make_state(staleness=1, groups_per_step=4)  # a window of 8 slots at version 0
+    newcomer, honest = state.register("newcomer"), [state.register("a"), state.register("b")]
+    for worker in honest:
+        worker.proven = True
+    assert len(state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1
+    granted = [len(state.lease(worker, 0, 4, wait_s=0).prompts) for worker in honest]
+    assert granted == [4, 4] and state.ledger.useful_slots == 8  # the newcomer's slot is not counted
+    expire_all(state, newcomer)
+    assert state.ledger.useful_slots == 8 and not state.ledger.lent
+
+
 def test_a_hoarder_holds_at_most_its_share_and_the_others_keep_working():
     state, hoarder, honest = hoarder_and_honest()  # window (S + 1) B = 8 slots, groups_per_lease 8
     first = state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)

@@ -51,7 +51,7 @@ class WorkSide(Membership):
             record.cycle.answered(answer.status, time.monotonic())
             if answer.status != "granted":
                 return LeaseResponse(status=answer.status, latest_version=self.version)
-            examples = self.ledger.grant(worker_version, answer.size, lambda: next(self.examples))
+            examples = self.ledger.grant(worker_version, answer.size, lambda: next(self.examples), answer.lent)
             lease = self.leases.issue(record.worker_id, worker_version, examples)
             self.counters["leases_issued"] += 1
             return LeaseResponse(status="granted", latest_version=self.version, lease_id=lease.lease_id,

@@ -7,7 +7,8 @@ left out, or one parked for letting leases expire (:mod:`~echo2.core.shares`), i
 then the staleness window (:meth:`~echo2.core.pacing.PacingLedger.grantable`): ``wait`` while it
 is full, ``refresh`` when the worker's weights are too old for the next slot; last the worker's
 share of the window: ``wait`` while it holds its share already (its leases still being
-generated or submitted), else ``granted`` with the lease's size. ``wait`` and ``parked`` are answers that
+generated or submitted), else ``granted`` with the lease's size (lent slots for a worker on
+probation). ``wait`` and ``parked`` are answers that
 change with time (a submission, a step, the parking's end): the coordinator holds such a request
 open until then (its long-poll), the simulator queues it.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from echo2.core.pacing import PacingLedger
-from echo2.core.shares import Holder, SharePolicy, lease_size
+from echo2.core.shares import Holder, SharePolicy, lease_size, on_probation
 
 Status = Literal["granted", "wait", "refresh", "parked", "stop"]
 
@@ -32,6 +33,8 @@ class LeaseAnswer:
     status: Status
     size: int = 0
     """Groups to grant (``granted`` only)."""
+    lent: bool = False
+    """The slots are lent: they count against the window once their group arrives (a worker on probation)."""
 
     @property
     def final(self) -> bool:
@@ -55,7 +58,9 @@ def answer_lease(ledger: PacingLedger[Any, Any], policy: SharePolicy, holder: Ho
         return LeaseAnswer(status)
     window = (ledger.staleness + 1) * ledger.groups_per_step
     size = lease_size(policy, requested, held, window, others_live, holder)
-    return LeaseAnswer("granted", size) if size else LeaseAnswer("wait")
+    if not size:
+        return LeaseAnswer("wait")
+    return LeaseAnswer("granted", size, lent=on_probation(policy, holder, others_live))
 
 
 def worth_asking_ahead(round_trip_s: float | None, generate_s: float | None) -> bool:

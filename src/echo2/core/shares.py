@@ -14,7 +14,9 @@ delivered a lease yet is on trial: while other workers are live, one group per l
 at its first miss (a new name costs nothing, so a hoarder that registers again and again must gain
 nothing from being new); an honest newcomer pays one small first lease. Even one slot counts: in
 the attack bench a hoarder holding one slot of a 16-slot window cut the learner's steps/s by about
-40% while it held it (the honest workers' 4-group leases no longer fit the window twice).
+40% while it held it (the honest workers' 4-group leases no longer fit the window twice). So
+the slots of a worker on probation (:func:`on_probation`) are lent: they count against the
+window only once their group arrives (:class:`echo2.core.pacing.PacingLedger`).
 """
 
 from __future__ import annotations
@@ -47,16 +49,24 @@ def lease_size(policy: SharePolicy, requested: int, held: int, window: int, othe
     """Groups to grant ``holder`` when it asks for ``requested`` while holding ``held`` in-flight
     slots of a ``window``-slot window (0: it must wait for its own leases to finish first). A
     worker on trial or slowed holds one lease at a time."""
-    slowed, on_trial = holder.unfulfilled >= policy.slow_after, not holder.proven and others_live
+    probation = on_probation(policy, holder, others_live)
     size = min(requested, policy.groups_per_lease)
-    if slowed or on_trial:
+    if probation or holder.unfulfilled >= policy.slow_after:
         size = min(size, 1)
     if not others_live:
         return size
-    if held and (slowed or on_trial):
+    if held and probation:
         return 0
     share = max(1, math.ceil(policy.window_share * window))
     return max(0, min(size, share - held, LEASES_IN_HAND * policy.groups_per_lease - held))
+
+
+def on_probation(policy: SharePolicy, holder: Holder, others_live: bool) -> bool:
+    """Whether ``holder`` is held to one group a lease and one lease at a time: while other workers
+    are live, one that has not delivered a lease yet (on trial) or let one expire (slowed). Its
+    slots are lent (:meth:`echo2.core.pacing.PacingLedger.grant`): the others' share of the window
+    does not shrink by what it holds."""
+    return others_live and (not holder.proven or holder.unfulfilled >= policy.slow_after)
 
 
 def parked_for(policy: SharePolicy, unfulfilled: int, lease_timeout_s: float, proven: bool = True) -> float:

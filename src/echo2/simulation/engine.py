@@ -184,7 +184,7 @@ class Simulation:
         if answer.status == "refresh":
             self.books.queue.at(max(reply, worker.busy_until), self.lease_loop.refreshed, worker, worker.epoch, action)
             return
-        slots = list(self.books.ledger.grant(version, answer.size, lambda: None))
+        slots = list(self.books.ledger.grant(version, answer.size, lambda: None, answer.lent))
         self.books.counters["leases_issued"] += 1
         generate = lognormal(self.books.rng, len(slots) * self.books.group_size / worker.rate,
                              worker.spec.throughput_cv)
