@@ -101,8 +101,7 @@ class PacingLedger(Generic[P, G]):
         prompts = [self.in_flight.pop(slot) for slot in slots]
         lent = self.lent.intersection(slots)
         self.lent -= lent
-        self.useful_slots += len(lent)  # _lose uncounts every slot; lent ones never counted
-        self._lose(prompts, front)
+        self._lose(prompts, front, counted=len(prompts) - len(lent))
 
     # ------------------------------------------------------------------ learner's side
     def take(self, step: int, count: int) -> list[G] | None:
@@ -134,8 +133,9 @@ class PacingLedger(Generic[P, G]):
         self._lose([entry[2] for entry in sorted(evicted)])
         return [entry[3] for entry in evicted]
 
-    def _lose(self, prompts: list[P], front: bool = False) -> None:
-        self.useful_slots -= len(prompts)
+    def _lose(self, prompts: list[P], front: bool = False, counted: int | None = None) -> None:
+        """Re-queue lost slots' ``prompts``; ``counted`` of them (all by default) counted against the window."""
+        self.useful_slots -= len(prompts) if counted is None else counted
         self.requeued_total += len(prompts)
         if front:
             self.requeued.extendleft(reversed(prompts))
