@@ -10,7 +10,8 @@ learner and two workers on hosts of the network lab — sync S = 0, async S = 1,
 a star broadcast instead of the pipelined relay chain. The lab's links are shaped by the kernel so
 that one version takes about two learner steps to cross them, from the first co-located run's
 learner step time and bytes per version. Prices are declared (``experiment_arms.PRICE_SOURCES``)
-and billed by echo2 itself. Every run trains for ``--minutes`` and is evaluated afterwards
+and billed by echo2 itself. Every run trains for ``--minutes`` (by default its arm's own: 20, but
+45 for sync S = 0, which paces slowest) and is evaluated afterwards
 (``eval.where=after``: no evaluation shares the CPUs with training; greedy only, on both cores) every
 ``--eval-every`` versions on the recipe's 200 held-out prompts, each evaluation timed at its version's
 publish.
@@ -54,7 +55,8 @@ TRANSFER_STEPS = 2.0
 def _options(parser) -> None:
     parser.add_argument("--arms", default=None, help="comma-separated arms to run (default: all)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds per arm (default: each arm's own)")
-    parser.add_argument("--minutes", type=float, default=20.0, help="run.max_minutes of every run")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="run.max_minutes of every run (default: each arm's own, 20 but sync S = 0's 45)")
     parser.add_argument("--eval-every", type=int, default=10, help="evaluate every this many versions (quick: 3)")
     parser.add_argument("--runs", type=Path, default=None, help="the runs' records (JSON lines; default "
                         "docs/results/echo2-experiment-runs.jsonl, with --quick OUT/runs.jsonl)")
@@ -136,8 +138,9 @@ def run_missing(args, records: list[dict], runs_file: Path) -> list[dict]:
             cap = link_cap(records) if arm.lab else None
             print(f"== {arm.name} seed {seed}" + (f" ({cap:.3g} Mbit/s links)" if cap else ""), flush=True)
             run_dir = args.out / "runs" / f"{arm.name}-seed{seed}"
-            run_arm(arm, seed, run_dir, overrides(arm, seed, args.minutes, args.eval_every, args.quick), cap)
-            records.append({**record(arm, seed, run_dir), "cap_mbps": cap, "minutes": args.minutes,
+            minutes = args.minutes or arm.minutes
+            run_arm(arm, seed, run_dir, overrides(arm, seed, minutes, args.eval_every, args.quick), cap)
+            records.append({**record(arm, seed, run_dir), "cap_mbps": cap, "minutes": minutes,
                             **common.provenance()})
             with runs_file.open("a") as out:
                 out.write(json.dumps(records[-1]) + "\n")
@@ -267,7 +270,8 @@ def main() -> None:
     caps = sorted({r["cap_mbps"] for r in records if r.get("cap_mbps")})
     meta = {"quick": args.quick, "target_accuracy": target, "prices": {"learner_per_hour": LEARNER_PRICE,
             "worker_per_hour": WORKER_PRICE, "sources": PRICE_SOURCES}, "link_cap_mbps": caps,
-            "transfer_steps": TRANSFER_STEPS, "minutes": args.minutes, "eval_every": args.eval_every,
+            "transfer_steps": TRANSFER_STEPS, "eval_every": args.eval_every,
+            "minutes": {arm.name: args.minutes or arm.minutes for arm in ARMS},
             "runs": [{k: v for k, v in r.items() if k != "points"} for r in records]}
     models = ("echo2/tiny-arith",) if args.quick else ("smollm2-135m-instruct",)
     print(f"wrote {write_results(args.out, rows, meta, models)} and {plot(records, rows, target, args.out)}")
