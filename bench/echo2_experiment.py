@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import common  # noqa: E402
 from common import format_table, write_results  # noqa: E402
-from experiment_arms import (ARMS, BY_NAME, LEARNER_PRICE, PRICE_SOURCES, WORKER_PRICE, overrides,  # noqa: E402
-                             record, run_arm)
+from experiment_arms import (ARMS, BY_NAME, LEARNER_PRICE, PRICE_SOURCES, WORKER_PRICE, Arm,  # noqa: E402
+                             overrides, record, run_arm)
 
 RUNS = Path(__file__).parent.parent / "docs" / "results" / "echo2-experiment-runs.jsonl"
 TRANSFER_STEPS = 2.0
@@ -112,6 +112,11 @@ def seconds_per_version(run: dict) -> float:
     return run["train_wall_s"] / run["steps"]
 
 
+def training_minutes(arm: Arm, override: float | None) -> float:
+    """``--minutes`` when given, else the arm's own."""
+    return arm.minutes if override is None else override
+
+
 def load_records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -138,7 +143,7 @@ def run_missing(args, records: list[dict], runs_file: Path) -> list[dict]:
             cap = link_cap(records) if arm.lab else None
             print(f"== {arm.name} seed {seed}" + (f" ({cap:.3g} Mbit/s links)" if cap else ""), flush=True)
             run_dir = args.out / "runs" / f"{arm.name}-seed{seed}"
-            minutes = args.minutes or arm.minutes
+            minutes = training_minutes(arm, args.minutes)
             run_arm(arm, seed, run_dir, overrides(arm, seed, minutes, args.eval_every, args.quick), cap)
             records.append({**record(arm, seed, run_dir), "cap_mbps": cap, "minutes": minutes,
                             **common.provenance()})
@@ -271,7 +276,7 @@ def main() -> None:
     meta = {"quick": args.quick, "target_accuracy": target, "prices": {"learner_per_hour": LEARNER_PRICE,
             "worker_per_hour": WORKER_PRICE, "sources": PRICE_SOURCES}, "link_cap_mbps": caps,
             "transfer_steps": TRANSFER_STEPS, "eval_every": args.eval_every,
-            "minutes": {arm.name: args.minutes or arm.minutes for arm in ARMS},
+            "minutes": {arm.name: training_minutes(arm, args.minutes) for arm in ARMS},
             "runs": [{k: v for k, v in r.items() if k != "points"} for r in records]}
     models = ("echo2/tiny-arith",) if args.quick else ("smollm2-135m-instruct",)
     print(f"wrote {write_results(args.out, rows, meta, models)} and {plot(records, rows, target, args.out)}")

@@ -51,7 +51,7 @@ def lease_size(policy: SharePolicy, requested: int, held: int, window: int, othe
     worker on trial or slowed holds one lease at a time."""
     probation = on_probation(policy, holder, others_live)
     size = min(requested, policy.groups_per_lease)
-    if probation or holder.unfulfilled >= policy.slow_after:
+    if probation or slowed(policy, holder):
         size = min(size, 1)
     if not others_live:
         return size
@@ -66,7 +66,12 @@ def on_probation(policy: SharePolicy, holder: Holder, others_live: bool) -> bool
     are live, one that has not delivered a lease yet (on trial) or let one expire (slowed). Its
     slots are lent (:meth:`echo2.core.pacing.PacingLedger.grant`): the others' share of the window
     does not shrink by what it holds."""
-    return others_live and (not holder.proven or holder.unfulfilled >= policy.slow_after)
+    return others_live and (not holder.proven or slowed(policy, holder))
+
+
+def slowed(policy: SharePolicy, holder: Holder) -> bool:
+    """``holder`` let :attr:`SharePolicy.slow_after` leases in a row expire: one group a lease until it delivers."""
+    return holder.unfulfilled >= policy.slow_after
 
 
 def parked_for(policy: SharePolicy, unfulfilled: int, lease_timeout_s: float, proven: bool = True) -> float:
