@@ -39,6 +39,11 @@ for ``outage_s`` — longer than every timeout that applies — then healed:
    declared them all dead; recovered at the learner's first step after the heal. The full run
    holds it for 180 s: a worker used to give up after 120 s of retries and exit for good.
 
+The relay cases cut into the tree only once it is there: each waits until the workers it cuts
+from ``r1`` have loaded a version from ``r1`` since the case began (a worker that registered anew,
+or whose relay was declared dead, is fed by someone else for a few versions), and says so in a
+clear error if that does not happen within :data:`TREE_WAIT_S`.
+
 Columns: ``detected_s`` from the cut, ``recovered_s`` from the heal (negative: before it, by a
 fallback), ``at_work_s`` (the cut worker's first accepted lease after the heal), the timeout that
 applies, whether the learner said why it waited (case 5), and, for
@@ -98,10 +103,15 @@ class Case:
     recover: list[tuple[str, str]] | None
     """(log, pattern) pairs: recovered once each has a match after the cut (the last of them);
     None: at the learner's first step after the heal."""
+    fed_by_r1: tuple[str, ...] = ()
+    """Workers that must have loaded a version from ``r1`` since the case began before it cuts."""
 
 
 R1 = r"http://10\.77\.2\.2:\d+"  # r1's relay: the second host of the lab
 LOADED = r"v\d+: \d+ chunks in"
+LOADED_FROM_R1 = rf"v\d+: \d+ chunks in \S+ \(.*from {R1}"
+#: Seconds a relay case waits for the tree it cuts into (a worker loads a version every 5-20 s).
+TREE_WAIT_S = 180
 STALL = "broadcast.stall_s=4 (+ the 2 s long poll)"
 #: A worker leaves r1 for the next source of its chain: it moves on mid-fetch, or it skips r1 from
 #: the start of a fetch (a relay it could not reach within the last 30 s, an earlier case's cut
@@ -112,9 +122,9 @@ CASES = [
          [("learner", r"worker r2 silent for \S+: declared dead")], [("r2", r"registered again"), ("r2", LOADED)]),
     Case("learner_download", "r1", "learner", True, f"{STALL}, or the coordinator's connect timeout (5 s)",
          [("r1", r"chunk \d+ from \S+: |fetch(ing)? .*failed|cannot reach the coordinator")], [("r1", LOADED)]),
-    Case("relay_download", "r3", "r1", True, STALL, [("r3", LEFT_R1)], [("r3", LOADED)]),
+    Case("relay_download", "r3", "r1", True, STALL, [("r3", LEFT_R1)], [("r3", LOADED)], fed_by_r1=("r3",)),
     Case("relay_serving", "r1", None, True, STALL, [("r2", LEFT_R1), ("r3", LEFT_R1)],
-         [("r2", LOADED), ("r3", LOADED)]),
+         [("r2", LOADED), ("r3", LOADED)], fed_by_r1=("r2", "r3")),
     Case("learner_all", "learner", None, False, "a heartbeat's 8 s; coordinator.heartbeat_timeout_s=8",
          [(w, r"cannot reach the coordinator") for w in UPLOAD_CAP] + [("learner", r"worker r3 silent for")], None),
 ]
@@ -167,6 +177,9 @@ def wait_until(predicate, timeout_s: float, what: str) -> None:
 
 def play(case: Case, lab: Lab, run: LabRun, logs: Logs, outage_s: float, settle_s: float) -> dict:
     since = time.time()
+    for worker in case.fed_by_r1:
+        wait_until(lambda worker=worker: logs.first(worker, LOADED_FROM_R1, since) is not None, TREE_WAIT_S,
+                   f"{worker} to load a version from r1 (the tree {case.name} cuts into)")
     if case.after_publish:
         published = len(learner_steps(run.run_dir))
         wait_until(lambda: len(learner_steps(run.run_dir)) > published, 300, "a version to be published")

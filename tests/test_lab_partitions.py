@@ -4,8 +4,10 @@ real run across lab hosts, each noticed within its timeout, each healed, the boo
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -19,16 +21,40 @@ SLACK_S = {"mid_lease": 8.0, "learner_download": 10.0, "relay_download": 10.0, "
 TIMEOUT_S = {"mid_lease": 8.0, "learner_download": 6.0, "relay_download": 6.0, "relay_serving": 6.0,
              "learner_all": 8.0}
 
+#: The learner's lines on who is in the fleet and the relay plan (joins, deaths, relay checks, quarantines).
+MEMBERSHIP = re.compile(r"joined|declared dead|relay of|quarantin|left")
+
+
+def print_logs_around(out: Path, row: dict, before_s: float = 10.0, after_s: float = 30.0) -> None:
+    """Every process's log lines from ``before_s`` before a case's cut to ``after_s`` after its heal
+    (pytest shows a failed test's output whole, where it cuts an assertion's message short): what
+    each host did, and fetched from where, when a case went unnoticed."""
+    start = datetime.fromtimestamp(row["cut_at"] - before_s).strftime("%H:%M:%S")
+    end = datetime.fromtimestamp(row["healed_at"] + after_s).strftime("%H:%M:%S")
+    learner = (out / "run-processes" / "learner.log").read_text(errors="replace").splitlines()
+    print("--- the fleet over the whole run:", *[line for line in learner if MEMBERSHIP.search(line)], sep="\n")
+    print(f"--- {row['case']} ({row['cut']}): log lines {start}-{end}; row: {row}")
+    for log in sorted((out / "run-processes").glob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if start <= line[:8] <= end:
+                print(f"{log.stem}: {line[:300]}")
+
 
 @pytest.mark.slow
 def test_every_partition_is_noticed_in_time_and_healed_with_the_books_whole(tmp_path):
     lab_or_skip(nat=False)
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "partitions.py"), "--quick", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if done.returncode != 0:
+        print(done.stdout[-3000:] + done.stderr[-3000:])
+        for log in sorted((tmp_path / "run-processes").glob("*.log")):
+            print(f"--- the last lines of {log.name}:", *log.read_text(errors="replace").splitlines()[-40:], sep="\n")
+    assert done.returncode == 0, done.stderr[-500:]
     rows = {r["case"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
     assert set(rows) == set(SLACK_S)
     for name, row in rows.items():
+        if row["detected_s"] is None or row["recovered_s"] is None:
+            print_logs_around(tmp_path, row)
         assert row["detected_s"] is not None and row["detected_s"] <= TIMEOUT_S[name] + SLACK_S[name], row
         assert row["recovered_s"] is not None and row["recovered_s"] <= 60, row  # back by itself after the heal
         assert row["prompts_lost"] == 0 and row["trained_twice"] == 0 and row["ledger_gap"] == 0, row
