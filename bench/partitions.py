@@ -39,6 +39,11 @@ for ``outage_s`` — longer than every timeout that applies — then healed:
    declared them all dead; recovered at the learner's first step after the heal. The full run
    holds it for 180 s: a worker used to give up after 120 s of retries and exit for good.
 
+Cost-aware activation is off (``activation.enabled=false``): every worker stays at work, so a
+worker's return after a heal is the partition's doing, not a parking decision (with it on, the
+three equally priced workers were parked and activated by turns, and one re-run measured r3's
+first lease after ``relay_download``'s heal at 315 s: it had been parked throughout).
+
 The relay cases cut into the tree only once it is there: each waits until the workers it cuts
 from ``r1`` have loaded a version from ``r1`` since the case began (a worker that registered anew,
 or whose relay was declared dead, is fed by someone else for a few versions), and says so in a
@@ -83,7 +88,8 @@ TIMEOUTS = ["coordinator.heartbeat_timeout_s=8", "coordinator.lease_timeout_s=15
             "coordinator.data_timeout_s=900"]
 RUN = ["run.steps=100000", "learner.groups_per_step=8", "rollout.groups_per_lease=4", "staleness=2",
        "eval.every=100000", "eval.size=20", "eval.show=0", "telemetry.tensorboard=false", "checkpoint.every=0",
-       "broadcast.encoding=full", "broadcast.mode=pipelined", "broadcast.fan_out=2", *TIMEOUTS]
+       "broadcast.encoding=full", "broadcast.mode=pipelined", "broadcast.fan_out=2", "activation.enabled=false",
+       *TIMEOUTS]
 WORKER_LINE = re.compile(r"^(\d\d:\d\d:\d\d\.\d{3}) (.*)$")
 LEARNER_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (.*)$")
 
