@@ -53,10 +53,11 @@ def test_every_partition_is_noticed_in_time_and_healed_with_the_books_whole(tmp_
     rows = {r["case"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
     assert set(rows) == set(SLACK_S)
     for name, row in rows.items():
-        if row["detected_s"] is None or row["recovered_s"] is None:
+        noticed = row["detected_s"] is not None and row["detected_s"] <= TIMEOUT_S[name] + SLACK_S[name]
+        back = row["recovered_s"] is not None and row["recovered_s"] <= 60  # by itself after the heal
+        if not (noticed and back):
             print_logs_around(tmp_path, row)
-        assert row["detected_s"] is not None and row["detected_s"] <= TIMEOUT_S[name] + SLACK_S[name], row
-        assert row["recovered_s"] is not None and row["recovered_s"] <= 60, row  # back by itself after the heal
+        assert noticed and back, row
         assert row["prompts_lost"] == 0 and row["trained_twice"] == 0 and row["ledger_gap"] == 0, row
         assert row["run_finished"] == "yes", row
     assert rows["relay_download"]["recovered_s"] < 0  # a relay's child falls back without waiting for the heal
