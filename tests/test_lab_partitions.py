@@ -25,19 +25,22 @@ TIMEOUT_S = {"mid_lease": 8.0, "learner_download": 6.0, "relay_download": 6.0, "
 MEMBERSHIP = re.compile(r"joined|declared dead|relay of|quarantin|left")
 
 
+def process_logs(out: Path) -> dict[str, list[str]]:
+    """Each process's log (learner, r1, r2, r3) as lines, by name."""
+    return {log.stem: log.read_text(errors="replace").splitlines() for log in sorted((out / "run-processes").glob("*.log"))}
+
+
 def print_logs_around(out: Path, row: dict, before_s: float = 10.0, after_s: float = 30.0) -> None:
     """Every process's log lines from ``before_s`` before a case's cut to ``after_s`` after its heal
     (pytest shows a failed test's output whole, where it cuts an assertion's message short): what
     each host did, and fetched from where, when a case went unnoticed."""
     start = datetime.fromtimestamp(row["cut_at"] - before_s).strftime("%H:%M:%S")
     end = datetime.fromtimestamp(row["healed_at"] + after_s).strftime("%H:%M:%S")
-    learner = (out / "run-processes" / "learner.log").read_text(errors="replace").splitlines()
-    print("--- the fleet over the whole run:", *[line for line in learner if MEMBERSHIP.search(line)], sep="\n")
+    logs = process_logs(out)
+    print("--- the fleet over the whole run:", *[line for line in logs["learner"] if MEMBERSHIP.search(line)], sep="\n")
     print(f"--- {row['case']} ({row['cut']}): log lines {start}-{end}; row: {row}")
-    for log in sorted((out / "run-processes").glob("*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if start <= line[:8] <= end:
-                print(f"{log.stem}: {line[:300]}")
+    for name, lines in logs.items():
+        print(*[f"{name}: {line[:300]}" for line in lines if start <= line[:8] <= end], sep="\n")
 
 
 @pytest.mark.slow
@@ -47,8 +50,8 @@ def test_every_partition_is_noticed_in_time_and_healed_with_the_books_whole(tmp_
                           capture_output=True, text=True, timeout=1200)
     if done.returncode != 0:
         print(done.stdout[-3000:] + done.stderr[-3000:])
-        for log in sorted((tmp_path / "run-processes").glob("*.log")):
-            print(f"--- the last lines of {log.name}:", *log.read_text(errors="replace").splitlines()[-40:], sep="\n")
+        for name, lines in process_logs(tmp_path).items():
+            print(f"--- the last lines of {name}'s log:", *lines[-40:], sep="\n")
     assert done.returncode == 0, done.stderr[-500:]
     rows = {r["case"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
     assert set(rows) == set(SLACK_S)
