@@ -208,6 +208,14 @@ class CoordinatorConfig(Section):
     """A worker silent for this long is declared dead and its leases re-issued."""
     start_timeout_s: float = Field(60.0, gt=0)
     """How long to wait for the coordinator and the local workers to come up."""
+    scoring_processes: int = Field(2, ge=0)
+    """Processes the coordinator scores submissions in: the task rebuilt in each, every verdict
+    and environment answer bounded by ``scoring_timeout_s`` (a process that overruns is killed
+    and replaced, and that submission refused: :mod:`echo2.coordinator.scoring_processes`).
+    0: in the coordinator's HTTP threads, with no bound (a thread cannot be stopped, and
+    math-verify's own timeouts work only on a main thread)."""
+    scoring_timeout_s: float = Field(10.0, gt=0)
+    """The longest one completion's verdict, or one environment answer, may take."""
 
     @property
     def heartbeat_interval_s(self) -> float:

@@ -4,7 +4,9 @@ Workers never see a reference answer and report no reward (:mod:`echo2.protocol`
 carries token ids and behaviour log-probs, and the coordinator scores the tokens itself with the
 task's verifier. The verifier is injected as a :data:`Scorer` (built in
 :mod:`echo2.launch.train` from the task and the tokenizer, see :func:`task_scorer`), so the
-coordinator imports nothing of the learner, of the workers or of torch.
+coordinator imports nothing of the learner, of the workers or of torch. In a run the task's
+verdicts come from processes of their own, each call bounded in time
+(:mod:`echo2.coordinator.scoring_processes`): a handler thread cannot be stopped.
 
 :meth:`CoordinatorState.submit <echo2.coordinator.state.CoordinatorState.submit>` checks a
 submission under its lock, scores it here *outside* the lock (a verifier may be slow: math-verify,
@@ -26,11 +28,12 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from echo2.coordinator.records import Lease
 from echo2.model.episodes import segments
 from echo2.protocol import Completion, RespondRequest, SubmitRequest
-from echo2.tasks import Example, Task
+from echo2.tasks import Example
 
 #: What the environment answered after the given replies of this episode (KeyError: never asked).
 Answered = Callable[[list[str]], "str | None"]
@@ -40,6 +43,15 @@ Scorer = Callable[[Example, list[Completion], Answered], list[float]]
 Environment = Callable[[Example, list[str]], "str | None"]
 
 log = logging.getLogger("echo2")
+
+
+class Verdicts(Protocol):
+    """Where an episode's reward comes from: a :class:`~echo2.tasks.Task`, or the task in processes
+    of its own (:class:`~echo2.coordinator.scoring_processes.ScoringProcesses`)."""
+
+    def episode_rewards(self, example: Example, episodes: list[list[str]]) -> list[float]: ...
+
+    def respond(self, example: Example, replies: list[str]) -> str | None: ...
 
 
 def replies_of(index: int, completion: Completion, decode: Callable[[list[int]], str],
@@ -62,9 +74,10 @@ def replies_of(index: int, completion: Completion, decode: Callable[[list[int]],
     return replies
 
 
-def task_scorer(task: Task, decode: Callable[[list[int]], str], encode: Callable[[str], list[int]]) -> Scorer:
+def task_scorer(task: Verdicts, decode: Callable[[list[int]], str], encode: Callable[[str], list[int]]) -> Scorer:
     """A :data:`Scorer` that reads each completion's replies (:func:`replies_of`) and scores them
-    with ``task.episode_reward`` (a single-turn task: ``task.reward`` of its one reply).
+    with ``task.episode_rewards``, a group at a time (by default ``task.episode_reward`` of each;
+    a single-turn task: ``task.reward`` of its one reply).
 
     ``decode`` turns a turn's token ids into its text as the learner's evaluation reads a sample
     (``tokenizer.decode(ids, skip_special_tokens=True)``); ``encode`` is how workers insert an
@@ -72,8 +85,8 @@ def task_scorer(task: Task, decode: Callable[[list[int]], str], encode: Callable
     """
 
     def score(example: Example, completions: list[Completion], answered: Answered) -> list[float]:
-        return [float(task.episode_reward(example, replies_of(i, c, decode, encode, answered)))
-                for i, c in enumerate(completions)]
+        return task.episode_rewards(example, [replies_of(i, c, decode, encode, answered)
+                                              for i, c in enumerate(completions)])
 
     return score
 

@@ -26,7 +26,8 @@ from echo2.coordinator.app import create_app
 from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.records import Limits
-from echo2.coordinator.scoring import Scorer, task_scorer
+from echo2.coordinator.scoring import Scorer, Verdicts, task_scorer
+from echo2.coordinator.scoring_processes import ScoringError, ScoringProcesses
 from echo2.coordinator.state import CoordinatorState
 from echo2.model.episodes import observation_ids
 from echo2.model.evaluation import EvalResult
@@ -137,10 +138,28 @@ def local_worker_options(config: Config, url: str, token: str, name_prefix: str 
     return options
 
 
-def reward_scorer(task: Task, weights: str) -> Scorer:
+def coordinator_verdicts(config: Config, task: Task) -> Verdicts:
+    """Where the coordinator's rewards and environment answers come from: ``task`` rebuilt in
+    ``coordinator.scoring_processes`` processes, each call bounded in time; with 0, ``task`` itself
+    in the coordinator's threads."""
+    coordinator = config.coordinator
+    if coordinator.scoring_processes == 0:
+        return task
+    try:
+        return ScoringProcesses(config.task.name, config.task.options, coordinator.scoring_processes,
+                                coordinator.scoring_timeout_s, start_timeout_s=coordinator.start_timeout_s)
+    except ScoringError as error:
+        raise ConfigError(f"coordinator.scoring_processes: {error}. The coordinator scores in processes of its "
+                          "own, which import the task by its name: define it in an importable module (or in a "
+                          "script that starts the run under `if __name__ == '__main__':`), or set "
+                          "coordinator.scoring_processes=0 to score in the coordinator's threads, with no time "
+                          "bound") from None
+
+
+def reward_scorer(task: Verdicts, weights: str) -> Scorer:
     """How the coordinator scores submitted completions: each model turn decoded as sampling and
     evaluation read it (special tokens such as EOS dropped), inserted tokens checked against the
-    environment's answers, then ``task.episode_reward``. Its own tokenizer, as it runs in the
+    environment's answers, then ``task.episode_rewards``. Its own tokenizer, as it runs in the
     coordinator's HTTP threads."""
     tokenizer = load_tokenizer(weights)
     return task_scorer(task, lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
@@ -221,6 +240,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
                           kind="lora" if config.learner.lora.enabled else "full")
     # the console and train.log never show a credential
     redaction = redact_logs(token, publisher.token, viewer_credential(token))
+    verdicts = coordinator_verdicts(config, task)
     state = CoordinatorState(
         run_spec(config, task.max_turns),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,
@@ -232,8 +252,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
         window_share=config.coordinator.window_share,
         check_relays=True,
-        score=reward_scorer(task, weights),
-        environment=task.respond if task.max_turns > 1 else None,
+        score=reward_scorer(verdicts, weights),
+        environment=verdicts.respond if task.max_turns > 1 else None,
         on_interval=timeline.interval,
         replan_every=config.activation.replan_every,
         planner=publisher.planner,
@@ -281,6 +301,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         state.finish()
         workers.stop()
         server.stop()
+        if isinstance(verdicts, ScoringProcesses):
+            verdicts.close()
         publisher.close()
         metrics.close()
         timeline.close()

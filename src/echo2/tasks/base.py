@@ -71,6 +71,12 @@ class Task(ABC):
         """Training reward of a whole episode (default: the reward of its last reply)."""
         return self.reward(example, replies[-1])
 
+    def episode_rewards(self, example: Example, episodes: list[list[str]]) -> list[float]:
+        """The rewards of a group's episodes of ``example`` (each its list of replies): one call per
+        group where the coordinator scores (:mod:`echo2.coordinator.scoring`); override to score a
+        group at once (a reward model's batch)."""
+        return [self.episode_reward(example, replies) for replies in episodes]
+
     def episode_correct(self, example: Example, replies: list[str]) -> bool:
         """Held-out verdict of a whole episode (default: whether its last reply is correct)."""
         return self.is_correct(example, replies[-1])

@@ -111,7 +111,8 @@ class Gsm8kTask(Task):
 
     def is_correct(self, example: Example, completion: str) -> bool:
         verify = _math_verify()
-        # math-verify's timeouts use SIGALRM, which only the main thread may set
+        # math-verify's timeouts use SIGALRM, which only the main thread may set: the coordinator's
+        # scoring processes call this on theirs (echo2.coordinator.scoring_processes bounds every call)
         seconds = 5 if threading.current_thread() is threading.main_thread() else None
         gold = verify.parse(example.answer, parsing_timeout=seconds)
         answer = verify.parse(completion, parsing_timeout=seconds)

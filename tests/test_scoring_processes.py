@@ -1,0 +1,110 @@
+"""The coordinator's verdicts from processes of their own, each call bounded in time
+(:mod:`echo2.coordinator.scoring_processes`): a stalling verifier costs one ``scoring_timeout_s``
+and refuses its submission, and the coordinator goes on scoring."""
+
+import os
+import time
+
+import pytest
+from conftest import EOS, answering, decode, encode, make_state, publish
+from stalling_task import FAILS, STALLS
+
+from echo2.coordinator.records import Rejected
+from echo2.coordinator.scoring import task_scorer
+from echo2.coordinator.scoring_processes import ScoringError, ScoringOverrun, ScoringProcesses
+from echo2.protocol import Completion, GroupResult, SubmitRequest
+from echo2.tasks import Example
+
+pytestmark = pytest.mark.integration
+
+TASK = "stalling_task:StallingArithmetic"
+EXAMPLE = Example(prompt="2+2=", answer="4")
+
+
+@pytest.fixture()
+def processes():
+    pool = ScoringProcesses(TASK, {}, processes=2, timeout_s=0.5)
+    yield pool
+    pool.close()
+
+
+def pids(pool: ScoringProcesses) -> set[int]:
+    return {p.process.pid for p in pool._live}
+
+
+def test_verdicts_are_the_tasks_and_a_stall_is_cut_off_and_its_process_replaced(processes):
+    assert processes.episode_rewards(EXAMPLE, [["4"], ["5"], ["40"]]) == [1.0, 0.0, 0.0]
+    before = pids(processes)
+    started = time.monotonic()
+    with pytest.raises(ScoringOverrun, match="scoring_timeout_s = 0.5 s"):
+        processes.episode_rewards(EXAMPLE, [["4"], [STALLS]])
+    assert time.monotonic() - started < 10  # the bound, plus a fresh process's start
+    after = pids(processes)
+    assert len(after) == 2 and len(after & before) == 1 and processes.overruns == 1
+    for _ in range(4):  # both processes, the fresh one included, answer again
+        assert processes.episode_rewards(EXAMPLE, [["4"]]) == [1.0]
+
+
+def test_a_failing_verifier_raises_its_error_and_its_process_lives_on(processes):
+    before = pids(processes)
+    with pytest.raises(ScoringError, match=f"ArithmeticError: cannot verify '{FAILS}'"):
+        processes.episode_rewards(EXAMPLE, [[FAILS]])
+    assert pids(processes) == before and processes.overruns == 0
+    assert processes.episode_rewards(EXAMPLE, [["4"]]) == [1.0]
+
+
+def test_a_stalling_environment_is_cut_off_like_a_verifier(processes):
+    assert processes.respond(EXAMPLE, ["4"]) == "again"
+    with pytest.raises(ScoringOverrun):
+        processes.respond(EXAMPLE, [STALLS])
+    assert processes.respond(EXAMPLE, ["4"]) == "again"
+
+
+def test_a_process_that_dies_is_replaced(processes):
+    for pid in pids(processes):
+        os.kill(pid, 9)
+    time.sleep(0.2)
+    with pytest.raises(ScoringError, match="died"):
+        processes.episode_rewards(EXAMPLE, [["4"]])
+    with pytest.raises(ScoringError, match="died"):  # the other dead one, met next
+        processes.episode_rewards(EXAMPLE, [["4"]])
+    assert processes.episode_rewards(EXAMPLE, [["4"]]) == [1.0] and len(pids(processes)) == 2
+
+
+def test_closing_stops_every_process():
+    pool = ScoringProcesses(TASK, {}, processes=2, timeout_s=0.5)
+    live = [p.process for p in pool._live]
+    pool.close()
+    assert all(not process.is_alive() for process in live)
+    with pytest.raises(ScoringError, match="closed"):
+        pool.episode_rewards(EXAMPLE, [["4"]])
+
+
+def test_a_task_the_processes_cannot_build_fails_at_once_with_the_reason():
+    with pytest.raises(ScoringError, match="could not build task 'stalling_task:NoSuchTask'"):
+        ScoringProcesses("stalling_task:NoSuchTask", {}, processes=1, timeout_s=0.5)
+
+
+def test_a_submission_whose_verdict_stalls_is_refused_and_the_next_one_is_scored(processes):
+    """What a worker gains by submitting an answer the verifier chokes on: one refusal, after
+    ``scoring_timeout_s``; the lease stays open for its prompts, nothing is trained on, and the
+    coordinator scores the next submission as before."""
+    state = make_state(staleness=1, score=task_scorer(processes, decode, encode))
+    worker = state.register("w")
+    lease = state.lease(worker, 0, 1, wait_s=0)
+    (prompt,) = lease.prompts
+    stalled = [Completion(token_ids=encode(STALLS) + [EOS], logprobs=[-0.1] * 3), *answering(prompt.prompt, [True])]
+    started = time.monotonic()
+    with pytest.raises(Rejected, match="ran past coordinator.scoring_timeout_s") as refused:
+        state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, generate_seconds=0.1,
+                                           groups=[GroupResult(slot=prompt.slot, completions=stalled)]))
+    assert time.monotonic() - started < 10
+    assert refused.value.code == "unscorable" and len(state.ledger) == 0
+    assert state.leases.get(lease.lease_id).state == "active"
+    publish(state, 1)
+    honest = state.lease(worker, 1, 1, wait_s=0)
+    (prompt,) = honest.prompts
+    state.submit(worker, SubmitRequest(lease_id=honest.lease_id, version=1, generate_seconds=0.1,
+                                       groups=[GroupResult(slot=prompt.slot,
+                                                           completions=answering(prompt.prompt, [True, False]))]))
+    assert [g.rewards for g in state.take_batch(1, timeout_s=1, count=1)] == [[1.0, 0.0]]
