@@ -4,6 +4,7 @@ and refuses its submission, and the coordinator goes on scoring."""
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from conftest import EOS, answering, decode, encode, make_state, publish
@@ -13,11 +14,12 @@ from echo2.coordinator.records import Rejected
 from echo2.coordinator.scoring import task_scorer
 from echo2.coordinator.scoring_processes import ScoringError, ScoringOverrun, ScoringProcesses
 from echo2.protocol import Completion, GroupResult, SubmitRequest
-from echo2.tasks import Example
+from echo2.tasks import Example, load_task
 
 pytestmark = pytest.mark.integration
 
 TASK = "stalling_task:StallingArithmetic"
+GSM8K_SAMPLE = Path(__file__).parent / "data" / "gsm8k_sample.jsonl"
 EXAMPLE = Example(prompt="2+2=", answer="4")
 
 
@@ -99,7 +101,8 @@ def test_a_submission_whose_verdict_stalls_is_refused_and_the_next_one_is_scored
         state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, generate_seconds=0.1,
                                            groups=[GroupResult(slot=prompt.slot, completions=stalled)]))
     assert time.monotonic() - started < 10
-    assert refused.value.code == "unscorable" and len(state.ledger) == 0
+    assert refused.value.code == "scoring_overrun" and len(state.ledger) == 0
+    assert state.reliability()["groups_rejected"] == {"scoring_overrun": 1}  # told apart from a failing verifier
     assert state.leases.get(lease.lease_id).state == "active"
     publish(state, 1)
     honest = state.lease(worker, 1, 1, wait_s=0)
@@ -108,3 +111,23 @@ def test_a_submission_whose_verdict_stalls_is_refused_and_the_next_one_is_scored
                                        groups=[GroupResult(slot=prompt.slot,
                                                            completions=answering(prompt.prompt, [True, False]))]))
     assert [g.rewards for g in state.take_batch(1, timeout_s=1, count=1)] == [[1.0, 0.0]]
+
+
+def test_a_tower_of_powers_that_math_verify_chokes_on_costs_one_bound():
+    """The real verifier, not a stand-in: math-verify reads ``\\boxed{9^{9^{9^{9}}}}`` and sympy
+    sets about that number. In a handler thread (``scoring_processes=0``) nothing stops it; in a
+    scoring process math-verify's own 5 s timeout works (a main thread), and the call's bound
+    cuts it off sooner. The reference answer of the sample's first problem still scores 1."""
+    tower = "\\boxed{9^{9^{9^{9}}}}"
+    pool = ScoringProcesses("gsm8k", {"source": str(GSM8K_SAMPLE)}, processes=1, timeout_s=2.0)
+    try:
+        example = load_task("gsm8k", {"source": str(GSM8K_SAMPLE)}).eval_examples(1)[0]
+        right = f"The answer is \\boxed{{{example.answer}}}."
+        assert pool.episode_rewards(example, [[right]]) == [1.0]
+        started = time.monotonic()
+        with pytest.raises(ScoringOverrun):
+            pool.episode_rewards(example, [[right], [tower]])
+        assert time.monotonic() - started < 2.0 + 5.0 and pool.overruns == 1
+        assert pool.episode_rewards(example, [[right]]) == [1.0]  # a fresh process answers
+    finally:
+        pool.close()

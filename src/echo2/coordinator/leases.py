@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord, check_telemetry, session_refusal
+from echo2.coordinator.scoring import Unscorable
 from echo2.model.episodes import segments
 from echo2.exchange import Group
 from echo2.protocol import RespondRequest, SubmitRequest
@@ -95,9 +96,9 @@ class LeaseBook:
         lease.scoring = True
         return lease
 
-    def settle(self, lease: Lease, record: WorkerRecord, rewards: list[list[float]] | str) -> None:
-        """Close a claimed ``lease`` once its submission was scored (``rewards`` a string: why it
-        could not be): done, unless it expired or its worker was quarantined meanwhile (the refusal,
+    def settle(self, lease: Lease, record: WorkerRecord, rewards: list[list[float]] | Unscorable) -> None:
+        """Close a claimed ``lease`` once its submission was scored (``rewards`` :class:`Unscorable`:
+        why it could not be): done, unless it expired or its worker was quarantined meanwhile (the refusal,
         counted; the lease stays expired and its prompts re-queued, or active until it expires)."""
         lease.scoring = False
         if record.quarantined:
@@ -106,9 +107,9 @@ class LeaseBook:
         if lease.state == "expired":
             raise self._refused(record, Rejected(409, "lease expired while it was scored; its prompts were "
                                                  "re-issued", "expired_lease"))
-        if isinstance(rewards, str):
-            raise self._refused(record, Rejected(422, f"these completions could not be scored: {rewards}",
-                                                 "unscorable"))
+        if isinstance(rewards, Unscorable):
+            raise self._refused(record, Rejected(422, f"these completions could not be scored: {rewards.reason}",
+                                                 rewards.code))
         lease.state = "done"
 
     def _refused(self, record: WorkerRecord, refusal: Rejected) -> Rejected:

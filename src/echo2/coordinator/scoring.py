@@ -28,9 +28,11 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from echo2.coordinator.records import Lease
+from echo2.coordinator.scoring_processes import ScoringOverrun
 from echo2.model.episodes import segments
 from echo2.protocol import Completion, RespondRequest, SubmitRequest
 from echo2.tasks import Example
@@ -91,6 +93,21 @@ def task_scorer(task: Verdicts, decode: Callable[[list[int]], str], encode: Call
     return score
 
 
+@dataclass(frozen=True)
+class Unscorable:
+    """Why a submission could not be scored; ``code`` is the refusal's (counted in the reliability
+    report's ``groups_rejected``): ``scoring_overrun`` when the verdict ran past
+    ``coordinator.scoring_timeout_s`` — a completion the verifier chokes on, by accident or by
+    design, which the operator wants told apart from a verifier that fails — else ``unscorable``."""
+
+    reason: str
+    overrun: bool = False
+
+    @property
+    def code(self) -> str:
+        return "scoring_overrun" if self.overrun else "unscorable"
+
+
 class Scoring:
     """The run's scorer and environment, and the seconds spent in them (from any number of HTTP
     handler threads)."""
@@ -104,7 +121,7 @@ class Scoring:
         with self._lock:
             self.seconds += time.perf_counter() - started
 
-    def rewards(self, lease: Lease, request: SubmitRequest) -> list[list[float]] | str:
+    def rewards(self, lease: Lease, request: SubmitRequest) -> list[list[float]] | Unscorable:
         """One reward per completion of every group of ``request`` (checked against ``lease``), in
         the request's order; else why not (the verifier raised, gave not one finite reward per
         completion, or an episode's inserted tokens are not the environment's): a worker must not
@@ -122,7 +139,7 @@ class Scoring:
                 raise ValueError("not one finite reward per completion")
         except Exception as error:  # noqa: BLE001 (any failure of the verifier refuses this submission)
             log.warning("lease %s could not be scored: %s: %s", lease.lease_id, type(error).__name__, error)
-            return f"{type(error).__name__}: {error}"[:300]
+            return Unscorable(f"{type(error).__name__}: {error}"[:300], overrun=isinstance(error, ScoringOverrun))
         finally:
             self._spent(started)
         return rewards

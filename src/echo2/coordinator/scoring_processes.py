@@ -11,7 +11,7 @@ So with ``coordinator.scoring_processes`` > 0 the run's task is rebuilt (``load_
 run's task name and options) in that many spawned processes, where it runs on the main thread
 (math-verify's own timeouts work there), and every call is bounded by
 ``coordinator.scoring_timeout_s``. A process that overruns is killed and replaced, and the call
-raises :class:`ScoringOverrun`: the submission is refused as unscorable (its lease's prompts go to
+raises :class:`ScoringOverrun`: the submission is refused (``scoring_overrun``; its lease's prompts go to
 another worker once the lease expires), or the episode ends, as when a verifier or an
 environment raises. Nothing is made up for an unverified completion — no reward of 0 the learner
 would train on — and one submission costs the coordinator at most one ``scoring_timeout_s``.
@@ -38,10 +38,6 @@ from typing import Any
 from echo2.tasks import Example, load_task
 
 log = logging.getLogger("echo2")
-
-#: The task methods a scoring process answers.
-METHODS = ("episode_rewards", "respond")
-
 
 class ScoringError(RuntimeError):
     """A call the scoring processes could not answer: the verifier raised, or its process died."""
@@ -172,8 +168,6 @@ class ScoringProcesses:
         self._idle.put(fresh)
 
     def _call(self, method: str, example: Example, argument: Any) -> Any:
-        if method not in METHODS:
-            raise ValueError(f"scoring processes answer {METHODS}, not {method!r}")
         if self._closed:
             raise ScoringError("the scoring processes were closed")
         try:

@@ -66,7 +66,7 @@ class WorkSide(Membership):
             if lease is None:  # a copy of a lease already submitted or still being scored
                 self.counters["duplicate_submissions"] += 1
                 return SubmitResponse(accepted=0, duplicate=True)
-        rewards = self.scoring.rewards(lease, request)  # outside the lock (a string: why it could not be scored)
+        rewards = self.scoring.rewards(lease, request)  # outside the lock (or why it could not be scored)
         with self.cond:
             self.leases.settle(lease, record, rewards)
             self.counters["leases_completed"] += 1
