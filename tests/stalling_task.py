@@ -2,6 +2,8 @@
 processes of ``tests/test_scoring_processes.py`` (``task.name=stalling_task:StallingArithmetic``)."""
 
 import time
+from pathlib import Path
+from typing import Any
 
 from echo2.tasks import ArithmeticTask, Example
 
@@ -12,6 +14,13 @@ FAILS = "88"
 
 
 class StallingArithmetic(ArithmeticTask):
+    def __init__(self, refuse_if: str | None = None, **options: Any) -> None:
+        """``refuse_if``: a path whose existence makes building the task fail (a scoring process
+        that cannot start again)."""
+        if refuse_if is not None and Path(refuse_if).exists():
+            raise MemoryError(f"cannot build the task: {refuse_if} exists")
+        super().__init__(**options)
+
     def reward(self, example: Example, completion: str) -> float:
         if STALLS in completion:
             time.sleep(3600)

@@ -73,6 +73,34 @@ def test_a_process_that_dies_is_replaced(processes):
     assert processes.episode_rewards(EXAMPLE, [["4"]]) == [1.0] and len(pids(processes)) == 2
 
 
+def test_a_pool_that_cannot_start_processes_refuses_at_once_then_heals(tmp_path):
+    """Processes killed while none can start again: the pool is left empty and every call is
+    refused at once, with the reason, not after ``wait_s``; once a process can start, the next
+    call due for a retry restores the pool."""
+    flag = tmp_path / "no-more-processes"
+    pool = ScoringProcesses(TASK, {"refuse_if": str(flag)}, processes=2, timeout_s=0.5, restore_every_s=1.0)
+    try:
+        flag.touch()
+        for pid in pids(pool):
+            os.kill(pid, 9)
+        time.sleep(0.2)
+        for _ in range(2):  # each dead process is met once, and cannot be replaced
+            with pytest.raises(ScoringError, match="died"):
+                pool.episode_rewards(EXAMPLE, [["4"]])
+        assert not pids(pool)
+        started = time.monotonic()
+        with pytest.raises(ScoringError, match=r"no scoring process is left \(.*MemoryError: cannot build"):
+            pool.episode_rewards(EXAMPLE, [["4"]])
+        assert time.monotonic() - started < pool.wait_s / 2
+        flag.unlink()
+        time.sleep(1.0)  # the retry is due
+        assert pool.episode_rewards(EXAMPLE, [["4"]]) == [1.0] and len(pids(pool)) == 1
+        time.sleep(1.0)
+        assert pool.episode_rewards(EXAMPLE, [["4"]]) == [1.0] and len(pids(pool)) == 2  # back to its size
+    finally:
+        pool.close()
+
+
 def test_closing_stops_every_process():
     pool = ScoringProcesses(TASK, {}, processes=2, timeout_s=0.5)
     live = [p.process for p in pool._live]

@@ -29,6 +29,7 @@ import logging
 import multiprocessing
 import queue
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -91,17 +92,25 @@ class ScoringProcesses:
     """``processes`` spawned processes holding the run's task; ``episode_rewards`` and ``respond``
     as the task's, each call bounded by ``timeout_s``. A call waits at most ``wait_s`` for a free
     process; starting one may take ``start_timeout_s``. :meth:`close` (or the object's collection,
-    or the interpreter's exit) stops them."""
+    or the interpreter's exit) stops them.
+
+    A process that cannot be replaced (the machine out of memory, say) leaves the pool one short
+    for a while, not for the run: a call made ``restore_every_s`` or more after the failure starts
+    one again first. With none left a call is refused at once, with the reason, rather than after
+    ``wait_s`` for a process that will never be free."""
 
     def __init__(self, task_name: str, options: dict[str, Any], processes: int, timeout_s: float,
-                 start_timeout_s: float = 60.0) -> None:
+                 start_timeout_s: float = 60.0, restore_every_s: float = 30.0) -> None:
         if processes < 1:
             raise ValueError(f"scoring processes: {processes}, need at least 1")
-        self.task_name, self.options = task_name, dict(options)
-        self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
+        self.task_name, self.options, self.size = task_name, dict(options), processes
+        self.timeout_s, self.start_timeout_s, self.restore_every_s = timeout_s, start_timeout_s, restore_every_s
         self.wait_s = 3 * timeout_s + start_timeout_s  # a caller ahead of it overruns, and its process is replaced
         self.overruns = 0
         self._closed = False
+        self._short = ""  # why the pool is below its size ("": it is not)
+        self._restore_at = 0.0  # monotonic time from which a call may start a missing process
+        self._restoring = False
         self._context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
         self._live: set[_Process] = set()
         self._idle: queue.SimpleQueue[_Process] = queue.SimpleQueue()
@@ -157,19 +166,46 @@ class ScoringProcesses:
     def _replace(self, process: _Process) -> None:
         """Kill ``process`` and put a fresh one in its place (said, when it cannot start: one fewer)."""
         self._retire(process)
+        self._start_one()
+
+    def _start_one(self) -> None:
+        """Start a process into the pool; when it cannot start, say why and try again no sooner
+        than ``restore_every_s`` from now."""
         if self._closed:
             return
         try:
             fresh = self._spawn()
             self._await_ready(fresh)
         except ScoringError as error:
-            log.error("scoring: %s; %d scoring processes left", error, len(self._live))
+            with self._lock:
+                self._short, self._restore_at = str(error), time.monotonic() + self.restore_every_s
+            log.error("scoring: %s; %d of %d scoring processes left, another tried in %g s", error,
+                      len(self._live), self.size, self.restore_every_s)
             return
         self._idle.put(fresh)
+
+    def _restore(self) -> None:
+        """Start a missing process when the pool is short and its retry is due (one caller at a
+        time); then, with none left, refuse the call at once."""
+        with self._lock:
+            due = (len(self._live) < self.size and not self._restoring and time.monotonic() >= self._restore_at)
+            self._restoring = self._restoring or due
+        if due:
+            try:
+                self._start_one()
+            finally:
+                with self._lock:
+                    self._restoring = False
+        with self._lock:
+            empty = not self._live and not self._restoring
+        if empty:
+            raise ScoringError(f"no scoring process is left ({self._short}); another is tried every "
+                               f"{self.restore_every_s:g} s")
 
     def _call(self, method: str, example: Example, argument: Any) -> Any:
         if self._closed:
             raise ScoringError("the scoring processes were closed")
+        self._restore()
         try:
             process = self._idle.get(timeout=self.wait_s)
         except queue.Empty:
