@@ -159,3 +159,38 @@ def test_a_tower_of_powers_that_math_verify_chokes_on_costs_one_bound():
         assert pool.episode_rewards(example, [[right]]) == [1.0]  # a fresh process answers
     finally:
         pool.close()
+
+
+def test_a_worker_whose_submissions_overrun_is_slowed_then_parked_like_a_hoarder(processes):
+    """A refused submission leaves its lease to expire unfulfilled, which counts as a miss
+    (:mod:`echo2.core.shares`): a proven worker sending only completions the verifier chokes on
+    gets one group a lease after its first, and is parked after its second — each overrun costs
+    the coordinator one bound, and the worker ever longer waits."""
+    state = make_state(staleness=1, score=task_scorer(processes, decode, encode))
+    worker, other = state.register("w"), state.register("other")  # another live worker: shares apply
+    record = state.registry.workers[worker.worker_id]
+
+    def submit_stalling() -> int:
+        """A lease answered with completions that stall the verifier, then let expire: its size."""
+        lease = state.lease(worker, 0, 4, wait_s=0)
+        groups = [GroupResult(slot=p.slot, completions=[Completion(token_ids=encode(STALLS) + [EOS],
+                                                                   logprobs=[-0.1] * 3)] * 2) for p in lease.prompts]
+        with pytest.raises(Rejected, match="ran past"):
+            state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, generate_seconds=0.1,
+                                               groups=groups))
+        state.leases.get(lease.lease_id).deadline = 0
+        state.reap()  # its lease expires unfulfilled
+        assert state.leases.get(lease.lease_id).state == "expired"
+        return len(lease.prompts)
+
+    first = state.lease(worker, 0, 1, wait_s=0)  # on trial: one group, delivered honestly
+    (prompt,) = first.prompts
+    state.submit(worker, SubmitRequest(lease_id=first.lease_id, version=0, generate_seconds=0.1,
+                                       groups=[GroupResult(slot=prompt.slot,
+                                                           completions=answering(prompt.prompt, [True, False]))]))
+    assert record.proven
+    first_size, second_size = submit_stalling(), submit_stalling()
+    assert first_size > 1 and second_size == 1  # proven (its share of the window), then slowed to one group
+    assert record.unfulfilled == 2 and record.parked_until > time.monotonic() + 30
+    assert state.lease(worker, 0, 4, wait_s=0).status == "parked"
+    assert state.reliability()["groups_rejected"] == {"scoring_overrun": 2}
