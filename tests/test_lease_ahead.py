@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from echo2.core.leasing import worth_asking_ahead
-from echo2.protocol import LeaseResponse, SubmitRequest
+from echo2.protocol import LeaseResponse, SubmitRequest, VersionInfo
 from echo2.rollout.worker import RolloutWorker
 
 
@@ -109,6 +109,7 @@ def test_a_lost_session_drops_the_lease_asked_ahead(monkeypatch, closing):
     worker, coordinator = worker_with("async", monkeypatch)
     closing(worker)
     monkeypatch.setattr(worker, "_register", lambda: SimpleNamespace(worker_id="w1"))
+    monkeypatch.setattr(worker.client, "version", lambda: VersionInfo(version=3, sha256="0" * 64, size_bytes=1))
     assert worker._work_once()
     worker._register_anew()
     assert worker.ahead.take() is None and worker.version == -1

@@ -20,6 +20,7 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass
+from collections.abc import Collection
 from typing import Callable, Literal, TypeVar
 
 from echo2.broadcast.integrity import CorruptPayload, sha256
@@ -118,6 +119,17 @@ class ChunkStore:
         with self._cond:
             self._entries.clear()
             self._floor, self._receiving = 0, -1
+            self._notify()
+
+    def retain(self, versions: Collection[int]) -> None:
+        """Forget every version but ``versions`` (a worker registered anew keeps what the
+        coordinator still vouches for); the eviction floor and the version being received start
+        over from those kept, as :meth:`clear` starts them over from nothing."""
+        with self._cond:
+            for version in [v for v in self._entries if v not in versions]:
+                del self._entries[version]
+            self._floor = min(self._entries, default=0)
+            self._receiving = max(self._entries, default=-1)
             self._notify()
 
     def drop(self, version: int) -> None:

@@ -3,9 +3,9 @@ between leases — the protocol's decisions are :class:`echo2.core.worker_protoc
 this module carries them out with threads and HTTP.
 
 Weights arrive from the sources the coordinator names for this worker (a parent relay first, the
-learner last: :mod:`echo2.broadcast.downloader`), by delta when the run sends deltas. Everything
-held is dropped when the coordinator forgets the worker (:meth:`WorkerWeights.forget`): after a
-learner's resume, version numbers repeat with other weights.
+learner last: :mod:`echo2.broadcast.downloader`), by delta when the run sends deltas. When the
+coordinator forgets the worker (:meth:`WorkerWeights.forget`) only what it vouches for is kept:
+after a learner's resume, version numbers repeat with other weights.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -25,13 +25,19 @@ from echo2.broadcast.errors import BroadcastError, VersionSuperseded
 from echo2.broadcast.payload import CorruptPayload
 from echo2.broadcast.suspects import SuspectSources
 from echo2.core.worker_protocol import WorkerProtocol
-from echo2.protocol import LEARNER_SOURCE, RunSpec
+from echo2.protocol import LEARNER_SOURCE, RunSpec, VersionInfo
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused
 
 log = logging.getLogger("echo2.worker")
 
 Fetched = tuple[int, bytes, str]
 """A downloaded version: (version, payload, sha256)."""
+
+
+def vouched_hashes(info: VersionInfo) -> dict[int, str]:
+    """The versions whose hashes the coordinator announces now: the newest, and (a run sending
+    deltas) the kept versions a delta catch-up may start from."""
+    return {step.version: step.sha256 for step in info.catch_up} | {info.version: info.sha256}
 
 
 def retry_pause_s(error: Exception) -> float:
@@ -168,15 +174,27 @@ class WorkerWeights:
         with self.changed:
             self.changed.notify_all()
 
-    def forget(self) -> None:
-        """Registered anew: nothing held counts any more (:meth:`WorkerProtocol.forget`)."""
+    def forget(self, vouched: Mapping[int, str]) -> None:
+        """Registered anew: the protocol starts over (:meth:`WorkerProtocol.forget`), and of the
+        versions held only the complete ones whose hash is in ``vouched`` (:func:`vouched_hashes`
+        of the coordinator's answer now) are kept, to be loaded again without a byte on the wire,
+        or caught up from by delta. A worker declared dead over a partition or a long pause had to
+        download the whole model again; after a resume, where version numbers repeat with other
+        weights, the hashes differ and nothing is kept (the store's newest versions would shut
+        the new ones out)."""
         self._epoch += 1
         self.cancel()
         with self.changed:
             self._staged = None
             self.protocol.forget()
-        for store in (self.store, self.deltas):
-            store.clear()
+        self.deltas.clear()
+        kept = [version for version in self.store.versions()
+                if (manifest := self.store.manifest(version)) is not None and self.store.complete(version)
+                and vouched.get(version) == manifest.sha256]
+        self.store.retain(kept)
+        if kept:
+            log.info("kept v%s, which the coordinator still announces: no need to fetch it again",
+                     ", v".join(map(str, kept)))
 
     def close(self) -> None:
         self.store.close()
