@@ -4,6 +4,8 @@ held loads again without a byte on the wire; another learner's versions, numbere
 dropped and the new ones can come in."""
 
 import threading
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,7 +13,9 @@ from safetensors.numpy import save
 
 from echo2.broadcast.chunk_store import ChunkStore, VersionEvicted
 from echo2.broadcast.downloader import fetch_version
+from echo2.broadcast.manifest import build_manifest
 from echo2.protocol import DeltaStep, VersionInfo
+from echo2.rollout.client import SessionLost
 from echo2.rollout.weights import WorkerWeights, vouched_hashes
 
 pytestmark = pytest.mark.unit
@@ -52,6 +56,17 @@ def test_a_worker_forgotten_over_a_partition_loads_the_version_it_held_with_noth
     weights.close()
 
 
+def test_a_download_cut_off_by_the_partition_resumes_from_the_chunks_already_verified():
+    weights = weights_holding(5)
+    manifest, chunks = build_manifest(payload(6), 6, 1024, "full", None, None)
+    weights.store.put_manifest(manifest)
+    for index in (0, 1):
+        weights.store.put_chunk(6, index, chunks[index])
+    weights.forget({6: manifest.sha256})
+    assert weights.store.versions() == [6] and weights.store.missing(6) == list(range(2, manifest.num_chunks))
+    weights.close()
+
+
 def test_after_a_resume_versions_numbered_alike_with_other_weights_are_dropped_and_older_ones_come_in():
     weights = weights_holding(5, 6)
     resumed = weights_holding(3, 6, learner=1)  # the resumed learner's v6 is not this v6
@@ -76,3 +91,25 @@ def test_a_store_retaining_some_versions_starts_its_floor_over_from_them():
     store.retain([])  # nothing kept: any version may come, as after clear()
     store.publish(1, payload(1))
     assert store.versions() == [1]
+
+
+def test_the_background_fetch_stops_asking_once_the_session_is_lost_until_it_is_registered_again():
+    """It had asked again every 0.1 s, each refused 410, until the main loop registered anew."""
+    asked = []
+
+    def version():
+        asked.append(time.monotonic())
+        raise SessionLost(410, "this worker was declared dead (no heartbeat); register again")
+
+    weights = WorkerWeights(client=SimpleNamespace(version=version), stop=threading.Event(),
+                            record=lambda *a, **k: None, verify=True)
+    lost = threading.Event()
+    weights.start(SimpleNamespace(protocol="async", swap_between_turns=False, max_turns=1), lambda *a: None, lost)
+    fetch = threading.Thread(target=weights._fetch_in_background, args=(3,))
+    fetch.start()
+    time.sleep(1.0)
+    assert lost.is_set() and len(asked) == 1 and fetch.is_alive()  # said so, and waits
+    lost.clear()  # registered again
+    fetch.join(2)
+    assert not fetch.is_alive() and len(asked) == 1
+    weights.close()

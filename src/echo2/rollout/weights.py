@@ -26,7 +26,7 @@ from echo2.broadcast.payload import CorruptPayload
 from echo2.broadcast.suspects import SuspectSources
 from echo2.core.worker_protocol import WorkerProtocol
 from echo2.protocol import LEARNER_SOURCE, RunSpec, VersionInfo
-from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused
+from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
 
 log = logging.getLogger("echo2.worker")
 
@@ -143,6 +143,10 @@ class WorkerWeights:
         hold one version for good)."""
         try:
             return self.fetch_newest(held)
+        except SessionLost:  # the coordinator forgot this worker: no fetch until the main loop registers again
+            self.lost.set()
+            while self.lost.is_set() and not self.stop.wait(0.2):
+                pass
         except (CoordinatorUnreachable, RequestRefused, CorruptPayload, BroadcastError) as error:
             log.warning("background fetch after v%d failed (%s); will retry", held, error)
             self.stop.wait(retry_pause_s(error))
@@ -176,12 +180,12 @@ class WorkerWeights:
 
     def forget(self, vouched: Mapping[int, str]) -> None:
         """Registered anew: the protocol starts over (:meth:`WorkerProtocol.forget`), and of the
-        versions held only the complete ones whose hash is in ``vouched`` (:func:`vouched_hashes`
-        of the coordinator's answer now) are kept, to be loaded again without a byte on the wire,
-        or caught up from by delta. A worker declared dead over a partition or a long pause had to
-        download the whole model again; after a resume, where version numbers repeat with other
-        weights, the hashes differ and nothing is kept (the store's newest versions would shut
-        the new ones out)."""
+        versions held only those whose hash is in ``vouched`` (:func:`vouched_hashes` of the
+        coordinator's answer now) are kept: loaded again without a byte on the wire, caught up
+        from by delta, or — cut off mid-download — resumed from the chunks already verified. A
+        worker declared dead over a partition or a long pause had to download the whole model
+        again; after a resume, where version numbers repeat with other weights, the hashes differ
+        and nothing is kept (the store's newest versions would shut the new ones out)."""
         self._epoch += 1
         self.cancel()
         with self.changed:
@@ -189,12 +193,11 @@ class WorkerWeights:
             self.protocol.forget()
         self.deltas.clear()
         kept = [version for version in self.store.versions()
-                if (manifest := self.store.manifest(version)) is not None and self.store.complete(version)
-                and vouched.get(version) == manifest.sha256]
+                if (manifest := self.store.manifest(version)) is not None and vouched.get(version) == manifest.sha256]
         self.store.retain(kept)
         if kept:
-            log.info("kept v%s, which the coordinator still announces: no need to fetch it again",
-                     ", v".join(map(str, kept)))
+            log.info("kept %s, which the coordinator still announces: not fetched again",
+                     ", ".join(f"v{v} ({self.store.held(v)}/{self.store.manifest(v).num_chunks} chunks)" for v in kept))
 
     def close(self) -> None:
         self.store.close()
