@@ -32,8 +32,9 @@ log = logging.getLogger("echo2.broadcast")
 def delta_route(info: VersionInfo, store: ChunkStore) -> tuple[int, list[DeltaStep]] | None:
     """The newest version ``store`` holds from which deltas lead to ``info.version``, and those
     deltas, oldest first; None when the full version is the cheaper (or the only) way: no delta
-    chain reaches a held version, or a chain of several deltas is larger than the version itself."""
-    if info.delta_sha256 is None:
+    chain reaches a held version, or a chain of several deltas is larger than the version itself —
+    or the store holds that version whole already (a worker registered anew keeps it)."""
+    if info.delta_sha256 is None or store.complete(info.version):
         return None
     steps = {step.version: step for step in info.catch_up}
     steps[info.version] = DeltaStep(version=info.version, sha256=info.sha256, delta_sha256=info.delta_sha256,
