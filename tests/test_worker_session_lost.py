@@ -5,6 +5,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+from echo2.protocol import VersionInfo
 from echo2.rollout.client import SessionLost
 from echo2.rollout.worker import RolloutWorker
 
@@ -50,6 +51,7 @@ def test_a_worker_declared_dead_during_its_first_download_registers_again_and_go
     registrations = []
     monkeypatch.setattr(worker.weights, "try_fetch_newest", fetch)
     monkeypatch.setattr(worker, "_register", lambda: registrations.append(1) or SimpleNamespace(worker_id="w1"))
+    monkeypatch.setattr(worker.client, "version", lambda: VersionInfo(version=0, sha256="0" * 64, size_bytes=1))
     try:
         worker._fetch_first_weights()
     finally:
