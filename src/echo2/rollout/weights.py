@@ -178,14 +178,17 @@ class WorkerWeights:
         with self.changed:
             self.changed.notify_all()
 
-    def forget(self, vouched: Mapping[int, str]) -> None:
+    def forget(self, vouched: Mapping[int, str] | None = None) -> None:
         """Registered anew: the protocol starts over (:meth:`WorkerProtocol.forget`), and of the
         versions held only those whose hash is in ``vouched`` (:func:`vouched_hashes` of the
         coordinator's answer now) are kept: loaded again without a byte on the wire, caught up
         from by delta, or — cut off mid-download — resumed from the chunks already verified. A
         worker declared dead over a partition or a long pause had to download the whole model
         again; after a resume, where version numbers repeat with other weights, the hashes differ
-        and nothing is kept (the store's newest versions would shut the new ones out)."""
+        and nothing is kept (the store's newest versions would shut the new ones out). Without
+        ``vouched``, the coordinator is asked (the newest version's announcement)."""
+        if vouched is None:
+            vouched = self._vouched_now()
         self._epoch += 1
         self.cancel()
         with self.changed:
@@ -198,6 +201,13 @@ class WorkerWeights:
         if kept:
             log.info("kept %s, which the coordinator still announces: not fetched again",
                      ", ".join(f"v{v} ({self.store.held(v)}/{self.store.manifest(v).num_chunks} chunks)" for v in kept))
+
+    def _vouched_now(self) -> dict[int, str]:
+        try:
+            return vouched_hashes(self.client.version())
+        except (CoordinatorUnreachable, RequestRefused) as error:  # none published yet, or out of reach again
+            log.info("keeping no version held (%s)", error)
+            return {}
 
     def close(self) -> None:
         self.store.close()

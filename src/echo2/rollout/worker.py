@@ -43,7 +43,7 @@ from echo2.rollout.engines import load_engine
 from echo2.rollout.lease_ahead import Answered, LeaseAhead
 from echo2.rollout.lease_generation import LeaseGenerator
 from echo2.rollout.timeline import WorkerTimeline
-from echo2.rollout.weights import WorkerWeights, vouched_hashes
+from echo2.rollout.weights import WorkerWeights
 
 log = logging.getLogger("echo2.worker")
 
@@ -122,18 +122,12 @@ class RolloutWorker:
 
     def _register_anew(self) -> None:
         """Register again after the coordinator forgot this worker (a resumed learner, or a
-        heartbeat gap long enough to be declared dead), and start over: after a resume, version
-        numbers repeat with other weights, so only versions whose hash the coordinator announces
-        now are kept (:meth:`WorkerWeights.forget`)."""
+        heartbeat gap long enough to be declared dead), and start over, keeping only the versions
+        whose hashes the coordinator still announces (:meth:`WorkerWeights.forget`)."""
         self.session_lost.clear()
         registration = self._register()
         self.ahead.drop()
-        try:
-            vouched = vouched_hashes(self.client.version())
-        except (CoordinatorUnreachable, RequestRefused) as error:  # none published yet, or out of reach again
-            log.info("keeping no version held (%s)", error)
-            vouched = {}
-        self.weights.forget(vouched)
+        self.weights.forget()
         self.timeline.clear()
         log.info("registered again with %s as %s", self.client.url, registration.worker_id)
 
