@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from dataclasses import dataclass
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Callable, Literal, TypeVar
 
 from echo2.broadcast.integrity import CorruptPayload, sha256

@@ -108,7 +108,7 @@ class ScoringProcesses:
         self.wait_s = 3 * timeout_s + start_timeout_s  # a caller ahead of it overruns, and its process is replaced
         self.overruns = 0
         self._closed = False
-        self._short = ""  # why the pool is below its size ("": it is not)
+        self._short = ""  # why the latest process that failed to start did (said when none is left)
         self._restore_at = 0.0  # monotonic time from which a call may start a missing process
         self._restoring = False
         self._context = multiprocessing.get_context("spawn")  # never fork a process that runs threads
