@@ -4,6 +4,7 @@ answered as its own worker, and one on an address that means "this host" serves 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from conftest import make_state
@@ -114,3 +115,38 @@ def test_with_half_the_workers_behind_nat_the_learner_sends_once(fan_out):
     assert all(plan[n.id][0].startswith("p") for n in private)
     assert max(len(children[p.id]) for p in public) <= fan_out + 1  # the overflow is spread out
     assert plan_tree(private, fan_out=fan_out) == {n.id: [LEARNER] for n in private}  # no relay at all
+
+
+def test_a_relay_a_peer_left_for_its_rate_leaves_every_chain_and_the_plan_a_while(monkeypatch):
+    """A relay declaring 1e12 B/s heads the chain; its child reports it sent 300 B/s: no peer is
+    sent there any more (this version's chains too), it is planned as a leaf at the measured rate,
+    and its next demotion lasts four times longer. A worker cannot demote a relay it was not sent to."""
+    from conftest import publish
+
+    from echo2.coordinator import registry as registry_module
+    from echo2.protocol import SlowSource
+
+    state = make_state(staleness=1, planner=lambda nodes, incumbent: plan_tree(nodes, incumbent=incumbent))
+    liar = state.register("liar", relay_url="http://10.9.9.9:7000", upload_bytes_per_s=1e12)
+    child = state.register("child", relay_url="http://10.9.9.8:7000", upload_bytes_per_s=1e6)
+    other = state.register("other", relay_url="http://10.9.9.7:7000", upload_bytes_per_s=1e5)
+    publish(state, 1)
+    assert state.version_info(child).sources[0] == liar.relay_url
+    assert state.version_info(child).source_rates[liar.relay_url] == 1e12
+    # a worker whose chains do not name the relay is not taken at its word
+    state.heartbeat(liar, 1, [], slow_sources=[SlowSource(url=other.relay_url, bytes_per_s=1.0)])
+    assert not other.relay_demoted(time.monotonic())
+    state.heartbeat(child, 1, [], slow_sources=[SlowSource(url=liar.relay_url, bytes_per_s=300.0)])
+    assert liar.relay_url not in state.version_info(child).sources  # at once, not from the next version
+    assert liar.relay_url not in state.version_info(other).sources
+    nodes = {node.id: node for node in state.registry.plan_nodes()}
+    assert not nodes[liar.worker_id].reachable and nodes[liar.worker_id].upload_bytes_per_s == 300.0
+    publish(state, 2)
+    assert liar.relay_url not in state.version_info(other).sources
+    first = liar.relay_demoted_until - time.monotonic()
+    assert registry_module.DEMOTED_S - 5 < first <= registry_module.DEMOTED_S
+    liar.relay_demoted_until = 0.0  # its time is up; it is a source again, then trickles again
+    publish(state, 3)
+    assert state.version_info(child).sources[0] != liar.relay_url  # planned at 300 B/s now: last
+    state.registry.demote_relay(child, liar.relay_url, 200.0, [liar.worker_id])
+    assert liar.relay_demoted_until - time.monotonic() > 3 * registry_module.DEMOTED_S

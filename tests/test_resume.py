@@ -126,3 +126,20 @@ def test_sigterm_stops_at_a_step_boundary_with_a_checkpoint_and_the_reports(tmp_
     report = json.loads((run_dir / "reliability.json").read_text())
     assert report["groups_trained"] == stopped_at * 8 and report["prompts_unaccounted"] == 0
     assert "stopped by a signal after step" in (run_dir / "summary.txt").read_text()
+
+
+@pytest.mark.integration
+def test_a_learner_starved_of_data_stops_checkpointed_with_its_reports(tmp_path):
+    """No batch within coordinator.data_timeout_s (here: no worker at all) used to kill the learner
+    with a TimeoutError and leave no checkpoint and no reliability.json: the books of why it starved."""
+    from echo2.cli import main
+
+    overrides = SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=5", "workers.count=0",
+                         "coordinator.data_timeout_s=2", "eval.every=1000"]
+    assert main(["train", *overrides]) == 1  # not done: a non-zero exit, after the books are written
+    run_dir = tmp_path / "run"
+    assert latest_resumable(run_dir).name == "step_000000"
+    report = json.loads((run_dir / "reliability.json").read_text())
+    assert report["groups_trained"] == 0 and report["prompts_unaccounted"] == 0
+    summary = (run_dir / "summary.txt").read_text()
+    assert "starved of data" in summary and "coordinator.data_timeout_s=2s" in summary

@@ -36,6 +36,7 @@ def test_push_pull_fetches_the_newest_heard_in_the_background_and_swaps_it_in_be
 
 def test_a_refresh_answer_waits_for_the_staged_version_and_stop_ends_the_run():
     protocol = WorkerProtocol("async")
+    protocol.loaded(1)
     assert protocol.answered("refresh", 4, 0.1) == "wait_for_staged"
     assert protocol.known == 4 and protocol.wants_fetch()
     assert protocol.answered("wait", 4, 0.1) == "ask_again" and protocol.answered("parked", 4, 0.1) == "ask_again"
@@ -59,6 +60,18 @@ def test_the_next_lease_is_asked_ahead_only_when_it_pays_and_will_use_the_weight
     assert not protocol.ask_ahead(leaving=True)
     assert not WorkerProtocol("async", swaps_mid_lease=True, round_trip_s=1, generate_s=0.1).ask_ahead()
     assert not WorkerProtocol("pull", round_trip_s=1, generate_s=0.1).ask_ahead()
+
+
+def test_no_background_fetch_runs_beside_the_blocking_first_one():
+    """A worker's first weights (and its first after registering anew) come by a blocking fetch; a
+    background fetch of the same version beside it had doubled the bytes on the learner's link."""
+    protocol = WorkerProtocol("async")
+    assert not protocol.heard(3) and not protocol.wants_fetch()
+    protocol.loaded(3)
+    assert not protocol.wants_fetch()  # it holds the newest
+    assert protocol.heard(4)
+    protocol.forget()
+    assert not protocol.heard(5)  # registered anew: the blocking fetch again
 
 
 def test_a_forgotten_worker_holds_nothing():

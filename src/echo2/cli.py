@@ -29,7 +29,10 @@ def _train(args: argparse.Namespace) -> int:
             raise ConfigError(f"--resume {resume}: not a run directory (no config.yaml)")
     config = load_config(str(resume / "config.yaml") if resume else args.config, args.overrides)
     interrupts.install()  # a stop ends the step in hand, checkpoints it and shuts workers and coordinator down
-    run_training(config, resume_dir=resume)
+    summary = run_training(config, resume_dir=resume)
+    if summary is not None and summary.result.starved:  # checkpointed and reported, but not done
+        print(f"echo2: {summary.result.starved}; see {summary.run_dir / 'reliability.json'}", file=sys.stderr)
+        return 1
     return 0
 
 

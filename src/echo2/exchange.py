@@ -94,6 +94,33 @@ class RunStats:
     """Seconds from publish to the last live worker holding it, of each version that finished
     spreading since the previous report."""
 
+    def metrics(self) -> dict[str, float]:
+        """What the learner logs of this snapshot with each step: counters, activation, costs,
+        dissemination and each worker's rates."""
+        records = self.workers
+        values: dict[str, float] = {"groups_dropped_stale": self.groups_dropped_stale,
+                                    "leases_expired": self.leases_expired, **self.costs,
+                                    "reward_seconds": self.reward_seconds,
+                                    "workers_alive": sum(r.alive for r in records),
+                                    "workers_active": sum(r.alive and r.active for r in records)}
+        if self.activation_need is not None:
+            values["activation_need_rollouts_per_s"] = self.activation_need
+        if self.disseminated:  # publish -> last live worker loaded, of versions that finished spreading
+            values["dissemination_s"] = sum(self.disseminated) / len(self.disseminated)
+            values["dissemination_max_s"] = max(self.disseminated)
+        for record in records:
+            if record.throughput is not None:
+                values[f"worker/{record.name}/measured_rollouts_per_s"] = record.throughput
+            values[f"worker/{record.name}/active"] = float(record.alive and record.active)
+            if record.generate_seconds > 0:
+                values[f"worker/{record.name}/samples_per_s"] = record.samples / record.generate_seconds
+                values[f"worker/{record.name}/tokens_per_s"] = record.tokens / record.generate_seconds
+            if record.fetches:
+                values[f"worker/{record.name}/fetch_latency_s"] = record.last_fetch_seconds
+            if record.delta_fetches:
+                values[f"worker/{record.name}/delta_fetches"] = record.delta_fetches
+        return values
+
 
 GiveBack = Literal["filtered", "unauditable", "suspect"]
 """Why the learner gives taken groups back untrained (see :meth:`RolloutSource.give_back`)."""

@@ -158,11 +158,22 @@ class TimelineEvent(Message):
         return self
 
 
+class SlowSource(Message):
+    """A relay this worker left because it sent below its floor (:func:`echo2.core.fetch_chain.too_slow`)."""
+
+    url: str = Field(max_length=300)
+    bytes_per_s: float = Field(ge=0, le=MAX_UPLOAD_BYTES_PER_S)
+    """The rate it measured from it."""
+
+
 class Heartbeat(Message):
     version: int = Field(ge=0)
     events: list[TimelineEvent] = Field(default_factory=list, max_length=1000)
     upload_bytes_per_s: float | None = Field(None, gt=0, le=MAX_UPLOAD_BYTES_PER_S)
     """Upload rate this worker's relay achieved so far (measured; orders the relay plan)."""
+    slow_sources: list[SlowSource] = Field(default_factory=list, max_length=16)
+    """Relays of its chain it left for their rate since its last heartbeat: the coordinator takes
+    them out of the relay plan a while (a peer's measurement beats a relay's word on itself)."""
 
 
 class HeartbeatResponse(Message):
@@ -294,3 +305,7 @@ class VersionInfo(Message):
     sources: list[str] = Field(default_factory=list)
     """Where the asking worker should fetch this version's chunks: parent relay URL first, then
     the fallback chain, ending with ``"learner"`` (the coordinator itself)."""
+    source_rates: dict[str, float] = Field(default_factory=dict)
+    """Relay URL of ``sources`` -> the upload rate (bytes/s) the coordinator plans it at: what it
+    declared or measured of itself, or less where a peer measured less. A worker leaves a relay that
+    sends well below it (:func:`echo2.core.fetch_chain.rate_floor`)."""

@@ -10,8 +10,11 @@ for again elsewhere. The last source (the learner) is retried until the deadline
 failed at the transport level is left out of the node's next fetches a while
 (:mod:`echo2.broadcast.suspects`).
 
-"Stalled" has two forms. A source that stops sending mid-response, or never answers, is dropped
-after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed). A source that answers "not yet"
+"Stalled" has three forms. A source that stops sending mid-response, or never answers, is dropped
+after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed). A relay that sends, but below its
+floor (:func:`echo2.core.fetch_chain.too_slow`: a fraction of the rate the coordinator plans it at,
+``source_rates``), is dropped once a chunk's transfer has run ``stall_s``, skipped by this node for
+a while and reported to the coordinator (:meth:`SuspectSources.too_slow`). A source that answers "not yet"
 (with the count of chunks it holds) is kept as the chain's rules say
 (:class:`echo2.core.fetch_chain.SourceChain`, which the simulator follows too).
 
@@ -30,29 +33,23 @@ import ssl
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import httpx
 from pydantic import ValidationError
 
 from echo2.broadcast.chunk_store import ChunkStore, UnknownVersion
-from echo2.broadcast.errors import (BroadcastCancelled, BroadcastError, BroadcastTimeout, VersionSuperseded,
-                                    error_body, error_code)
+from echo2.broadcast.errors import BroadcastCancelled, BroadcastError, BroadcastTimeout, VersionSuperseded, error_code
 from echo2.broadcast.integrity import CorruptPayload
 from echo2.broadcast.manifest import Manifest
 from echo2.broadcast.relay import HELD_HEADER, PREFIX
+from echo2.broadcast.source_failure import SourceFailed, below_floor, refused, unreachable
 from echo2.broadcast.suspects import SuspectSources
-from echo2.core.fetch_chain import POLL_S, SourceChain, default_patience_s
+from echo2.core.fetch_chain import POLL_S, SourceChain, default_patience_s, rate_floor, too_slow
 from echo2.protocol import AUTH_HEADER
 
 log = logging.getLogger("echo2.broadcast")
-
-
-class _SourceFailed(Exception):
-    def __init__(self, reason: str, gone: bool = False, suspect: bool = False) -> None:
-        super().__init__(reason)
-        self.gone = gone  # the source says the version will never come (evicted)
-        self.suspect = suspect  # no answer, no bytes, a broken connection, bad bytes: skip it a while
 
 
 class _Abort(Exception):
@@ -84,7 +81,8 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
                   patience_s: float | None = None, in_flight: int = 2, expected_sha256: str | None = None,
                   assemble: bool = True, cancel: threading.Event | None = None,
                   client: httpx.Client | None = None, verify: ssl.SSLContext | bool = True,
-                  prefix: str = PREFIX, suspects: SuspectSources | None = None) -> FetchResult:
+                  prefix: str = PREFIX, suspects: SuspectSources | None = None,
+                  source_rates: Mapping[str, float] | None = None) -> FetchResult:
     """Fetch ``version`` into ``store`` from ``sources`` (base URLs, parent first, learner last);
     ``prefix``: the routes asked (``/v1/broadcast``; a delta version's: ``DELTA_PREFIX``).
 
@@ -92,7 +90,9 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
     holds the complete, whole-hash-verified version) and :class:`FetchStats`. ``in_flight``
     chunk requests run at once to hide per-request latency. ``expected_sha256`` (the learner's
     announced hash) rejects a manifest describing anything else. ``suspects``: the node's relays
-    out of reach lately, left out of ``sources`` and told of every relay that fails now. Raises
+    out of reach lately, left out of ``sources`` and told of every relay that fails now.
+    ``source_rates``: the rate (bytes/s) the coordinator plans each relay at, from which its floor
+    is set (a relay not named gets the lowest floor; the learner, the last source, none). Raises
     :class:`BroadcastTimeout`, :class:`BroadcastCancelled`, :class:`BroadcastError`, or
     :class:`CorruptPayload` when the chunks verify but the whole does not (a forged manifest;
     the version is then dropped from the store).
@@ -107,7 +107,7 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
         log.info("v%d: skipping %s (out of reach lately); fetching from %s", version, ", ".join(skipped), chain)
     fetch = _Fetch(version, chain, store, token, timeout_s, stall_s, poll_s,
                    patience_s if patience_s is not None else default_patience_s(stall_s, poll_s), in_flight, expected_sha256,
-                   cancel, prefix, suspects)
+                   cancel, prefix, suspects, source_rates or {})
     http = client or httpx.Client(limits=httpx.Limits(max_connections=2 * in_flight + 4), verify=verify)
     try:
         return fetch.run(http, assemble)
@@ -121,8 +121,10 @@ def fetch_version(version: int, sources: list[str], store: ChunkStore, *, token:
 class _Fetch:
     def __init__(self, version: int, sources: list[str], store: ChunkStore, token: str | None, timeout_s: float,
                  stall_s: float, poll_s: float, patience_s: float, in_flight: int, expected_sha256: str | None,
-                 cancel: threading.Event | None, prefix: str, suspects: SuspectSources | None) -> None:
+                 cancel: threading.Event | None, prefix: str, suspects: SuspectSources | None,
+                 source_rates: Mapping[str, float]) -> None:
         self.version, self.sources, self.store, self.prefix, self.suspects = version, sources, store, prefix, suspects
+        self.floors = [rate_floor(source_rates.get(url)) for url in sources[:-1]] + [0.0]  # bytes/s; none for the last
         self.headers = {AUTH_HEADER: token} if token else {}
         self.timeout_s, self.stall_s, self.poll_s = timeout_s, stall_s, poll_s
         self.in_flight, self.expected_sha256, self.cancel = in_flight, expected_sha256, cancel
@@ -199,7 +201,7 @@ class _Fetch:
                 self._check()
                 try:
                     manifest = self._manifest_from(url)
-                except _SourceFailed as failure:
+                except SourceFailed as failure:
                     self.stats.failovers.append(f"v{self.version} manifest from {url}: {failure}")
                     self._suspect(url, failure)
                     if failure.gone:
@@ -215,20 +217,18 @@ class _Fetch:
         try:
             response = self.http.get(f"{url}{self.prefix}/{self.version}/manifest", params={"wait_s": poll},
                                      headers=self.headers, timeout=timeout)
-        except httpx.TimeoutException as error:
-            raise _SourceFailed(f"no answer within {timeout.read:g}s ({type(error).__name__})", suspect=True) from None
         except httpx.TransportError as error:
-            raise _SourceFailed(f"{type(error).__name__}: {error}", suspect=True) from None
+            raise unreachable(error, timeout) from None
         if response.status_code != 200:
-            raise self._refusal(response)
+            raise refused(response)
         try:
             manifest = Manifest.model_validate_json(response.content)
         except ValidationError as error:
-            raise _SourceFailed(f"invalid manifest ({error.error_count()} problems)") from None
+            raise SourceFailed(f"invalid manifest ({error.error_count()} problems)") from None
         if manifest.version != self.version:
-            raise _SourceFailed(f"sent the manifest of v{manifest.version}")
+            raise SourceFailed(f"sent the manifest of v{manifest.version}")
         if self.expected_sha256 is not None and manifest.sha256 != self.expected_sha256:
-            raise _SourceFailed(f"manifest sha256 {manifest.sha256[:12]}… is not the announced "
+            raise SourceFailed(f"manifest sha256 {manifest.sha256[:12]}… is not the announced "
                                 f"{self.expected_sha256[:12]}…")
         return manifest
 
@@ -254,7 +254,7 @@ class _Fetch:
             try:
                 if self._try_chunk(level, index):
                     return
-            except _SourceFailed as failure:
+            except SourceFailed as failure:
                 self._fail(level, index, failure)
                 continue
             with self.lock:
@@ -262,7 +262,7 @@ class _Fetch:
                 idle, held = self.chain.idle_s(level, now), self.chain.held(level)
                 impatient = self.chain.impatient(level, now)
             if impatient:
-                self._fail(level, index, _SourceFailed(f"no progress for {idle:.1f}s (it holds {held} chunks)"))
+                self._fail(level, index, SourceFailed(f"no progress for {idle:.1f}s (it holds {held} chunks)"))
 
     def _try_chunk(self, level: int, index: int) -> bool:
         """True: chunk stored; False: the source is alive but does not have it yet."""
@@ -275,31 +275,29 @@ class _Fetch:
                 if response.status_code != 200:
                     response.read()
                     return self._not_yet(level, response, asked)
-                data = bytearray()
+                data, began = bytearray(), time.monotonic()
                 for piece in response.iter_bytes():
                     data += piece
+                    now = time.monotonic()
                     with self.lock:
-                        self.chain.progressed(level, time.monotonic())
+                        self.chain.progressed(level, now)
                     if len(data) > size:
-                        raise _SourceFailed(f"sent more than the chunk's {size} bytes", suspect=True)
-        except httpx.ConnectTimeout:
-            raise _SourceFailed(f"stalled: no connection within {timeout.connect:g}s", suspect=True) from None
-        except httpx.TimeoutException as error:
-            raise _SourceFailed(f"stalled: no bytes for {timeout.read:g}s ({type(error).__name__})",
-                                suspect=True) from None
+                        raise SourceFailed(f"sent more than the chunk's {size} bytes", suspect=True)
+                    if len(data) < size and too_slow(len(data), now - began, self.floors[level], self.stall_s):
+                        raise self._too_slow(url, len(data), now - began, self.floors[level])
         except httpx.TransportError as error:
-            raise _SourceFailed(f"{type(error).__name__}: {error or 'connection lost'}", suspect=True) from None
+            raise unreachable(error, timeout) from None
         try:
             self.store.put_chunk(self.version, index, bytes(data))
         except CorruptPayload as error:
-            raise _SourceFailed(f"corrupt chunk ({error})", suspect=True) from None
+            raise SourceFailed(f"corrupt chunk ({error})", suspect=True) from None
         with self.lock:
             self.stats.bytes_by_source[url] = self.stats.bytes_by_source.get(url, 0) + len(data)
             self.stats.chunks_by_source[url] = self.stats.chunks_by_source.get(url, 0) + 1
         return True
 
     def _not_yet(self, level: int, response: httpx.Response, asked: float) -> bool:
-        failure = self._refusal(response)
+        failure = refused(response)
         if failure.gone or response.status_code not in (404, 503) or error_code(response) not in ("not_yet", "unknown"):
             raise failure
         held = int(response.headers.get(HELD_HEADER, "0") or 0)
@@ -309,7 +307,7 @@ class _Fetch:
             self._pause(0.05)
         return False
 
-    def _fail(self, level: int, index: int, failure: _SourceFailed) -> None:
+    def _fail(self, level: int, index: int, failure: SourceFailed) -> None:
         url = self.sources[level]
         line = f"v{self.version} chunk {index} from {url}: {failure}"
         self._suspect(url, failure)
@@ -325,16 +323,18 @@ class _Fetch:
         log.warning("%s; retrying (no further source)", line)
         self._pause(0.5)
 
-    def _suspect(self, url: str, failure: _SourceFailed) -> None:
+    def _too_slow(self, url: str, received: int, elapsed_s: float, floor: float) -> SourceFailed:
+        if self.suspects is not None:
+            self.suspects.too_slow(url, received / elapsed_s)
+        return below_floor(received, elapsed_s, floor)
+
+    def _suspect(self, url: str, failure: SourceFailed) -> None:
         if failure.suspect and self.suspects is not None:
             self.suspects.failed(url)
 
-    def _superseded(self, url: str, failure: _SourceFailed) -> VersionSuperseded:
+    def _superseded(self, url: str, failure: SourceFailed) -> VersionSuperseded:
         return VersionSuperseded(f"v{self.version} is no longer served by {url} ({failure}); fetch a newer version")
 
-    def _refusal(self, response: httpx.Response) -> _SourceFailed:
-        code, detail = error_code(response), error_body(response).get("detail") or response.text[:200]
-        return _SourceFailed(f"{response.status_code} {code or 'error'}: {detail}", gone=code == "evicted")
 
     def _pause(self, seconds: float) -> None:
         seconds = max(0.0, min(seconds, self.deadline - time.monotonic()))

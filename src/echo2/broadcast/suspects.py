@@ -10,6 +10,11 @@ relay loaded its first version 9.5 s after the heal instead of from the learner 
 outage). So a relay that failed at the transport level (no answer, no bytes, connection refused or
 reset, a corrupt chunk) is left out of this node's chains for :data:`SUSPECT_S`. The learner, the
 chain's last source, is never left out: it is the source of last resort.
+
+A relay left for sending too slowly (:func:`echo2.core.fetch_chain.too_slow`) is skipped longer,
+:data:`SLOW_S`, and reported to the coordinator with the rate measured (the next heartbeat drains
+:meth:`SuspectSources.reports`), which takes it out of the plan: one that trickles bytes answers,
+so nothing but its rate tells it from a healthy one, and going back to it costs a stall each time.
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ from collections.abc import Callable
 #: versions' time, short enough that a healed relay is soon used again.
 SUSPECT_S = 30.0
 
+#: Seconds a relay left for its rate is skipped: the coordinator's first demotion of it
+#: (:data:`echo2.coordinator.registry.DEMOTED_S`), which this node's report asks for.
+SLOW_S = 300.0
+
+#: Reports of slow relays a node keeps for its next heartbeat (the protocol's limit per heartbeat).
+MAX_REPORTS = 16
+
 
 class SuspectSources:
     """The relays one node could not reach lately (shared by its fetches, thread-safe)."""
@@ -29,12 +41,28 @@ class SuspectSources:
     def __init__(self, suspect_s: float = SUSPECT_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.suspect_s, self.clock = suspect_s, clock
         self._until: dict[str, float] = {}
+        self._slow: dict[str, float] = {}  # url -> measured bytes/s, not reported yet
         self._lock = threading.Lock()
 
     def failed(self, url: str) -> None:
         """``url`` could not be reached: leave it out until ``suspect_s`` from now."""
         with self._lock:
             self._until[url.rstrip("/")] = self.clock() + self.suspect_s
+
+    def too_slow(self, url: str, bytes_per_s: float) -> None:
+        """``url`` sent a chunk below its floor, at ``bytes_per_s``: leave it out for :data:`SLOW_S`
+        and report it."""
+        url = url.rstrip("/")
+        with self._lock:
+            self._until[url] = max(self._until.get(url, 0.0), self.clock() + SLOW_S)
+            if url in self._slow or len(self._slow) < MAX_REPORTS:
+                self._slow[url] = min(bytes_per_s, self._slow.get(url, bytes_per_s))
+
+    def reports(self) -> dict[str, float]:
+        """The relays left for their rate since the last call (url -> bytes/s measured), for the coordinator."""
+        with self._lock:
+            reports, self._slow = self._slow, {}
+            return reports
 
     def chain(self, sources: list[str]) -> list[str]:
         """``sources`` without the relays suspected now; the last source (the learner) is always kept."""

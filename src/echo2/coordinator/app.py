@@ -111,7 +111,8 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
 
     @app.post("/v1/heartbeat")
     def heartbeat(body: Heartbeat, x_echo2_token: str | None = Header(None)) -> HeartbeatResponse:
-        return state.heartbeat(worker(x_echo2_token), body.version, body.events, body.upload_bytes_per_s)
+        return state.heartbeat(worker(x_echo2_token), body.version, body.events, body.upload_bytes_per_s,
+                               body.slow_sources)
 
     @app.post("/v1/deregister")
     def deregister(x_echo2_token: str | None = Header(None)) -> dict:

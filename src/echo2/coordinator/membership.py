@@ -12,7 +12,7 @@ from echo2.coordinator.books import Books
 from echo2.coordinator.records import WorkerRecord, check_telemetry
 from echo2.core.shares import missed
 from echo2.exchange import Group
-from echo2.protocol import HeartbeatResponse, TimelineEvent
+from echo2.protocol import HeartbeatResponse, SlowSource, TimelineEvent
 
 
 log = logging.getLogger("echo2")
@@ -45,13 +45,17 @@ class Membership(Books):
             return self.registry.authenticate(session_token)
 
     def heartbeat(self, record: WorkerRecord, version: int, events: list[TimelineEvent],
-                  upload_bytes_per_s: float | None = None) -> HeartbeatResponse:
+                  upload_bytes_per_s: float | None = None, slow_sources: list[SlowSource] = ()) -> HeartbeatResponse:
         with self.cond:
             record.last_seen = time.monotonic()
             check_telemetry(version, events, self.version, time.time())
             record.version = version
             if upload_bytes_per_s is not None:  # measured beats declared
                 record.upload_bytes_per_s = upload_bytes_per_s
+            if slow_sources:
+                chains = self.versions.chains_of(record.worker_id)
+                for slow in slow_sources:
+                    self.registry.demote_relay(record, slow.url.rstrip("/"), slow.bytes_per_s, chains)
             self._record_events(record, events)
             return HeartbeatResponse(latest_version=self.version, stop=self.finished)
 

@@ -5,6 +5,7 @@ Plain records; :mod:`echo2.coordinator.state` owns them and changes them under i
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -80,6 +81,13 @@ class WorkerRecord:
     site: str = ""
     """The address it connected to the coordinator from (a host-scoped relay serves only its site)."""
     upload_bytes_per_s: float | None = None
+    """Its relay's uplink as it declared or measured it (its word on itself)."""
+    relay_demoted_until: float = 0.0
+    """``time.monotonic()`` before which its relay is no peer's source: a peer left it for its rate
+    (:meth:`echo2.coordinator.registry.WorkerRegistry.demote_relay`)."""
+    relay_demotions: int = 0
+    relay_peer_rate: float | None = None
+    """The lowest rate (bytes/s) a peer that left its relay measured from it."""
     loaded_version: int = -1
     price_per_hour: float = 0.0
     worker_class: str = ""
@@ -110,6 +118,14 @@ class WorkerRecord:
         counted as capacity it would leave the fleet short, billed it would cost what it cannot
         earn, in the census every version's spread would wait for it."""
         return self.alive and not self.quarantined
+
+    def relay_demoted(self, now: float) -> bool:
+        return now < self.relay_demoted_until
+
+    @property
+    def planned_upload_bytes_per_s(self) -> float:
+        """The rate the relay plan counts it at: its word, or less where a peer measured less."""
+        return min(self.upload_bytes_per_s or 0.0, self.relay_peer_rate if self.relay_peer_rate is not None else math.inf)
 
     @property
     def at_work(self) -> bool:

@@ -22,6 +22,11 @@ from echo2.net.guard import broadcast_credential, same_secret, viewer_credential
 
 log = logging.getLogger("echo2")
 
+#: Seconds a relay that a peer left for its rate is no source, the first time; four times longer
+#: with each further demotion (a relay that trickles again after its time costs each child one
+#: ``broadcast.stall_s``, ever less often).
+DEMOTED_S = 300.0
+
 
 class WorkerRegistry:
     def __init__(self, run_token: str) -> None:
@@ -103,16 +108,43 @@ class WorkerRegistry:
         log.info("relay of %s at %s %s: %s", record.name, record.relay_url,
                  "answered: peers may fetch there" if reachable else "is unreachable: a leaf of the plan", why)
 
+    def demote_relay(self, reporter: WorkerRecord, url: str, bytes_per_s: float, sources: list[str]) -> bool:
+        """``reporter`` left the relay at ``url`` for sending below its floor at ``bytes_per_s``: that
+        relay is no peer's source for :data:`DEMOTED_S` (longer each time) and is planned at the rate
+        measured. Only a relay in ``sources`` (worker ids of the reporter's own chains) is demoted on
+        its word: a worker can slow a relay it was sent to, not any relay it names. False: ignored."""
+        relay = next((r for r in self.fleet() if r.relay_url == url and r.worker_id in sources), None)
+        if relay is None or relay is reporter:
+            return False
+        now = time.monotonic()
+        relay.relay_peer_rate = min(bytes_per_s, relay.relay_peer_rate if relay.relay_peer_rate is not None
+                                    else bytes_per_s)
+        if not relay.relay_demoted(now):
+            relay.relay_demoted_until = now + DEMOTED_S * 4 ** relay.relay_demotions
+            relay.relay_demotions += 1
+            log.warning("relay of %s left by %s at %.0f B/s (planned at %.0f): no peer's source for %.0f s",
+                        relay.name, reporter.name, bytes_per_s, relay.upload_bytes_per_s or 0.0,
+                        relay.relay_demoted_until - now)
+        return True
+
     def plan_nodes(self) -> list[Node]:
         """The workers of the fleet as the broadcast planner sees them (a quarantined one relays
-        for no peer): a relay only once it answered as its worker, one on a host-scoped address
-        for its own site alone."""
-        return [Node(r.worker_id, r.upload_bytes_per_s or 0.0, reachable=r.relay_reachable is True, site=r.site,
+        for no peer): a relay only once it answered as its worker and while no peer left it for its
+        rate lately, one on a host-scoped address for its own site alone."""
+        now = time.monotonic()
+        return [Node(r.worker_id, r.planned_upload_bytes_per_s,
+                     reachable=r.relay_reachable is True and not r.relay_demoted(now), site=r.site,
                      scope=r.site if r.relay_url and host_scoped(r.relay_url) else None) for r in self.fleet()]
 
     def relay_urls(self) -> dict[str, str]:
-        """Worker id -> relay URL of the fleet's workers that serve chunks to peers."""
-        return {r.worker_id: r.relay_url for r in self.fleet() if r.relay_url}
+        """Worker id -> relay URL of the fleet's workers that serve chunks to peers now (a demoted
+        relay leaves every chain at once, not only the next version's plan)."""
+        now = time.monotonic()
+        return {r.worker_id: r.relay_url for r in self.fleet() if r.relay_url and not r.relay_demoted(now)}
+
+    def relay_rates(self) -> dict[str, float]:
+        """Relay URL -> the rate it is planned at (:attr:`WorkerRecord.planned_upload_bytes_per_s`)."""
+        return {r.relay_url: r.planned_upload_bytes_per_s for r in self.fleet() if r.relay_url}
 
     def stats(self) -> list[WorkerStats]:
         return [WorkerStats(r.name, r.alive, r.active, r.throughput, r.samples, r.tokens, r.generate_seconds,

@@ -50,7 +50,8 @@ class CoordinatorState(WorkSide, LearnerSide):
     def version_info(self, record: WorkerRecord) -> VersionInfo:
         """The current version, with the sources ``record`` should fetch it from (parent first)."""
         with self.cond:
-            return self.versions.info_for(self.version, record.worker_id, self.registry.relay_urls())
+            return self.versions.info_for(self.version, record.worker_id, self.registry.relay_urls(),
+                                          self.registry.relay_rates())
 
     def wait_for_workers(self, count: int, timeout_s: float, still_starting: Callable[[], None]) -> None:
         """Block until ``count`` workers have registered; ``still_starting`` raises if they cannot."""

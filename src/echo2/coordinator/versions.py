@@ -38,13 +38,21 @@ class VersionBook:
             for old in [v for v in table if v <= version - versions_in_use(self.staleness)]:
                 del table[old]
 
-    def info_for(self, version: int, worker_id: str, relay_urls: dict[str, str]) -> VersionInfo:
-        """``version`` with the sources ``worker_id`` should fetch it from: its relay chain, then the learner."""
+    def info_for(self, version: int, worker_id: str, relay_urls: dict[str, str],
+                 relay_rates: dict[str, float] | None = None) -> VersionInfo:
+        """``version`` with the sources ``worker_id`` should fetch it from: its relay chain, then the
+        learner, and the rate each relay of it is planned at (``relay_rates``, by URL)."""
         chain = [relay_urls[s] for s in self.plans.get(version, {}).get(worker_id, []) if s in relay_urls]
+        rates = {url: relay_rates[url] for url in chain if relay_rates and relay_rates.get(url)}
         catch_up = [DeltaStep(version=v, sha256=info.sha256, delta_sha256=info.delta_sha256,
                               delta_bytes=info.delta_bytes or 0)
                     for v, info in sorted(self.published.items()) if v < version and info.delta_sha256]
-        return self.published[version].model_copy(update={"sources": [*chain, LEARNER_SOURCE], "catch_up": catch_up})
+        return self.published[version].model_copy(update={"sources": [*chain, LEARNER_SOURCE], "catch_up": catch_up,
+                                                          "source_rates": rates})
+
+    def chains_of(self, worker_id: str) -> list[str]:
+        """Every worker id named in ``worker_id``'s chains of the versions kept."""
+        return [source for plan in self.plans.values() for source in plan.get(worker_id, [])]
 
     def loaded(self, version: int, worker_id: str, at: float) -> None:
         """``worker_id`` finished loading ``version`` at ``at`` (its own clock: remote workers need

@@ -6,6 +6,10 @@ and by the simulator (:mod:`echo2.simulation.fetching`: events, simulated time) 
 * A source that fails (refused, reset, stalled, corrupt bytes) is left for the next one, and
   what was already verified is kept; the last source, the learner, is retried instead: there is
   no further one.
+* A relay that sends, but too slowly, is judged by its rate (:func:`too_slow`): once a chunk's
+  transfer has run ``stall_s``, a rate below the relay's floor (:func:`rate_floor`) fails it like a
+  stall. Bytes alone are no proof of life: a relay trickling one byte a second, declaring 1e12 B/s,
+  had held its child (and through it every node below) for as long as it liked, then the run.
 * A source that answers "not yet" is normal in a pipeline (it waits on its own parent). It is kept
   while it makes progress of its own (the count of chunks it holds grows) and given up after
   ``patience_s`` without any: by default twice the stall budget (:func:`default_patience_s`), so
@@ -20,6 +24,29 @@ from typing import Literal
 
 #: Long-poll a chunk request asks a source for, seconds.
 POLL_S = 2.0
+
+
+#: A relay's floor as a fraction of the rate it is planned at (what it declared or measured of its
+#: own uplink, or less where peers measured less): a relay splits its uplink among its children
+#: (``broadcast.fan_out``) and its versions in flight, so an honest one sends each well above this.
+RATE_FLOOR_FRACTION = 0.1
+
+#: The floor of a relay whose rate nobody stated, bytes/s (128 kbit/s): a relay slower than that
+#: serves a model of even 100 MB in hours, so its children are better off at the next source.
+MIN_RELAY_BYTES_PER_S = 16_000.0
+
+
+def rate_floor(planned_bytes_per_s: float | None) -> float:
+    """The lowest rate (bytes/s) a relay planned at ``planned_bytes_per_s`` may send a chunk at."""
+    return max(MIN_RELAY_BYTES_PER_S, RATE_FLOOR_FRACTION * (planned_bytes_per_s or 0.0))
+
+
+def too_slow(received: int, elapsed_s: float, floor_bytes_per_s: float, stall_s: float) -> bool:
+    """A chunk transfer that ``received`` bytes in ``elapsed_s`` (since its answer began) is to be
+    given up: it ran the stall budget and its rate stays under the floor. Before ``stall_s`` a
+    transfer is not judged (a round trip, a slow start), so a source is left within
+    ``stall_s`` of its first byte whatever it declared."""
+    return elapsed_s >= stall_s and received < floor_bytes_per_s * elapsed_s
 
 
 def default_patience_s(stall_s: float, poll_s: float = POLL_S) -> float:

@@ -74,8 +74,12 @@ class WorkerProtocol:
         return self.wants_fetch()
 
     def wants_fetch(self) -> bool:
-        """Async, no fetch under way, and a version newer than any held was heard of."""
-        return self.in_background and not self.fetching and self.known > max(self.fetched, self.version)
+        """Async, weights held, no fetch under way, and a version newer than any held was heard of.
+        Never before the first weights are loaded: that fetch is the blocking one, and a background
+        fetch beside it downloaded the same version twice, doubling the learner's upload when a
+        healed partition brings every worker back at once."""
+        return (self.in_background and self.version >= 0 and not self.fetching
+                and self.known > max(self.fetched, self.version))
 
     def fetch_started(self) -> None:
         self.fetching = True

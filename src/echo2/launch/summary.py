@@ -41,6 +41,8 @@ class RunSummary:
             self.reliability_line(),
             *([f"stopped by a signal after step {r.steps}: checkpointed; continue with echo2 train --resume "
                f"{self.run_dir}"] if r.interrupted else []),
+            *([f"stopped after step {r.steps}, starved of data: {r.starved}; checkpointed (reliability.json "
+               f"says where the groups went); continue with echo2 train --resume {self.run_dir}"] if r.starved else []),
         ] + ([] if not self.costs["cost_centralized_usd"] else [
             f"cost ${self.costs['cost_usd']:.4f} (${self.costs['cost_usd'] / max(r.steps, 1):.5f} per step; "
             f"workers: {by_class or 'none'}; learner ${self.costs['cost_learner_usd']:.4f}) | centralized "

@@ -26,7 +26,7 @@ from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
 from echo2.core.staleness import versions_trainable
 from echo2.model.evaluation import EvalResult, evaluate
-from echo2.exchange import Group, NoBatch, RolloutSource, RunStats
+from echo2.exchange import Group, NoBatch, RolloutSource
 from echo2.learner import interrupts
 from echo2.learner.checkpoint import save_checkpoint
 from echo2.learner.dynamic_sampling import informative_batch
@@ -52,6 +52,9 @@ class LoopResult:
     evals: list[tuple[int, EvalResult]] = field(default_factory=list)
     interrupted: bool = False
     """Stopped by a signal (SIGTERM, Ctrl-C) before ``run.steps``, at a step boundary, checkpointed."""
+    starved: str | None = None
+    """Stopped because no batch came within ``coordinator.data_timeout_s`` (:class:`DataStarved`:
+    why), checkpointed at the last version trained."""
 
     @property
     def utilization(self) -> float:
@@ -65,6 +68,13 @@ STOP_POLL_S = 1.0
 #: finished (``eval.where: process`` or ``after``; a SmolLM2 evaluation takes about a minute on a
 #: 2-core CPU, its evaluator's start some seconds more).
 EVAL_TIMEOUT_S = 300.0
+
+
+class DataStarved(TimeoutError):
+    """No batch came within ``coordinator.data_timeout_s``: the fleet stopped delivering (every
+    worker dead, parked or quarantined, or a broadcast stalled). The run stops as a signal stops it,
+    checkpointed and with its reliability report: a learner that died here had left neither, and the
+    books of why it starved with it."""
 
 
 class LearnerLoop:
@@ -164,8 +174,8 @@ class LearnerLoop:
                                               count=count)
             except NoBatch as error:
                 if time.monotonic() >= deadline:
-                    raise TimeoutError(f"no batch for step {step} within coordinator.data_timeout_s="
-                                       f"{timeout_s:g}s ({error})") from None
+                    raise DataStarved(f"no batch for step {step} within coordinator.data_timeout_s="
+                                      f"{timeout_s:g}s ({error})") from None
                 if interrupts.requested() and not self._taken_this_step:
                     raise KeyboardInterrupt("stop signal while waiting for data") from None
                 self.progress.waiting(error.why, timeout_s - (deadline - time.monotonic()))
@@ -185,32 +195,6 @@ class LearnerLoop:
                                     learner.groups_per_step, learner.dynamic_sampling_rounds)
         counts = {"dapo_filtered_groups": len(sampled.filtered), "dapo_drawn_groups": sampled.drawn}
         return sampled.groups, sampled.filtered if learner.echoclip.enabled else [], counts
-
-    @staticmethod
-    def _run_metrics(stats: RunStats) -> dict[str, float]:
-        records = stats.workers
-        values: dict[str, float] = {"groups_dropped_stale": stats.groups_dropped_stale,
-                                    "leases_expired": stats.leases_expired, **stats.costs,
-                                    "reward_seconds": stats.reward_seconds,
-                                    "workers_alive": sum(r.alive for r in records),
-                                    "workers_active": sum(r.alive and r.active for r in records)}
-        if stats.activation_need is not None:
-            values["activation_need_rollouts_per_s"] = stats.activation_need
-        if stats.disseminated:  # publish -> last live worker loaded, of versions that finished spreading
-            values["dissemination_s"] = sum(stats.disseminated) / len(stats.disseminated)
-            values["dissemination_max_s"] = max(stats.disseminated)
-        for record in records:
-            if record.throughput is not None:
-                values[f"worker/{record.name}/measured_rollouts_per_s"] = record.throughput
-            values[f"worker/{record.name}/active"] = float(record.alive and record.active)
-            if record.generate_seconds > 0:
-                values[f"worker/{record.name}/samples_per_s"] = record.samples / record.generate_seconds
-                values[f"worker/{record.name}/tokens_per_s"] = record.tokens / record.generate_seconds
-            if record.fetches:
-                values[f"worker/{record.name}/fetch_latency_s"] = record.last_fetch_seconds
-            if record.delta_fetches:
-                values[f"worker/{record.name}/delta_fetches"] = record.delta_fetches
-        return values
 
     def _resume_state(self, version: int, result: LoopResult) -> dict[str, Any]:
         """What :meth:`run` needs to continue after a crash at ``version`` (see checkpoint.py)."""
@@ -275,7 +259,7 @@ class LearnerLoop:
                if published.delta_bytes is not None else {}),
             **sampling,
             **self.verifier.pop_metrics(),
-            **self._run_metrics(state.stats(config.activation.learner_price_per_hour, time.time() - started)),
+            **state.stats(config.activation.learner_price_per_hour, time.time() - started).metrics(),
         )
         accuracy = None
         if (version % config.eval.every == 0 or version == config.run.steps) and (
@@ -321,10 +305,14 @@ class LearnerLoop:
                     waited = time.time()
                     batch, filtered, sampling = self._batch(step)  # or while it waits for data, nothing taken
                     version = self._step(step, batch, filtered, sampling, waited, started, start_version, result)
-        except KeyboardInterrupt as stop:
+        except (KeyboardInterrupt, DataStarved) as stop:
             log.warning("%s: stopping at version %d; checkpointed (continue with: echo2 train --resume %s)",
                         stop, version, self.run_dir)
-            result.wall_seconds, result.interrupted = time.time() - started, True
+            result.wall_seconds = time.time() - started
+            if isinstance(stop, DataStarved):
+                result.starved = str(stop)
+            else:
+                result.interrupted = True
             self._log_evaluated(self.evaluations.finish(timeout_s=0.0), result)
             self._checkpoint(version, result)
             self.progress.newline()
@@ -334,8 +322,8 @@ class LearnerLoop:
                 evaluation := self._request_eval(version)) is not None:
             result.evals.append((version, evaluation))
             self.metrics.log(version, {"version": version, **evaluation.metrics()})
-        final = self._run_metrics(self.state.stats(self.config.activation.learner_price_per_hour, result.wall_seconds,
-                                                   settle_s=self.config.broadcast.stall_s))
+        final = self.state.stats(self.config.activation.learner_price_per_hour, result.wall_seconds,
+                                 settle_s=self.config.broadcast.stall_s).metrics()
         if "dissemination_s" in final:  # the last versions of the run, once they reached every worker
             self.metrics.log(version, {"version": version, "dissemination_s": final["dissemination_s"],
                                        "dissemination_max_s": final["dissemination_max_s"]})

@@ -89,7 +89,7 @@ class WorkerWeights:
         sources = [self.client.url if source == LEARNER_SOURCE else source for source in info.sources]
         options = {"token": self.client.broadcast_token, "timeout_s": self.spec.broadcast_timeout_s,
                    "stall_s": self.spec.broadcast_stall_s, "client": self.http, "cancel": self._cancelled,
-                   "suspects": self.suspects}
+                   "suspects": self.suspects, "source_rates": info.source_rates}
         payload = fetch_by_delta(info, sources, self.store, self.deltas, **options)
         by_delta = payload is not None
         if payload is None:

@@ -33,10 +33,11 @@ import zlib
 import torch
 
 from echo2.broadcast.relay import RelayOptions, RelayServer
+from echo2.broadcast.suspects import SuspectSources
 from echo2.broadcast.throttle import Throttle
 from echo2.model.loading import load_tokenizer, pin_threads
 from echo2.protocol import (Heartbeat, LeaseRequest, LeaseResponse, RegisterRequest, RegisterResponse, RunSpec,
-                             SubmitRequest)
+                             SlowSource, SubmitRequest)
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
 from echo2.rollout.courier import Courier
 from echo2.rollout.engines import load_engine
@@ -155,9 +156,7 @@ class RolloutWorker:
         beating while it completes the request in hand, so that it is not declared dead)."""
         while not self._finished.wait(self.spec.heartbeat_interval_s):
             try:
-                measured = self.relay.throttle.measured_rate() if self.relay is not None else None
-                reply = self.client.heartbeat(Heartbeat(version=max(self.version, 0), events=self.timeline.drain(),
-                                                        upload_bytes_per_s=measured))
+                reply = self.client.heartbeat(heartbeat(self.version, self.timeline, self.relay, self.weights.suspects))
             except SessionLost:
                 self._lose_session()
                 continue
@@ -253,6 +252,14 @@ class RolloutWorker:
         if self.relay is not None:
             self.relay.stop()
         self.weights.close()
+
+
+def heartbeat(version: int, timeline: WorkerTimeline, relay: RelayServer | None, suspects: SuspectSources) -> Heartbeat:
+    """What a heartbeat tells the coordinator: the version held, the timeline since the last one,
+    the relay's measured upload rate and the relays left for their rate since then."""
+    return Heartbeat(version=max(version, 0), events=timeline.drain(),
+                     upload_bytes_per_s=relay.throttle.measured_rate() if relay is not None else None,
+                     slow_sources=[SlowSource(url=url, bytes_per_s=rate) for url, rate in suspects.reports().items()])
 
 
 def install_signal_handlers(worker: RolloutWorker) -> None:

@@ -128,6 +128,8 @@ class WorkerLoop:
             worker.phase = "request"
             self.books.queue.after(worker.spec.load_s + worker.rtt_s / 2, self.coordinator.lease_arrives, worker, epoch,
                                    version)
+            if worker.protocol.wants_fetch():  # async: a version published during the blocking fetch
+                self.fetches.begin(worker, now + worker.rtt_s)
             return
         worker.protocol.fetch_ended(version)
         interval = self.books.scenario.recipe.coordinator.heartbeat_interval_s
