@@ -154,13 +154,35 @@ def test_a_multi_turn_run_end_to_end(tmp_path):
     assert "⟦" in (summary.run_dir / "train.log").read_text()  # whole episodes are shown at each eval
 
 
-def test_a_worker_cannot_make_the_coordinator_answer_more_than_its_episodes_need(playing):
+def test_the_environment_answers_only_the_turns_of_the_leases_episodes(playing):
+    """A worker that treats the retry environment as an answer oracle (made-up replies, read the
+    higher/lower feedback, ask again) is refused past its episodes: 9-10 such queries had found a
+    prompt's secret answer within a lease's budget of 16, 8 of 8 times."""
     state, worker, lease, truth = playing
-    budget = 1 * 2 * (3 - 1)  # one prompt, G = 2 episodes, two answers each at most
-    for i in range(budget):
-        ask(state, worker, lease, [str(truth + 10 + i)])
-    with pytest.raises(Rejected) as refused:
-        ask(state, worker, lease, ["0"])
-    assert refused.value.code == "too_many_answers"
+    assert ask(state, worker, lease, [str(truth + 10)], [str(truth + 20)]) == ["-=", "-="]  # G = 2 episodes begun
+    with pytest.raises(Rejected) as third:
+        ask(state, worker, lease, [str(truth - 10)])  # a third first reply: no such episode
+    assert third.value.code == "not_a_transcript" and "2 episodes" in third.value.reason
+    with pytest.raises(Rejected) as unanswered:
+        ask(state, worker, lease, [str(truth - 5), str(truth - 2)])  # a turn after one never answered
+    assert unanswered.value.code == "not_a_transcript"
+    assert ask(state, worker, lease, [str(truth + 10)]) == ["-="]  # asked again (a lost answer): the same
+    assert ask(state, worker, lease, [str(truth + 10), str(truth - 3)]) == ["+="]  # the episode goes on
+    with pytest.raises(Rejected) as too_many:
+        ask(state, worker, lease, [str(truth + 10), str(truth - 3), str(truth)])
+    assert too_many.value.code == "too_many_turns"
+    assert state.reliability()["groups_rejected"] == {"not_a_transcript": 2, "too_many_turns": 1}
     with pytest.raises(ValueError, match="65536"):
         RespondItem(slot=0, replies=["1" * 70_000])
+
+
+def test_a_submission_must_hold_every_turn_the_environment_answered(playing):
+    """Probing episodes cannot be asked and then left out: what the environment answered is in
+    the group that is scored and trained, or the submission is refused."""
+    state, worker, lease, truth = playing
+    ask(state, worker, lease, [str(truth + 10)], [str(truth)])
+    ask(state, worker, lease, [str(truth + 10), str(truth + 5)])  # episode 1 probes on
+    shown = turns(str(truth + 10), "-=", str(truth), versions=[0, 0])  # but shows only its first answer
+    with pytest.raises(Rejected) as refused:
+        state.submit(worker, submission(lease, shown, turns(str(truth), versions=[0])))
+    assert refused.value.code == "unscorable" and "in no submitted episode" in refused.value.reason

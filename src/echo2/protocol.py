@@ -205,6 +205,10 @@ class LeaseResponse(Message):
     version: int | None = None
     deadline_s: float | None = None
     prompts: list[LeasedPrompt] = Field(default_factory=list)
+    retry_after_s: float | None = None
+    """``wait`` or ``parked`` answered at once rather than held open (a long-poll): ask again after
+    this long (a parked worker, one on probation with its one lease out, a second request of one
+    worker, or the coordinator's long-polls all taken)."""
 
 
 class Completion(Message):

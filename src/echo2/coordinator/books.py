@@ -26,10 +26,21 @@ from echo2.coordinator.versions import VersionBook
 from echo2.core.pacing import PacingLedger
 from echo2.core.run_clock import RunClock
 from echo2.core.shares import SharePolicy
+from echo2.net.ratelimit import RateLimiter
 from echo2.exchange import Group
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec
 from echo2.tasks import Example
+
+#: Timeline events one worker may write into ``timeline.jsonl`` (burst, per minute): 20 a second,
+#: far above an honest worker's one interval per lease or fetch. A line is about 120 bytes, so a
+#: worker adds at most ~2.4 kB/s (after a burst of 200 lines) whatever it sends; one had added
+#: 7.6 MB/s. Events past it are counted (``timeline_events_dropped``) and still counted in the
+#: dissemination census: only their drawing is left out.
+TIMELINE_EVENTS = (200, 1200.0)
+
+#: Identities on trial a run admits at once at least (:meth:`echo2.coordinator.membership.Membership.register`).
+TRIAL_SEATS = 16
 
 Interval = Callable[[str, str, float, float, int], None]
 """Writes one interval of the run's timeline: who, what, start, end, version."""
@@ -58,6 +69,7 @@ class Books:
         window_share: float = 0.5,
         check_relays: bool = False,
         replan_every: int = 1,
+        trial_seats: int = TRIAL_SEATS,
     ) -> None:
         self.spec, self.limits = spec, limits
         self.shares = SharePolicy(groups_per_lease=spec.groups_per_lease, window_share=window_share)
@@ -78,6 +90,13 @@ class Books:
         self.ledger: PacingLedger[Example, Group] = PacingLedger(spec.staleness, groups_per_step)
         self.versions = VersionBook(planner, spec.staleness)
         self.finished = False
+        self.trial_seats = trial_seats
+        """Identities on trial admitted at once, at least (:data:`TRIAL_SEATS`, or the local workers)."""
+        self.timeline_budget = RateLimiter(*TIMELINE_EVENTS)
+        """Timeline events each worker may have drawn (:data:`TIMELINE_EVENTS`)."""
+        self.long_polls = 0
+        """Lease requests held open now (:mod:`~echo2.coordinator.work`: bounded)."""
+        self._reaped_at = 0.0
         self.counters: Counter[str] = Counter()
         self.rejected = self.leases.rejected  # submissions refused, by code
 

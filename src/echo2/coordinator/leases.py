@@ -74,6 +74,8 @@ class LeaseBook:
             if len(lease.answers) + len(request.items) > budget:
                 raise Rejected(422, f"more environment answers than this lease's episodes can use ({budget})",
                                "too_many_answers")
+            if (problem := transcript_problem(lease.answers, request, limits.group_size)) is not None:
+                raise Rejected(422, problem, "not_a_transcript")
         except Rejected as refusal:
             raise self._refused(record, refusal) from None
         return lease
@@ -152,6 +154,31 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
                 raise Rejected(422, f"slot {group.slot}: token id outside the vocabulary", "bad_token")
     check_telemetry(lease.version, request.events, latest, time.time())
     return lease
+
+
+def transcript_problem(answers: dict[tuple[int, tuple[str, ...]], str | None], request: RespondRequest,
+                       group_size: int) -> str | None:
+    """Why ``request`` is not the next turns of a lease's episodes, given what the environment
+    answered them so far (``answers``), or None. Each item must continue an episode: its replies
+    but the last are a transcript already answered, and not ended (None), and a slot starts no
+    more episodes than its group holds. Else a worker could ask the environment about any reply
+    it likes: against the retry task's higher/lower feedback, 9-10 made-up replies to one
+    prompt found its secret answer in the episode's budget of 16, 8 of 8 times. What is answered
+    must then be submitted (:meth:`echo2.coordinator.scoring.Scoring.rewards`)."""
+    started: dict[int, set[str]] = {}
+    for slot, replies in answers:
+        if len(replies) == 1:
+            started.setdefault(slot, set()).add(replies[0])
+    for item in request.items:
+        replies = tuple(item.replies)
+        if len(replies) > 1 and answers.get((item.slot, replies[:-1])) is None:
+            return (f"slot {item.slot}: reply {len(replies)} follows a turn the environment did not answer (or "
+                    "ended): an episode's turns come one after another")
+        if len(replies) == 1 and (item.slot, replies) not in answers:
+            started.setdefault(item.slot, set()).add(replies[0])
+            if len(started[item.slot]) > group_size:
+                return f"slot {item.slot}: more than its group's {group_size} episodes"
+    return None
 
 
 def _turn_versions_problem(turn_versions: list[int] | None, turns: int, leased: int, latest: int) -> str | None:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from echo2.coordinator.books import Books
-from echo2.coordinator.records import WorkerRecord, check_telemetry
+from echo2.coordinator.records import Rejected, WorkerRecord, check_telemetry
 from echo2.core.shares import missed
 from echo2.exchange import Group
 from echo2.protocol import HeartbeatResponse, SlowSource, TimelineEvent
@@ -17,19 +17,38 @@ from echo2.protocol import HeartbeatResponse, SlowSource, TimelineEvent
 
 log = logging.getLogger("echo2")
 
+#: Seconds between two reaps of silent workers and overdue leases by the coordinator's waits.
+REAP_EVERY_S = 0.25
+
+#: How far before its registration a worker's interval may be drawn from (its clock's allowance).
+INTERVAL_LEAD_S = 60.0
+
+#: Identities on trial (registered, nothing delivered, nothing missed yet) admitted at once: at
+#: least :data:`echo2.coordinator.books.TRIAL_SEATS`, more only as others deliver,
+#: :data:`TRIAL_PER_DELIVERING` for each worker that has. The per-address registration allowance does not bound an attacker with many addresses, and
+#: 64 identities holding one lent slot each had cut the learner to a tenth of its steps; an honest
+#: fleet joining at once waits its turn (429, ``Retry-After``), the seats doubling as it delivers.
+TRIAL_PER_DELIVERING = 2
+#: Seconds a registration refused for want of a trial seat is told to wait.
+TRIAL_RETRY_S = 5.0
+
 
 class Membership(Books):
     """The books with the workers' comings and goings; every bounded wait reaps the silent ones."""
 
     def _wait(self, deadline: float, ready: Callable[[], bool]) -> None:
-        """Wait until ``ready()`` or ``deadline``, reaping dead workers meanwhile."""
+        """Wait until ``ready()`` or ``deadline``, reaping dead workers meanwhile (at most every
+        :data:`REAP_EVERY_S` whoever waits: each waiter reaping on each wake-up had cost the lock
+        O(waiters x workers) a second, and a swarm of 256 identities delayed heartbeats by 9-12 s)."""
         while not ready() and (remaining := deadline - time.monotonic()) > 0:
             self.cond.wait(min(remaining, 0.5))
-            self.reap()
+            if time.monotonic() - self._reaped_at >= REAP_EVERY_S:
+                self.reap()
 
     def register(self, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None,
                  price_per_hour: float = 0.0, worker_class: str = "", site: str = "") -> WorkerRecord:
         with self.cond:
+            self._admit_on_trial()
             checker = self.relay_checker
             record = self.registry.add(name, relay_url, upload_bytes_per_s, price_per_hour, worker_class, site,
                                        relay_checked=checker is not None)
@@ -39,6 +58,17 @@ class Membership(Books):
             self._replan(f"{record.name} joined")
             self.cond.notify_all()
             return record
+
+    def _admit_on_trial(self) -> None:
+        """Refuse a registration (429, counted) while the identities on trial fill their seats."""
+        fleet = self.registry.fleet()
+        on_trial = sum(not r.proven and not r.unfulfilled for r in fleet)
+        seats = max(self.trial_seats, TRIAL_PER_DELIVERING * sum(r.proven for r in fleet))
+        if on_trial >= seats:
+            self.counters["registrations_refused_trial"] += 1
+            raise Rejected(429, f"{on_trial} workers are on trial (registered, nothing delivered yet), the most "
+                                f"admitted while {seats // TRIAL_PER_DELIVERING} deliver; retry in "
+                                f"{TRIAL_RETRY_S:.0f}s", "trial_full", retry_after_s=TRIAL_RETRY_S)
 
     def authenticate(self, session_token: str | None) -> WorkerRecord:
         with self.cond:
@@ -66,18 +96,24 @@ class Membership(Books):
         had let one worker claim a version took it a day to get, which made the fleet's
         dissemination time a day and activation run every worker."""
         now = time.time()
-        for event in events:
+        drawn = self.timeline_budget.grant(record.worker_id, len(events))
+        record.events_dropped += len(events) - drawn
+        for index, event in enumerate(events):
             if event.kind == "fetch":
                 record.fetched(event)
                 if record.at_work:  # the census counts no parked or quarantined worker (Books._replan)
                     self.versions.loaded(event.version, record.worker_id, min(event.end, now))
-            self.on_interval(record.name, event.kind, event.start, event.end, event.version)
+            if index < drawn:  # drawn within its registration and now: one interval of +-86,000 s had hidden the run
+                end = min(event.end, now)
+                self.on_interval(record.name, event.kind, min(max(event.start, record.registered_at - INTERVAL_LEAD_S),
+                                                              end), end, event.version)
         if any(event.kind == "fetch" for event in events):
             self._time_dissemination()
 
     def reap(self) -> None:
         """Declare silent workers dead and expire overdue leases (their prompts are re-queued)."""
         with self.cond:
+            self._reaped_at = time.monotonic()
             for record in self.registry.silent(self.heartbeat_timeout_s):
                 record.alive = False
                 log.warning("worker %s silent for %.0fs: declared dead", record.name, self.heartbeat_timeout_s)

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 class Rejected(Exception):
     """A request refused with an HTTP status and a reason (the state is left unchanged)."""
 
-    def __init__(self, status: int, reason: str, code: str) -> None:
+    def __init__(self, status: int, reason: str, code: str, retry_after_s: float | None = None) -> None:
         super().__init__(reason)
-        self.status, self.reason, self.code = status, reason, code
+        self.status, self.reason, self.code, self.retry_after_s = status, reason, code, retry_after_s
 
 
 def session_refusal(record: WorkerRecord | None) -> Rejected | None:
@@ -105,6 +105,14 @@ class WorkerRecord:
     """``time.monotonic()`` before which it gets no lease: its leases kept expiring unfulfilled."""
     throughput: float | None = None
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
+    polling: bool = False
+    """A lease request of its is held open now (one at a time: :mod:`echo2.coordinator.work`)."""
+    rate_limited: int = 0
+    """Its requests refused for being over its budget on the wire (429, :mod:`echo2.coordinator.app`)."""
+    events_dropped: int = 0
+    """Its timeline events left out of ``timeline.jsonl``, over its budget (:mod:`echo2.coordinator.membership`)."""
+    registered_at: float = field(default_factory=time.time)
+    """Wall time it registered: no interval of its is drawn from before (less the clock allowance)."""
 
     cycle: LeaseCycle = field(default_factory=LeaseCycle)
     """Where its current lease cycle began, ``time.monotonic()`` (:func:`~echo2.planning.activation_rule.busy_seconds`)."""

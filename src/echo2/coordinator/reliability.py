@@ -40,6 +40,9 @@ def reliability_report(state: Books) -> dict[str, int | dict[str, int]]:
         "workers_left": counters["workers_left"],
         "workers_quarantined": counters["workers_quarantined"],
         "workers_reactivated": state.fleet.billing.reactivations(),
+        "registrations_refused_trial": counters["registrations_refused_trial"],
+        "requests_rate_limited": sum(r.rate_limited for r in state.registry.records()),
+        "timeline_events_dropped": sum(r.events_dropped for r in state.registry.records()),
         "learner_restarts": counters["learner_restarts"],
         "leases_lost_in_restart": counters["leases_lost_in_restart"],
     }

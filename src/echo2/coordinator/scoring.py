@@ -128,15 +128,19 @@ class Scoring:
         be able to crash the coordinator with odd tokens."""
         started = time.perf_counter()
         try:
-            rewards = []
+            rewards, consulted = [], set()
             for g in request.groups:
                 def answered(replies: list[str], slot: int = g.slot) -> str | None:
+                    consulted.add((slot, tuple(replies)))
                     return lease.answers[(slot, tuple(replies))]
 
                 rewards.append([float(r) for r in self.score(lease.examples[g.slot], g.completions, answered)])
             if any(len(values) != len(g.completions) or not all(map(math.isfinite, values))
                    for g, values in zip(request.groups, rewards)):
                 raise ValueError("not one finite reward per completion")
+            if hidden := [key for key, answer in lease.answers.items() if answer is not None and key not in consulted]:
+                raise ValueError(f"{len(hidden)} of the environment's answers are in no submitted episode (slot "
+                                 f"{hidden[0][0]}, after {len(hidden[0][1])} replies): what was asked must be submitted")
         except Exception as error:  # noqa: BLE001 (any failure of the verifier refuses this submission)
             log.warning("lease %s could not be scored: %s: %s", lease.lease_id, type(error).__name__, error)
             return Unscorable(f"{type(error).__name__}: {error}"[:300], overrun=isinstance(error, ScoringOverrun))

@@ -11,7 +11,7 @@ from echo2.coordinator.leases import accepted_groups
 from echo2.coordinator.membership import Membership
 from echo2.coordinator.records import Rejected, WorkerRecord
 from echo2.core.leasing import LeaseAnswer, answer_lease
-from echo2.core.shares import delivered
+from echo2.core.shares import delivered, on_probation
 from echo2.protocol import (
     LeasedPrompt,
     LeaseResponse,
@@ -20,6 +20,12 @@ from echo2.protocol import (
     SubmitRequest,
     SubmitResponse,
 )
+
+
+#: Lease requests held open at once, over all workers: the HTTP server runs requests on a pool
+#: of 40 threads (anyio's default), and a swarm's long-polls had held all of them, so that honest
+#: workers' submissions, heartbeats and the dashboard queued behind (lease answers up to 25 s).
+MAX_LONG_POLLS = 24
 
 
 class WorkSide(Membership):
@@ -42,12 +48,20 @@ class WorkSide(Membership):
             record.version = worker_version
             if worker_version > self.version:
                 raise Rejected(409, f"version {worker_version} is newer than the published {self.version}", "bad_version")
-            # a request that could be granted later (window full, own lease still coming in, parked) is held open
             answer = self._answer(record, worker_version, max_groups)
-            if not answer.final:
+            if not answer.final and self._may_hold_open(record, wait_s):
                 record.cycle.answered(answer.status, time.monotonic())
-                self._wait(deadline, lambda: self._answer(record, worker_version, max_groups).final)
+                self.long_polls += 1
+                record.polling = True
+                try:
+                    self._wait(deadline, lambda: self._answer(record, worker_version, max_groups).final)
+                finally:
+                    self.long_polls -= 1
+                    record.polling = False
                 answer = self._answer(record, worker_version, max_groups)
+            elif not answer.final:  # answered at once: the worker waits the long-poll out on its side
+                record.cycle.answered(answer.status, time.monotonic())
+                return LeaseResponse(status=answer.status, latest_version=self.version, retry_after_s=wait_s)
             record.cycle.answered(answer.status, time.monotonic())
             if answer.status != "granted":
                 return LeaseResponse(status=answer.status, latest_version=self.version)
@@ -57,6 +71,20 @@ class WorkSide(Membership):
             return LeaseResponse(status="granted", latest_version=self.version, lease_id=lease.lease_id,
                                  version=worker_version, deadline_s=self.leases.timeout_s,
                                  prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()])
+
+    def _may_hold_open(self, record: WorkerRecord, wait_s: float) -> bool:
+        """Whether a ``wait`` or ``parked`` answer is held open (a long-poll) rather than given at
+        once with a ``retry_after_s``. Held open only where others' progress may grant it soon (a
+        step frees the window, another lease's submission frees the worker's share, a re-plan
+        activates it): never for a worker parked for its misses nor one on probation holding its
+        one lease (only time, its own submission or the lease's expiry changes their answers, and a
+        swarm of such identities held every server thread), one long-poll per worker (a flood of
+        them from one identity took the server), and at most :data:`MAX_LONG_POLLS` in all."""
+        if (wait_s <= 0 or time.monotonic() < record.parked_until or record.polling
+                or self.long_polls >= MAX_LONG_POLLS):
+            return False
+        others = any(r is not record and r.at_work for r in self.registry.fleet())
+        return not (on_probation(self.shares, record, others) and self.leases.active(record.worker_id))
 
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
         """Checked under the lock, scored outside it (:mod:`~echo2.coordinator.scoring`), admitted under it."""
@@ -87,7 +115,8 @@ class WorkSide(Membership):
         with self.cond:
             record.last_seen = time.monotonic()
             lease = self.leases.playing(request, record, self.limits)
-        answers = self.scoring.answers(lease, request)
+            asked = [i for i in request.items if (i.slot, tuple(i.replies)) not in lease.answers]  # a retry: kept
+        answers = self.scoring.answers(lease, request.model_copy(update={"items": asked})) if asked else []
         with self.cond:
-            lease.answers.update(((i.slot, tuple(i.replies)), a) for i, a in zip(request.items, answers, strict=True))
-        return RespondResponse(observations=answers)
+            lease.answers.update(((i.slot, tuple(i.replies)), a) for i, a in zip(asked, answers, strict=True))
+            return RespondResponse(observations=[lease.answers[(i.slot, tuple(i.replies))] for i in request.items])

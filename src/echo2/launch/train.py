@@ -23,6 +23,7 @@ import torch
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, ConfigError, LocalWorkerSpec, dump_config
 from echo2.coordinator.app import create_app
+from echo2.coordinator.books import TRIAL_SEATS
 from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.records import Limits
@@ -251,6 +252,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         lease_timeout_s=config.coordinator.lease_timeout_s,
         heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
         window_share=config.coordinator.window_share,
+        trial_seats=max(TRIAL_SEATS, config.workers.count),
         check_relays=True,
         score=reward_scorer(verdicts, weights),
         environment=verdicts.respond if task.max_turns > 1 else None,

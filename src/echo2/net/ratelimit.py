@@ -1,10 +1,14 @@
-"""Per-address token buckets: how many registrations one address may make, and how fast.
+"""Token buckets per key: how many registrations one address may make, how many requests and
+heartbeats one worker may send, how many timeline events one worker may write, and how fast.
 
 A registration is cheap to send and not free to hold (a worker record, a place in the relay plan
 until its heartbeats stop). Anyone with the run token may register, so the coordinator lets
 each client address register ``burst`` times at once and then ``per_minute`` times a minute;
-past that it answers 429 with ``Retry-After``, which echo2's workers honour. The clock is passed
-in, so the rule is tested without sleeping.
+past that it answers 429 with ``Retry-After``, which echo2's workers honour. A registered worker's
+requests are budgeted the same way by its identity (a flood of heartbeats from one worker had
+slowed the learner by half), its timeline events too (one worker had written 7.6 MB/s into
+``timeline.jsonl``). Not thread-safe: callers hold a lock (or, in the HTTP guard, the event loop's
+one thread calls it). The clock is passed in, so the rule is tested without sleeping.
 """
 
 from __future__ import annotations
@@ -28,11 +32,25 @@ class RateLimiter:
 
     def take(self, key: str) -> float | None:
         """Spend one token of ``key``'s bucket: None when allowed, else seconds until one is free."""
+        tokens = self._refilled(key)
+        allowed = tokens >= 1.0
+        self._store(key, tokens - 1.0 if allowed else tokens)
+        return None if allowed else (1.0 - tokens) / self.rate_per_s
+
+    def grant(self, key: str, wanted: int) -> int:
+        """Spend up to ``wanted`` whole tokens of ``key``'s bucket; how many were spent."""
+        tokens = self._refilled(key)
+        granted = max(0, min(wanted, int(tokens)))
+        self._store(key, tokens - granted)
+        return granted
+
+    def _refilled(self, key: str) -> float:
         now = self.clock()
         tokens, updated = self._buckets.pop(key, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - updated) * self.rate_per_s)
-        allowed = tokens >= 1.0
-        self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
+        self._now = now
+        return min(float(self.burst), tokens + (now - updated) * self.rate_per_s)
+
+    def _store(self, key: str, tokens: float) -> None:
+        self._buckets[key] = (tokens, self._now)
         if len(self._buckets) > self.max_keys:
             self._buckets.popitem(last=False)
-        return None if allowed else (1.0 - tokens) / self.rate_per_s

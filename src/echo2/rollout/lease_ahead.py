@@ -12,6 +12,7 @@ protocol core's decision (:meth:`echo2.core.worker_protocol.WorkerProtocol.ask_a
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from echo2.protocol import LeaseRequest, LeaseResponse
@@ -26,15 +27,20 @@ client's read timeout."""
 
 
 class LeaseAhead:
-    def __init__(self, client: CoordinatorClient) -> None:
-        self.client = client
+    def __init__(self, client: CoordinatorClient, pause: Callable[[float], object] = time.sleep) -> None:
+        """``pause(seconds)``: how to wait out a ``retry_after_s`` (the worker's stop event's ``wait``)."""
+        self.client, self.pause = client, pause
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="echo2-lease-ahead")
         self._pending: Future[Answered] | None = None
 
     def lease(self, request: LeaseRequest) -> Answered:
-        """Ask now and wait for the answer."""
+        """Ask now and wait for the answer; one the coordinator gave at once with a
+        ``retry_after_s`` (rather than holding it open) is returned after that long, as a long-poll
+        would have been, so the next request does not follow at once."""
         started = time.perf_counter()
         reply = self.client.lease(request, wait_s=LEASE_WAIT_S)
+        if reply.retry_after_s:
+            self.pause(min(reply.retry_after_s, LEASE_WAIT_S))
         return reply, time.perf_counter() - started
 
     def ask(self, request: LeaseRequest) -> None:

@@ -76,7 +76,7 @@ class RolloutWorker:
         self.session_lost = threading.Event()
         self._finished = threading.Event()
         self.courier = Courier(self.client, self._lose_session)  # submissions, sent while the next lease is asked for
-        self.ahead = LeaseAhead(self.client)  # async: the next lease, asked for while this one generates
+        self.ahead = LeaseAhead(self.client, self.stop.wait)  # async: the next lease, asked while one generates
 
     @property
     def version(self) -> int:

@@ -18,6 +18,12 @@ using it (move the last answer the way the feedback says), not only computing be
 The environment is a pure function of the prompt and the replies: the coordinator, which holds
 the reference answer, computes every feedback a worker asks for and checks each inserted token
 of a submitted episode against it.
+
+Its feedback reveals the answer: higher/lower bisects the answer's range in about ten replies,
+inside a lease's G × (max_turns − 1) answers. The coordinator answers only the turns of the
+lease's episodes and refuses a submission that leaves any answered turn out
+(``coordinator/leases.py`` ``transcript_problem``), so a worker's probes are scored and trained
+like the rest, but a worker that spends its episodes on probes can find the answer.
 """
 
 from __future__ import annotations
