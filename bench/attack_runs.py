@@ -51,12 +51,26 @@ ROWS = {
     "hoarder": "13 lease hoarder",
     "telemetry": "14 telemetry + name poison",
     "resume_claim": "15 claims v-1 after a resume",
+    # availability (--availability): each alone in its run, steps/s against avail-clean
+    "trickle_relay": "16 trickling relay (1 B/s)",
+    "silent_relay": "17 silent relay",
+    "recycled_hoarders": "18 recycled hoarders",
+    "hoarding_swarm": "19 hoarding swarm",
+    "fabricating_swarm": "20 fabricating swarm",
+    "longpoll_flood": "21 100 long-polls, one identity",
+    "heartbeat_flood": "22 heartbeat flood",
+    "events_flood": "23 timeline events flood",
+    "wide_interval": "24 a +-86,000 s interval",
+    "probe": "heartbeat probe",
 }
+AVAILABILITY_KINDS = ("trickle_relay", "silent_relay", "recycled_hoarders", "hoarding_swarm", "fabricating_swarm",
+                      "longpoll_flood", "heartbeat_flood", "events_flood", "wide_interval")
 AUDIT_KINDS = ("fabricate", "late_cheater", "fabricate_old", "replay")
 
 
 def attack(kind: str, **params: Any) -> Attack:
-    return Attack(ROWS[kind], kind, params)
+    count = f" ({params['count']})" if kind in ("recycled_hoarders", "hoarding_swarm", "fabricating_swarm") else ""
+    return Attack(ROWS[kind] + count, kind, params)
 
 
 class Observer:
@@ -199,6 +213,8 @@ class Outcome:
     """The run's metrics.jsonl."""
     wall_s: float
     """The learner loop's wall time (first step to last)."""
+    honest_parked: list[str] = field(default_factory=list)
+    """The honest (local) workers parked when the run ended: by activation or for their misses."""
 
     def events(self, attack: Attack, kind: str | None = None) -> list[dict[str, Any]]:
         path = self.run_dir / "attackers" / f"{attack.name}.jsonl"
@@ -289,6 +305,9 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
     step_times = [r["time"] for r in records if "loss" in r]
     gaps = [b - a for a, b in zip(step_times, step_times[1:])]
     workers = {wid: record.name for state in OBSERVER.states for wid, record in state.registry.workers.items()}
+    now = time.monotonic()
+    parked = [record.name for record in OBSERVER.states[-1].registry.records() if record.name.startswith("local-")
+              and record.alive and (not record.active or record.parked_until > now)]
     return Outcome(name=name, run_dir=run_dir, steps=summary.result.steps,
                    final_accuracy=summary.result.evals[-1][1].accuracy,
                    step_s=statistics.median(gaps) if gaps else float("nan"), last_step_t=step_times[-1],
@@ -296,4 +315,4 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
                    trained=list(OBSERVER.trained), accepted=list(OBSERVER.accepted),
                    quarantines=list(OBSERVER.quarantines), audited=list(OBSERVER.audited), workers=workers,
                    train_log=(run_dir / "train.log").read_text(), attacks=attacks, records=records,
-                   wall_s=summary.result.wall_seconds)
+                   wall_s=summary.result.wall_seconds, honest_parked=parked)

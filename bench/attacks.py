@@ -99,6 +99,26 @@ length as the **clean** run, which has no attackers. Rows:
     (``trained_unaudited_after_resume``: its trained groups that no audit re-scored), and the
     groups drawn for an audit whose version was lost (``groups_unauditable``, left out) counted.
 
+Availability rows (``--availability``; ``bench/availability_rows.py``), each alone in its run with
+a heartbeat probe (an identity that only heartbeats, twice a second, timing each answer), against
+``avail-clean``, a run of the same settings with the probe alone, played just before. Each attack
+lasts ``AVAILABILITY_S`` from when training begins. These attackers run at nice 19: in a real
+fleet they are remote, and on this one machine an attacker process spending the cores on its own
+requests would slow the learner whatever the coordinator does:
+
+16. ``trickle_relay``: a relay that answers the reachability check, declares 1e12 B/s, serves the
+    real manifest and then one byte of a chunk every half second;
+17. ``silent_relay``: the same, but it never sends a chunk's first byte;
+18. ``recycled_hoarders`` (5): identities that hold a one-group lease until the learner has moved
+    S + 2 versions past it, then submit fabricated completions, and ask again;
+19. ``hoarding_swarm`` (64, 256): identities registered at once that hold the lease they get and
+    ask again at once, never submitting;
+20. ``fabricating_swarm`` (64): the same, but each lease is answered with fabricated completions;
+21. ``longpoll_flood``: one identity keeping 100 lease requests open at once;
+22. ``heartbeat_flood``: one identity's heartbeats, as fast as 8 threads send them;
+23. ``events_flood``: one identity's heartbeats of 1000 timeline events each;
+24. ``wide_interval``: one ``generate`` interval from 86,000 s ago to 86,000 s ahead.
+
 Rows 8 and 10 need a peer's relay URL. They take the first source in their own version info
 when the plan puts them below a relay; otherwise they read one from the run's train.log.
 Relay URLs are no secret (the plan hands each worker its parent's), but only the first worker
@@ -141,7 +161,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from attack_rows import make_row, plot
-from attack_runs import OBSERVER, ROWS, attack, run_once
+from attack_runs import AVAILABILITY_KINDS, OBSERVER, ROWS, Attack, Outcome, attack, run_once
+from availability_rows import availability_row, plot_availability
 from attackers.run import attacker_main
 from common import format_table, parse_args, write_results
 
@@ -174,49 +195,91 @@ FULL_PLAN = {
     # stopped halfway and resumed: the claim targets the restart
     "resume": ([attack("resume_claim")], []),
 }
+#: Seconds each availability attack lasts (from when training begins).
+AVAILABILITY_S = 90.0
+AVAILABILITY_PLAN = {
+    "avail-clean": ([attack("probe")], []),
+    "trickle": ([attack("trickle_relay", duration_s=AVAILABILITY_S), attack("probe")], []),
+    "silent": ([attack("silent_relay", duration_s=AVAILABILITY_S), attack("probe")], []),
+    "recycled": ([attack("recycled_hoarders", count=5, duration_s=AVAILABILITY_S), attack("probe")], []),
+    "swarm64": ([attack("hoarding_swarm", count=64, duration_s=AVAILABILITY_S), attack("probe")], []),
+    "swarm256": ([attack("hoarding_swarm", count=256, duration_s=AVAILABILITY_S), attack("probe")], []),
+    "fabswarm64": ([attack("fabricating_swarm", count=64, duration_s=AVAILABILITY_S), attack("probe")], []),
+    "longpolls": ([attack("longpoll_flood", duration_s=AVAILABILITY_S), attack("probe")], []),
+    "heartbeats": ([attack("heartbeat_flood", duration_s=AVAILABILITY_S), attack("probe")], []),
+    "events": ([attack("events_flood", duration_s=AVAILABILITY_S), attack("probe")], []),
+    "wide": ([attack("wide_interval", duration_s=AVAILABILITY_S), attack("probe")], []),
+}
 #: run name -> how many times the plan's steps it trains (1 when absent). ``late`` three times: a
 #: third sampler on two cores gets ~2.5% of the leases, 60 groups in 300 steps, short of the 64
 #: honest ones it must deliver before it cheats
 LENGTH = {"late": 3}
 #: run name -> the run its step times are compared with (``clean`` when absent)
-REFERENCE = {"hoard": "hoard-clean"}
+REFERENCE = {"hoard": "hoard-clean", **{name: "avail-clean" for name in AVAILABILITY_PLAN}}
 #: run name -> the share of its steps after which the learner stops and resumes (``--resume``)
 RESTART = {"resume": 0.5}
+
+
+def availability_row_of(spec: Attack, run: Outcome, clean: Outcome, probe: Attack | None) -> dict:
+    """An availability row in the table's shape (``make_row``'s common columns)."""
+    return {"attack": spec.row, "kind": spec.kind, "run": run.name, **availability_row(run, spec, clean, probe),
+            "final_accuracy": run.final_accuracy, "clean_accuracy": clean.final_accuracy,
+            "step_s_vs_clean": run.step_s / clean.step_s, "steps": run.steps}
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--attacker"]:
         attacker_main(sys.argv[2:])
         return
-    args = parse_args(__doc__.splitlines()[0], "bench/out/attacks")
+    def options(parser) -> None:
+        parser.add_argument("--availability", action="store_true", help="the availability rows (16-24) only, with "
+                            "their clean run")
+        parser.add_argument("--runs", help="comma-separated names of the plan's runs to play (default: all)")
+
+    args = parse_args(__doc__.splitlines()[0], "bench/out/attacks", options)
     steps = 60 if args.quick else FULL_STEPS
-    plan = QUICK_PLAN if args.quick else FULL_PLAN
+    plan = AVAILABILITY_PLAN if args.availability else QUICK_PLAN if args.quick else FULL_PLAN
+    if args.runs:
+        wanted = args.runs.split(",")
+        plan = {name: plan[name] for name in plan if name in wanted or name == "avail-clean"}
     started = time.time()
     OBSERVER.install()
-    clean = run_once("clean", [], steps, args.out, [])
-    rows, runs = [], {"clean": clean}
+    rows, runs = [], {}
+    if not args.availability:
+        runs["clean"] = run_once("clean", [], steps, args.out, [])
     for name, (attacks, extra) in plan.items():
         length = steps * LENGTH.get(name, 1)
         restart_at = int(length * RESTART[name]) if name in RESTART else None
         run = runs[name] = run_once(name, attacks, length, args.out, extra, restart_at)
-        rows += [make_row(spec, run, runs[REFERENCE.get(name, "clean")]) for spec in attacks]
+        reference = runs[REFERENCE.get(name, "clean")]
+        probe = next((spec for spec in attacks if spec.kind == "probe"), None)
+        rows += [availability_row_of(spec, run, reference, probe) if spec.kind in AVAILABILITY_KINDS
+                 else make_row(spec, run, reference) for spec in attacks if spec.kind != "probe"]
+    clean = runs.get("clean") or runs["avail-clean"]
     order = list(ROWS)
     rows.sort(key=lambda r: order.index(r["kind"]))
-    columns = ["attack", "run", "detected", "seconds_to_quarantine", "groups_to_quarantine", "attacker_groups_trained",
-               "attacker_groups_trained_after", "final_accuracy", "clean_accuracy", "step_s_vs_clean", "how"]
-    lengths = f"{steps} steps per run" + ("" if args.quick else f" ({runs['late'].steps} in row 1b's)")
+    columns = (["attack", "run", "detected", "steps_per_s_vs_clean", "first_minute_vs_clean", "heartbeat_max_s",
+                "attacker_groups_trained_after", "honest_quarantined", "honest_parked_at_end", "final_accuracy",
+                "how"] if args.availability else
+               ["attack", "run", "detected", "seconds_to_quarantine", "groups_to_quarantine", "attacker_groups_trained",
+                "attacker_groups_trained_after", "final_accuracy", "clean_accuracy", "step_s_vs_clean", "how"])
+    lengths = f"{steps} steps per run" + ("" if args.quick or args.availability else f" ({runs['late'].steps} in row 1b's)")
     print(f"\n{lengths}, 8 groups/step, S=1, 2 honest local workers; clean run: "
           f"{clean.step_s:.2f} s/step, accuracy {clean.final_accuracy:.2f}")
     print(format_table(rows, columns))
-    meta = {"quick": args.quick, "steps": steps, "clean_step_s": clean.step_s, "clean_accuracy": clean.final_accuracy,
+    meta = {"quick": args.quick, "availability": args.availability, "steps": steps, "clean_step_s": clean.step_s, "clean_accuracy": clean.final_accuracy,
             "clean_reliability": clean.reliability, "wall_s": time.time() - started,
             "runs": {name: {"attackers": [a.name for a in run.attacks], "step_s": run.step_s, "steps": run.steps,
                             "final_accuracy": run.final_accuracy, "reliability": run.reliability,
                             "groups_by_worker": run.per_worker(), "quarantines": run.quarantines}
                      for name, run in runs.items()}}
     path = write_results(args.out, rows, meta)
-    plot(rows, meta["runs"], args.out)
-    print(f"\nwrote {path} and {args.out / 'attacks.png'} ({time.time() - started:.0f}s)")
+    if args.availability:
+        plot_availability(rows, args.out)
+    else:
+        plot(rows, meta["runs"], args.out)
+    figure = args.out / ("availability.png" if args.availability else "attacks.png")
+    print(f"\nwrote {path} and {figure} ({time.time() - started:.0f}s)")
 
 
 if __name__ == "__main__":

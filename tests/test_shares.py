@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from conftest import make_state, submit_all, valid_submission
+from conftest import make_state, publish, submit_all, valid_submission
 
 from echo2.coordinator.records import Rejected
 from echo2.core.shares import SharePolicy, lease_size, parked_for
@@ -69,11 +69,14 @@ def expire_all(state, worker):
 def test_a_new_name_gains_a_hoarder_nothing_one_group_then_parked_until_it_delivers():
     state = make_state(staleness=3, groups_per_step=4)  # a 16-slot window: room for a full lease of 8
     newcomer, other = state.register("newcomer"), state.register("other")
+    other.proven = True  # it has delivered: it could do the newcomer's work
     assert len(state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1
     expire_all(state, newcomer)
     assert state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).status == "parked"  # first miss
     newcomer.parked_until = 0.0
     submit_all(state, newcomer, state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0))
+    assert not newcomer.proven  # accepted is not delivered: its group must be trained first
+    train_one_step(state)
     assert newcomer.proven and len(state.lease(newcomer, 0, 4096, wait_s=0).prompts) == 8  # half the window
     state.deregister(other)
     state.deregister(newcomer)
@@ -133,13 +136,33 @@ def test_expiring_leases_throttle_then_park_a_worker_and_a_submission_clears_it(
     hoarder.parked_until = 0.0  # its parking is over
     lease = state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
     submit_all(state, hoarder, lease)
+    assert hoarder.unfulfilled == 2  # forgiven once its group is trained, not when it is accepted
+    train_one_step(state)
     assert hoarder.unfulfilled == 0 and len(state.lease(hoarder, 0, 4096, wait_s=0).prompts) == 4
 
 
-def test_a_submission_after_its_deadline_is_refused_before_any_sweep():
-    state, _, honest = hoarder_and_honest()
-    lease = state.lease(honest, worker_version=0, max_groups=2, wait_s=0)
-    state.leases.get(lease.lease_id).deadline = 0  # passed; no reap has run
-    with pytest.raises(Rejected, match="deadline passed") as refused:
-        state.submit(honest, valid_submission(lease))
-    assert refused.value.status == 409 and state.reliability()["groups_accepted"] == 0
+def train_one_step(state) -> None:
+    """The learner takes what is buffered for its next step and publishes the version it trained."""
+    step = state.version
+    state.take_batch(step, timeout_s=1, count=len(state.ledger))
+    publish(state, step + 1)
+
+
+def test_a_hoarder_that_returns_with_junk_too_old_to_train_earns_nothing():
+    """It held its one-group lease until the learner had moved S + 2 versions on, then submitted:
+    accepted, it had been forgiven and proven, its group dropped as stale before any audit, and
+    its next lease a full one. Only a trained group delivers: it stays on trial, one lent group."""
+    state = make_state(staleness=1, groups_per_step=1)
+    hoarder, honest = state.register("hoarder"), state.register("honest")
+    honest.proven = True
+    held = state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
+    for step in range(3):  # S + 2 versions on, on the honest worker's groups
+        submit_all(state, honest, state.lease(honest, worker_version=step, max_groups=1, wait_s=0))
+        train_one_step(state)
+    assert state.submit(hoarder, valid_submission(held)).accepted == 1 and not hoarder.proven
+    submit_all(state, honest, state.lease(honest, worker_version=3, max_groups=1, wait_s=0))
+    state.take_batch(3, timeout_s=1, count=1)  # drops the hoarder's v0 group as stale, trains the honest one
+    publish(state, 4)
+    assert state.ledger.dropped_stale == 1 and not hoarder.proven
+    again = state.lease(hoarder, worker_version=4, max_groups=4096, wait_s=0)
+    assert len(again.prompts) == 1 and state.ledger.lent  # still on trial: one lent group

@@ -185,7 +185,10 @@ def test_a_lease_finishing_within_the_notice_is_still_submitted():
         {"name": "spot", "count": 2, "rollouts_per_s": 40.0, "preemption_per_hour": 400, "recovery_s": 3.0,
          "preemption_notice_s": 60.0}]))
     assert result.reliability["workers_left"] > 0 and result.reliability["workers_dead"] == 0
-    assert result.reliability["leases_expired"] == 0 and not result.wasted
+    assert result.reliability["leases_expired"] == 0 and "late" not in result.wasted
+    # each of the 10 machines back from a preemption starts on trial, its one lent group beyond the
+    # window: at 400 preemptions an hour one group of the run's 489 was dropped as stale
+    assert result.reliability["groups_dropped_stale"] <= 1
 
 
 def test_activation_runs_the_cheapest_sufficient_set():

@@ -8,12 +8,15 @@ import logging
 import os
 from pathlib import Path
 
+from attack_runs import AVAILABILITY_KINDS
+from attackers.availability import (attack_bad_relay, attack_flood, attack_recycled_hoarders, attack_swarm,
+                                    probe_heartbeats)
 from attackers.engine import engine_attacker
 from attackers.protocol import attack_fabricate, attack_late_lease, attack_replay, attack_sybil_fabricate
 from attackers.relay import attack_relay
 from attackers.session import TOKEN_ENV, EventLog, Session, wait_for_training
 from attackers.trust import attack_hoarder, attack_resume_claim, attack_telemetry
-from attackers.wire import attack_flood, attack_oversize, attack_slowloris
+from attackers.wire import attack_flood as attack_registrations, attack_oversize, attack_slowloris
 
 
 def attacker_main(argv: list[str]) -> None:
@@ -29,13 +32,16 @@ def attacker_main(argv: list[str]) -> None:
     for noisy in ("httpx", "uvicorn", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     token, url, name, params = os.environ[TOKEN_ENV], args.coordinator, args.name, json.loads(args.params)
+    if args.kind in AVAILABILITY_KINDS:  # remote in a real fleet: its own CPU is not the learner's machine's
+        os.nice(19)
     log = EventLog(args.log)
     # the slow imports (torch, transformers) now, while the learner starts: the attack begins with training
     from echo2.rollout.client import CoordinatorUnreachable
 
     if args.kind in ("reward", "duplicate", "late_cheater", "replay", "poison_logprob"):
         import echo2.rollout.worker  # noqa: F401
-    if args.kind in ("fabricate", "fabricate_old", "late_lease", "sybil_fabricate", "resume_claim"):
+    if args.kind in ("fabricate", "fabricate_old", "late_lease", "sybil_fabricate", "resume_claim",
+                     "recycled_hoarders", "fabricating_swarm"):
         from echo2.model.loading import load_tokenizer
     wait_for_training(args.run_dir)
     log.emit("start", kind=args.kind)
@@ -45,7 +51,18 @@ def attacker_main(argv: list[str]) -> None:
         elif args.kind == "relay":
             attack_relay(url, token, name, log)
         elif args.kind == "flood":
-            attack_flood(url, token, log)
+            attack_registrations(url, token, log)
+        elif args.kind in ("trickle_relay", "silent_relay"):
+            attack_bad_relay(url, token, name, log, args.kind == "silent_relay", params["duration_s"])
+        elif args.kind == "recycled_hoarders":
+            attack_recycled_hoarders(url, token, name, log, params["count"], params["duration_s"])
+        elif args.kind in ("hoarding_swarm", "fabricating_swarm"):
+            attack_swarm(url, token, name, log, params["count"], args.kind == "fabricating_swarm", params["duration_s"])
+        elif args.kind in ("longpoll_flood", "heartbeat_flood", "events_flood", "wide_interval"):
+            what = {"longpoll_flood": "longpolls", "heartbeat_flood": "heartbeats", "events_flood": "events"}
+            attack_flood(url, token, name, log, what.get(args.kind, args.kind), params["duration_s"])
+        elif args.kind == "probe":
+            probe_heartbeats(url, token, name, log)
         elif args.kind == "resume_claim":
             attack_resume_claim(url, token, name, log)
         elif args.kind == "sybil_fabricate":

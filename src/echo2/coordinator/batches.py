@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from echo2.coordinator.membership import Membership
+from echo2.core.shares import delivered
 from echo2.exchange import GiveBack, Group, NoBatch
 
 
@@ -16,7 +17,9 @@ WAIT_WORTH_SAYING_S = 5.0
 
 
 class LearnerSide(Membership):
-    """The books with the learner's batches."""
+    """The books with the learner's batches. A worker delivers when a group of its is trained
+    (:func:`echo2.core.shares.delivered`): the groups taken for a step and not given back are
+    trained by the time the learner publishes the step's version."""
 
     waiting_since: tuple[int, float] | None = None
     """(step, ``time.monotonic()``) while the learner waits for that step's batch."""
@@ -42,7 +45,17 @@ class LearnerSide(Membership):
             for group in batch:
                 self.counters["groups_trained_twice"] += not self.trained.add(group.example)
             self.counters["groups_trained"] += len(batch)
+            self.in_training += batch
             return batch
+
+    def _deliver_trained(self) -> None:
+        """The groups taken since the last publish were trained (call locked, at the publish): their
+        workers delivered."""
+        for group in self.in_training:
+            record = self.registry.workers[group.worker_id]
+            if not record.quarantined:
+                delivered(record)
+        self.in_training = []
 
     def data_wait(self) -> str | None:
         """Why the learner is not training, once it has waited :data:`WAIT_WORTH_SAYING_S` for a
@@ -69,6 +82,8 @@ class LearnerSide(Membership):
           (:meth:`quarantine`), these groups discarded with its others, their prompts re-queued.
         """
         with self.cond:
+            given = {id(group) for group in groups}
+            self.in_training = [g for g in self.in_training if id(g) not in given]
             if reason == "filtered":
                 self._drop_taken(groups, requeue=False, counter="groups_filtered")
             elif reason == "unauditable":

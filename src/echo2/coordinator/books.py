@@ -84,6 +84,8 @@ class Books:
         self.cond = threading.Condition(threading.RLock())
         self.examples = examples if isinstance(examples, CountingStream) else CountingStream(examples)
         self.trained = TrainedDraws()
+        self.in_training: list[Group] = []
+        """Groups the learner took since its last publish and did not give back: trained by then."""
         self.registry = WorkerRegistry(run_token)
         self.relay_checker = RelayChecker(self.registry.broadcast_token, self._relay_verdict) if check_relays else None
         self.leases = LeaseBook(lease_timeout_s)

@@ -41,6 +41,7 @@ class CoordinatorState(WorkSide, LearnerSide):
         :meth:`take_batch` (the run clock), and every ``activation.replan_every`` versions the
         active fleet is re-planned with it."""
         with self.cond:
+            self._deliver_trained()  # the step that made it trained the groups taken for it
             self.versions.publish(info, self.registry.plan_nodes())
             self.ledger.version = info.version
             if self.clock.published(info.version, time.time()):

@@ -11,7 +11,7 @@ from echo2.coordinator.leases import accepted_groups
 from echo2.coordinator.membership import Membership
 from echo2.coordinator.records import Rejected, WorkerRecord
 from echo2.core.leasing import LeaseAnswer, answer_lease
-from echo2.core.shares import delivered, on_probation
+from echo2.core.shares import on_probation
 from echo2.protocol import (
     LeasedPrompt,
     LeaseResponse,
@@ -34,10 +34,14 @@ class WorkSide(Membership):
     def _answer(self, record: WorkerRecord, worker_version: int, requested: int) -> LeaseAnswer:
         """:func:`echo2.core.leasing.answer_lease` over this coordinator's books, now."""
         held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
-        others = any(r is not record and r.at_work for r in self.registry.fleet())
+        others = [r for r in self.registry.fleet() if r is not record and r.at_work]
+        covered = any(r.proven for r in others)
+        untrained = (self.ledger.buffered(lambda g: g.worker_id == record.worker_id)
+                     + sum(g.worker_id == record.worker_id for g in self.in_training)
+                     if not record.proven and covered else 0)
         return answer_lease(self.ledger, self.shares, record, worker_version=worker_version, requested=requested,
-                            held=held, active=record.active, others_live=others, now=time.monotonic(),
-                            finished=self.finished)
+                            held=held, active=record.active, others_live=bool(others), now=time.monotonic(),
+                            finished=self.finished, untrained=untrained, others_proven=covered)
 
     def lease(self, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
         deadline = time.monotonic() + wait_s
@@ -83,8 +87,8 @@ class WorkSide(Membership):
         if (wait_s <= 0 or time.monotonic() < record.parked_until or record.polling
                 or self.long_polls >= MAX_LONG_POLLS):
             return False
-        others = any(r is not record and r.at_work for r in self.registry.fleet())
-        return not (on_probation(self.shares, record, others) and self.leases.active(record.worker_id))
+        covered = any(r is not record and r.at_work and r.proven for r in self.registry.fleet())
+        return not (on_probation(self.shares, record, covered) and self.leases.active(record.worker_id))
 
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
         """Checked under the lock, scored outside it (:mod:`~echo2.coordinator.scoring`), admitted under it."""
@@ -97,8 +101,7 @@ class WorkSide(Membership):
         rewards = self.scoring.rewards(lease, request)  # outside the lock (or why it could not be scored)
         with self.cond:
             self.leases.settle(lease, record, rewards)
-            self.counters["leases_completed"] += 1
-            delivered(record)
+            self.counters["leases_completed"] += 1  # delivered once a group of it is trained (LearnerSide)
             now = time.monotonic()
             rollouts = sum(len(g.completions) for g in request.groups)
             record.throughput = record.cycle.submitted(now, lease.granted_at, rollouts, record.throughput)

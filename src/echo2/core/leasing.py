@@ -45,10 +45,13 @@ class LeaseAnswer:
 
 def answer_lease(ledger: PacingLedger[Any, Any], policy: SharePolicy, holder: Holder, *, worker_version: int,
                  requested: int, held: int, active: bool, others_live: bool, now: float,
-                 finished: bool = False) -> LeaseAnswer:
+                 finished: bool = False, untrained: int = 0, others_proven: bool | None = None) -> LeaseAnswer:
     """What a worker at ``worker_version`` asking for ``requested`` groups, holding ``held``
     in-flight slots, is answered at ``now``; ``active``: the activation keeps it working;
-    ``others_live``: other active workers could take the work."""
+    ``others_live``: other active workers could take the work; ``untrained``: the holder's groups
+    submitted and not trained yet, while a proven worker is at work; ``others_proven``: another
+    worker at work has delivered (probation applies only then; None: as ``others_live``; both in
+    :func:`~echo2.core.shares.lease_size`)."""
     if finished:
         return LeaseAnswer("stop")
     if not active or now < holder.parked_until:
@@ -57,10 +60,11 @@ def answer_lease(ledger: PacingLedger[Any, Any], policy: SharePolicy, holder: Ho
     if status != "granted":
         return LeaseAnswer(status)
     window = (ledger.staleness + 1) * ledger.groups_per_step
-    size = lease_size(policy, requested, held, window, others_live, holder)
+    size = lease_size(policy, requested, held, window, others_live, holder, untrained, others_proven)
     if not size:
         return LeaseAnswer("wait")
-    return LeaseAnswer("granted", size, lent=on_probation(policy, holder, others_live))
+    probation = on_probation(policy, holder, others_live if others_proven is None else others_proven)
+    return LeaseAnswer("granted", size, lent=probation)
 
 
 def worth_asking_ahead(round_trip_s: float | None, generate_s: float | None) -> bool:

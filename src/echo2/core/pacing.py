@@ -116,6 +116,10 @@ class PacingLedger(Generic[P, G]):
             return None
         return [heapq.heappop(self._buffer)[3] for _ in range(count)]
 
+    def buffered(self, matches: Callable[[G], bool]) -> int:
+        """How many buffered groups ``matches`` selects (one worker's, not trained yet)."""
+        return sum(1 for entry in self._buffer if matches(entry[3]))
+
     def discard_taken(self, prompts: list[P], requeue: bool) -> None:
         """Groups the learner took but did not train on: their slots stop counting; their prompts
         are re-queued (``requeue``: a quarantined worker's) or used up (filtered after being seen)."""

@@ -9,8 +9,8 @@ expiry (measured: 1.35 learner steps/s fell to 0 for a minute). So a lease grant
 results are on the wire, one generating, one asked for ahead) and at most ``window_share`` of the
 window; and a worker whose leases keep expiring unfulfilled is slowed to one group per lease,
 then parked for a while that grows fourfold with each further miss: every slot a hoarder holds
-is out of the window for up to ``lease_timeout_s``, so it must get few. A worker that has not
-delivered a lease yet is on trial: while other workers are live, one group per lease, and parked
+is out of the window for up to ``lease_timeout_s``, so it must get few. Delivering means a group
+trained (:func:`delivered`), not a submission accepted. A worker that has not delivered yet is on trial: while other workers are live, one group per lease, and parked
 at its first miss (a new name costs nothing, so a hoarder that registers again and again must gain
 nothing from being new); an honest newcomer pays one small first lease. Even one slot counts: in
 the attack bench a hoarder holding one slot of a 16-slot window cut the learner's steps/s by about
@@ -45,17 +45,24 @@ class SharePolicy:
 
 
 def lease_size(policy: SharePolicy, requested: int, held: int, window: int, others_live: bool,
-               holder: Holder) -> int:
+               holder: Holder, untrained: int = 0, others_proven: bool | None = None) -> int:
     """Groups to grant ``holder`` when it asks for ``requested`` while holding ``held`` in-flight
     slots of a ``window``-slot window (0: it must wait for its own leases to finish first). A
-    worker on trial or slowed holds one lease at a time."""
-    probation = on_probation(policy, holder, others_live)
+    worker on trial or slowed holds one group at a time, from its grant until it is trained:
+    ``untrained`` counts its groups submitted and not trained yet (the caller passes 0 while no
+    proven worker is at work, who could fill the learner's batch meanwhile). Lent slots count
+    against the window once their group arrives, so a worker on trial that got another lent group
+    each time it submitted one would overrun the window, and the overrun is dropped as stale.
+    ``others_proven``: whether another worker at work has delivered (None: as ``others_live``);
+    probation applies only then: while nobody has, nobody could do the work in a newcomer's place
+    (a run's start), and the shares alone bound what one worker holds."""
+    probation = on_probation(policy, holder, others_live if others_proven is None else others_proven)
     size = min(requested, policy.groups_per_lease)
     if probation or slowed(policy, holder):
         size = min(size, 1)
     if not others_live:
         return size
-    if held and probation:
+    if (held or untrained) and probation:
         return 0
     share = max(1, math.ceil(policy.window_share * window))
     return max(0, min(size, share - held, LEASES_IN_HAND * policy.groups_per_lease - held))
@@ -103,5 +110,13 @@ def missed(policy: SharePolicy, holder: Holder, now: float, lease_timeout_s: flo
 
 
 def delivered(holder: Holder) -> None:
-    """``holder`` submitted a lease: whatever it missed before is forgiven."""
+    """A group of ``holder``'s was trained: whatever it missed before is forgiven, and it is proven.
+    Not on a submission's acceptance: a hoarder that held its lease until the learner had moved
+    S + 2 versions on, then submitted junk, was accepted, forgiven and proven again, its group
+    dropped as stale before any audit, and held a full lease next; and a swarm of fabricating
+    identities, each proven by its first submission, held full leases until their audits came
+    (the learner made no step for ~115 s). A trained group passed every audit it was drawn for,
+    and a worker on probation has all its groups audited. Until then a newcomer stays on trial: one
+    lent group a lease."""
     holder.unfulfilled, holder.parked_until, holder.proven = 0, 0.0, True
+

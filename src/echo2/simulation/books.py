@@ -40,7 +40,11 @@ class SimBooks:
         recipe = scenario.recipe
         self.rng = random.Random(scenario.seed)
         self.queue = EventQueue()
-        self.ledger: PacingLedger[None, int] = PacingLedger(recipe.staleness, recipe.learner.groups_per_step)
+        self.ledger: PacingLedger[None, tuple[int, SimWorker]] = PacingLedger(recipe.staleness,
+                                                                           recipe.learner.groups_per_step)
+        """A group is its version and its worker (who delivers when it is trained)."""
+        self.in_training: list[tuple[int, SimWorker]] = []
+        """The batch of the step in hand."""
         """Slots, buffer and pacing, as the coordinator keeps them (a group is its version here)."""
         self.counters: Counter[str] = Counter()
         self.workers: list[SimWorker] = build_fleet(scenario, self.rng)

@@ -84,12 +84,13 @@ class Simulation:
         if self.books.learner_busy or self.books.finished:
             return
         stale_before = self.books.ledger.dropped_stale
-        versions = self.books.ledger.take(self.books.step, self.books.ledger.groups_per_step)
+        batch = self.books.ledger.take(self.books.step, self.books.ledger.groups_per_step)
         if dropped := self.books.ledger.dropped_stale - stale_before:
             self.books.recorder.waste("stale", dropped * self.books.group_size)
             self._open_window()
-        if versions is None:
+        if batch is None:
             return
+        versions = [version for version, _ in batch]
         self.books.counters["groups_trained"] += len(versions)
         now = self.books.queue.now
         if self.books.step == 0:
@@ -99,10 +100,17 @@ class Simulation:
         self.books.learner_busy = True
         self.books.clock.batch_taken(now)
         step_s = lognormal(self.books.rng, self.books.train_s, self.books.scenario.learner.step_cv)
-        self.books.queue.after(step_s, self._learner_done, versions, now)
+        self.books.in_training = batch
+        self.books.queue.after(step_s, self._learner_done, batch, now)
 
-    def _learner_done(self, versions: list[int], started: float) -> None:
+    def _learner_done(self, batch: list[tuple[int, SimWorker]], started: float) -> None:
+        """The step trained ``batch`` (each group's version and worker): its workers delivered
+        (:func:`echo2.core.shares.delivered`, as the coordinator counts them at the publish)."""
         now = self.books.queue.now
+        for _, worker in batch:
+            delivered(worker)
+        self.books.in_training = []
+        versions = [version for version, _ in batch]
         self.books.busy_s += now - started
         self.books.learner_busy = False
         self.books.step += 1
@@ -154,11 +162,15 @@ class Simulation:
     def _lease_answer(self, worker: SimWorker, version: int) -> LeaseAnswer:
         """:func:`echo2.core.leasing.answer_lease` over the simulation's books, now."""
         held = sum(len(lease.slots) for lease in worker.leases if lease.state == "out")
-        others = any(w is not worker and w.active for w in self.books.running.values())
+        others = [w for w in self.books.running.values() if w is not worker and w.active]
+        covered = any(w.proven for w in others)
+        untrained = (self.books.ledger.buffered(lambda group: group[1] is worker)
+                     + sum(w is worker for _, w in self.books.in_training)
+                     if not worker.proven and covered else 0)
         return answer_lease(self.books.ledger, self.books.shares, worker, worker_version=version,
                             requested=self.books.groups_per_lease,
-                            held=held, active=worker.active, others_live=others, now=self.books.queue.now,
-                            finished=self.books.finished)
+                            held=held, active=worker.active, others_live=bool(others), now=self.books.queue.now,
+                            finished=self.books.finished, untrained=untrained, others_proven=covered)
 
     def _respond(self, worker: SimWorker, epoch: int, version: int, answer: LeaseAnswer) -> None:
         """Carry out the answer; the ones that change with time are held as the coordinator holds them."""
@@ -226,10 +238,9 @@ class Simulation:
             self.books.counters["groups_rejected_expired_lease"] += len(lease.slots)
             self.books.recorder.waste("late", rollouts)
         else:
-            lease.state = "done"
-            delivered(worker)
+            lease.state = "done"  # delivered once a group of it is trained (_learner_done)
             for slot in lease.slots:
-                self.books.ledger.admit(slot, lease.version, lease.version)
+                self.books.ledger.admit(slot, lease.version, (lease.version, worker))
             self.books.counters["leases_completed"] += 1
             self.books.counters["groups_accepted"] += len(lease.slots)
             worker.throughput = worker.cycle.submitted(now, lease.granted_at, rollouts, worker.throughput)

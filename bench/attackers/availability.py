@@ -1,0 +1,229 @@
+"""Availability attackers: identities that try to stop the learner rather than poison it. A relay
+that trickles or says nothing, hoarders that come back with junk, swarms of identities that
+hold slots or fabricate, floods of long-polls, heartbeats and timeline events from one
+identity; and the probe, an identity that only heartbeats and times each answer.
+
+Each logs ``attack_start`` and ``attack_end`` (the window the bench measures the learner's
+steps/s over) and what it was answered."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from attackers.session import HUGE_UPLOAD, EventLog, Session, fabricated_groups
+
+#: The trickling relay's pace: one byte every half second (the issue's ~1 B/s).
+TRICKLE_BYTES, TRICKLE_EVERY_S = 1, 0.5
+
+
+def attack_bad_relay(url: str, token: str, name: str, log: EventLog, silent: bool, duration_s: float) -> None:
+    """A relay that answers the coordinator's check as itself and declares 1e12 B/s (the head of
+    every chain), serves the real manifest and then either trickles each chunk's bytes
+    (``silent=False``) or never sends a byte of it (``silent=True``), for ``duration_s``."""
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+    from echo2.broadcast.chunk_store import ChunkStore
+    from echo2.broadcast.downloader import fetch_version
+    from echo2.broadcast.relay import IDENTITY_PATH
+    from echo2.net.serving import BackgroundServer
+
+    store, holder, served = ChunkStore(keep=4), {}, {"bytes": 0, "requests": 0}
+
+    def held(version: int) -> None:
+        if store.manifest(version) is None:
+            fetch_version(version, [url], store, token=holder["session"].client.broadcast_token, timeout_s=60.0)
+
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get(IDENTITY_PATH)
+    def identity() -> JSONResponse:
+        session = holder.get("session")
+        return JSONResponse({"worker_id": session.worker_id} if session else {}, status_code=200 if session else 404)
+
+    @app.get("/v1/broadcast/{version}/manifest")
+    def manifest(version: int) -> Response:
+        held(version)
+        return Response(store.manifest(version).model_dump_json(), media_type="application/json")
+
+    @app.get("/v1/broadcast/{version}/chunks/{index}")
+    async def chunk(version: int, index: int) -> StreamingResponse:
+        await asyncio.to_thread(held, version)
+        data = store.get_chunk(version, index)
+        served["requests"] += 1
+
+        async def body():
+            if silent:
+                await asyncio.sleep(3600)
+            for offset in range(0, len(data), TRICKLE_BYTES):
+                await asyncio.sleep(TRICKLE_EVERY_S)
+                served["bytes"] += TRICKLE_BYTES
+                yield data[offset:offset + TRICKLE_BYTES]
+
+        return StreamingResponse(body(), media_type="application/octet-stream",
+                                 headers={"content-length": str(len(data))})
+
+    server = BackgroundServer(app, "127.0.0.1", 0, what="bad relay", lifespan="off", graceful_s=0.5)
+    server.start(10.0)
+    session = holder["session"] = Session(url, token, name, log, relay_url=server.url, upload=HUGE_UPLOAD)
+    log.emit("attack_start")
+    session.stop.wait(duration_s)
+    log.emit("attack_end", **served)
+    server.stop(abort=True)
+    store.close()
+    session.linger()
+
+
+def attack_recycled_hoarders(url: str, token: str, name: str, log: EventLog, count: int, duration_s: float) -> None:
+    """``count`` identities, each holding a one-group lease until the learner has moved S + 2
+    versions past it, then submitting fabricated completions (accepted once, never trained:
+    stale), and asking again."""
+    from echo2.model.loading import load_tokenizer
+    from echo2.protocol import SubmitRequest
+
+    sessions = [Session(url, token, f"{name}-{i}", log) for i in range(count)]
+    tokenizer = load_tokenizer(sessions[0].spec.model)
+    log.emit("attack_start")
+    until = time.monotonic() + duration_s
+
+    def hoard(session: Session) -> None:
+        while time.monotonic() < until and (lease := session.granted_lease()) is not None:
+            while not session.stop.is_set() and time.monotonic() < until:
+                session.latest = max(session.latest, session.client.version().version)
+                if session.latest >= lease.version + session.spec.staleness + 2:
+                    break
+                time.sleep(0.2)
+            request = SubmitRequest(lease_id=lease.lease_id, version=lease.version, generate_seconds=0.5,
+                                    groups=fabricated_groups(lease.prompts, session.spec, tokenizer))
+            session.submit(request, f"held {len(lease.prompts)} slots, then junk")
+
+    run_all(hoard, sessions)
+    log.emit("attack_end")
+    sessions[0].linger()
+
+
+def attack_swarm(url: str, token: str, name: str, log: EventLog, count: int, fabricate: bool,
+                 duration_s: float) -> None:
+    """``count`` identities registered at once: each holds the lease it gets without submitting
+    (``fabricate=False``: a hoarding swarm) or submits fabricated completions for it, and asks
+    for the next at once, for ``duration_s``. Registrations refused (429) are logged and retried
+    by the client as its ``Retry-After`` says."""
+    from echo2.rollout.client import CoordinatorUnreachable, RequestRefused
+
+    until = time.monotonic() + duration_s
+    log.emit("attack_start", count=count)
+    sessions: list[Session] = []
+    lock = threading.Lock()
+
+    def join(i: int) -> None:
+        try:
+            session = Session(url, token, f"{name}-{i}", log)
+        except (RequestRefused, CoordinatorUnreachable) as error:
+            log.emit("register_refused", index=i, error=str(error)[:200])
+            return
+        with lock:
+            sessions.append(session)
+
+    run_all(join, range(count), workers=16)
+    log.emit("registered_all", registered=len(sessions))
+    tokenizer = None
+    if fabricate and sessions:
+        from echo2.model.loading import load_tokenizer
+        tokenizer = load_tokenizer(sessions[0].spec.model)
+
+    def behave(session: Session) -> None:
+        from echo2.protocol import SubmitRequest
+
+        while time.monotonic() < until and not session.stop.is_set():
+            try:
+                lease = session.lease()
+            except RequestRefused as error:
+                if error.status == 403:
+                    return
+                time.sleep(0.1)
+                continue
+            if lease is None:
+                time.sleep(0.5)  # asks again sooner than the Retry-After it was told
+                continue
+            if fabricate:
+                request = SubmitRequest(lease_id=lease.lease_id, version=lease.version, generate_seconds=0.5,
+                                        groups=fabricated_groups(lease.prompts, session.spec, tokenizer))
+                session.submit(request, "fabricated (swarm)")
+
+    run_all(behave, sessions, workers=max(1, len(sessions)))
+    log.emit("attack_end", registered=len(sessions))
+    if sessions:
+        sessions[0].linger()
+
+
+def attack_flood(url: str, token: str, name: str, log: EventLog, what: str, duration_s: float) -> None:
+    """One identity floods, on raw HTTP (no client that waits out a 429): ``longpolls`` (100
+    concurrent lease requests, again and again), ``heartbeats`` (as fast as 8 threads send them),
+    ``events`` (heartbeats of 1000 timeline events each) or ``wide_interval`` (a ``generate``
+    interval spanning +-86,000 s, once a second)."""
+    import httpx
+
+    from echo2.protocol import AUTH_HEADER
+
+    session = Session(url, token, name, log)
+    headers = {AUTH_HEADER: session.client.session_token}
+    counts = {"sent": 0, "refused": 0, "failed": 0}
+    until = time.monotonic() + duration_s
+    threads = {"longpolls": 100, "heartbeats": 8, "events": 2, "wide_interval": 1}[what]
+
+    with httpx.Client(base_url=url, limits=httpx.Limits(max_connections=threads + 4), timeout=30.0) as http:
+        def send(_: int) -> None:
+            while time.monotonic() < until and not session.stop.is_set():
+                now = time.time()
+                if what == "longpolls":
+                    path, body = "/v1/lease", {"version": session.latest, "max_groups": 4096}
+                else:
+                    events = ([{"kind": "generate", "start": now - 86_000, "end": now + 86_000, "version": 0}]
+                              if what == "wide_interval" else
+                              [{"kind": "generate", "start": now - 0.01, "end": now, "version": 0}] * 1000)
+                    path, body = "/v1/heartbeat", {"version": session.latest,
+                                                   "events": events if what != "heartbeats" else []}
+                try:
+                    status = http.post(path, json=body, headers=headers).status_code
+                except httpx.HTTPError:
+                    counts["failed"] += 1
+                    time.sleep(0.1)
+                    continue
+                counts["sent"] += 1
+                counts["refused"] += status == 429
+                if what == "wide_interval":  # one a second: each would stretch the timeline two days
+                    time.sleep(1.0)
+
+        log.emit("attack_start", what=what)
+        run_all(send, range(threads))
+    log.emit("attack_end", what=what, **counts)
+    session.linger()
+
+
+def probe_heartbeats(url: str, token: str, name: str, log: EventLog) -> None:
+    """An identity that only heartbeats, twice a second, and logs how long each answer took."""
+    from echo2.protocol import Heartbeat
+    from echo2.rollout.client import CoordinatorUnreachable, RequestRefused
+
+    session = Session(url, token, name, log)
+    while not session.stop.wait(0.5):
+        started = time.perf_counter()
+        try:
+            session.client.heartbeat(Heartbeat(version=session.latest))
+        except CoordinatorUnreachable:
+            return
+        except RequestRefused as error:
+            log.emit("probe_refused", status=error.status)
+            continue
+        log.emit("probe", seconds=time.perf_counter() - started)
+
+
+def run_all(task: Any, items: Any, workers: int | None = None) -> None:
+    items = list(items)
+    with ThreadPoolExecutor(max(1, workers or len(items))) as pool:
+        for result in [pool.submit(task, item) for item in items]:
+            result.result()
