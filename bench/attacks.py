@@ -195,8 +195,10 @@ FULL_PLAN = {
     # stopped halfway and resumed: the claim targets the restart
     "resume": ([attack("resume_claim")], []),
 }
-#: Seconds each availability attack lasts (from when training begins).
+#: Seconds each availability attack lasts (from when training begins), and each availability
+#: run's steps: long enough to outlast it (a clean run makes about 6 steps a second here).
 AVAILABILITY_S = 90.0
+AVAILABILITY_STEPS = 700
 AVAILABILITY_PLAN = {
     "avail-clean": ([attack("probe")], []),
     "trickle": ([attack("trickle_relay", duration_s=AVAILABILITY_S), attack("probe")], []),
@@ -237,7 +239,7 @@ def main() -> None:
         parser.add_argument("--runs", help="comma-separated names of the plan's runs to play (default: all)")
 
     args = parse_args(__doc__.splitlines()[0], "bench/out/attacks", options)
-    steps = 60 if args.quick else FULL_STEPS
+    steps = AVAILABILITY_STEPS if args.availability else 60 if args.quick else FULL_STEPS
     plan = AVAILABILITY_PLAN if args.availability else QUICK_PLAN if args.quick else FULL_PLAN
     if args.runs:
         wanted = args.runs.split(",")

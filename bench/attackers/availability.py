@@ -29,14 +29,19 @@ def attack_bad_relay(url: str, token: str, name: str, log: EventLog, silent: boo
 
     from echo2.broadcast.chunk_store import ChunkStore
     from echo2.broadcast.downloader import fetch_version
-    from echo2.broadcast.relay import IDENTITY_PATH
+    from echo2.broadcast.relay import DELTA_PREFIX, IDENTITY_PATH, PREFIX
     from echo2.net.serving import BackgroundServer
 
-    store, holder, served = ChunkStore(keep=4), {}, {"bytes": 0, "requests": 0}
+    stores, holder, served = {PREFIX: ChunkStore(keep=4), DELTA_PREFIX: ChunkStore(keep=4)}, {}, {"bytes": 0,
+                                                                                                 "requests": 0}
 
-    def held(version: int) -> None:
+    def held(prefix: str, version: int) -> ChunkStore:
+        """The version (full, or its delta) as the learner serves it, fetched once."""
+        store = stores[prefix]
         if store.manifest(version) is None:
-            fetch_version(version, [url], store, token=holder["session"].client.broadcast_token, timeout_s=60.0)
+            fetch_version(version, [url], store, token=holder["session"].client.broadcast_token, timeout_s=60.0,
+                          prefix=prefix)
+        return store
 
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -45,27 +50,32 @@ def attack_bad_relay(url: str, token: str, name: str, log: EventLog, silent: boo
         session = holder.get("session")
         return JSONResponse({"worker_id": session.worker_id} if session else {}, status_code=200 if session else 404)
 
-    @app.get("/v1/broadcast/{version}/manifest")
-    def manifest(version: int) -> Response:
-        held(version)
-        return Response(store.manifest(version).model_dump_json(), media_type="application/json")
+    def serve(prefix: str) -> None:
+        """The routes of one prefix (full versions, or deltas): the real manifest, a chunk trickled."""
 
-    @app.get("/v1/broadcast/{version}/chunks/{index}")
-    async def chunk(version: int, index: int) -> StreamingResponse:
-        await asyncio.to_thread(held, version)
-        data = store.get_chunk(version, index)
-        served["requests"] += 1
+        def manifest(version: int) -> Response:
+            return Response(held(prefix, version).manifest(version).model_dump_json(), media_type="application/json")
 
-        async def body():
-            if silent:
-                await asyncio.sleep(3600)
-            for offset in range(0, len(data), TRICKLE_BYTES):
-                await asyncio.sleep(TRICKLE_EVERY_S)
-                served["bytes"] += TRICKLE_BYTES
-                yield data[offset:offset + TRICKLE_BYTES]
+        async def chunk(version: int, index: int) -> StreamingResponse:
+            data = (await asyncio.to_thread(held, prefix, version)).get_chunk(version, index)
+            served["requests"] += 1
 
-        return StreamingResponse(body(), media_type="application/octet-stream",
-                                 headers={"content-length": str(len(data))})
+            async def body():
+                if silent:
+                    await asyncio.sleep(3600)
+                for offset in range(0, len(data), TRICKLE_BYTES):
+                    await asyncio.sleep(TRICKLE_EVERY_S)
+                    served["bytes"] += TRICKLE_BYTES
+                    yield data[offset:offset + TRICKLE_BYTES]
+
+            return StreamingResponse(body(), media_type="application/octet-stream",
+                                     headers={"content-length": str(len(data))})
+
+        app.add_api_route(prefix + "/{version}/manifest", manifest, methods=["GET"])
+        app.add_api_route(prefix + "/{version}/chunks/{index}", chunk, methods=["GET"])
+
+    serve(PREFIX)
+    serve(DELTA_PREFIX)
 
     server = BackgroundServer(app, "127.0.0.1", 0, what="bad relay", lifespan="off", graceful_s=0.5)
     server.start(10.0)
@@ -74,7 +84,8 @@ def attack_bad_relay(url: str, token: str, name: str, log: EventLog, silent: boo
     session.stop.wait(duration_s)
     log.emit("attack_end", **served)
     server.stop(abort=True)
-    store.close()
+    for store in stores.values():
+        store.close()
     session.linger()
 
 
@@ -205,21 +216,26 @@ def attack_flood(url: str, token: str, name: str, log: EventLog, what: str, dura
 
 
 def probe_heartbeats(url: str, token: str, name: str, log: EventLog) -> None:
-    """An identity that only heartbeats, twice a second, and logs how long each answer took."""
-    from echo2.protocol import Heartbeat
-    from echo2.rollout.client import CoordinatorUnreachable, RequestRefused
+    """An identity that only heartbeats, twice a second (its only beats: within its budget), and
+    logs how long each answer took, until the coordinator says the run is over."""
+    from echo2.protocol import Heartbeat, RegisterRequest
+    from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused
 
-    session = Session(url, token, name, log)
-    while not session.stop.wait(0.5):
+    client = CoordinatorClient(url, token, give_up_after_s=10.0)
+    client.register(RegisterRequest(name=name))
+    while True:
+        time.sleep(0.5)
         started = time.perf_counter()
         try:
-            session.client.heartbeat(Heartbeat(version=session.latest))
+            reply = client.heartbeat(Heartbeat(version=0))
         except CoordinatorUnreachable:
             return
         except RequestRefused as error:
             log.emit("probe_refused", status=error.status)
             continue
         log.emit("probe", seconds=time.perf_counter() - started)
+        if reply.stop:
+            return
 
 
 def run_all(task: Any, items: Any, workers: int | None = None) -> None:
