@@ -103,10 +103,10 @@ def availability_row(run: Outcome, spec: Attack, clean: Outcome, probe: Attack |
     elif spec.kind in ("longpoll_flood", "heartbeat_flood"):
         row["how"] = f"sent {ended.get('sent', 0)}, refused {ended.get('refused', 0)} (429)"
     else:
-        registered = next((e.get("registered") for e in events if e["event"] == "registered_all"), None)
         submitted = sum(1 for e in events if e["event"] == "submitted")
-        row["how"] = (f"{registered if registered is not None else spec.params.get('count', 1)} identities, "
-                      f"{submitted} junk submissions accepted; {row['refused']}")
+        row["how"] = (f"{ended.get('registered', spec.params.get('count'))} identities registered "
+                      f"({ended.get('refused', 0)} refused, {ended.get('quarantined', 0)} quarantined), {submitted} "
+                      f"junk submissions accepted; {row['refused']}")
     row["detected"] = "yes" if meets_bars(row) else "no"
     return row
 

@@ -119,56 +119,62 @@ def attack_recycled_hoarders(url: str, token: str, name: str, log: EventLog, cou
 
 def attack_swarm(url: str, token: str, name: str, log: EventLog, count: int, fabricate: bool,
                  duration_s: float) -> None:
-    """``count`` identities registered at once: each holds the lease it gets without submitting
-    (``fabricate=False``: a hoarding swarm) or submits fabricated completions for it, and asks
-    for the next at once, for ``duration_s``. Registrations refused (429) are logged and retried
-    by the client as its ``Retry-After`` says."""
+    """``count`` identities at once, for ``duration_s``: each holds the lease it gets without
+    submitting (``fabricate=False``: a hoarding swarm) or submits fabricated completions for it
+    (a fabricating swarm), and asks for the next sooner than it is told to. An identity refused at
+    registration (429) tries again; one quarantined registers anew under a new name: the swarm
+    keeps ``count`` identities trying for the whole window."""
     from echo2.rollout.client import CoordinatorUnreachable, RequestRefused
 
     until = time.monotonic() + duration_s
-    log.emit("attack_start", count=count)
-    sessions: list[Session] = []
-    lock = threading.Lock()
-
-    def join(i: int) -> None:
-        try:
-            session = Session(url, token, f"{name}-{i}", log)
-        except (RequestRefused, CoordinatorUnreachable) as error:
-            log.emit("register_refused", index=i, error=str(error)[:200])
-            return
-        with lock:
-            sessions.append(session)
-
-    run_all(join, range(count), workers=16)
-    log.emit("registered_all", registered=len(sessions))
     tokenizer = None
-    if fabricate and sessions:
+    if fabricate:
         from echo2.model.loading import load_tokenizer
-        tokenizer = load_tokenizer(sessions[0].spec.model)
+        from echo2.protocol import RegisterRequest
+        from echo2.rollout.client import CoordinatorClient
 
-    def behave(session: Session) -> None:
+        probe = CoordinatorClient(url, token, give_up_after_s=10.0)
+        tokenizer = load_tokenizer(probe.register(RegisterRequest(name=f"{name}-tokenizer")).spec.model)
+        probe.deregister()
+    tally = {"registered": 0, "refused": 0, "quarantined": 0}
+    lock = threading.Lock()
+    log.emit("attack_start", count=count)
+
+    def identity(index: int) -> None:
         from echo2.protocol import SubmitRequest
 
-        while time.monotonic() < until and not session.stop.is_set():
+        generation = 0
+        while time.monotonic() < until:
             try:
-                lease = session.lease()
-            except RequestRefused as error:
-                if error.status == 403:
-                    return
-                time.sleep(0.1)
+                session = Session(url, token, f"{name}-{index}.{generation}", log)
+            except (RequestRefused, CoordinatorUnreachable):
+                with lock:
+                    tally["refused"] += 1
+                time.sleep(1.0)
                 continue
-            if lease is None:
-                time.sleep(0.5)  # asks again sooner than the Retry-After it was told
-                continue
-            if fabricate:
-                request = SubmitRequest(lease_id=lease.lease_id, version=lease.version, generate_seconds=0.5,
-                                        groups=fabricated_groups(lease.prompts, session.spec, tokenizer))
-                session.submit(request, "fabricated (swarm)")
+            with lock:
+                tally["registered"] += 1
+            generation += 1
+            while time.monotonic() < until and not session.stop.is_set():
+                try:
+                    lease = session.lease()
+                except RequestRefused as error:
+                    if error.status == 403:  # quarantined: a new name
+                        with lock:
+                            tally["quarantined"] += 1
+                        break
+                    time.sleep(0.5)
+                    continue
+                if lease is None:
+                    time.sleep(0.5)  # asks again sooner than the Retry-After it was told
+                elif fabricate:
+                    session.submit(SubmitRequest(lease_id=lease.lease_id, version=lease.version, generate_seconds=0.5,
+                                                 groups=fabricated_groups(lease.prompts, session.spec, tokenizer)),
+                                   "fabricated (swarm)")
+            session.stop.set()
 
-    run_all(behave, sessions, workers=max(1, len(sessions)))
-    log.emit("attack_end", registered=len(sessions))
-    if sessions:
-        sessions[0].linger()
+    run_all(identity, range(count))
+    log.emit("attack_end", **tally)
 
 
 def attack_flood(url: str, token: str, name: str, log: EventLog, what: str, duration_s: float) -> None:
@@ -178,26 +184,27 @@ def attack_flood(url: str, token: str, name: str, log: EventLog, what: str, dura
     interval spanning +-86,000 s, once a second)."""
     import httpx
 
-    from echo2.protocol import AUTH_HEADER
+    from echo2.protocol import AUTH_HEADER, RegisterRequest
+    from echo2.rollout.client import CoordinatorClient
 
-    session = Session(url, token, name, log)
-    headers = {AUTH_HEADER: session.client.session_token}
+    client = CoordinatorClient(url, token, give_up_after_s=10.0)  # no heartbeats of its own: the flood keeps it
+    client.register(RegisterRequest(name=name))
+    headers = {AUTH_HEADER: client.session_token}
     counts = {"sent": 0, "refused": 0, "failed": 0}
     until = time.monotonic() + duration_s
     threads = {"longpolls": 100, "heartbeats": 8, "events": 2, "wide_interval": 1}[what]
 
     with httpx.Client(base_url=url, limits=httpx.Limits(max_connections=threads + 4), timeout=30.0) as http:
         def send(_: int) -> None:
-            while time.monotonic() < until and not session.stop.is_set():
+            while time.monotonic() < until:
                 now = time.time()
                 if what == "longpolls":
-                    path, body = "/v1/lease", {"version": session.latest, "max_groups": 4096}
+                    path, body = "/v1/lease", {"version": 0, "max_groups": 4096}
                 else:
                     events = ([{"kind": "generate", "start": now - 86_000, "end": now + 86_000, "version": 0}]
                               if what == "wide_interval" else
                               [{"kind": "generate", "start": now - 0.01, "end": now, "version": 0}] * 1000)
-                    path, body = "/v1/heartbeat", {"version": session.latest,
-                                                   "events": events if what != "heartbeats" else []}
+                    path, body = "/v1/heartbeat", {"version": 0, "events": events if what != "heartbeats" else []}
                 try:
                     status = http.post(path, json=body, headers=headers).status_code
                 except httpx.HTTPError:
@@ -212,7 +219,6 @@ def attack_flood(url: str, token: str, name: str, log: EventLog, what: str, dura
         log.emit("attack_start", what=what)
         run_all(send, range(threads))
     log.emit("attack_end", what=what, **counts)
-    session.linger()
 
 
 def probe_heartbeats(url: str, token: str, name: str, log: EventLog) -> None:
