@@ -536,10 +536,10 @@ def test_a_relay_at_its_declared_rate_is_kept_though_a_chunk_outlasts_the_stall_
 
 
 @pytest.mark.integration
-def test_a_relay_that_answers_and_then_sends_nothing_is_reported_like_a_slow_one(peers):
-    """It began its answer (headers, the chunk's length) and then went silent: suspected for 30 s
-    only, it had been tried again and again, a stall each time; reported, the coordinator takes it
-    out of the plan."""
+def test_a_relay_that_answers_and_then_sends_nothing_is_left_as_a_stall_not_reported(peers):
+    """Its answer's head and then silence: the same to a peer as a link cut mid-answer, so it is
+    left and suspected a while like any stall, and not reported: a partition between two honest
+    nodes must not cost a relay its place in everyone's plan."""
     payload = random_payload(128 * KIB)
     root = peers(None)
     root.store.publish(1, payload, chunk_size=64 * KIB)
@@ -548,4 +548,4 @@ def test_a_relay_that_answers_and_then_sends_nothing_is_reported_like_a_slow_one
         result = fetch_version(1, [silent, root.url], ChunkStore(), stall_s=0.5, poll_s=0.3, timeout_s=20,
                                suspects=suspects)
     assert result.payload == payload and silent not in result.stats.chunks_by_source
-    assert list(suspects.reports()) == [silent] and suspects.chain([silent, root.url]) == [root.url]
+    assert suspects.reports() == {} and suspects.chain([silent, root.url]) == [root.url]

@@ -168,6 +168,7 @@ def test_a_worker_whose_submissions_overrun_is_slowed_then_parked_like_a_hoarder
     the coordinator one bound, and the worker ever longer waits."""
     state = make_state(staleness=1, score=task_scorer(processes, decode, encode))
     worker, other = state.register("w"), state.register("other")  # another live worker: shares apply
+    other.proven = True  # it has delivered: probation applies to the newcomer
     record = state.registry.workers[worker.worker_id]
 
     def submit_stalling() -> int:
@@ -188,6 +189,9 @@ def test_a_worker_whose_submissions_overrun_is_slowed_then_parked_like_a_hoarder
     state.submit(worker, SubmitRequest(lease_id=first.lease_id, version=0, generate_seconds=0.1,
                                        groups=[GroupResult(slot=prompt.slot,
                                                            completions=answering(prompt.prompt, [True, False]))]))
+    assert not record.proven  # accepted; it delivers once the group is trained
+    state.take_batch(0, timeout_s=1, count=1)
+    publish(state, 1)
     assert record.proven
     first_size, second_size = submit_stalling(), submit_stalling()
     assert first_size > 1 and second_size == 1  # proven (its share of the window), then slowed to one group

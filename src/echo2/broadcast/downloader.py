@@ -14,9 +14,11 @@ failed at the transport level is left out of the node's next fetches a while
 after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed). A relay that sends, but below its
 floor (:func:`echo2.core.fetch_chain.too_slow`: a fraction of the rate the coordinator plans it at,
 ``source_rates``), is dropped once a chunk's transfer has run ``stall_s``, skipped by this node for
-a while and reported to the coordinator (:meth:`SuspectSources.too_slow`); so is a relay that began
-its answer and then sent nothing for the read timeout (a silent relay: it had been suspected for
-30 s only, then tried again, a stall each time). A source that answers "not yet"
+a while and reported to the coordinator (:meth:`SuspectSources.too_slow`). Its rate counts from its
+first byte: an honest throttled relay sends its answer's head and then queues the body behind
+the bodies before it. One that sends no byte is a stall, as a cut link is: left, suspected a while,
+not reported (a partition between two honest nodes must not cost a relay its place for everyone).
+A source that answers "not yet"
 (with the count of chunks it holds) is kept as the chain's rules say
 (:class:`echo2.core.fetch_chain.SourceChain`, which the simulator follows too).
 
@@ -277,10 +279,11 @@ class _Fetch:
                 if response.status_code != 200:
                     response.read()
                     return self._not_yet(level, response, asked)
-                began = time.monotonic()
                 for piece in response.iter_bytes():
                     data += piece
                     now = time.monotonic()
+                    began = began or now  # judged from its first byte: a throttled relay queues a body behind
+                    # the bodies before it (its answer's head goes first), an honest wait the stall budget bounds
                     with self.lock:
                         self.chain.progressed(level, now)
                     if len(data) > size:
@@ -288,9 +291,6 @@ class _Fetch:
                     if len(data) < size and too_slow(len(data), now - began, self.floors[level], self.stall_s):
                         raise self._too_slow(url, len(data), now - began, self.floors[level])
         except httpx.TransportError as error:
-            if began is not None and isinstance(error, httpx.ReadTimeout) and self.floors[level]:
-                # a relay that answered and then sent nothing: the lowest rate of all, reported too
-                raise self._too_slow(url, len(data), time.monotonic() - began, self.floors[level]) from None
             raise unreachable(error, timeout) from None
         try:
             self.store.put_chunk(self.version, index, bytes(data))
