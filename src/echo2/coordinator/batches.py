@@ -52,8 +52,8 @@ class LearnerSide(Membership):
         """The groups taken since the last publish were trained (call locked, at the publish): their
         workers delivered."""
         for group in self.in_training:
-            record = self.registry.workers[group.worker_id]
-            if not record.quarantined:
+            record = self.registry.workers.get(group.worker_id)  # None: a group of the learner before a resume
+            if record is not None and not record.quarantined:
                 delivered(record)
         self.in_training = []
 
