@@ -1,0 +1,110 @@
+"""Relays judged by the rate they send at (issue 60): a relay that trickles bytes is left within
+the stall budget and reported, an honest throttled one is kept though its chunks outlast that
+budget, and one that answers and then sends nothing is left as a stall, not reported."""
+
+import asyncio
+import time
+
+import pytest
+from fastapi import FastAPI
+from test_broadcast import KIB, peers, random_payload  # noqa: F401 (peers: the fixture)
+
+from echo2.broadcast.chunk_store import ChunkStore
+from echo2.broadcast.downloader import fetch_version
+from echo2.broadcast.suspects import SuspectSources
+
+
+class TricklingRelay:
+    """A relay that answers as a relay should, its manifest and the chunk's length in full, and
+    then sends the chunk's bytes a few at a time: every read makes progress, so only its rate tells
+    it from a healthy relay (an attacker's, or a host whose uplink collapsed)."""
+
+    def __init__(self, store: ChunkStore, bytes_per_tick: int = 16, tick_s: float = 0.05) -> None:
+        from fastapi.responses import Response, StreamingResponse
+
+        from echo2.net.serving import BackgroundServer
+
+        app = FastAPI()
+        self.served = 0
+
+        @app.get("/v1/broadcast/{version}/manifest")
+        def manifest(version: int) -> Response:
+            return Response(store.manifest(version).model_dump_json(), media_type="application/json")
+
+        @app.get("/v1/broadcast/{version}/chunks/{index}")
+        async def chunk(version: int, index: int) -> StreamingResponse:
+            data = store.get_chunk(version, index)
+
+            async def trickle():
+                for offset in range(0, len(data), bytes_per_tick):
+                    await asyncio.sleep(tick_s)
+                    self.served += bytes_per_tick
+                    yield data[offset:offset + bytes_per_tick]
+
+            return StreamingResponse(trickle(), media_type="application/octet-stream",
+                                     headers={"content-length": str(len(data))})
+
+        self.server = BackgroundServer(app, "127.0.0.1", 0, what="trickling relay", lifespan="off", graceful_s=0.5)
+
+    def __enter__(self) -> str:
+        self.server.start(10)
+        return self.server.url
+
+    def __exit__(self, *_: object) -> None:
+        self.server.stop(timeout_s=3, abort=True)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("declared", [None, 1e12])
+def test_a_trickling_relay_is_left_within_the_stall_budget_and_reported(peers, declared):
+    """320 B/s: below the floor whether it declared nothing (the lowest floor, 16 kB/s) or 1e12 B/s
+    (a tenth of that). It was kept for as long as it sent a byte now and then: a trickle of 273
+    bytes had held a fleet's version for 145 s, then starved the learner."""
+    payload = random_payload(256 * KIB)
+    root = peers(None)
+    root.store.publish(1, payload, chunk_size=64 * KIB)
+    suspects = SuspectSources()
+    with TricklingRelay(root.store) as trickler:
+        started = time.monotonic()
+        result = fetch_version(1, [trickler, root.url], ChunkStore(), stall_s=0.5, poll_s=0.3, timeout_s=20,
+                               suspects=suspects, source_rates={trickler: declared} if declared else None)
+        elapsed = time.monotonic() - started
+    assert result.payload == payload and result.stats.chunks_by_source == {root.url: root.store.manifest(1).num_chunks}
+    assert elapsed < 3.0  # the stall budget (0.5 s) and the transfer from the learner, not the trickle
+    assert any("too slow" in line for line in result.stats.failovers), result.stats.failovers
+    reports = suspects.reports()
+    assert list(reports) == [trickler] and reports[trickler] < 1000
+    assert suspects.reports() == {}  # drained: reported once
+    assert suspects.chain([trickler, root.url]) == [root.url]  # and not gone back to
+
+
+@pytest.mark.integration
+def test_a_relay_at_its_declared_rate_is_kept_though_a_chunk_outlasts_the_stall_budget(peers):
+    """128 KiB chunks at 128 KiB/s take a second each, twice the stall budget: judged by rate, kept."""
+    payload = random_payload(256 * KIB)
+    root = peers(None)
+    root.store.publish(1, payload, chunk_size=128 * KIB)
+    relay = peers(128 * KIB)
+    relay.store.publish(1, payload, chunk_size=128 * KIB)
+    suspects = SuspectSources()
+    result = fetch_version(1, [relay.url, root.url], ChunkStore(), stall_s=0.5, poll_s=0.3, timeout_s=20,
+                           suspects=suspects, source_rates={relay.url: 128 * KIB}, in_flight=1)
+    assert result.stats.chunks_by_source == {relay.url: relay.store.manifest(1).num_chunks}
+    assert result.stats.failovers == []
+    assert suspects.reports() == {}
+
+
+@pytest.mark.integration
+def test_a_relay_that_answers_and_then_sends_nothing_is_left_as_a_stall_not_reported(peers):
+    """Its answer's head and then silence: the same to a peer as a link cut mid-answer, so it is
+    left and suspected a while like any stall, and not reported: a partition between two honest
+    nodes must not cost a relay its place in everyone's plan."""
+    payload = random_payload(128 * KIB)
+    root = peers(None)
+    root.store.publish(1, payload, chunk_size=64 * KIB)
+    suspects = SuspectSources()
+    with TricklingRelay(root.store, bytes_per_tick=1, tick_s=3600) as silent:
+        result = fetch_version(1, [silent, root.url], ChunkStore(), stall_s=0.5, poll_s=0.3, timeout_s=20,
+                               suspects=suspects)
+    assert result.payload == payload and silent not in result.stats.chunks_by_source
+    assert suspects.reports() == {} and suspects.chain([silent, root.url]) == [root.url]
