@@ -62,7 +62,7 @@ class _Reply:
 ])
 def test_a_submission_must_answer_its_own_lease_slot_for_slot(change, code):
     book = LeaseBook(timeout_s=60)
-    lease = book.issue("w0", 1, {0: Example("p", "a"), 1: Example("q", "b")})
+    lease = book.issue("w0", 1, {0: Example("p", "a"), 1: Example("q", "b")}, book.timeout_s)
     request = valid_submission(_Reply(lease))
     assert check_submission(lease, "w0", request, LIMITS, 1) is lease
     with pytest.raises(Rejected) as refused:
@@ -76,7 +76,7 @@ def test_a_submission_must_answer_its_own_lease_slot_for_slot(change, code):
 
 def test_overdue_leases_are_found_and_expired_ones_refused():
     book = LeaseBook(timeout_s=60)
-    lease = book.issue("w0", 0, {0: Example("p", "a")})
+    lease = book.issue("w0", 0, {0: Example("p", "a")}, book.timeout_s)
     assert book.overdue() == [] and book.active("w0") == [lease] and book.active("w1") == []
     lease.deadline = time.monotonic() - 1
     assert book.overdue() == [lease]

@@ -7,8 +7,11 @@ import pytest
 from conftest import make_state, publish, submit_all
 
 from echo2.coordinator.fleet import Fleet
-from echo2.planning.activation_rule import (MAX_OPTIONS, ActivationPolicy, LeaseCycle, WorkerView, decide,
-                                           dissemination_options, profile)
+from echo2.core.dissemination import DisseminationCensus
+from echo2.core.smoothing import EMA_WEIGHT, ema
+from echo2.planning.activation_rule import (MAX_OPTIONS, ActivationPolicy, Decision, WorkerView, apply, decide,
+                                           dissemination_options)
+from echo2.planning.profiling import LeaseCycle, profile
 from echo2.planning.billing import Billing
 from echo2.protocol import TimelineEvent
 
@@ -103,6 +106,75 @@ def test_a_scale_down_waits_until_it_saves_more_than_the_margin():
     assert len(decide(POLICY, five, 1.0, 0.0).active) == 3
     # the incumbents no longer cover the need: scaling up is immediate, whatever it costs
     assert decide(POLICY, [view("a"), view("b"), view("c", active=False)], 1.0, 0.0).active == {"a", "b", "c"}
+
+
+def test_one_outlier_moves_a_smoothed_time_a_bounded_way_and_a_lasting_rise_still_shows():
+    """A fetch stalled 145 s behind a trickling relay joining a dissemination time of 2 s had made it
+    31 s (and activation parked the worker for good): one value now counts at most 4x the average."""
+    assert ema(2.0, 145.0, EMA_WEIGHT) == pytest.approx(0.8 * 2.0 + 0.2 * 8.0)  # 3.2 s, not 30.6
+    assert ema(2.0, 0.5, EMA_WEIGHT) == pytest.approx(1.7)  # falls are not bounded
+    average = 2.0
+    for _ in range(12):  # the worker really did slow down to 60 s a version
+        average = ema(average, 60.0, EMA_WEIGHT)
+    assert average > 45.0
+
+
+def test_parking_what_costs_nothing_never_happens():
+    """Free workers whose set misses the aim at its slowest member's dissemination time stay active:
+    parking them saves nothing (before, one stalled fetch parked an honest $0/h worker for the rest
+    of the run, 3.7 learner steps/s down to 1.0-1.4)."""
+    slowed = [WorkerView("a", 0.0, 3.0, True, arrival_s=0.5), WorkerView("b", 0.0, 3.0, True, arrival_s=0.5),
+              WorkerView("stalled", 0.0, 3.0, True, arrival_s=40.0)]
+    assert decide(POLICY, slowed, 1.0, 0.5).active == {"a", "b", "stalled"}
+    priced = [WorkerView(w.worker_id, 1.0, w.throughput, True, w.arrival_s) for w in slowed]
+    assert decide(POLICY, priced, 1.0, 0.5).active == {"a", "b"}  # where it saves, the slow one is parked
+
+
+def test_a_worker_parked_long_enough_is_measured_again_when_that_could_change_the_choice():
+    """Activation forgets: a worker parked ``remeasure_after_s`` is weighed as a new one, on
+    probation where its measure could change the choice, with its old estimates dropped (they were
+    never updated while it was parked: one slow lease parked it for good)."""
+    policy = ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=1, headroom=1.0, remeasure_after_s=300.0)
+    incumbent = WorkerView("incumbent", 1.0, 5.0, True)
+    def parked(name, price, parked_s):
+        return WorkerView(name, price, 0.5, False, arrival_s=90.0, parked_s=parked_s)
+    recent = decide(policy, [incumbent, parked("cheap", 0.5, 299.0)], 1.0, 0.0)
+    assert recent.active == {"incumbent"} and not recent.remeasure
+    stale = decide(policy, [incumbent, parked("cheap", 0.5, 300.0)], 1.0, 0.0)
+    assert stale.active == {"incumbent", "cheap"} and stale.remeasure == {"cheap"}
+    # as dear as the set that covers the need alone: measuring it could not change the choice, it stays parked
+    dear = decide(policy, [incumbent, parked("dear", 1.0, 900.0)], 1.0, 0.0)
+    assert dear.active == {"incumbent"} and not dear.remeasure
+
+    class Worker:  # what the coordinator's records and the simulator's workers both have
+        def __init__(self, worker_id, active):
+            self.worker_id, self.price_per_hour, self.throughput, self.active, self.parked_at = \
+                worker_id, 0.5, 0.5, active, None if active else 10.0
+    workers = [Worker("incumbent", True), Worker("cheap", False)]
+    census = DisseminationCensus()
+    census.arrival_s.update(incumbent=1.0, cheap=90.0)
+    changed = apply(stale, workers, census.forget, now=310.0)
+    assert [w.worker_id for w in changed] == ["cheap"] and workers[1].active and workers[1].parked_at is None
+    assert workers[1].throughput is None and "cheap" not in census.arrival_s and census.arrival_s["incumbent"] == 1.0
+    apply(Decision(frozenset({"cheap"}), 4.0), workers, census.forget, now=320.0)
+    assert not workers[0].active and workers[0].parked_at == 320.0 and workers[0].throughput == 0.5
+
+
+def test_the_coordinator_measures_a_long_parked_worker_again():
+    state = make_state(staleness=1, fleet=Fleet(POLICY))
+    dear = state.register("dear", price_per_hour=1.0)
+    cheap = state.register("cheap", price_per_hour=0.9)
+    measured(state, dear, 10.0)
+    measured(state, cheap, 1.0)  # one slow first lease
+    replan(state, train_s=1.0, broadcast_s=0.0)
+    assert dear.active and not cheap.active and cheap.parked_at is not None
+    replan(state, train_s=1.0, broadcast_s=0.0)
+    assert not cheap.active and cheap.throughput == 1.0  # parked minutes ago: still its word
+    with state.cond:
+        cheap.parked_at -= POLICY.remeasure_after_s
+    replan(state, train_s=1.0, broadcast_s=0.0)
+    assert cheap.active and cheap.throughput is None  # on probation, its old estimate forgotten
+    assert state.lease(cheap, worker_version=0, max_groups=2, wait_s=0).status == "granted"
 
 
 def test_a_lease_cycle_runs_from_submission_to_submission_less_what_is_not_the_workers_doing():

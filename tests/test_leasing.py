@@ -12,9 +12,10 @@ from echo2.core.pacing import PacingLedger
 from echo2.simulation.engine import simulate
 
 
-def ask(ledger, holder=None, *, version=0, held=0, active=True, others=False, now=0.0, finished=False):
+def ask(ledger, holder=None, *, version=0, held=0, active=True, others=False, now=0.0, finished=False, group_s=None):
     return answer_lease(ledger, POLICY, holder or Holder(), worker_version=version, requested=64, held=held,
-                        active=active, others_live=others, now=now, finished=finished)
+                        active=active, others_live=others, now=now, lease_timeout_s=60.0, group_s=group_s,
+                        others_proven=others, finished=finished)
 
 
 def test_a_finished_run_stops_everyone_and_a_left_out_or_parked_worker_is_parked_until_its_time():
@@ -28,7 +29,7 @@ def test_a_finished_run_stops_everyone_and_a_left_out_or_parked_worker_is_parked
 
 def test_the_window_then_the_weights_then_the_share_decide():
     ledger = PacingLedger(staleness=1, groups_per_step=4)  # a window of (S + 1) B = 8 slots at version 0
-    assert ask(ledger) == leasing.LeaseAnswer("granted", 8)  # alone: a whole lease
+    assert ask(ledger) == leasing.LeaseAnswer("granted", 8, deadline_s=60.0)  # alone: a whole lease
     assert ask(ledger, others=True).size == 4  # others live: half the window
     assert ask(ledger, Holder(proven=False), others=True).size == 1  # on trial
     assert ask(ledger, held=4, others=True).status == "wait"  # its own lease is still coming in

@@ -10,7 +10,7 @@ import pytest
 from conftest import make_state, publish, submit_all, valid_submission
 
 from echo2.coordinator.records import Rejected
-from echo2.core.shares import SharePolicy, lease_size, parked_for
+from echo2.core.shares import TRIAL_FLOOR_S, SharePolicy, deadline_s, group_seconds, lease_size, parked_for
 
 POLICY = SharePolicy(groups_per_lease=8, window_share=0.5)
 
@@ -20,6 +20,7 @@ class Holder:
     unfulfilled: int = 0
     parked_until: float = 0.0
     proven: bool = True
+    groups_delivered: int = 0
 
 
 def test_a_lease_never_exceeds_groups_per_lease_nor_a_workers_share():
@@ -50,6 +51,44 @@ def test_a_newcomer_gets_one_group_until_it_delivers_and_is_parked_at_its_first_
     assert lease_size(POLICY, requested=8, held=0, window=64, others_live=True, holder=newcomer) == 1
     assert lease_size(POLICY, requested=8, held=0, window=64, others_live=False, holder=newcomer) == 8  # no one else
     assert [parked_for(POLICY, n, lease_timeout_s=60, proven=False) for n in range(4)] == [0, 60, 240, 960]
+
+
+def test_a_device_sized_ask_is_capped_by_what_the_worker_has_delivered():
+    """With ``groups_per_lease: device`` the worker's ask is its own word on its memory: while
+    others are live it gets at most twice the groups it has delivered (alone, all it asks)."""
+    device = SharePolicy(groups_per_lease=128, window_share=0.5, grows_with_delivery=True)
+    def size(delivered, others_live=True):
+        return lease_size(device, requested=128, held=0, window=128, others_live=others_live,
+                          holder=Holder(groups_delivered=delivered))
+    assert [size(n) for n in (0, 1, 4, 16, 64)] == [1, 2, 8, 32, 64]  # 64: its share of the window
+    assert size(0, others_live=False) == 128
+    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=True, holder=Holder()) == 8  # not device-sized
+
+
+def test_a_lent_lease_expires_within_a_few_group_times_of_the_slowest_measured_worker():
+    """Slot-seconds bounded in time as well as in slots: a trial lease lasts 4 group-times of the
+    slowest measured worker at work (10 s at least), twice that after each miss, never past the
+    run's timeout; a proven worker's lease gets the timeout."""
+    assert group_seconds(4, holder_rate=None, measured_rates=[8.0, 2.0]) == 2.0  # 4 rollouts at 2/s
+    assert group_seconds(4, holder_rate=1.0, measured_rates=[8.0, 2.0]) == 4.0  # the holder is slower
+    assert group_seconds(4, holder_rate=None, measured_rates=[]) is None
+    newcomer = Holder(proven=False)
+    assert deadline_s(60.0, lent=True, holder=newcomer, group_s=5.0) == 20.0
+    assert deadline_s(60.0, lent=True, holder=newcomer, group_s=0.3) == TRIAL_FLOOR_S
+    assert deadline_s(60.0, lent=True, holder=Holder(proven=False, unfulfilled=1), group_s=5.0) == 40.0
+    assert deadline_s(60.0, lent=True, holder=Holder(proven=False, unfulfilled=3), group_s=5.0) == 60.0
+    assert deadline_s(60.0, lent=True, holder=newcomer, group_s=None) == 60.0  # nothing measured yet
+    assert deadline_s(60.0, lent=False, holder=Holder(), group_s=0.3) == 60.0
+
+
+def test_the_coordinator_grants_a_newcomer_a_short_lease_beside_a_measured_worker():
+    state = make_state(staleness=3, groups_per_step=4)  # leases time out after 60 s
+    newcomer, other = state.register("newcomer"), state.register("other")
+    other.proven, other.throughput = True, 4.0  # group_size 2: half a second a group
+    trial = state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0)
+    assert trial.deadline_s == TRIAL_FLOOR_S
+    assert state.leases.get(trial.lease_id).deadline - time.monotonic() <= TRIAL_FLOOR_S
+    assert state.lease(other, worker_version=0, max_groups=4096, wait_s=0).deadline_s == 60.0
 
 
 def hoarder_and_honest(staleness=1, groups_per_step=4):

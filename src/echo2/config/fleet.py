@@ -37,6 +37,11 @@ class ActivationRule(Section):
     workers' difference by about 20%, and a smaller margin switched workers on noise."""
     replan_every: int = Field(5, ge=1)
     """Re-plan every this many learner steps (and whenever a worker joins, leaves or dies)."""
+    remeasure_after_s: float = Field(300.0, gt=0)
+    """A worker parked this long is weighed as a new one again: its throughput and dissemination
+    time are forgotten and it works on probation where measuring it could change the choice, so
+    one slow lease or one stalled fetch does not park it for the rest of the run (wall seconds in
+    a real run, simulated ones in a scenario)."""
 
 
 class LocalWorkerSpec(Section):

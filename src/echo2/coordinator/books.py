@@ -72,7 +72,8 @@ class Books:
         trial_seats: int = TRIAL_SEATS,
     ) -> None:
         self.spec, self.limits = spec, limits
-        self.shares = SharePolicy(groups_per_lease=spec.groups_per_lease, window_share=window_share)
+        self.shares = SharePolicy(groups_per_lease=spec.groups_per_lease, window_share=window_share,
+                                  grows_with_delivery=spec.size_leases_to_device)
         self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.heartbeat_timeout_s = heartbeat_timeout_s
@@ -118,7 +119,7 @@ class Books:
         times out is not timed by that). The versions that its leaving lets reach the whole fleet
         are timed at once."""
         self.fleet.replan(self.registry.records(), self.clock.train_s, self.clock.broadcast_s,
-                          self.versions.census.arrival_s, reason=reason)
+                          self.versions.census, reason=reason)
         now = time.time()
         for record in self.registry.records():
             if not record.at_work:

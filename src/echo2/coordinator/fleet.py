@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
-
 from echo2.coordinator.records import WorkerRecord
-from echo2.planning.activation_rule import ActivationPolicy, WorkerView, decide
+from echo2.core.dissemination import DisseminationCensus
+from echo2.planning.activation_rule import ActivationPolicy, apply, decide, view
 from echo2.planning.billing import Billing, cost_summary
 
 log = logging.getLogger("echo2")
@@ -42,22 +41,18 @@ class Fleet:
                 self.billing.stop(record.worker_id, record.worker_class, now)
 
     def replan(self, records: list[WorkerRecord], train_s: float | None, broadcast_s: float | None,
-               arrivals: Mapping[str, float], reason: str) -> None:
-        """Re-decide which live workers are active (``arrivals``: each worker's own dissemination
+               census: DisseminationCensus, reason: str) -> None:
+        """Re-decide which live workers are active (``census``: each worker's own dissemination
         time, :attr:`echo2.core.dissemination.DisseminationCensus.arrival_s`)."""
         live = [r for r in records if r.in_fleet]
-        views = [WorkerView(r.worker_id, r.price_per_hour, r.throughput, r.active, arrivals.get(r.worker_id))
-                 for r in live]
-        decision = decide(self.policy, views, train_s, broadcast_s)
+        now = time.monotonic()
+        decision = decide(self.policy, [view(r, census.arrival_s, now) for r in live], train_s, broadcast_s)
         if decision.need is not None:
             self.need = decision.need
-        changes = []
-        for record in live:
-            active = record.worker_id in decision.active
-            if active != record.active:
-                changes.append(f"{'activated' if active else 'parked'} {record.name} "
-                               f"(${record.price_per_hour:.2f}/h, {record.throughput or 0:.0f} rollouts/s)")
-                record.active = active
+        changes = [f"{'activated' if r.active else 'parked'} {r.name} "
+                   f"(${r.price_per_hour:.2f}/h, {r.throughput or 0:.0f} rollouts/s"
+                   f"{', to be measured again' if r.worker_id in decision.remeasure else ''})"
+                   for r in apply(decision, live, census.forget, now)]
         self.bill(records)
         if changes:
             have = sum(r.throughput or 0.0 for r in live if r.active)

@@ -32,9 +32,10 @@ class LeaseBook:
         self.rejected: Counter[str] = Counter()
         """Submissions refused, by code."""
 
-    def issue(self, worker_id: str, version: int, examples: dict[int, Example]) -> Lease:
+    def issue(self, worker_id: str, version: int, examples: dict[int, Example], deadline_s: float) -> Lease:
+        """A lease expiring ``deadline_s`` from now (:func:`echo2.core.shares.deadline_s`)."""
         lease = Lease(lease_id=secrets.token_hex(8), worker_id=worker_id, version=version, examples=examples,
-                      deadline=time.monotonic() + self.timeout_s)
+                      deadline=time.monotonic() + deadline_s)
         self.leases[lease.lease_id] = lease
         return lease
 

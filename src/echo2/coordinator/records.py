@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from echo2.planning.activation_rule import LeaseCycle
+from echo2.planning.profiling import LeaseCycle
 from echo2.tasks import Example
 
 if TYPE_CHECKING:
@@ -93,6 +93,8 @@ class WorkerRecord:
     worker_class: str = ""
     active: bool = True
     """False: parked by cost-aware activation (no leases)."""
+    parked_at: float | None = None
+    """``time.monotonic()`` when activation parked it (None: active)."""
     quarantined: bool = False
     """Its results failed verification: no more leases or submissions."""
     left: bool = False
@@ -101,6 +103,8 @@ class WorkerRecord:
     """Its leases that expired unsubmitted since its last submission (:mod:`echo2.core.shares`)."""
     proven: bool = False
     """It has submitted a lease: out of its trial of one group per lease (:mod:`echo2.core.shares`)."""
+    groups_delivered: int = 0
+    """Its groups trained (:func:`echo2.core.shares.delivered`)."""
     parked_until: float = 0.0
     """``time.monotonic()`` before which it gets no lease: its leases kept expiring unfulfilled."""
     throughput: float | None = None
@@ -115,7 +119,7 @@ class WorkerRecord:
     """Wall time it registered: no interval of its is drawn from before (less the clock allowance)."""
 
     cycle: LeaseCycle = field(default_factory=LeaseCycle)
-    """Where its current lease cycle began, ``time.monotonic()`` (:func:`~echo2.planning.activation_rule.busy_seconds`)."""
+    """Where its current lease cycle began, ``time.monotonic()`` (:func:`~echo2.planning.profiling.busy_seconds`)."""
     last_error: str = ""
     """Why its latest refused request was refused (code: reason), for the dashboard."""
 

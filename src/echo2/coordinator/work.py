@@ -11,7 +11,7 @@ from echo2.coordinator.leases import accepted_groups
 from echo2.coordinator.membership import Membership
 from echo2.coordinator.records import Rejected, WorkerRecord
 from echo2.core.leasing import LeaseAnswer, answer_lease
-from echo2.core.shares import on_probation
+from echo2.core.shares import group_seconds, on_probation
 from echo2.protocol import (
     LeasedPrompt,
     LeaseResponse,
@@ -35,13 +35,15 @@ class WorkSide(Membership):
         """:func:`echo2.core.leasing.answer_lease` over this coordinator's books, now."""
         held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
         others = [r for r in self.registry.fleet() if r is not record and r.at_work]
-        covered = any(r.proven for r in others)
+        proven = [r for r in others if r.proven]
         untrained = (self.ledger.buffered(lambda g: g.worker_id == record.worker_id)
                      + sum(g.worker_id == record.worker_id for g in self.in_training)
-                     if not record.proven and covered else 0)
+                     if not record.proven and proven else 0)
+        group_s = group_seconds(self.limits.group_size, record.throughput, [r.throughput for r in proven if r.throughput])
         return answer_lease(self.ledger, self.shares, record, worker_version=worker_version, requested=requested,
                             held=held, active=record.active, others_live=bool(others), now=time.monotonic(),
-                            finished=self.finished, untrained=untrained, others_proven=covered)
+                            lease_timeout_s=self.leases.timeout_s, group_s=group_s, others_proven=bool(proven),
+                            finished=self.finished, untrained=untrained)
 
     def lease(self, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
         deadline = time.monotonic() + wait_s
@@ -70,10 +72,10 @@ class WorkSide(Membership):
             if answer.status != "granted":
                 return LeaseResponse(status=answer.status, latest_version=self.version)
             examples = self.ledger.grant(worker_version, answer.size, lambda: next(self.examples), answer.lent)
-            lease = self.leases.issue(record.worker_id, worker_version, examples)
+            lease = self.leases.issue(record.worker_id, worker_version, examples, answer.deadline_s)
             self.counters["leases_issued"] += 1
             return LeaseResponse(status="granted", latest_version=self.version, lease_id=lease.lease_id,
-                                 version=worker_version, deadline_s=self.leases.timeout_s,
+                                 version=worker_version, deadline_s=answer.deadline_s,
                                  prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()])
 
     def _may_hold_open(self, record: WorkerRecord, wait_s: float) -> bool:

@@ -56,6 +56,10 @@ class DisseminationCensus:
         the version it generates with is. Timed from the first version lacked, the 4B scenario with
         its workers at half speed kept its learner 89% busy; timed by the age of what they got, 99.5%."""
 
+    def forget(self, worker: Hashable) -> None:
+        """Drop ``worker``'s own dissemination time (activation measures it anew)."""
+        self.arrival_s.pop(worker, None)
+
     def publish(self, version: int, at: float) -> None:
         self.published_at[version] = at
         self.newest = max(self.newest, version)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from echo2.core.pacing import PacingLedger
-from echo2.core.shares import Holder, SharePolicy, lease_size, on_probation
+from echo2.core.shares import Holder, SharePolicy, deadline_s, lease_size, on_probation
 
 Status = Literal["granted", "wait", "refresh", "parked", "stop"]
 
@@ -35,6 +35,8 @@ class LeaseAnswer:
     """Groups to grant (``granted`` only)."""
     lent: bool = False
     """The slots are lent: they count against the window once their group arrives (a worker on probation)."""
+    deadline_s: float = 0.0
+    """Seconds until the lease expires (``granted`` only; :func:`~echo2.core.shares.deadline_s`)."""
 
     @property
     def final(self) -> bool:
@@ -45,13 +47,15 @@ class LeaseAnswer:
 
 def answer_lease(ledger: PacingLedger[Any, Any], policy: SharePolicy, holder: Holder, *, worker_version: int,
                  requested: int, held: int, active: bool, others_live: bool, now: float,
-                 finished: bool = False, untrained: int = 0, others_proven: bool | None = None) -> LeaseAnswer:
+                 lease_timeout_s: float, group_s: float | None, others_proven: bool,
+                 finished: bool = False, untrained: int = 0) -> LeaseAnswer:
     """What a worker at ``worker_version`` asking for ``requested`` groups, holding ``held``
     in-flight slots, is answered at ``now``; ``active``: the activation keeps it working;
     ``others_live``: other active workers could take the work; ``untrained``: the holder's groups
     submitted and not trained yet, while a proven worker is at work; ``others_proven``: another
-    worker at work has delivered (probation applies only then; None: as ``others_live``; both in
-    :func:`~echo2.core.shares.lease_size`)."""
+    worker at work has delivered (probation applies only then; both in
+    :func:`~echo2.core.shares.lease_size`); ``lease_timeout_s`` and ``group_s`` (the expected
+    seconds per group, :func:`~echo2.core.shares.group_seconds`) give the lease's deadline."""
     if finished:
         return LeaseAnswer("stop")
     if not active or now < holder.parked_until:
@@ -63,8 +67,9 @@ def answer_lease(ledger: PacingLedger[Any, Any], policy: SharePolicy, holder: Ho
     size = lease_size(policy, requested, held, window, others_live, holder, untrained, others_proven)
     if not size:
         return LeaseAnswer("wait")
-    probation = on_probation(policy, holder, others_live if others_proven is None else others_proven)
-    return LeaseAnswer("granted", size, lent=probation)
+    probation = on_probation(policy, holder, others_proven)
+    return LeaseAnswer("granted", size, lent=probation,
+                       deadline_s=deadline_s(lease_timeout_s, probation, holder, group_s))
 
 
 def worth_asking_ahead(round_trip_s: float | None, generate_s: float | None) -> bool:

@@ -25,6 +25,11 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
+TRIAL_SLACK = 4.0
+"""A lent lease (:func:`on_probation`) may take this multiple of the time a group is expected to take."""
+TRIAL_FLOOR_S = 10.0
+"""... and at least this long (a submission's upload, a slow first lease)."""
+
 LEASES_IN_HAND = 3
 """Leases an honest worker may hold at once: the one it submits (:mod:`echo2.rollout.courier`),
 the one it generates, and the one it asked for ahead (async protocol, :mod:`echo2.rollout.worker`):
@@ -42,6 +47,9 @@ class SharePolicy:
     """Consecutive unfulfilled leases after which a worker gets one group per lease."""
     park_after: int = 2
     """Consecutive unfulfilled leases after which a worker is parked for a while."""
+    grows_with_delivery: bool = False
+    """Leases sized to the worker's device (``rollout.groups_per_lease: device``): while others
+    are live, a lease grants at most twice the groups the worker has delivered, whatever it asks."""
 
 
 def lease_size(policy: SharePolicy, requested: int, held: int, window: int, others_live: bool,
@@ -64,8 +72,38 @@ def lease_size(policy: SharePolicy, requested: int, held: int, window: int, othe
         return size
     if (held or untrained) and probation:
         return 0
+    if policy.grows_with_delivery:
+        # the ask is the worker's word on its memory: two identities asking for the window held
+        # 63-128 slots each; doubling per lease delivered costs an honest large device a few leases
+        size = min(size, max(1, 2 * holder.groups_delivered))
     share = max(1, math.ceil(policy.window_share * window))
     return max(0, min(size, share - held, LEASES_IN_HAND * policy.groups_per_lease - held))
+
+
+def deadline_s(lease_timeout_s: float, lent: bool, holder: Holder, group_s: float | None) -> float:
+    """Seconds a lease may be held before it expires: ``lease_timeout_s``, or, for a lent lease
+    (a worker on trial or slowed), :data:`TRIAL_SLACK` times ``group_s`` (the time the slowest
+    measured worker at work, or the holder itself where it is slower, takes per group; None:
+    nothing measured), doubling with each lease the holder let expire in a row, between
+    :data:`TRIAL_FLOOR_S` and ``lease_timeout_s``.
+
+    Why: what one identity holds is bounded by its share of the window in slots and by the
+    lease's deadline in time, and a newcomer's word on its speed is worth nothing. A swarm of new
+    identities each holding its one lent group for the full minute kept those prompts from every
+    honest worker for that minute; held to a few group-times, a hoarder's slot-seconds are what an
+    honest slow worker would need, and an honest newcomer far slower than anyone measured earns
+    the full timeout after a few misses (each parks it: :func:`missed`)."""
+    if not lent or group_s is None:
+        return lease_timeout_s
+    return min(lease_timeout_s, max(TRIAL_FLOOR_S, TRIAL_SLACK * group_s) * 2 ** min(holder.unfulfilled, 16))
+
+
+def group_seconds(group_size: int, holder_rate: float | None, measured_rates: list[float]) -> float | None:
+    """Seconds per group that :func:`deadline_s` expects of a holder: at the slowest of the
+    ``measured_rates`` (rollouts/s of the workers at work that have delivered) and its own
+    (``holder_rate``, where measured); None when neither is known."""
+    rates = [r for r in [*measured_rates, holder_rate] if r]
+    return group_size / min(rates) if rates else None
 
 
 def on_probation(policy: SharePolicy, holder: Holder, others_live: bool) -> bool:
@@ -97,6 +135,8 @@ class Holder(Protocol):
     parked_until: float
     proven: bool
     """It has delivered a lease (since it registered)."""
+    groups_delivered: int
+    """Its groups trained (since it registered)."""
 
 
 def missed(policy: SharePolicy, holder: Holder, now: float, lease_timeout_s: float) -> float:
@@ -119,4 +159,5 @@ def delivered(holder: Holder) -> None:
     and a worker on probation has all its groups audited. Until then a newcomer stays on trial: one
     lent group a lease."""
     holder.unfulfilled, holder.parked_until, holder.proven = 0, 0.0, True
+    holder.groups_delivered += 1
 

@@ -4,10 +4,8 @@ ECHO-2 provisions just enough rollout capacity to keep the learner busy. This is
 no clock and no coordinator in it, so that a live run (``coordinator/fleet.py``) and a simulated
 one (``simulation/engine.py``) decide with the same function:
 
-* **profiling** (:func:`profile`) — each submitted lease gives a worker's throughput over its
-  whole lease cycle (:class:`LeaseCycle`: from its previous submission, so swapping a version in,
-  slow links, throttling and contention all count; the coordinator's holds and waits for a
-  version do not), smoothed as seconds per rollout;
+* **profiling** (:mod:`echo2.planning.profiling`) — each submitted lease gives a worker's
+  throughput over its whole lease cycle, smoothed as seconds per rollout;
 * **the need** — from the learner's measured step time and each worker's own dissemination time,
   the capacity model (:mod:`echo2.planning.capacity`) gives, for each dissemination time a set
   could have (:func:`dissemination_options`), the aggregate throughput that keeps the learner at
@@ -19,25 +17,24 @@ one (``simulation/engine.py``) decide with the same function:
   cheaper (:func:`incumbent_price`) and a scale-down made only when it saves more than that
   (:func:`worth_scaling_down`): no switching on noise; a worker not yet measured is active on
   probation (so that it gets measured at all) while measuring it could change that choice
-  (:func:`could_change`); only when nothing is measured is every worker active.
+  (:func:`could_change`); only when nothing is measured is every worker active;
+* **forgetting** (:func:`stale`) — a worker parked ``remeasure_after_s`` is weighed as a new one
+  again, its old measurements dropped (:attr:`Decision.remeasure`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from echo2.planning.activation import Activation, Candidate, choose_active
 from echo2.planning.capacity import StepTimes, knee_utilization, predicted_utilization, required_throughput
-from echo2.core.smoothing import ema
 
 if TYPE_CHECKING:
     from echo2.config import ActivationRule
 
-#: Weight of the newest lease in a worker's throughput average.
-PROFILE_WEIGHT = 0.3
 #: Most dissemination times :func:`dissemination_options` weighs in one choice (one cover each).
 MAX_OPTIONS = 6
 
@@ -51,12 +48,14 @@ class ActivationPolicy:
     target_utilization: float = 1.0
     reachable_share: float = 0.95
     switch_margin: float = 0.25
+    remeasure_after_s: float = 300.0
 
     @classmethod
     def from_rule(cls, rule: ActivationRule, rollouts_per_step: int, staleness: int) -> ActivationPolicy:
         return cls(enabled=rule.enabled, rollouts_per_step=rollouts_per_step, staleness=staleness,
                    headroom=rule.headroom, target_utilization=rule.target_utilization,
-                   reachable_share=rule.reachable_share, switch_margin=rule.switch_margin)
+                   reachable_share=rule.reachable_share, switch_margin=rule.switch_margin,
+                   remeasure_after_s=rule.remeasure_after_s)
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,9 @@ class WorkerView:
     arrival_s: float | None = None
     """Its own dissemination time, smoothed (:attr:`echo2.core.dissemination.DisseminationCensus.arrival_s`);
     None: not timed yet."""
+    parked_s: float | None = None
+    """How long it has been parked (None: active, or never parked): past the policy's
+    ``remeasure_after_s`` its measurements are stale (:func:`stale`)."""
 
 
 @dataclass(frozen=True)
@@ -80,66 +82,54 @@ class Decision:
     """Ids of the workers to keep active; every other live worker is parked."""
     need: float | None
     """Rollouts/s provisioned for (infinite: out of reach, everyone works; None: rule not applied)."""
+    remeasure: frozenset[str] = frozenset()
+    """Parked workers activated again on probation because their measurements were stale: the
+    caller forgets their throughput and dissemination time, so that what they do now decides."""
 
 
-def profile(previous: float | None, rollouts: int, wall_s: float) -> float | None:
-    """A worker's throughput average after a lease of ``rollouts`` that took ``wall_s``.
+def stale(policy: ActivationPolicy, worker: WorkerView) -> bool:
+    """Whether ``worker``'s measurements are too old to decide by: it has been parked
+    ``remeasure_after_s`` or longer, and a parked worker is neither profiled nor timed.
 
-    Averaged as seconds per rollout, not rollouts per second: cycles differ (one swaps a new
-    version in, the next does not; generation times spread), and a mean of rates over-states the
-    rate that sums of rollouts over sums of seconds give, which is what the fleet delivers."""
-    if wall_s <= 0 or rollouts <= 0:
-        return previous
-    seconds = ema(None if previous is None else 1 / previous, wall_s / rollouts, PROFILE_WEIGHT)
-    return 1 / seconds
-
-
-def busy_seconds(now: float, granted_at: float, cycle_began_at: float | None) -> float:
-    """How long a lease submitted ``now`` kept its worker, for :func:`profile`: its whole cycle
-    (:class:`LeaseCycle`), from the grant for a worker's first lease.
-
-    The cycle, not grant to submit: between two leases a worker swaps the version it fetched into
-    its engine and asks again, and the fluid model's ``R / sum(mu)`` has no other place for that
-    time. Measured from the grant, the 30B scenario's workers (30 s to load 61 GB, steps of about
-    100 s, 24% of their active time between leases) were profiled faster than they delivered, and
-    the fleet chosen to cover the requirement kept the learner busy 82% of the time. A lease asked
-    for ahead is granted while the one before is generated: its cycle begins at that one's
-    submission all the same."""
-    return now - (granted_at if cycle_began_at is None else cycle_began_at)
+    Why forget: the choice parks a worker on its estimates, and a parked worker's estimates never
+    change again, so one slow first lease or one fetch stalled behind a trickling relay parked an
+    honest worker for the rest of the run. A stale worker is weighed as a new one: on probation
+    where measuring it could change the choice (:func:`could_change`), parked otherwise."""
+    return not worker.active and worker.parked_s is not None and worker.parked_s >= policy.remeasure_after_s
 
 
-@dataclass
-class LeaseCycle:
-    """Where a worker's current lease cycle began, for :func:`busy_seconds`: at its latest
-    submission, or later where it was sent away for what is not its own generation's doing.
+class Activatable(Protocol):
+    """A worker as the coordinator's registry and the simulator both keep it."""
 
-    An answer ``wait`` or ``parked`` (the coordinator holds the request: a full window, parking)
-    or ``refresh`` (its weights are too old: it waits for a version, which the fluid model counts
-    in ``T_bcast``) pauses the cycle; the grant that ends the pause begins it again. Counting the
-    wait for a version as generation time profiled the 1000-worker scenario's workers (44% of
-    their active time waiting for staged versions) at under half their rate and ran a third more
-    of them than the fleet needed."""
+    worker_id: str
+    price_per_hour: float
+    throughput: float | None
+    active: bool
+    parked_at: float | None
+    """When activation parked it (None: active, or never parked), in the caller's clock."""
 
-    began_at: float | None = None
-    """None before the first submission."""
-    paused: bool = False
 
-    def answered(self, status: str, now: float) -> None:
-        """A lease request of the worker was answered ``status`` at ``now``."""
-        if status in ("wait", "parked", "refresh"):
-            self.paused = True
-        elif status == "granted" and self.paused:
-            self.paused = False
-            if self.began_at is not None:
-                self.began_at = now
+def view(worker: Activatable, arrivals: Mapping[str, float], now: float) -> WorkerView:
+    """What :func:`decide` sees of ``worker`` at ``now`` (``arrivals``: the census's own times)."""
+    parked_s = None if worker.active or worker.parked_at is None else now - worker.parked_at
+    return WorkerView(worker.worker_id, worker.price_per_hour, worker.throughput, worker.active,
+                      arrivals.get(worker.worker_id), parked_s)
 
-    def submitted(self, now: float, granted_at: float, rollouts: int, throughput: float | None) -> float | None:
-        """A lease of ``rollouts`` granted at ``granted_at`` was submitted ``now``: the worker's
-        ``throughput`` with this cycle folded in (:func:`profile` over :func:`busy_seconds`, the one
-        step the coordinator and the simulator both take); the next cycle begins now."""
-        busy_s = busy_seconds(now, granted_at, self.began_at)
-        self.began_at = now
-        return profile(throughput, rollouts, busy_s)
+
+def apply(decision: Decision, workers: Sequence[Activatable], forget_arrival: Callable[[str], None],
+          now: float) -> list[Activatable]:
+    """Make ``decision`` so on ``workers`` at ``now``: the ones to remeasure lose their throughput
+    and (``forget_arrival``) their dissemination time; the ones whose state changes are returned."""
+    changed = []
+    for worker in workers:
+        if worker.worker_id in decision.remeasure:
+            worker.throughput = None
+            forget_arrival(worker.worker_id)
+        active = worker.worker_id in decision.active
+        if active != worker.active:
+            worker.active, worker.parked_at = active, None if active else now
+            changed.append(worker)
+    return changed
 
 
 def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float | None,
@@ -151,6 +141,8 @@ def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float 
     everyone = frozenset(w.worker_id for w in live)
     if not policy.enabled or train_s is None:
         return Decision(everyone, None)
+    forgotten = {w.worker_id for w in live if stale(policy, w)}
+    live = [WorkerView(w.worker_id, w.price_per_hour, None, False) if w.worker_id in forgotten else w for w in live]
     probation = [w for w in live if w.throughput is None]
     measured = [w for w in live if w.throughput is not None]
     train_s, broadcast_s = max(train_s, 1e-6), broadcast_s or 0.0
@@ -158,7 +150,7 @@ def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float 
     aim = common_aim(policy, options)
     cheapest = cheapest_cover(policy, options, aim) if aim is not None else None
     if cheapest is None:  # nothing measured (or, by rounding, nothing reaches the aim): every worker works
-        return Decision(everyone, math.inf)
+        return Decision(everyone, math.inf, frozenset(forgotten))
     choice, need = cheapest
     chosen = frozenset(choice.active)
     incumbents = [w for w in measured if w.active]
@@ -169,7 +161,7 @@ def decide(policy: ActivationPolicy, live: Sequence[WorkerView], train_s: float 
     price = sum(w.price_per_hour for w in measured if w.worker_id in chosen)  # the real one
     reached = aim >= policy.target_utilization  # else the measured workers fall short: each newcomer could help
     trying = {w.worker_id for w in probation if could_change(w, reached, price)}
-    return Decision(chosen | trying, need)
+    return Decision(chosen | trying, need, frozenset(trying & forgotten))
 
 
 def cheapest_cover(policy: ActivationPolicy, options: Sequence[DisseminationOption],
@@ -201,11 +193,17 @@ def worth_scaling_down(policy: ActivationPolicy, incumbents: Sequence[WorkerView
     The cheapest cover of the need is as tight as the throughput estimates allow, and they move
     from lease to lease (a cycle that swaps a version in is slower than one that does not): a
     scale-down by a worker or two parked what the next re-plan activated again. The margin that
-    keeps a swap from happening on noise (:func:`incumbent_price`) keeps these too."""
+    keeps a swap from happening on noise (:func:`incumbent_price`) keeps these too.
+
+    Parking what costs nothing saves nothing, so it never happens here, whatever the incumbents'
+    dissemination time: a free worker holding a version late only generates data of that version,
+    which the window's staleness bound already judges. Without that end, one fetch stalled behind
+    a trickling relay made a $0/h worker's set miss the aim at its time, and it stayed parked:
+    3.7 learner steps/s before, 1.0-1.4 for the next 9.7 minutes."""
     price = sum(w.price_per_hour for w in incumbents)
     saved = sum(w.price_per_hour for w in incumbents if w.worker_id not in chosen)
     covered = required_throughput(times, aim) * policy.headroom <= sum(w.throughput or 0.0 for w in incumbents)
-    return not covered or saved > policy.switch_margin * price
+    return saved > 0 and (not covered or saved > policy.switch_margin * price)
 
 
 @dataclass(frozen=True)

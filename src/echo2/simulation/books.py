@@ -52,7 +52,8 @@ class SimBooks:
             worker.protocol = WorkerProtocol(recipe.protocol)
         self.protocol = recipe.protocol
         self.group_size, self.groups_per_lease = recipe.rollout.group_size, recipe.lease_groups
-        self.shares = SharePolicy(groups_per_lease=recipe.lease_groups, window_share=recipe.coordinator.window_share)
+        self.shares = SharePolicy(groups_per_lease=recipe.lease_groups, window_share=recipe.coordinator.window_share,
+                                  grows_with_delivery=recipe.rollout.groups_per_lease == "device")
         self.train_s = scenario.train_step_s()
         self.payload = scenario.model.payload_bytes
         self.learner_upload = mbps(scenario.learner.upload_mbps)

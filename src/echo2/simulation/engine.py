@@ -22,8 +22,8 @@ from __future__ import annotations
 import time
 
 from echo2.core.leasing import LeaseAnswer, answer_lease
-from echo2.core.shares import delivered, missed
-from echo2.planning.activation_rule import WorkerView, decide
+from echo2.core.shares import delivered, group_seconds, missed
+from echo2.planning.activation_rule import apply, decide, view
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.fleet import Lease, SimWorker, lognormal
 from echo2.simulation.results import SimResult
@@ -163,14 +163,16 @@ class Simulation:
         """:func:`echo2.core.leasing.answer_lease` over the simulation's books, now."""
         held = sum(len(lease.slots) for lease in worker.leases if lease.state == "out")
         others = [w for w in self.books.running.values() if w is not worker and w.active]
-        covered = any(w.proven for w in others)
+        proven = [w for w in others if w.proven]
         untrained = (self.books.ledger.buffered(lambda group: group[1] is worker)
                      + sum(w is worker for _, w in self.books.in_training)
-                     if not worker.proven and covered else 0)
+                     if not worker.proven and proven else 0)
+        group_s = group_seconds(self.books.group_size, worker.throughput, [w.throughput for w in proven if w.throughput])
         return answer_lease(self.books.ledger, self.books.shares, worker, worker_version=version,
                             requested=self.books.groups_per_lease,
                             held=held, active=worker.active, others_live=bool(others), now=self.books.queue.now,
-                            finished=self.books.finished, untrained=untrained, others_proven=covered)
+                            lease_timeout_s=self.books.scenario.recipe.coordinator.lease_timeout_s, group_s=group_s,
+                            others_proven=bool(proven), finished=self.books.finished, untrained=untrained)
 
     def _respond(self, worker: SimWorker, epoch: int, version: int, answer: LeaseAnswer) -> None:
         """Carry out the answer; the ones that change with time are held as the coordinator holds them."""
@@ -209,8 +211,8 @@ class Simulation:
         self.books.queue.at(start, self._generating, worker, worker.epoch, lease)
         self.books.queue.at(start + generate, self._generated, worker, worker.epoch, generate)
         self.books.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
-        if lease.ends_at - now > self.books.scenario.recipe.coordinator.lease_timeout_s:
-            self.books.queue.after(self.books.scenario.recipe.coordinator.lease_timeout_s, self.expire, lease)
+        if lease.ends_at - now > answer.deadline_s:
+            self.books.queue.after(answer.deadline_s, self.expire, lease)
 
     def _generating(self, worker: SimWorker, epoch: int, lease: Lease) -> None:
         """The worker starts on ``lease`` (unless it is leaving: it finished the lease in hand); an
@@ -293,13 +295,10 @@ class Simulation:
     def _decide(self) -> None:
         """Apply the provisioning rule to the live workers."""
         live = [w for w in self.books.workers if w.alive]
-        arrivals = self.books.census.arrival_s
-        views = [WorkerView(w.worker_id, w.price_per_hour, w.throughput, w.active, arrivals.get(w.worker_id))
-                 for w in live]
-        decision = decide(self.books.activation, views,
+        census, now = self.books.census, self.books.queue.now
+        decision = decide(self.books.activation, [view(w, census.arrival_s, now) for w in live],
                           self.books.clock.train_s, self.books.clock.broadcast_s)
-        for worker in live:
-            worker.active = worker.worker_id in decision.active
+        apply(decision, live, census.forget, now)
 
     def request_replan(self, reason: str) -> None:
         """On an active worker's death: at once, unless a re-plan already ran at this step (then at its end)."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from echo2.config.fleet import WorkerClass
 from echo2.core.worker_protocol import WorkerProtocol
 from echo2.core.fetch_chain import SourceChain
-from echo2.planning.activation_rule import LeaseCycle
+from echo2.planning.profiling import LeaseCycle
 from echo2.simulation.dissemination import Flow, Peer, RelayUplink
 from echo2.simulation.scenario import Scenario
 from echo2.units import link_bytes_per_s
@@ -55,6 +55,8 @@ class SimWorker:
     alive: bool = False
     active: bool = False
     throughput: float | None = None
+    parked_at: float | None = None
+    """Simulated time activation parked it (None: active, or not parked yet)."""
     # the worker's own state
     running: bool = False
     """Booted and registered: in the relay plan, preemptible."""
@@ -64,6 +66,8 @@ class SimWorker:
     """Its leases that expired unsubmitted since its last submission (:mod:`echo2.core.shares`)."""
     proven: bool = False
     """It has submitted a lease: out of its trial of one group per lease (:mod:`echo2.core.shares`)."""
+    groups_delivered: int = 0
+    """Its groups trained (:func:`echo2.core.shares.delivered`)."""
     parked_until: float = 0.0
     """Simulated time before which the coordinator grants it nothing (its leases kept expiring)."""
     protocol: WorkerProtocol = field(default_factory=lambda: WorkerProtocol("sync"), repr=False)
@@ -87,7 +91,7 @@ class SimWorker:
     busy_until: float = 0.0
     """When the last of its leases is generated."""
     cycle: LeaseCycle = field(default_factory=LeaseCycle)
-    """Where its current lease cycle began (``planning.activation_rule.busy_seconds``)."""
+    """Where its current lease cycle began (``planning.profiling.busy_seconds``)."""
     leaving: bool = False
 
     @property

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from echo2.simulation.books import SimBooks
 from echo2.simulation.fetching import Fetches
-from echo2.planning.activation_rule import LeaseCycle
+from echo2.planning.profiling import LeaseCycle
 from echo2.simulation.fleet import Lease, SimWorker
 
 if TYPE_CHECKING:
@@ -249,6 +249,7 @@ class WorkerLoop:
         measured; the next periodic re-plan sees it.)"""
         if epoch != worker.epoch or self.books.finished:
             return
-        worker.alive, worker.active, worker.throughput, worker.proven = True, True, None, False
+        worker.alive, worker.active, worker.throughput, worker.proven, worker.parked_at = True, True, None, False, None
+        worker.groups_delivered = 0
         worker.cycle = LeaseCycle()
         self.run_worker(worker)
