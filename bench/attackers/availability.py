@@ -20,10 +20,12 @@ from attackers.session import HUGE_UPLOAD, EventLog, Session, fabricated_groups
 TRICKLE_BYTES, TRICKLE_EVERY_S = 1, 0.5
 
 
-def attack_bad_relay(url: str, token: str, name: str, log: EventLog, silent: bool, duration_s: float) -> None:
+def attack_bad_relay(url: str, token: str, name: str, log: EventLog, silent: bool, duration_s: float,
+                     bind_host: str = "127.0.0.1", advertise_host: str | None = None) -> None:
     """A relay that answers the coordinator's check as itself and declares 1e12 B/s (the head of
     every chain), serves the real manifest and then either trickles each chunk's bytes
-    (``silent=False``) or never sends a byte of it (``silent=True``), for ``duration_s``."""
+    (``silent=False``) or never sends a byte of it (``silent=True``), for ``duration_s``; bound to
+    ``bind_host``, dialled at ``advertise_host`` (a lab host's own address)."""
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -77,7 +79,8 @@ def attack_bad_relay(url: str, token: str, name: str, log: EventLog, silent: boo
     serve(PREFIX)
     serve(DELTA_PREFIX)
 
-    server = BackgroundServer(app, "127.0.0.1", 0, what="bad relay", lifespan="off", graceful_s=0.5)
+    server = BackgroundServer(app, bind_host, 0, what="bad relay", advertise_host=advertise_host, lifespan="off",
+                              graceful_s=0.5)
     server.start(10.0)
     session = holder["session"] = Session(url, token, name, log, relay_url=server.url, upload=HUGE_UPLOAD)
     log.emit("attack_start")

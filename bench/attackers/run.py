@@ -53,7 +53,8 @@ def attacker_main(argv: list[str]) -> None:
         elif args.kind == "flood":
             attack_registrations(url, token, log)
         elif args.kind in ("trickle_relay", "silent_relay"):
-            attack_bad_relay(url, token, name, log, args.kind == "silent_relay", params["duration_s"])
+            attack_bad_relay(url, token, name, log, args.kind == "silent_relay", params["duration_s"],
+                             params.get("bind_host", "127.0.0.1"), params.get("advertise_host"))
         elif args.kind == "recycled_hoarders":
             attack_recycled_hoarders(url, token, name, log, params["count"], params["duration_s"])
         elif args.kind in ("hoarding_swarm", "fabricating_swarm"):
