@@ -190,7 +190,9 @@ def train_one_step(state) -> None:
 def test_a_hoarder_that_returns_with_junk_too_old_to_train_earns_nothing():
     """It held its one-group lease until the learner had moved S + 2 versions on, then submitted:
     accepted, it had been forgiven and proven, its group dropped as stale before any audit, and
-    its next lease a full one. Only a trained group delivers: it stays on trial, one lent group."""
+    its next lease a full one. Only a trained group delivers, and a group of a worker on trial
+    dropped as stale is a miss: it is parked (from its first miss, being on trial), then lent one
+    group again."""
     state = make_state(staleness=1, groups_per_step=1)
     hoarder, honest = state.register("hoarder"), state.register("honest")
     honest.proven = True
@@ -202,6 +204,9 @@ def test_a_hoarder_that_returns_with_junk_too_old_to_train_earns_nothing():
     submit_all(state, honest, state.lease(honest, worker_version=3, max_groups=1, wait_s=0))
     state.take_batch(3, timeout_s=1, count=1)  # drops the hoarder's v0 group as stale, trains the honest one
     publish(state, 4)
-    assert state.ledger.dropped_stale == 1 and not hoarder.proven
+    assert state.ledger.dropped_stale == 1 and not hoarder.proven and hoarder.unfulfilled == 1
+    assert state.lease(hoarder, worker_version=4, max_groups=4096, wait_s=0).status == "parked"
+    assert hoarder.parked_until - time.monotonic() > 50  # the run's lease timeout, 60 s
+    hoarder.parked_until = 0.0
     again = state.lease(hoarder, worker_version=4, max_groups=4096, wait_s=0)
     assert len(again.prompts) == 1 and state.ledger.lent  # still on trial: one lent group

@@ -3,13 +3,14 @@ it that are not trained after all (filtered, unauditable, or from a quarantined 
 
 from __future__ import annotations
 
+import logging
 import time
 
 from echo2.coordinator.membership import Membership
-from echo2.core.shares import delivered
+from echo2.core.shares import delivered, dropped_stale
 from echo2.exchange import GiveBack, Group, NoBatch
 
-
+log = logging.getLogger("echo2")
 
 #: How long the learner waits for a batch before the dashboard says so: waits of a second or two
 #: between steps are a starved learner's normal, not news.
@@ -30,7 +31,7 @@ class LearnerSide(Membership):
         count = self.groups_per_step if count is None else count
         deadline = time.monotonic() + timeout_s
         with self.cond:
-            while (batch := self.ledger.take(step, count)) is None:
+            while (batch := self.ledger.take(step, count, self._dropped_stale)) is None:
                 if self.waiting_since is None or self.waiting_since[0] != step:
                     self.waiting_since = (step, time.monotonic())
                 remaining = deadline - time.monotonic()
@@ -47,6 +48,15 @@ class LearnerSide(Membership):
             self.counters["groups_trained"] += len(batch)
             self.in_training += batch
             return batch
+
+    def _dropped_stale(self, group: Group) -> None:
+        """``group`` was too old to train (call locked): its worker's miss, if it is on trial or slowed."""
+        record = self.registry.workers.get(group.worker_id)  # None: a group of the learner before a resume
+        if record is not None and not record.quarantined:
+            covered = self.registry.others_proven(record)
+            if parked_s := dropped_stale(self.shares, record, covered, time.monotonic(), self.leases.timeout_s):
+                log.warning("worker %s on trial submitted a group too old to train: parked for %.0f s",
+                            record.name, parked_s)
 
     def _deliver_trained(self) -> None:
         """The groups taken since the last publish were trained (call locked, at the publish): their

@@ -89,7 +89,7 @@ class WorkSide(Membership):
         if (wait_s <= 0 or time.monotonic() < record.parked_until or record.polling
                 or self.long_polls >= MAX_LONG_POLLS):
             return False
-        covered = any(r is not record and r.at_work and r.proven for r in self.registry.fleet())
+        covered = self.registry.others_proven(record)
         return not (on_probation(self.shares, record, covered) and self.leases.active(record.worker_id))
 
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:

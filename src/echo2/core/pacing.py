@@ -104,12 +104,14 @@ class PacingLedger(Generic[P, G]):
         self._lose(prompts, front, counted=len(prompts) - len(lent))
 
     # ------------------------------------------------------------------ learner's side
-    def take(self, step: int, count: int) -> list[G] | None:
+    def take(self, step: int, count: int, on_stale: Callable[[G], None] = lambda group: None) -> list[G] | None:
         """The ``count`` oldest groups fresh for ``step``, or None while fewer are buffered
-        (stale groups are dropped either way)."""
+        (stale groups are dropped either way, each passed to ``on_stale``)."""
         stale = []
         while self._buffer and not rule.is_fresh(step, self._buffer[0][0], self.staleness):
-            stale.append(heapq.heappop(self._buffer)[2])
+            _, _, prompt, group = heapq.heappop(self._buffer)
+            stale.append(prompt)
+            on_stale(group)
         self.dropped_stale += len(stale)
         self._lose(stale)
         if len(self._buffer) < count:

@@ -149,6 +149,21 @@ def missed(policy: SharePolicy, holder: Holder, now: float, lease_timeout_s: flo
     return parked_s
 
 
+def dropped_stale(policy: SharePolicy, holder: Holder, others_proven: bool, now: float,
+                  lease_timeout_s: float) -> float:
+    """A group of ``holder``'s was dropped as too old to train: for a worker on probation
+    (:func:`on_probation`: on trial or slowed while ``others_proven``, another worker at work has
+    delivered), a miss (:func:`missed`; returns how long it is parked from ``now``); else nothing.
+
+    Why: delivery counts at training, so a dropped group earns nothing, but without this it cost
+    nothing either. A hoarder holding its one lent group until the learner had moved S + 2 versions
+    on and then submitting junk was accepted, never audited (the group was dropped before any
+    draw) and lent its next group at once, round after round."""
+    if not on_probation(policy, holder, others_proven):
+        return 0.0
+    return missed(policy, holder, now, lease_timeout_s)
+
+
 def delivered(holder: Holder) -> None:
     """A group of ``holder``'s was trained: whatever it missed before is forgiven, and it is proven.
     Not on a submission's acceptance: a hoarder that held its lease until the learner had moved

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 
 from echo2.core.leasing import LeaseAnswer, answer_lease
-from echo2.core.shares import delivered, group_seconds, missed
+from echo2.core.shares import delivered, dropped_stale, group_seconds, missed
 from echo2.planning.activation_rule import apply, decide, view
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.fleet import Lease, SimWorker, lognormal
@@ -84,7 +84,7 @@ class Simulation:
         if self.books.learner_busy or self.books.finished:
             return
         stale_before = self.books.ledger.dropped_stale
-        batch = self.books.ledger.take(self.books.step, self.books.ledger.groups_per_step)
+        batch = self.books.ledger.take(self.books.step, self.books.ledger.groups_per_step, self._dropped_stale)
         if dropped := self.books.ledger.dropped_stale - stale_before:
             self.books.recorder.waste("stale", dropped * self.books.group_size)
             self._open_window()
@@ -102,6 +102,13 @@ class Simulation:
         step_s = lognormal(self.books.rng, self.books.train_s, self.books.scenario.learner.step_cv)
         self.books.in_training = batch
         self.books.queue.after(step_s, self._learner_done, batch, now)
+
+    def _dropped_stale(self, group: tuple[int, SimWorker]) -> None:
+        """A group too old to train: its worker's miss, if it is on trial or slowed (as the coordinator counts it)."""
+        worker = group[1]
+        covered = any(w is not worker and w.active and w.proven for w in self.books.running.values())
+        dropped_stale(self.books.shares, worker, covered, self.books.queue.now,
+                      self.books.scenario.recipe.coordinator.lease_timeout_s)
 
     def _learner_done(self, batch: list[tuple[int, SimWorker]], started: float) -> None:
         """The step trained ``batch`` (each group's version and worker): its workers delivered
