@@ -108,3 +108,29 @@ def test_a_relay_that_answers_and_then_sends_nothing_is_left_as_a_stall_not_repo
                                suspects=suspects)
     assert result.payload == payload and silent not in result.stats.chunks_by_source
     assert suspects.reports() == {} and suspects.chain([silent, root.url]) == [root.url]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("declared", [None, 1e12])
+def test_a_silent_relay_is_left_as_soon_as_its_planned_rate_explains_no_silence(peers, declared):
+    """Declaring 1e12 B/s, no queue of bodies explains a second of silence: it is left after the
+    long-poll and the slack (2 s), not the stall budget (6 s here); declaring nothing, it keeps
+    the stall budget, as an honest relay of unknown rate does."""
+    from echo2.core.fetch_chain import SILENCE_SLACK_S, silence_s
+
+    assert silence_s(1e12, 1 << 20, stall_s=10.0) == pytest.approx(SILENCE_SLACK_S, abs=1e-3)
+    assert silence_s(1e6, 1 << 20, stall_s=10.0) == 10.0  # 16 MiB at 1 MB/s: the stall budget bounds it
+    assert silence_s(None, 1 << 20, stall_s=10.0) == 10.0
+    payload = random_payload(64 * KIB)
+    root = peers(None)
+    root.store.publish(1, payload, chunk_size=64 * KIB)
+    with TricklingRelay(root.store, bytes_per_tick=1, tick_s=3600) as silent:
+        started = time.monotonic()
+        result = fetch_version(1, [silent, root.url], ChunkStore(), stall_s=6.0, poll_s=0.3, timeout_s=30,
+                               source_rates={silent: declared} if declared else None, in_flight=1)
+        elapsed = time.monotonic() - started
+    assert result.payload == payload and silent not in result.stats.chunks_by_source
+    if declared:
+        assert elapsed < 0.3 + SILENCE_SLACK_S + 1.5, elapsed
+    else:
+        assert elapsed >= 6.0, elapsed

@@ -11,7 +11,8 @@ failed at the transport level is left out of the node's next fetches a while
 (:mod:`echo2.broadcast.suspects`).
 
 "Stalled" has three forms. A source that stops sending mid-response, or never answers, is dropped
-after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed). A relay that sends, but below its
+after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed), a relay sooner where its
+planned rate explains no such silence (:func:`echo2.core.fetch_chain.silence_s`). A relay that sends, but below its
 floor (:func:`echo2.core.fetch_chain.too_slow`: a fraction of the rate the coordinator plans it at,
 ``source_rates``), is dropped once a chunk's transfer has run ``stall_s``, skipped by this node for
 a while and reported to the coordinator (:meth:`SuspectSources.too_slow`). Its rate counts from its
@@ -50,7 +51,7 @@ from echo2.broadcast.manifest import Manifest
 from echo2.broadcast.relay import HELD_HEADER, PREFIX
 from echo2.broadcast.source_failure import SourceFailed, below_floor, refused, unreachable
 from echo2.broadcast.suspects import SuspectSources
-from echo2.core.fetch_chain import POLL_S, SourceChain, default_patience_s, rate_floor, too_slow
+from echo2.core.fetch_chain import POLL_S, SourceChain, default_patience_s, rate_floor, silence_s, too_slow
 from echo2.protocol import AUTH_HEADER
 
 log = logging.getLogger("echo2.broadcast")
@@ -129,6 +130,7 @@ class _Fetch:
                  source_rates: Mapping[str, float]) -> None:
         self.version, self.sources, self.store, self.prefix, self.suspects = version, sources, store, prefix, suspects
         self.floors = [rate_floor(source_rates.get(url)) for url in sources[:-1]] + [0.0]  # bytes/s; none for the last
+        self.planned = [source_rates.get(url) for url in sources[:-1]] + [None]  # the learner keeps the stall budget
         self.headers = {AUTH_HEADER: token} if token else {}
         self.timeout_s, self.stall_s, self.poll_s = timeout_s, stall_s, poll_s
         self.in_flight, self.expected_sha256, self.cancel = in_flight, expected_sha256, cancel
@@ -185,11 +187,13 @@ class _Fetch:
         if time.monotonic() > self.deadline:
             raise self._timeout_error()
 
-    def _timeout(self) -> tuple[float, httpx.Timeout]:
-        """The long-poll to ask for and the matching client timeouts (both within the deadline)."""
+    def _timeout(self, silence_s: float | None = None) -> tuple[float, httpx.Timeout]:
+        """The long-poll to ask for and the matching client timeouts (both within the deadline):
+        a read may wait the long-poll plus ``silence_s`` (default: the stall budget)."""
+        silence_s = self.stall_s if silence_s is None else silence_s
         remaining = max(0.05, self.deadline - time.monotonic())
         poll = min(self.poll_s, remaining)
-        return poll, httpx.Timeout(min(self.poll_s + self.stall_s, remaining + self.stall_s),
+        return poll, httpx.Timeout(min(self.poll_s + silence_s, remaining + silence_s),
                                    connect=min(5.0, self.stall_s))
 
     # ------------------------------------------------------------------ manifest
@@ -271,7 +275,7 @@ class _Fetch:
     def _try_chunk(self, level: int, index: int) -> bool:
         """True: chunk stored; False: the source is alive but does not have it yet."""
         url, size = self.sources[level], self.manifest.chunks[index].size
-        poll, timeout = self._timeout()
+        poll, timeout = self._timeout(silence_s(self.planned[level], size, self.stall_s))
         asked, began, data = time.monotonic(), None, bytearray()
         try:
             with self.http.stream("GET", f"{url}{self.prefix}/{self.version}/chunks/{index}", params={"wait_s": poll},

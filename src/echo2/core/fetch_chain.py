@@ -10,6 +10,9 @@ and by the simulator (:mod:`echo2.simulation.fetching`: events, simulated time) 
   transfer has run ``stall_s``, a rate below the relay's floor (:func:`rate_floor`) fails it like a
   stall. Bytes alone are no proof of life: a relay trickling one byte a second, declaring 1e12 B/s,
   had held its child (and through it every node below) for as long as it liked, then the run.
+* A relay that answers and then sends nothing is left once its silence outlasts what its planned
+  rate explains (:func:`silence_s`): the queue of bodies an honest relay may send before it, and
+  a little slack; never later than ``stall_s``.
 * A source that answers "not yet" is normal in a pipeline (it waits on its own parent). It is kept
   while it makes progress of its own (the count of chunks it holds grows) and given up after
   ``patience_s`` without any: by default twice the stall budget (:func:`default_patience_s`), so
@@ -39,6 +42,31 @@ MIN_RELAY_BYTES_PER_S = 16_000.0
 def rate_floor(planned_bytes_per_s: float | None) -> float:
     """The lowest rate (bytes/s) a relay planned at ``planned_bytes_per_s`` may send a chunk at."""
     return max(MIN_RELAY_BYTES_PER_S, RATE_FLOOR_FRACTION * (planned_bytes_per_s or 0.0))
+
+
+#: Chunks an honest relay may have queued before one answer: relays send bodies in order, each at
+#: the full uplink (:mod:`echo2.broadcast.throttle`), so an answer's first byte waits for the ones
+#: before it; its children's requests in flight are far fewer than this.
+QUEUED_CHUNKS = 16
+
+#: Seconds on top of that queue before a silent relay is left: round trips, a loaded host's scheduling.
+SILENCE_SLACK_S = 2.0
+
+
+def silence_s(planned_bytes_per_s: float | None, chunk_bytes: int, stall_s: float) -> float:
+    """How long a relay planned at ``planned_bytes_per_s`` may send nothing (its answer's head, then
+    no byte of a ``chunk_bytes`` body; or no answer after its long-poll) before the chunk is asked
+    of the next source: :data:`QUEUED_CHUNKS` chunks at its planned rate plus
+    :data:`SILENCE_SLACK_S`, at most ``stall_s`` (also for a relay whose rate nobody stated).
+
+    Why: a relay that answers and then goes silent held each child ``stall_s`` (plus the long-poll)
+    every time the child came back to it, and with a 30 s skip the learner lost a fifth of its
+    steps to one such relay declaring 1e12 B/s. The lie is what makes it quick to leave: at the
+    rate it claims, no queue explains its silence. An honest slow relay is planned at its real
+    rate and keeps the whole stall budget."""
+    if not planned_bytes_per_s:
+        return stall_s
+    return min(stall_s, SILENCE_SLACK_S + QUEUED_CHUNKS * chunk_bytes / planned_bytes_per_s)
 
 
 def too_slow(received: int, elapsed_s: float, floor_bytes_per_s: float, stall_s: float) -> bool:
