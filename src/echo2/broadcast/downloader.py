@@ -11,19 +11,16 @@ failed at the transport level is left out of the node's next fetches a while
 (:mod:`echo2.broadcast.suspects`).
 
 "Stalled" has three forms. A source that stops sending mid-response, or never answers, is dropped
-after ``stall_s`` (plus ``poll_s``, the long-poll it was allowed), a relay sooner where its
-planned rate explains no such silence (:func:`echo2.core.fetch_chain.silence_s`). A relay that sends, but below its
-floor (:func:`echo2.core.fetch_chain.too_slow`: a fraction of the rate the coordinator plans it at,
-``source_rates``), is dropped once a chunk's transfer has run ``stall_s``, skipped by this node for
-a while and reported to the coordinator (:meth:`SuspectSources.too_slow`). Its rate counts from its
-first byte: an honest throttled relay sends its answer's head and then queues the body behind
-the bodies before it. One that sends no byte is a stall, as a cut link is: left, suspected a while,
-not reported (a partition between two honest nodes must not cost a relay its place for everyone).
-A source that answers "not yet"
-(with the count of chunks it holds) is kept as the chain's rules say
-(:class:`echo2.core.fetch_chain.SourceChain`, which the simulator follows too).
-
-Every wait is bounded; errors say which version, chunk and source.
+after ``stall_s`` (plus ``poll_s``, its long-poll), a relay sooner where its planned rate explains
+no such silence (:func:`echo2.core.fetch_chain.silence_s`): left, suspected a while, not reported
+(a partition between two honest nodes must not cost a relay its place for everyone). A relay that
+sends, but below its floor (:func:`echo2.core.fetch_chain.too_slow`: a fraction of the rate the
+coordinator plans it at, ``source_rates``), is dropped once a chunk's transfer has run ``stall_s``
+from its first byte (an honest throttled relay sends its answer's head and queues the body behind
+the bodies before it), skipped a while and reported (:meth:`SuspectSources.too_slow`). A source
+that answers "not yet" (with the count of chunks it holds) is kept as the chain's rules say
+(:class:`echo2.core.fetch_chain.SourceChain`, which the simulator follows too). Every wait is
+bounded; errors say which version, chunk and source.
 
 ``token`` is the run's broadcast credential (:func:`echo2.net.guard.broadcast_credential`), the only
 one a source gets to see; ``verify`` (or the given ``client``'s) checks ``https://`` sources'
@@ -129,8 +126,8 @@ class _Fetch:
                  cancel: threading.Event | None, prefix: str, suspects: SuspectSources | None,
                  source_rates: Mapping[str, float]) -> None:
         self.version, self.sources, self.store, self.prefix, self.suspects = version, sources, store, prefix, suspects
-        self.floors = [rate_floor(source_rates.get(url)) for url in sources[:-1]] + [0.0]  # bytes/s; none for the last
-        self.planned = [source_rates.get(url) for url in sources[:-1]] + [None]  # the learner keeps the stall budget
+        self.planned = [source_rates.get(url) for url in sources[:-1]] + [None]  # bytes/s; none for the learner
+        self.floors = [rate_floor(rate) for rate in self.planned[:-1]] + [0.0]
         self.headers = {AUTH_HEADER: token} if token else {}
         self.timeout_s, self.stall_s, self.poll_s = timeout_s, stall_s, poll_s
         self.in_flight, self.expected_sha256, self.cancel = in_flight, expected_sha256, cancel
