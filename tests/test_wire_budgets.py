@@ -115,7 +115,9 @@ def test_identities_on_trial_are_bounded_by_the_fleet_that_delivers_whatever_the
         return client.post("/v1/register", json={"name": name}, headers={AUTH_HEADER: "t"})
 
     assert all(register(f"sybil-{i}").status_code == 200 for i in range(TRIAL_SEATS))
+    asked = time.monotonic()
     refused = register("one-more")
+    assert time.monotonic() - asked >= TARPIT_S  # held a second, as every 429 is: a swarm re-asked at once
     assert refused.status_code == 429 and refused.json()["code"] == "trial_full"
     assert "16 workers are on trial" in refused.json()["detail"] and float(refused.headers["Retry-After"]) > 0
     assert state.reliability()["registrations_refused_trial"] == 1

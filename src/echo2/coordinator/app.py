@@ -14,6 +14,7 @@ the state; a refusal is a 4xx whose JSON ``detail`` says why.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from fastapi import FastAPI, Header, Request
@@ -23,7 +24,7 @@ from fastapi.responses import JSONResponse
 from echo2.coordinator import dashboard
 from echo2.coordinator.records import Rejected, WorkerRecord, session_refusal
 from echo2.coordinator.state import CoordinatorState
-from echo2.net.guard import Guard, Refusal, unauthorized
+from echo2.net.guard import TARPIT_S, Guard, Refusal, unauthorized
 from echo2.net.ratelimit import RateLimiter
 from echo2.protocol import (
     AUTH_HEADER,
@@ -100,6 +101,8 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
 
     @app.exception_handler(Rejected)
     async def rejected(_: Request, error: Rejected) -> JSONResponse:
+        if error.status == 429:  # held as the guard holds its own (a swarm refused a seat on trial re-asked at once)
+            await asyncio.sleep(TARPIT_S)
         headers = {"Retry-After": f"{error.retry_after_s:.0f}"} if error.retry_after_s is not None else None
         return JSONResponse({"detail": error.reason, "code": error.code}, status_code=error.status, headers=headers)
 
