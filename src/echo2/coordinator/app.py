@@ -15,6 +15,7 @@ the state; a refusal is a 4xx whose JSON ``detail`` says why.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from fastapi import FastAPI, Header, Request
@@ -71,6 +72,8 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
         wait_s = requests.take(record.worker_id)
         if wait_s is None and path == "/v1/heartbeat":
             wait_s = heartbeats.take(record.worker_id)
+        if wait_s is None and path == "/v1/lease" and (early_s := record.ask_again_at - time.monotonic()) > 0:
+            wait_s = early_s  # asked again before the retry_after_s it was told
         if wait_s is None:
             return None
         record.rate_limited += 1  # only this thread (the event loop's) writes it

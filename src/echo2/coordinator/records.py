@@ -111,6 +111,9 @@ class WorkerRecord:
     """Moving average of measured rollouts/s (None until its first lease is submitted)."""
     polling: bool = False
     """A lease request of its is held open now (one at a time: :mod:`echo2.coordinator.work`)."""
+    ask_again_at: float = 0.0
+    """``time.monotonic()`` before which its lease requests are refused: it was told to wait
+    (:data:`echo2.coordinator.work.EARLY_ASK_SHARE`)."""
     rate_limited: int = 0
     """Its requests refused for being over its budget on the wire (429, :mod:`echo2.coordinator.app`)."""
     events_dropped: int = 0

@@ -27,6 +27,12 @@ from echo2.protocol import (
 #: workers' submissions, heartbeats and the dashboard queued behind (lease answers up to 25 s).
 MAX_LONG_POLLS = 24
 
+#: A lease request answered at once with ``retry_after_s`` (not held open) makes the next one
+#: refused (429, :mod:`echo2.coordinator.app`) until this share of that time has passed: a swarm's
+#: identities parked or on trial asked every half second whatever they were told, ~140 full
+#: requests a second in the learner's process. An honest worker waits the whole time out.
+EARLY_ASK_SHARE = 0.5
+
 
 class WorkSide(Membership):
     """The books with the workers' leases and submissions."""
@@ -67,6 +73,7 @@ class WorkSide(Membership):
                 answer = self._answer(record, worker_version, max_groups)
             elif not answer.final:  # answered at once: the worker waits the long-poll out on its side
                 record.cycle.answered(answer.status, time.monotonic())
+                record.ask_again_at = time.monotonic() + wait_s * EARLY_ASK_SHARE
                 return LeaseResponse(status=answer.status, latest_version=self.version, retry_after_s=wait_s)
             record.cycle.answered(answer.status, time.monotonic())
             if answer.status != "granted":
@@ -96,6 +103,7 @@ class WorkSide(Membership):
         """Checked under the lock, scored outside it (:mod:`~echo2.coordinator.scoring`), admitted under it."""
         with self.cond:
             record.last_seen = time.monotonic()
+            record.ask_again_at = 0.0  # its own submission may change its next answer
             lease = self.leases.claim(request, record, self.limits, self.version)
             if lease is None:  # a copy of a lease already submitted or still being scored
                 self.counters["duplicate_submissions"] += 1
