@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 from lab_support import open_lab
 
 from echo2.lab import HostSpec
@@ -38,14 +39,6 @@ CLEAN_S, ATTACK_S = 20.0, 60.0
 
 def timeline(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines() if line.strip()]
-
-
-def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {what} within {timeout_s:.0f}s")
-        time.sleep(0.5)
 
 
 def held_within(publishes: list[tuple[float, int]], fetches: list[tuple[float, int]], since: float,
@@ -85,10 +78,10 @@ def test_a_trickling_relay_in_the_plan_delays_no_honest_worker_past_a_stall_and_
                                      stdout=out, stderr=out,
                                      env={**os.environ, "ECHO2_TOKEN": (run_dir / "token").read_text().strip()})
             try:
-                wait_until(lambda: attack_log.exists() and "attack_start" in attack_log.read_text(), 120,
+                wait_for(lambda: attack_log.exists() and "attack_start" in attack_log.read_text(), 120,
                            "attack start")
                 attack_from = time.time()
-                wait_until(lambda: "attack_end" in attack_log.read_text(), ATTACK_S + 60, "attack end")
+                wait_for(lambda: "attack_end" in attack_log.read_text(), ATTACK_S + 60, "attack end")
                 time.sleep(5)  # the workers' last fetch events reach the coordinator with their heartbeats
                 run.learner.send_signal(signal.SIGTERM)
                 assert run.wait(300) == 0, run.logs
