@@ -277,9 +277,9 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
     """Train ``steps`` with ``attacks`` joining; ``restart_at``: SIGTERM the learner there (it
     checkpoints at the step's end, its leases in flight lost) and continue to ``steps`` with
     ``--resume``, as ``echo2 train --resume`` would."""
-    from echo2.learner import interrupts
     from echo2.config import load_config
     from echo2.launch.train import reward_scorer, run_training
+    from echo2.learner import interrupts
     from echo2.tasks import load_task
     from echo2.telemetry.metrics import read_jsonl
 

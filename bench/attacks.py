@@ -162,8 +162,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from attack_rows import make_row, plot
 from attack_runs import AVAILABILITY_KINDS, OBSERVER, ROWS, Attack, Outcome, attack, run_once
-from availability_rows import availability_row, plot_availability
 from attackers.run import attacker_main
+from availability_rows import availability_row, plot_availability
 from common import format_table, parse_args, write_results
 
 #: learner steps of a full run (times its ``LENGTH``)

@@ -18,8 +18,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from attack_runs import Attack, Outcome
 from attack_rows import nothing_trained
+from attack_runs import Attack, Outcome
 
 #: The bar of issue 60: steps/s under attack at least this share of a clean run's.
 STEPS_BAR = 0.8

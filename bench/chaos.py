@@ -37,6 +37,7 @@ from echo2.config import load_config  # noqa: E402
 from echo2.launch.train import run_training  # noqa: E402
 from echo2.telemetry.metrics import read_jsonl  # noqa: E402
 
+
 class ChaosMonkey:
     """Starts ``count`` workers against the run in ``run_dir`` and, when ``kill_every`` is set, kills a
     random worker that has joined every ``kill_every`` (±25%) learner steps up to step ``last_kill``,

@@ -42,9 +42,9 @@ from echo2.broadcast.delta import apply_delta, delta_base, encode_delta
 from echo2.broadcast.payload import serialize_parameters
 from echo2.config import Config, load_config
 from echo2.exchange import Group
-from echo2.model.sampling import sample
 from echo2.learner.trainer import Learner
 from echo2.model.loading import load_model, load_tokenizer
+from echo2.model.sampling import sample
 from echo2.tasks import load_task
 from echo2.units import MIB
 

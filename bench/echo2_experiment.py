@@ -44,8 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import common  # noqa: E402
 from common import format_table, write_results  # noqa: E402
-from experiment_arms import (ARMS, BY_NAME, LEARNER_PRICE, PRICE_SOURCES, WORKER_PRICE, Arm,  # noqa: E402
-                             overrides, record, run_arm)
+from experiment_arms import ARMS, BY_NAME, LEARNER_PRICE, PRICE_SOURCES, WORKER_PRICE, Arm, overrides, record, run_arm  # noqa: E402
 
 RUNS = Path(__file__).parent.parent / "docs" / "results" / "echo2-experiment-runs.jsonl"
 TRANSFER_STEPS = 2.0

@@ -63,21 +63,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 
 import common  # noqa: E402
-from common import format_table, write_results  # noqa: E402
-
 import torch  # noqa: E402
+from common import format_table, write_results  # noqa: E402
 
 from echo2.config import LoraConfig, load_config  # noqa: E402
 from echo2.exchange import Group  # noqa: E402
 from echo2.learner.logprobs import completion_scores  # noqa: E402
 from echo2.learner.precision import ComputePrecision, hold_master_weights  # noqa: E402
 from echo2.learner.trainer import Learner  # noqa: E402
-from echo2.model.lora import add_adapter  # noqa: E402
-from echo2.protocol import AdapterSpec  # noqa: E402
 from echo2.model.decoding import Decoder, StaticDecoder  # noqa: E402
+from echo2.model.lora import add_adapter  # noqa: E402
 from echo2.model.sampling import Samples, sample  # noqa: E402
-from echo2.tasks import Example  # noqa: E402
 from echo2.model.tokens import model_device  # noqa: E402
+from echo2.protocol import AdapterSpec  # noqa: E402
+from echo2.tasks import Example  # noqa: E402
 
 PAD_ID = 0
 NO_EOS = -1

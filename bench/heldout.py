@@ -157,8 +157,8 @@ def machine_probe_s() -> float:
 
     import torch
 
-    from echo2.model.sources import SHIPPED_MODEL
     from echo2.model.loading import load_model
+    from echo2.model.sources import SHIPPED_MODEL
 
     torch.set_num_threads(1)
     model = load_model(SHIPPED_MODEL)  # every run's model (the default)

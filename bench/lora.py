@@ -30,15 +30,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from broadcast import NodeProcess, run_one  # noqa: E402
 import common  # noqa: E402
+from broadcast import NodeProcess, run_one  # noqa: E402
 from common import format_table, write_results  # noqa: E402
 
 from echo2.broadcast.payload import load_parameters  # noqa: E402
 from echo2.broadcast.publisher import Publisher  # noqa: E402
 from echo2.config import BroadcastConfig, LoraConfig  # noqa: E402
-from echo2.model.lora import add_adapter  # noqa: E402
 from echo2.model.loading import load_model  # noqa: E402
+from echo2.model.lora import add_adapter  # noqa: E402
 from echo2.protocol import AdapterSpec  # noqa: E402
 from echo2.units import MIB  # noqa: E402
 

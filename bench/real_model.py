@@ -109,8 +109,8 @@ def layout_rows(config_path: str | None, rounds: int, overrides: list[str]) -> l
     from echo2.learner.distributed import Shard
     from echo2.learner.logprobs import completion_scores
     from echo2.model.loading import load_tokenizer, pin_threads
-    from echo2.rollout.engines.hf import HfEngine
     from echo2.model.sampling import sample
+    from echo2.rollout.engines.hf import HfEngine
     from echo2.tasks import load_task
 
     config = load_config(config_path, overrides)
@@ -177,12 +177,12 @@ def answer_form(completion: str) -> str:
 def form_rows(run_dir: Path) -> list[dict[str, Any]]:
     """Greedy held-out answers of the base model and of the run's last checkpoint, by form."""
     from echo2.config import load_config
-    from echo2.model.evaluation import evaluate
-    from echo2.learner.checkpoint import latest_resumable
     from echo2.launch.ranks import load_policy
-    from echo2.model.lora import for_sampling
-    from echo2.model.loading import load_tokenizer, pin_threads
+    from echo2.learner.checkpoint import latest_resumable
     from echo2.learner.precision import ComputePrecision
+    from echo2.model.evaluation import evaluate
+    from echo2.model.loading import load_tokenizer, pin_threads
+    from echo2.model.lora import for_sampling
     from echo2.tasks import load_task
 
     config = load_config(run_dir / "config.yaml")

@@ -47,7 +47,7 @@ def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, flee
     """A coordinator over :func:`prompt_stream`; ``task``: an environment task (its scorer, its
     answers and its turn limit) instead of single-turn arithmetic."""
     turns = task.max_turns if task is not None else 1
-    spec = RunSpec(model="m", dtype="float32", task="arithmetic", task_options={}, group_size=2, temperature=1.0,
+    spec = RunSpec(model="m", dtype="float32", group_size=2, temperature=1.0,
                    max_new_tokens=4, groups_per_lease=8, protocol="async", staleness=staleness, fetch_delay_s=0.0,
                    broadcast_stall_s=5.0, broadcast_timeout_s=30.0, heartbeat_interval_s=1.0, seed=0, max_turns=turns)
     state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20, max_turns=turns),

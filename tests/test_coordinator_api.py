@@ -11,9 +11,9 @@ from echo2.broadcast.publisher import Publisher
 from echo2.broadcast.topology import plan_tree
 from echo2.config import BroadcastConfig
 from echo2.coordinator.app import MAX_BODY_BYTES, create_app
-from echo2.net.guard import broadcast_credential
 from echo2.launch.train import reward_scorer
 from echo2.model.loading import SHIPPED_MODEL, load_tokenizer
+from echo2.net.guard import broadcast_credential
 from echo2.protocol import AUTH_HEADER, Completion, GroupResult, LeaseResponse, SubmitRequest
 from echo2.tasks import ArithmeticTask
 
@@ -48,7 +48,7 @@ def test_a_price_activation_could_not_compare_is_refused_at_registration(price):
     response = client.post("/v1/register", content=body,
                            headers={AUTH_HEADER: "t", "content-type": "application/json"})
     assert response.status_code == 422 and "price_per_hour" in json.dumps(response.json()["detail"])
-    assert state.counters["workers_registered"] == 0
+    assert state.books.counters.workers_registered == 0
 
 
 def _submit(client, headers, body):
@@ -72,7 +72,7 @@ def test_malformed_submit_is_refused_and_changes_nothing(setup, mutate, status, 
     mutate(body)
     response = _submit(client, headers, body)
     assert response.status_code == status and reason in response.json()["detail"]
-    assert len(state.ledger) == 0 and state.leases.get(lease.lease_id).state == "active"
+    assert len(state.books.ledger) == 0 and state.leases.get(lease.lease_id).state == "active"
 
 
 @pytest.mark.parametrize("raw", ['{"lease_id": 1}', "not json", '{"lease_id": "x", "version": -1, "groups": []}'])
@@ -80,14 +80,14 @@ def test_ill_formed_json_is_a_422(setup, raw):
     state, client, headers, _ = setup
     response = _submit(client, headers, raw)
     assert response.status_code == 422 and response.json()["detail"]
-    assert len(state.ledger) == 0
+    assert len(state.books.ledger) == 0
 
 
 def test_nan_logprob_is_refused(setup):
     state, client, headers, lease = setup
     body = valid_submission(lease).model_dump_json().replace("-0.1", "NaN", 1)
     response = _submit(client, headers, body)
-    assert response.status_code == 422 and len(state.ledger) == 0
+    assert response.status_code == 422 and len(state.books.ledger) == 0
 
 
 def test_a_lease_carries_prompts_and_never_their_answers():
@@ -107,7 +107,7 @@ def test_a_submission_reporting_rewards_is_refused(setup):
             completion["reward"] = 1.0
     response = _submit(client, headers, json.dumps(body))
     assert response.status_code == 422 and "reward" in response.json()["detail"]
-    assert len(state.ledger) == 0 and state.leases.get(lease.lease_id).state == "active"
+    assert len(state.books.ledger) == 0 and state.leases.get(lease.lease_id).state == "active"
 
 
 def test_trained_rewards_are_the_tasks_verdict_on_the_decoded_tokens():
@@ -138,14 +138,14 @@ def test_submission_is_idempotent(setup):
     first, again = _submit(client, headers, body), _submit(client, headers, body)
     assert first.json() == {"accepted": 2, "duplicate": False}
     assert again.status_code == 200 and again.json()["duplicate"] is True
-    assert len(state.ledger) == 2 and state.counters["duplicate_submissions"] == 1
+    assert len(state.books.ledger) == 2 and state.books.counters.duplicate_submissions == 1
 
 
 def test_other_workers_cannot_submit_your_lease(setup):
     state, client, _, lease = setup
     other = client.post("/v1/register", json={"name": "x"}, headers={AUTH_HEADER: "t"}).json()["session_token"]
     response = _submit(client, {AUTH_HEADER: other}, valid_submission(lease))
-    assert response.status_code == 404 and len(state.ledger) == 0
+    assert response.status_code == 404 and len(state.books.ledger) == 0
 
 
 def test_body_size_limit(setup):

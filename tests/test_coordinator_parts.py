@@ -3,12 +3,13 @@
 import math
 import threading
 import time
+from collections import Counter
 
 import pytest
 from conftest import SCORE, answering, make_state, publish, submit_all, valid_submission
 
 from echo2.coordinator.leases import LeaseBook, check_submission
-from echo2.coordinator.records import Limits, Rejected
+from echo2.coordinator.records import Lease, Limits, Rejected
 from echo2.coordinator.registry import WorkerRegistry
 from echo2.protocol import GroupResult, SubmitRequest
 from echo2.tasks import Example
@@ -52,7 +53,7 @@ class _Prompt:
 
 class _Reply:
     def __init__(self, lease):
-        self.lease_id, self.version, self.prompts = lease.lease_id, lease.version, [_Prompt(s) for s in lease.examples]
+        self.lease_id, self.version, self.prompts = lease.lease_id, lease.version, [_Prompt(s) for s in lease.slots]
 
 
 @pytest.mark.parametrize(("change", "code"), [
@@ -61,8 +62,9 @@ class _Reply:
     (lambda request, lease: request.model_copy(update={"lease_id": "other"}), "unknown_lease"),
 ])
 def test_a_submission_must_answer_its_own_lease_slot_for_slot(change, code):
-    book = LeaseBook(timeout_s=60)
-    lease = book.issue("w0", 1, {0: Example("p", "a"), 1: Example("q", "b")}, book.timeout_s)
+    book = LeaseBook(Counter())
+    lease = Lease("l0", "w0", 1, {0: Example("p", "a"), 1: Example("q", "b")}, time.monotonic(), time.monotonic() + 60)
+    book.add(lease)
     request = valid_submission(_Reply(lease))
     assert check_submission(lease, "w0", request, LIMITS, 1) is lease
     with pytest.raises(Rejected) as refused:
@@ -74,12 +76,11 @@ def test_a_submission_must_answer_its_own_lease_slot_for_slot(change, code):
     assert foreign.value.code == "unknown_lease"
 
 
-def test_overdue_leases_are_found_and_expired_ones_refused():
-    book = LeaseBook(timeout_s=60)
-    lease = book.issue("w0", 0, {0: Example("p", "a")}, book.timeout_s)
-    assert book.overdue() == [] and book.active("w0") == [lease] and book.active("w1") == []
-    lease.deadline = time.monotonic() - 1
-    assert book.overdue() == [lease]
+def test_an_expired_or_overdue_lease_is_refused():
+    lease = Lease("l0", "w0", 0, {0: Example("p", "a")}, time.monotonic(), time.monotonic() - 1)
+    with pytest.raises(Rejected) as overdue:
+        check_submission(lease, "w0", valid_submission(_Reply(lease)), LIMITS, 1)
+    assert overdue.value.code == "expired_lease"
     lease.state = "expired"
     with pytest.raises(Rejected) as refused:
         check_submission(lease, "w0", valid_submission(_Reply(lease)), LIMITS, 1)
@@ -176,8 +177,8 @@ def test_scoring_runs_outside_the_lock_and_a_copy_sent_meanwhile_is_a_duplicate(
     score.release.set()
     thread.join(10)
     assert outcome["reply"].accepted == 1 and score.calls == 1
-    assert [g.rewards for g in state.ledger.take(0, 1)] == [[1.0, 1.0]]  # the first copy, scored once
-    assert state.counters["duplicate_submissions"] == 1
+    assert [g.rewards for g in state.books.ledger.take(0, 1)] == [[1.0, 1.0]]  # the first copy, scored once
+    assert state.books.counters.duplicate_submissions == 1
 
 
 def test_a_worker_quarantined_while_its_submission_is_scored_is_refused():
@@ -190,7 +191,7 @@ def test_a_worker_quarantined_while_its_submission_is_scored_is_refused():
     state.quarantine(worker.worker_id, "failed an audit")  # expires its leases, the one being scored too
     score.release.set()
     thread.join(10)
-    assert outcome["refusal"].status == 403 and len(state.ledger) == 0
+    assert outcome["refusal"].status == 403 and len(state.books.ledger) == 0
     report = state.reliability()
     assert report["prompts_unaccounted"] == 0 and report["prompts_requeued"] == 2
     assert report["leases_completed"] == 0 and report["groups_rejected"] == {"quarantined": 1}
@@ -205,6 +206,6 @@ def test_a_verifier_that_fails_refuses_the_submission_and_leaves_the_lease_open(
     lease = state.lease(worker, 0, 1, wait_s=0)
     with pytest.raises(Rejected) as refused:
         submit_all(state, worker, lease)
-    assert refused.value.code == "unscorable" and len(state.ledger) == 0
+    assert refused.value.code == "unscorable" and len(state.books.ledger) == 0
     assert state.leases.get(lease.lease_id).state == "active" and not state.leases.get(lease.lease_id).scoring
     assert state.reliability()["groups_rejected"] == {"unscorable": 1}

@@ -20,10 +20,10 @@ from echo2.config import load_config
 from echo2.coordinator.app import create_app
 from echo2.coordinator.records import Rejected
 from echo2.coordinator.server import CoordinatorServer
-from echo2.net.guard import broadcast_credential, viewer_credential
 from echo2.launch.train import DASHBOARD_FILE, announce_dashboard, attach_log_file
-from echo2.protocol import AUTH_HEADER, Completion, GroupResult, SubmitRequest
+from echo2.net.guard import broadcast_credential, viewer_credential
 from echo2.net.redact import redact_logs, remove_redaction
+from echo2.protocol import AUTH_HEADER, Completion, GroupResult, SubmitRequest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
 from dashboard_screenshot import browse, dashboard_data, dashboard_link, start_run, wait_until  # noqa: E402

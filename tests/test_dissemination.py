@@ -4,10 +4,9 @@ dissemination figure, read by the coordinator's version book and by the simulato
 import pytest
 from test_simulation import scenario
 
-from echo2.broadcast.topology import Node, star_plan
-from echo2.coordinator.versions import VersionBook
+from echo2.core.books import Books
 from echo2.core.dissemination import DisseminationCensus, Reached
-from echo2.protocol import VersionInfo
+from echo2.core.shares import SharePolicy
 from echo2.simulation.engine import simulate
 
 
@@ -87,48 +86,49 @@ def test_events_reported_out_of_order_time_a_version_by_its_last_holder():
     assert census.hold("a", 1, at=12.0) == [Reached(1, 10.0, 14.0)]
 
 
-def _book() -> VersionBook:
-    return VersionBook(star_plan, staleness=1)
+class Worker:
+    """A worker as the books' census reads it."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id, self.at_work = worker_id, True
 
 
-WORKERS = [Node("a", 1e6), Node("b", 1e6)]
+def _books() -> tuple[Books, dict[str, Worker]]:
+    """The coordinator's census: the run's books (:meth:`echo2.core.books.Books.hold`), version 1 published at 10 s."""
+    workers = {name: Worker(name) for name in ("a", "b")}
+    books = Books(workers, lambda group: group, staleness=1, groups_per_step=2, group_size=2,
+                  shares=SharePolicy(groups_per_lease=2, window_share=0.5), lease_timeout_s=10, replan_every=1)
+    books.published(1, now=10.0, at=10.0)
+    return books, workers
 
 
-def test_the_coordinators_book_times_a_version_from_publish_to_its_last_live_holder():
-    book = _book()
-    book.publish(VersionInfo(version=1, sha256="hash1", size_bytes=10), WORKERS)
-    published = book.published_at[1]
-    book.loaded(0, "b", at=published - 1.0)
-    book.loaded(1, "a", at=published + 2.0)
-    book.loaded(0, "a", at=published - 1.0)  # an older load reported late moves nothing back
-    assert book.pop_disseminated() == [] and book.spreading()
-    book.loaded(1, "b", at=published + 3.0)
-    [reached] = book.pop_disseminated()
+def test_the_coordinators_books_time_a_version_from_publish_to_its_last_live_holder():
+    books, workers = _books()
+    books.hold(workers["b"], 0, at=9.0)
+    books.hold(workers["a"], 1, at=12.0)
+    books.hold(workers["a"], 0, at=9.0)  # an older load reported late moves nothing back
+    assert books.time_dissemination() == [] and books.census.spreading()
+    [reached] = books.hold(workers["b"], 1, at=13.0)
     assert reached.version == 1 and reached.reached - reached.published == 3.0
-    assert not book.spreading() and book.pop_disseminated() == []
+    assert not books.census.spreading() and books.time_dissemination() == [3.0]
 
 
-def test_the_book_stops_waiting_for_a_worker_gone():
-    book = _book()
-    book.publish(VersionInfo(version=1, sha256="hash1", size_bytes=10), WORKERS)
-    book.loaded(0, "b", at=0.0)
-    book.loaded(1, "a", at=book.published_at[1] + 1.0)
-    assert book.pop_disseminated() == []
-    book.gone("b", at=book.published_at[1] + 4.0)
-    [reached] = book.pop_disseminated()
+def test_the_books_stop_waiting_for_a_worker_gone():
+    books, workers = _books()
+    books.hold(workers["b"], 0, at=0.0)
+    assert books.hold(workers["a"], 1, at=11.0) == []
+    workers["b"].at_work = False  # died, left, parked or quarantined
+    [reached] = books.hold(workers["b"], 0, at=14.0)
     assert reached.reached - reached.published == 4.0
 
 
 def test_a_wrong_rule_in_the_census_changes_the_coordinators_figure_and_the_simulated_one(monkeypatch):
     """A census that calls a version spread once its first worker holds it (max for min)."""
     def coordinator_latency() -> float:
-        book = _book()
-        book.publish(VersionInfo(version=1, sha256="hash1", size_bytes=10), WORKERS)
-        book.loaded(0, "b", at=0.0)
-        book.loaded(1, "a", at=book.published_at[1] + 0.5)
-        book.loaded(1, "b", at=book.published_at[1] + 3.0)
-        [reached] = book.pop_disseminated()
-        return reached.reached - reached.published
+        books, workers = _books()
+        books.hold(workers["b"], 0, at=0.0)
+        reached = books.hold(workers["a"], 1, at=10.5) + books.hold(workers["b"], 1, at=13.0)
+        return reached[0].reached - reached[0].published
 
     def simulated_latency() -> float:
         fleet = [{"name": "fast", "count": 1, "rollouts_per_s": 320.0, "fetch_delay_s": 0.05},

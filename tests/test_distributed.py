@@ -15,12 +15,12 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from sampled_groups import sampled_groups
 
 from echo2.config import load_config
 from echo2.learner.distributed import Shard, announce, follow
 from echo2.learner.trainer import Learner
 from echo2.model.loading import load_model, load_tokenizer, resolve_model_path
-from sampled_groups import sampled_groups
 
 OVERRIDES = ["learner.lr=1e-3", "rollout.group_size=4", "learner.micro_batch=3", "learner.minibatches=2"]
 

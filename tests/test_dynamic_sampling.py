@@ -68,7 +68,7 @@ def test_filtered_groups_free_their_slots_and_are_accounted():
     assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "wait"  # window full
 
     def take(count: int) -> list[Group]:
-        if not len(state.ledger):  # the worker answers the lease the filtered group made room for
+        if not len(state.books.ledger):  # the worker answers the lease the filtered group made room for
             replacement = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
             assert replacement.status == "granted" and len(replacement.prompts) == 1
             _submit(state, worker, replacement, lambda slot: MIXED)

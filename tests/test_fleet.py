@@ -8,10 +8,17 @@ from conftest import make_state, publish, submit_all
 
 from echo2.coordinator.fleet import Fleet
 from echo2.core.dissemination import DisseminationCensus
+from echo2.core.profiling import LeaseCycle, profile
 from echo2.core.smoothing import EMA_WEIGHT, ema
-from echo2.planning.activation_rule import (MAX_OPTIONS, ActivationPolicy, Decision, WorkerView, apply, decide,
-                                           dissemination_options)
-from echo2.planning.profiling import LeaseCycle, profile
+from echo2.planning.activation_rule import (
+    MAX_OPTIONS,
+    ActivationPolicy,
+    Decision,
+    WorkerView,
+    apply,
+    decide,
+    dissemination_options,
+)
 from echo2.planning.billing import Billing
 from echo2.protocol import TimelineEvent
 
@@ -28,7 +35,7 @@ def measured(state, record, rollouts_per_s):
 def replan(state, train_s, broadcast_s):
     """Re-plan as the coordinator's run clock does, as if it had measured these step and dissemination times."""
     with state.cond:
-        state.clock.train_s, state.clock.broadcast_s = train_s, broadcast_s
+        state.books.clock.train_s, state.books.clock.broadcast_s = train_s, broadcast_s
         state._replan("periodic")
 
 
@@ -158,6 +165,19 @@ def test_a_worker_parked_long_enough_is_measured_again_when_that_could_change_th
     assert workers[1].throughput is None and "cheap" not in census.arrival_s and census.arrival_s["incumbent"] == 1.0
     apply(Decision(frozenset({"cheap"}), 4.0), workers, census.forget, now=320.0)
     assert not workers[0].active and workers[0].parked_at == 320.0 and workers[0].throughput == 0.5
+
+
+def test_stale_workers_are_measured_again_one_at_a_time_the_longest_parked_first():
+    """A thousand-worker fleet's parked workers fall stale together: all on probation at once had
+    run 400 workers where 60 covered the need (the consumer scenario, 3.49x the centralized cost)."""
+    policy = ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=1, headroom=1.0, remeasure_after_s=300.0)
+    incumbent = WorkerView("incumbent", 1.0, 5.0, True)
+    parked = [WorkerView(f"p{n}", 0.5, 0.5, False, arrival_s=90.0, parked_s=300.0 + n) for n in range(50)]
+    decision = decide(policy, [incumbent, *parked], 1.0, 0.0)
+    assert decision.remeasure == {"p49"} and decision.active == {"incumbent", "p49"}
+    newcomer = WorkerView("new", 0.5, None, True)  # one on probation already: nobody else is retried now
+    waiting = decide(policy, [incumbent, newcomer, *parked], 1.0, 0.0)
+    assert not waiting.remeasure and waiting.active == {"incumbent", "new"}
 
 
 def test_the_coordinator_measures_a_long_parked_worker_again():
@@ -345,9 +365,9 @@ def test_a_quarantined_worker_leaves_activation_billing_the_relay_plan_and_the_c
     assert set(state.fleet.billing.billing) == {honest.worker_id}  # stopped at the quarantine
     assert honest.active  # alone: it is the fleet, even short of the need
     publish(state, 1)
-    assert state.versions.spreading()
+    assert state.books.census.spreading()
     fetched(honest, 1, time.time())  # spread once the honest worker holds it: the other is not waited for
-    assert not state.versions.spreading() and len(state.disseminated) == 1
+    assert not state.books.census.spreading() and len(state.disseminated) == 1
 
 
 def test_a_fetch_reported_to_end_in_the_future_is_timed_when_the_report_arrived():
@@ -362,4 +382,4 @@ def test_a_fetch_reported_to_end_in_the_future_is_timed_when_the_report_arrived(
     far = time.time() + 80_000.0  # inside check_telemetry's day
     state.heartbeat(liar, 1, [TimelineEvent(kind="fetch", start=far - 1, end=far, version=1)])
     assert state.disseminated and state.disseminated[0] < 5.0  # timed at the report, not at its claim
-    assert state.versions.census.arrival_s[liar.worker_id] < 5.0
+    assert state.books.census.arrival_s[liar.worker_id] < 5.0

@@ -9,7 +9,7 @@ import pytest
 from echo2.config import ConfigError, load_config
 from echo2.core.lease_sizing import LOGIT_COPIES, USABLE_SHARE, DecodeFootprint, groups_that_fit
 from echo2.launch.train import run_spec
-from echo2.protocol import LeaseResponse, LeasedPrompt
+from echo2.protocol import LeasedPrompt, LeaseResponse
 from echo2.rollout.lease_generation import LeaseGenerator
 
 FOOTPRINT = DecodeFootprint(kv_bytes_per_token=1000, vocab_size=250)  # a row of 100 tokens: 100 kB + 4 kB
@@ -41,6 +41,7 @@ class Engine:
 
     def __init__(self, rows: int) -> None:
         self.rows, self.asked = rows, []
+        self.max_context = None
 
     def groups_that_fit(self, context_tokens: int, most: int) -> int:
         self.asked.append(context_tokens)

@@ -7,15 +7,16 @@ import torch
 
 pytest.importorskip("peft")
 
+from sampled_groups import sampled_groups  # noqa: E402
+
 from echo2.broadcast.payload import CorruptPayload, load_parameters, serialize_parameters, sha256  # noqa: E402
 from echo2.config import load_config  # noqa: E402
 from echo2.launch.train import adapter_spec, run_spec, run_training  # noqa: E402
 from echo2.learner.checkpoint import save_checkpoint  # noqa: E402
 from echo2.learner.trainer import Learner  # noqa: E402
-from echo2.model.lora import add_adapter  # noqa: E402
 from echo2.model.loading import load_model, load_tokenizer  # noqa: E402
+from echo2.model.lora import add_adapter  # noqa: E402
 from echo2.rollout.engines import load_engine  # noqa: E402
-from sampled_groups import sampled_groups  # noqa: E402
 
 LORA = ["learner.lora.enabled=true", "learner.lora.r=4", "learner.lr=1e-2", "rollout.group_size=4"]
 

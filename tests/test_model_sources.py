@@ -19,9 +19,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 import echo2.model.sources as sources
-from echo2.model.sources import (ModelSourceError, NamedSource, file_sha256, model_fingerprint,
-                                 resolve_model_path)
 from echo2.model.loading import load_model, load_tokenizer
+from echo2.model.sources import ModelSourceError, NamedSource, file_sha256, model_fingerprint, resolve_model_path
 
 needs_gguf = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="needs the gguf package")
 

@@ -68,7 +68,7 @@ def test_inserted_tokens_that_are_not_the_environments_answer_are_refused(playin
     with pytest.raises(Rejected) as refused:
         state.submit(worker, submission(lease, episode(truth), episode(truth)))
     assert refused.value.code == "unscorable" and why in refused.value.reason
-    assert len(state.ledger) == 0
+    assert len(state.books.ledger) == 0
 
 
 @pytest.mark.parametrize(("versions", "what"), [([1, 1], "must start at the lease's v0"), ([0, 3], "not pass v1"),
@@ -92,7 +92,7 @@ def test_staleness_counts_from_the_oldest_turn(playing):
     state.submit(worker, submission(lease, episode, episode))
     with pytest.raises(TimeoutError):
         state.take_batch(2, timeout_s=0.3, count=1)  # S = 1: a v0 group is too old for step 2
-    assert state.ledger.dropped_stale == 1
+    assert state.books.ledger.dropped_stale == 1
 
 
 def test_respond_is_only_for_the_workers_own_playing_lease_and_within_the_turn_limit(playing):

@@ -134,7 +134,7 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
     rng = random.Random(staleness)
     state = make_state(staleness=staleness, groups_per_step=3)
     sim = Simulation(scenario(recipe__staleness=staleness, recipe__learner__groups_per_step=3))
-    assert type(sim.books.ledger) is type(state.ledger)
+    assert type(sim.state.books.ledger) is type(state.books.ledger)
     oracle = Oracle(staleness, 3)
     worker = state.register("w")
     live_leases, sim_leases, step = [], [], 0
@@ -145,8 +145,8 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
             version = rng.randint(max(0, state.version - staleness - 1), state.version)
             wanted = rng.randint(1, 4)
             live = state.lease(worker, version, wanted, wait_s=0)
-            status = sim.books.ledger.grantable(version)
-            slots = list(sim.books.ledger.grant(version, wanted, lambda: None)) if status == "granted" else []
+            status = sim.state.books.ledger.grantable(version)
+            slots = list(sim.state.books.ledger.grant(version, wanted, lambda: None)) if status == "granted" else []
             assert live.status == status == oracle.status(version)
             assert [p.slot for p in live.prompts] == slots == oracle.grant(version, wanted)
             decisions += 1
@@ -159,16 +159,16 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
             if event == "submit":
                 submit_all(state, worker, live)
                 for slot in slots:
-                    sim.books.ledger.admit(slot, version, version)
+                    sim.state.books.ledger.admit(slot, version, version)
                     oracle.buffer.append((version, slot))
             else:
                 state.leases.get(live.lease_id).deadline = 0
                 state.reap()
-                sim.books.ledger.release(slots, front=True)
+                sim.state.books.ledger.release(slots, front=True)
                 oracle.useful -= len(slots)
                 worker.unfulfilled, worker.parked_until = 0, 0.0  # pacing alone: shares are tested apart
         elif event == "take":
-            sim_batch = sim.books.ledger.take(step, 3)
+            sim_batch = sim.state.books.ledger.take(step, 3)
             try:
                 live_batch = [g.version for g in state.take_batch(step, timeout_s=0)]
             except TimeoutError:
@@ -177,8 +177,8 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
             if live_batch is not None:
                 step += 1
                 publish(state, step)
-                sim.books.ledger.version = oracle.version = step
-        assert (state.ledger.useful_slots, state.ledger.dropped_stale) == (sim.books.ledger.useful_slots,
-                                                                           sim.books.ledger.dropped_stale)
-        assert state.ledger.useful_slots == oracle.useful
+                sim.state.books.ledger.version = oracle.version = step
+        assert (state.books.ledger.useful_slots, state.books.ledger.dropped_stale) == (sim.state.books.ledger.useful_slots,
+                                                                           sim.state.books.ledger.dropped_stale)
+        assert state.books.ledger.useful_slots == oracle.useful
     assert step >= 5 and decisions >= 100  # the sequence went through many steps, not one corner

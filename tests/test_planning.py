@@ -13,8 +13,14 @@ from echo2.cli import main
 from echo2.config import WorkerClass
 from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.broadcast_time import IN_FLIGHT, arrival_seconds, broadcast_seconds, staggered_broadcast_s
-from echo2.planning.capacity import (StepTimes, max_utilization, predicted_utilization, provisioning_need,
-                                     required_throughput, step_period)
+from echo2.planning.capacity import (
+    StepTimes,
+    max_utilization,
+    predicted_utilization,
+    provisioning_need,
+    required_throughput,
+    step_period,
+)
 from echo2.planning.inventory import Inventory, LearnerSpec, load_inventory
 from echo2.planning.provision import provision
 

@@ -16,6 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from sampled_groups import sampled_groups
 
 import echo2.learner.trainer as trainer_module
 from echo2.config import load_config
@@ -24,7 +25,6 @@ from echo2.learner.tally import IMPLAUSIBLE, NONFINITE
 from echo2.learner.trainer import Learner, require_finite
 from echo2.model.loading import load_model, load_tokenizer
 from echo2.protocol import MIN_LOGPROB, Completion
-from sampled_groups import sampled_groups
 
 REWARDS = [[1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]]
 

@@ -63,7 +63,6 @@ def test_format_reward_is_a_bonus_for_well_formed_answers_only():
     task = chain_sum(format_reward=0.25)
     example = task.eval_examples(1)[0]
     truth = json.loads(example.answer)["answer"]
-    assert task.reward_range == (0.0, 1.25)
     assert task.reward(example, truth) == 1.25
     assert task.reward(example, f"The answer is {truth}.") == 1.0
     assert task.reward(example, "12345678") == 0.25

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import make_state, prompt_stream, publish, submit_all, wait_for
 import pytest
+from conftest import make_state, prompt_stream, publish, submit_all, wait_for
 
 from echo2.config import load_config
 from echo2.launch.train import run_training
@@ -33,7 +33,7 @@ def test_snapshot_keeps_every_prompt_and_continues_the_stream():
     report = fresh.reliability()
     assert report["prompts_drawn"] == 6 and report["prompts_unaccounted"] == 0
     assert report["groups_trained"] == 2 and report["groups_buffered"] == 2
-    assert [e.prompt for e in fresh.ledger.requeued] == [p.prompt for p in in_flight.prompts]  # in flight: re-queued
+    assert [e.prompt for e in fresh.books.ledger.requeued] == [p.prompt for p in in_flight.prompts]  # in flight: re-queued
     assert report["leases_lost_in_restart"] == 1 and report["learner_restarts"] == 1
     # the stream continues exactly where the first state stopped drawing
     assert next(fresh.examples) == next(state.examples)

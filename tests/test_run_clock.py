@@ -53,16 +53,16 @@ def test_the_coordinator_keeps_the_clock_replans_with_it_and_reports_disseminati
     worker = state.register("w")
     worker.throughput = 100.0
     _step(state, worker, 1, 0.2)
-    assert 0.2 <= state.clock.train_s < 1.0
+    assert 0.2 <= state.books.clock.train_s < 1.0
     assert state.fleet.need is not None  # re-planned with the step it timed (replan_every = 1)
     fetched = time.time()  # a fetch ends before its report arrives (a later end counts as the arrival)
     state.heartbeat(worker, 1, [TimelineEvent(kind="fetch", start=fetched - 0.5, end=fetched, version=1)])
     [(who, kind, start, end, version)] = [line for line in intervals if line[0] == "broadcast"]
     assert (kind, version, end) == ("disseminate", 1, fetched)
     [latency] = state.stats(0.0, 1.0).disseminated
-    assert latency == pytest.approx(end - start) and state.clock.broadcast_s == pytest.approx(latency)
+    assert latency == pytest.approx(end - start) and state.books.clock.broadcast_s == pytest.approx(latency)
     assert state.stats(0.0, 1.0).disseminated == []  # reported once
-    assert state.resume_snapshot()["clock"] == state.clock.state()
+    assert state.resume_snapshot()["clock"] == state.books.clock.state()
 
 
 def _slow_clock(published):
@@ -80,7 +80,7 @@ def test_a_wrong_rule_in_the_clock_changes_the_coordinators_plan_and_the_simulat
         state = make_state(staleness=1)
         worker = state.register("w")
         _step(state, worker, 1, 0.1)
-        return state.clock.train_s
+        return state.books.clock.train_s
 
     def simulated_cheap_hours() -> float:  # the cheapest sufficient set for need = 32 / T_train x 1.1
         classes = [{"name": "cheap", "count": 10, "price_per_hour": 0.1, "rollouts_per_s": 10.0}]

@@ -29,7 +29,7 @@ def test_worker_seed_is_the_same_in_every_process():
 
 
 def test_hf_engine_draws_on_its_models_device_and_repeats_a_seed():
-    spec = RunSpec(model=SHIPPED_MODEL, dtype="float32", task="arithmetic", task_options={}, group_size=2,
+    spec = RunSpec(model=SHIPPED_MODEL, dtype="float32", group_size=2,
                    temperature=1.0, max_new_tokens=6, groups_per_lease=1, protocol="async", staleness=1,
                    fetch_delay_s=0.0, broadcast_stall_s=5.0, broadcast_timeout_s=30.0, heartbeat_interval_s=1.0,
                    seed=0)

@@ -129,7 +129,7 @@ def test_a_submission_whose_verdict_stalls_is_refused_and_the_next_one_is_scored
         state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, generate_seconds=0.1,
                                            groups=[GroupResult(slot=prompt.slot, completions=stalled)]))
     assert time.monotonic() - started < 10
-    assert refused.value.code == "scoring_overrun" and len(state.ledger) == 0
+    assert refused.value.code == "scoring_overrun" and len(state.books.ledger) == 0
     assert state.reliability()["groups_rejected"] == {"scoring_overrun": 1}  # told apart from a failing verifier
     assert state.leases.get(lease.lease_id).state == "active"
     publish(state, 1)

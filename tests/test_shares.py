@@ -6,10 +6,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-import pytest
 from conftest import make_state, publish, submit_all, valid_submission
 
-from echo2.coordinator.records import Rejected
 from echo2.core.shares import TRIAL_FLOOR_S, SharePolicy, deadline_s, group_seconds, lease_size, parked_for
 
 POLICY = SharePolicy(groups_per_lease=8, window_share=0.5)
@@ -100,7 +98,7 @@ def hoarder_and_honest(staleness=1, groups_per_step=4):
 
 
 def expire_all(state, worker):
-    for lease in state.leases.active(worker.worker_id):
+    for lease in state.books.active_leases(worker.worker_id):
         lease.deadline = 0
     state.reap()
 
@@ -130,9 +128,9 @@ def test_a_newcomers_slot_is_lent_so_the_others_keep_the_whole_window_while_it_h
         worker.proven = True
     assert len(state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1
     granted = [len(state.lease(worker, 0, 4, wait_s=0).prompts) for worker in honest]
-    assert granted == [4, 4] and state.ledger.useful_slots == 8  # the newcomer's slot is not counted
+    assert granted == [4, 4] and state.books.ledger.useful_slots == 8  # the newcomer's slot is not counted
     expire_all(state, newcomer)
-    assert state.ledger.useful_slots == 8 and not state.ledger.lent
+    assert state.books.ledger.useful_slots == 8 and not state.books.ledger.lent
 
 
 def test_a_hoarder_holds_at_most_its_share_and_the_others_keep_working():
@@ -183,7 +181,7 @@ def test_expiring_leases_throttle_then_park_a_worker_and_a_submission_clears_it(
 def train_one_step(state) -> None:
     """The learner takes what is buffered for its next step and publishes the version it trained."""
     step = state.version
-    state.take_batch(step, timeout_s=1, count=len(state.ledger))
+    state.take_batch(step, timeout_s=1, count=len(state.books.ledger))
     publish(state, step + 1)
 
 
@@ -204,9 +202,9 @@ def test_a_hoarder_that_returns_with_junk_too_old_to_train_earns_nothing():
     submit_all(state, honest, state.lease(honest, worker_version=3, max_groups=1, wait_s=0))
     state.take_batch(3, timeout_s=1, count=1)  # drops the hoarder's v0 group as stale, trains the honest one
     publish(state, 4)
-    assert state.ledger.dropped_stale == 1 and not hoarder.proven and hoarder.unfulfilled == 1
+    assert state.books.ledger.dropped_stale == 1 and not hoarder.proven and hoarder.unfulfilled == 1
     assert state.lease(hoarder, worker_version=4, max_groups=4096, wait_s=0).status == "parked"
     assert hoarder.parked_until - time.monotonic() > 50  # the run's lease timeout, 60 s
     hoarder.parked_until = 0.0
     again = state.lease(hoarder, worker_version=4, max_groups=4096, wait_s=0)
-    assert len(again.prompts) == 1 and state.ledger.lent  # still on trial: one lent group
+    assert len(again.prompts) == 1 and state.books.ledger.lent  # still on trial: one lent group

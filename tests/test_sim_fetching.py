@@ -30,18 +30,18 @@ def fetch_times(workers: int, fan_out: int = 1, start: list[int] | None = None,
     }, "fetching"), timeline_workers=0)
     done: dict[int, float] = {}
     sim.lease_loop.fetches._fetched = lambda worker, epoch, version, begin: done.setdefault(
-        sim.books.workers.index(worker), sim.books.queue.now)
-    for worker in sim.books.workers:
+        sim.state.workers.index(worker), sim.state.queue.now)
+    for worker in sim.state.workers:
         sim.lease_loop.run_worker(worker, holding=0)
         worker.phase = "generate"
-    sim.books.census.publish(1, 0.0)
-    sim.books.published_times.append(0.0)
-    sim.books.ledger.version = 1
+    sim.state.books.census.publish(1, 0.0)
+    sim.state.published_times.append(0.0)
+    sim.state.books.ledger.version = 1
     for index in range(workers) if start is None else start:
-        sim.lease_loop.fetches.begin(sim.books.workers[index], 0.0)
+        sim.lease_loop.fetches.begin(sim.state.workers[index], 0.0)
     if die is not None:
-        sim.books.queue.at(die[1], sim.lease_loop.stop_running, sim.books.workers[die[0]])
-    sim.books.queue.run(until=lambda: False)
+        sim.state.queue.at(die[1], sim.lease_loop.stop_running, sim.state.workers[die[0]])
+    sim.state.queue.run(until=lambda: False)
     return done
 
 

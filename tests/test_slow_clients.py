@@ -12,8 +12,8 @@ from conftest import make_state
 
 from echo2.coordinator.app import create_app
 from echo2.coordinator.server import CoordinatorServer
-from echo2.protocol import AUTH_HEADER, LeaseRequest, RegisterRequest
 from echo2.net.ratelimit import RateLimiter
+from echo2.protocol import AUTH_HEADER, LeaseRequest, RegisterRequest
 from echo2.rollout.client import CoordinatorClient
 
 

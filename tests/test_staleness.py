@@ -4,9 +4,9 @@ import pytest
 import torch
 from conftest import make_state, publish, submit_all
 
-from echo2.core import staleness as rule
 from echo2.broadcast.publisher import Publisher
 from echo2.config import BroadcastConfig
+from echo2.core import staleness as rule
 
 
 def test_is_fresh():
@@ -66,8 +66,8 @@ def test_stale_groups_are_dropped_counted_and_requeued():
     # pretend the learner jumped to step 2: every v0 group is now older than S = 1
     with pytest.raises(TimeoutError, match="waited"):
         state.take_batch(step=2, timeout_s=0.1)
-    assert state.ledger.dropped_stale == 4
-    assert state.ledger.useful_slots == 0  # dropped slots no longer count against the window
+    assert state.books.ledger.dropped_stale == 4
+    assert state.books.ledger.useful_slots == 0  # dropped slots no longer count against the window
     publish(state, 2)
     again = state.lease(worker, worker_version=2, max_groups=4, wait_s=0)
     assert {p.prompt for p in again.prompts} == prompts  # no prompt lost

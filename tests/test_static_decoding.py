@@ -7,13 +7,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
 from transformers.integrations.sdpa_attention import repeat_kv
 
 from echo2.model import decoding
 from echo2.model.decoding import CACHE_BUCKET, StaticDecoder, grouped_decode_attention
-from echo2.model.sampling import Samples, sample
 from echo2.model.lora import MergedCopy, add_adapter
+from echo2.model.sampling import Samples, sample
 from echo2.protocol import AdapterSpec
 
 PAD, EOS = 0, 1

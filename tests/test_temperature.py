@@ -15,8 +15,8 @@ from echo2.learner.logprobs import completion_scores
 from echo2.learner.trainer import Learner
 from echo2.learner.verification import AuditPolicy, Verifier
 from echo2.learner.version_cache import VersionCache
-from echo2.model.sources import SHIPPED_MODEL
 from echo2.model.loading import load_model, load_tokenizer
+from echo2.model.sources import SHIPPED_MODEL
 from echo2.protocol import RunSpec
 from echo2.rollout.engines.hf import HfEngine
 from echo2.tasks import Example
@@ -34,7 +34,7 @@ def shipped():
 def worker_samples(shipped):
     """A group sampled by the worker's engine in a run at ``TEMPERATURE``."""
     _, tokenizer = shipped
-    spec = RunSpec(model=SHIPPED_MODEL, dtype="float32", task="arithmetic", task_options={}, group_size=4,
+    spec = RunSpec(model=SHIPPED_MODEL, dtype="float32", group_size=4,
                    temperature=TEMPERATURE, max_new_tokens=8, groups_per_lease=1, protocol="async", staleness=1,
                    fetch_delay_s=0.0, broadcast_stall_s=5.0, broadcast_timeout_s=30.0, heartbeat_interval_s=1.0,
                    seed=0)

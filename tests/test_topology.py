@@ -4,7 +4,15 @@ an order that measurement noise does not reshuffle."""
 import pytest
 
 from echo2.broadcast.topology import (
-    LEARNER, REORDER_TOLERANCE, Node, children_of, depth, parent_of, plan_tree, relay_order, star_plan,
+    LEARNER,
+    REORDER_TOLERANCE,
+    Node,
+    children_of,
+    depth,
+    parent_of,
+    plan_tree,
+    relay_order,
+    star_plan,
 )
 
 

@@ -9,11 +9,11 @@ from conftest import make_state, submit_all
 
 from echo2.coordinator.records import Rejected
 from echo2.exchange import Group
-from echo2.model.sampling import sample
-from echo2.learner.verification import AuditResult, AuditPolicy, AuditRates, Verifier
+from echo2.learner.verification import AuditPolicy, AuditRates, AuditResult, Verifier
 from echo2.learner.version_cache import VersionCache
-from echo2.model.lora import MergedCopy, add_adapter
 from echo2.model.loading import SHIPPED_MODEL, load_model, load_tokenizer
+from echo2.model.lora import MergedCopy, add_adapter
+from echo2.model.sampling import sample
 from echo2.protocol import AdapterSpec
 from echo2.tasks import Example
 
@@ -325,8 +325,8 @@ def test_the_learner_keeps_the_versions_of_the_whole_window_for_its_audits(shipp
     from types import SimpleNamespace
 
     from echo2.config import load_config
-    from echo2.learner.loop import LearnerLoop
     from echo2.core.staleness import is_fresh
+    from echo2.learner.loop import LearnerLoop
 
     old, _, tokenizer = shipped
     config = load_config(overrides=[f"staleness={staleness}", "telemetry.progress=false"])

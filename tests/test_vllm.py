@@ -47,8 +47,8 @@ def test_vllm_outputs_become_samples_with_the_sampled_tokens_logprobs():
 def test_a_lora_payload_becomes_a_peft_adapter_folder(tmp_path):
     """What the vLLM engine hands vLLM's LoRA loader is a folder peft itself loads back exactly."""
     peft = pytest.importorskip("peft")
-    from echo2.model.lora import add_adapter
     from echo2.model.loading import load_model
+    from echo2.model.lora import add_adapter
 
     spec = adapter_spec(load_config(overrides=["learner.lora.enabled=true", "learner.lora.r=4"]))
     model = add_adapter(load_model("echo2/tiny-arith"), spec)

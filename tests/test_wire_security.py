@@ -31,13 +31,13 @@ from echo2.config import BroadcastConfig, dump_config, load_config
 from echo2.coordinator.app import MAX_BODY_BYTES, create_app
 from echo2.coordinator.server import CoordinatorServer
 from echo2.net.guard import broadcast_credential
-from echo2.protocol import AUTH_HEADER, RegisterRequest
 from echo2.net.redact import REDACTED, SESSION_CREDENTIAL, redact_logs, remove_redaction
+from echo2.net.serving import BackgroundServer
+from echo2.net.tls import certificate_fingerprint
+from echo2.protocol import AUTH_HEADER, RegisterRequest
 from echo2.report.data import redacted_config_text
 from echo2.rollout.client import CoordinatorClient, CoordinatorUntrusted
 from echo2.rollout.options import WorkerOptions
-from echo2.net.serving import BackgroundServer
-from echo2.net.tls import certificate_fingerprint
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
 from attackers.wire import chunked_body  # noqa: E402
@@ -267,7 +267,7 @@ def test_tls_coordinator_with_pinned_and_ca_checked_workers(tmp_path):
             if "pin_sha256" in verify:
                 assert f"presented a certificate with SHA-256 {pin}" in str(refused.value)
             client.close()
-        assert state.counters["workers_registered"] == 3
+        assert state.books.counters.workers_registered == 3
         with pytest.raises(ValueError, match="not https"):
             WorkerOptions(coordinator="http://127.0.0.1:1", token=RUN_TOKEN, pin_sha256=[pin])
     finally:

@@ -9,14 +9,21 @@ import os
 from pathlib import Path
 
 from attack_runs import AVAILABILITY_KINDS
-from attackers.availability import (attack_bad_relay, attack_flood, attack_recycled_hoarders, attack_swarm,
-                                    probe_heartbeats)
+
+from attackers.availability import (
+    attack_bad_relay,
+    attack_flood,
+    attack_recycled_hoarders,
+    attack_swarm,
+    probe_heartbeats,
+)
 from attackers.engine import engine_attacker
 from attackers.protocol import attack_fabricate, attack_late_lease, attack_replay, attack_sybil_fabricate
 from attackers.relay import attack_relay
 from attackers.session import TOKEN_ENV, EventLog, Session, wait_for_training
 from attackers.trust import attack_hoarder, attack_resume_claim, attack_telemetry
-from attackers.wire import attack_flood as attack_registrations, attack_oversize, attack_slowloris
+from attackers.wire import attack_flood as attack_registrations
+from attackers.wire import attack_oversize, attack_slowloris
 
 
 def attacker_main(argv: list[str]) -> None:

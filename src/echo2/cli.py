@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from echo2.learner import interrupts
 from echo2.config import ConfigError, load_config
+from echo2.learner import interrupts
 
 if TYPE_CHECKING:
     from echo2.rollout.options import WorkerOptions
@@ -102,10 +102,10 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from echo2.model.evaluation import evaluate
     from echo2.learner.precision import ComputePrecision
-    from echo2.model.lora import for_sampling
+    from echo2.model.evaluation import evaluate
     from echo2.model.loading import load_model, load_tokenizer, pin_threads
+    from echo2.model.lora import for_sampling
     from echo2.tasks import load_task
 
     checkpoint = Path(args.checkpoint)
@@ -153,7 +153,7 @@ def _plan(args: argparse.Namespace) -> int:
     from echo2.planning.calibration import inventory_for, load_calibration
     from echo2.planning.inventory import load_inventory
     from echo2.planning.report import plan_lines
-    from echo2.simulation.predict import fluid_model_limit, simulated_figures
+    from echo2.simulation.predict import fluid_model_limit, predict_config
 
     config = load_config(args.config, args.overrides)
     try:
@@ -163,11 +163,10 @@ def _plan(args: argparse.Namespace) -> int:
         print(f"echo2 plan: {error}", file=sys.stderr)
         return 2
     print("\n".join(plan_lines(config, inventory)))
-    limit = fluid_model_limit(config) if calibration else None
-    if limit:
-        utilization, step_s = simulated_figures(config, calibration)
-        print(f"\nthe config as given is {limit}; simulated instead (echo2 simulate --calibration): "
-              f"utilization {100 * utilization:.1f}%, {step_s:.2f}s per step")
+    prediction = predict_config(config, calibration) if calibration else None
+    if prediction is not None and prediction.method == "simulated":
+        print(f"\nthe config as given is {fluid_model_limit(config)}; simulated instead (echo2 simulate "
+              f"--calibration): utilization {100 * prediction.utilization:.1f}%, {prediction.step_s:.2f}s per step")
     return 0
 
 

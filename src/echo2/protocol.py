@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -106,8 +106,6 @@ class RunSpec(Message):
 
     model: str
     dtype: str
-    task: str
-    task_options: dict[str, Any]
     group_size: int
     temperature: float
     max_new_tokens: int
@@ -119,8 +117,9 @@ class RunSpec(Message):
     broadcast_timeout_s: float
     heartbeat_interval_s: float
     seed: int
-    engine: Literal["hf", "vllm"] = "hf"
-    """Rollout engine (:mod:`echo2.rollout.engines`): ``hf`` (portable default) or ``vllm`` (GPU)."""
+    engine: str = "hf"
+    """Rollout engine (:mod:`echo2.rollout.engines`): ``hf`` (portable default), ``vllm`` (GPU), or
+    ``module:Class`` (the run's own, importable on the worker)."""
     adapter: AdapterSpec | None = None
     """LoRA runs: versions carry only this adapter, applied to the worker's own copy of ``model``."""
     max_turns: int = Field(1, ge=1)

@@ -42,7 +42,7 @@ import httpx
 from pydantic import ValidationError
 
 from echo2.broadcast.chunk_store import ChunkStore, UnknownVersion
-from echo2.broadcast.errors import BroadcastCancelled, BroadcastError, BroadcastTimeout, VersionSuperseded, error_code
+from echo2.broadcast.errors import BroadcastCancelled, BroadcastTimeout, VersionSuperseded, error_code
 from echo2.broadcast.integrity import CorruptPayload
 from echo2.broadcast.manifest import Manifest
 from echo2.broadcast.relay import HELD_HEADER, PREFIX

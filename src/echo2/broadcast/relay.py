@@ -42,8 +42,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from echo2.broadcast.chunk_store import ChunkStore, StoreClosed, VersionEvicted
 from echo2.broadcast.throttle import Throttle
 from echo2.net.guard import Guard, Refusal, same_secret, unauthorized
-from echo2.protocol import AUTH_HEADER
 from echo2.net.serving import BackgroundServer
+from echo2.protocol import AUTH_HEADER
 
 PREFIX = "/v1/broadcast"
 #: Where a relay says whose it is (the coordinator's reachability check).

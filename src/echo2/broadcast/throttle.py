@@ -38,7 +38,6 @@ class Throttle:
         self.latency_s = latency_s
         self._lock = threading.Lock()
         self._next_free = 0.0  # monotonic time at which everything reserved so far has gone out
-        self.bytes_scheduled = 0
         self._sent_bytes = 0
         self._sending_seconds = 0.0
 
@@ -62,7 +61,6 @@ class Throttle:
     def schedule(self, nbytes: int) -> float:
         """Reserve the link for ``nbytes`` after all earlier reservations; returns the reservation's start."""
         with self._lock:
-            self.bytes_scheduled += nbytes
             if self.rate is None:
                 return time.monotonic()
             start = max(time.monotonic(), self._next_free)

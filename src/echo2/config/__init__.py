@@ -15,9 +15,24 @@ Every field is documented where it is declared (the docstring under it becomes i
 from echo2.config.base import ConfigError, Section, apply_override, first_error, merge, read_yaml
 from echo2.config.fleet import ActivationRule, LearnerHardware, LocalWorkerSpec, WorkerClass
 from echo2.config.learner import OBJECTIVE_DEFAULTS, EchoClipConfig, LearnerConfig, LoraConfig
-from echo2.config.run import (ActivationConfig, BroadcastConfig, CheckpointConfig, Config, CoordinatorConfig,
-                              EvalConfig, ModelConfig, RayConfig, RolloutConfig, RunConfig, TaskConfig,
-                              TelemetryConfig, VerificationConfig, WorkersConfig, dump_config, load_config)
+from echo2.config.run import (
+                              ActivationConfig,
+                              BroadcastConfig,
+                              CheckpointConfig,
+                              Config,
+                              CoordinatorConfig,
+                              EvalConfig,
+                              ModelConfig,
+                              RayConfig,
+                              RolloutConfig,
+                              RunConfig,
+                              TaskConfig,
+                              TelemetryConfig,
+                              VerificationConfig,
+                              WorkersConfig,
+                              dump_config,
+                              load_config,
+)
 
 __all__ = [
     "ActivationConfig", "ActivationRule", "BroadcastConfig", "CheckpointConfig", "Config", "ConfigError",

@@ -8,6 +8,9 @@ fail with a one-line message naming the key, and ``a.b.c=value`` overrides (list
 
 from __future__ import annotations
 
+import importlib
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,28 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 class ConfigError(ValueError):
     """A config problem, stated in one line that names the offending key."""
+
+
+#: A value naming code of the user's own: ``package.module:name``.
+IMPORT_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def import_path(path: str, what: str) -> Any:
+    """The object ``module:name`` names (a task, an objective, an engine of the user's own, imported
+    where it is used), or a ValueError saying ``what`` could not be imported."""
+    module_name, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"{what}: cannot import it ({error})") from None
+
+
+def builtin_or_path(value: str, builtins: Iterable[str], key: str, kind: str) -> str:
+    """``value`` if it is one of ``builtins`` or an import path (:data:`IMPORT_PATH`), else the
+    error naming ``key`` and what it may be (a ``kind``)."""
+    if value in builtins or IMPORT_PATH.fullmatch(value):
+        return value
+    raise ValueError(f"{key}={value!r}: not a built-in {kind} ({', '.join(builtins)}) nor a module:name path")
 
 
 class Section(BaseModel):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from echo2.config.base import Section
-
+from echo2.config.base import Section, builtin_or_path
 
 #: Published hyper-parameters of each objective (docs/objectives.md), used for the learner fields
 #: a config leaves unset: PPO clip ranges, std normalisation of advantages, DAPO's dynamic
@@ -94,11 +93,12 @@ class LearnerConfig(Section):
     the policy version still advances by one per learner step."""
     epochs: int = Field(1, ge=1)
     """Passes over a step's batch (PPO epochs)."""
-    loss: Literal["grpo", "dr_grpo", "dapo", "gspo"] = "grpo"
+    loss: str = "grpo"
     """Objective (:mod:`echo2.learner.objectives`, docs/objectives.md): ``grpo`` (DeepSeekMath),
     ``dr_grpo`` (no length or std normalisation), ``dapo`` (clip-higher, token-level mean,
-    overlong shaping, dynamic sampling), ``gspo`` (sequence-level ratio). Fields left unset take
-    the objective's published values (``OBJECTIVE_DEFAULTS``)."""
+    overlong shaping, dynamic sampling), ``gspo`` (sequence-level ratio), or ``module:name``
+    naming an :class:`echo2.learner.objectives.Objective` of your own. Fields left unset take the
+    objective's published values (``OBJECTIVE_DEFAULTS``; grpo's for one of your own)."""
     clip_low: float = Field(0.2, ge=0)
     """PPO clip: a token whose ratio fell below ``1 - clip_low`` gets no gradient when its advantage
     is negative. Unset: the objective's value (0.2; gspo 3e-4)."""
@@ -165,6 +165,11 @@ class LearnerConfig(Section):
         """The learning rate AdamW uses: the adapter's own when a LoRA run sets one."""
         return self.lora.lr if self.lora.enabled and self.lora.lr is not None else self.lr
 
+    @field_validator("loss")
+    @classmethod
+    def _known_objective(cls, loss: str) -> str:
+        return builtin_or_path(loss, OBJECTIVE_DEFAULTS, "learner.loss", "objective")
+
     @model_validator(mode="before")
     @classmethod
     def _objective_defaults(cls, data: Any) -> Any:
@@ -178,4 +183,4 @@ class LearnerConfig(Section):
         """The overlong buffer in tokens for completions of at most ``max_new_tokens``."""
         if self.overlong_buffer is not None:
             return min(self.overlong_buffer, max_new_tokens)
-        return round(OBJECTIVE_DEFAULTS[self.loss]["overlong_share"] * max_new_tokens)
+        return round(OBJECTIVE_DEFAULTS.get(self.loss, OBJECTIVE_DEFAULTS["grpo"])["overlong_share"] * max_new_tokens)

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from echo2.config.asynchrony import Asynchrony
-from echo2.config.base import ConfigError, Section, apply_override, describe, read_yaml
+from echo2.config.base import ConfigError, Section, apply_override, builtin_or_path, describe, read_yaml
 from echo2.config.evaluation import EvalConfig
 from echo2.config.fleet import ActivationRule, LocalWorkerSpec
 from echo2.config.learner import LearnerConfig
@@ -66,12 +66,19 @@ class RolloutConfig(Section):
     staleness window (``(S + 1) * B``; the coordinator still cuts it to the worker's share of the
     window while others are live), its first lease one group, whose prompts size the next
     (:mod:`echo2.core.lease_sizing`). A GPU decodes 1024 rows about as fast per step as 64."""
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: str = "hf"
     """Workers' generation engine: ``hf`` (the model in the worker process, any device; the
-    default) or ``vllm`` (vLLM on a CUDA GPU, ``pip install 'echo2[vllm]'``)."""
+    default), ``vllm`` (vLLM on a CUDA GPU, ``pip install 'echo2[vllm]'``), or ``module:Class``
+    naming an engine of your own (:class:`echo2.rollout.engines.Engine`: every method the worker
+    calls), importable on every worker's machine."""
     swap_between_turns: bool = True
     """Episodes (``docs/environments.md``), async protocol: a worker loads a newer version between
     two turns of an episode (each turn records its version; staleness counts from the first)."""
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, engine: str) -> str:
+        return builtin_or_path(engine, ("hf", "vllm"), "rollout.engine", "engine")
 
 
 class WorkersConfig(Section):

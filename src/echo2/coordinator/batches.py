@@ -3,14 +3,10 @@ it that are not trained after all (filtered, unauditable, or from a quarantined 
 
 from __future__ import annotations
 
-import logging
 import time
 
 from echo2.coordinator.membership import Membership
-from echo2.core.shares import delivered, dropped_stale
 from echo2.exchange import GiveBack, Group, NoBatch
-
-log = logging.getLogger("echo2")
 
 #: How long the learner waits for a batch before the dashboard says so: waits of a second or two
 #: between steps are a starved learner's normal, not news.
@@ -31,41 +27,20 @@ class LearnerSide(Membership):
         count = self.groups_per_step if count is None else count
         deadline = time.monotonic() + timeout_s
         with self.cond:
-            while (batch := self.ledger.take(step, count, self._dropped_stale)) is None:
+            while (batch := self.books.take(step, count, time.monotonic())) is None:
                 if self.waiting_since is None or self.waiting_since[0] != step:
                     self.waiting_since = (step, time.monotonic())
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise NoBatch(
                         f"waited {timeout_s:.0f}s for {count} rollout groups for step {step} "
-                        f"(have {len(self.ledger)}; {len(self.registry.live())} live workers)", self.data_wait())
+                        f"(have {len(self.books.ledger)}; {len(self.registry.live())} live workers)", self.data_wait())
                 self.cond.wait(min(remaining, 0.5))
                 self.reap()
             self.waiting_since = None
-            self.clock.batch_taken(time.time())
             for group in batch:
-                self.counters["groups_trained_twice"] += not self.trained.add(group.example)
-            self.counters["groups_trained"] += len(batch)
-            self.in_training += batch
+                self.books.counters.groups_trained_twice += not self.trained.add(group.example)
             return batch
-
-    def _dropped_stale(self, group: Group) -> None:
-        """``group`` was too old to train (call locked): its worker's miss, if it is on trial or slowed."""
-        record = self.registry.workers.get(group.worker_id)  # None: a group of the learner before a resume
-        if record is not None and not record.quarantined:
-            covered = self.registry.others_proven(record)
-            if parked_s := dropped_stale(self.shares, record, covered, time.monotonic(), self.leases.timeout_s):
-                log.warning("worker %s on trial submitted a group too old to train: parked for %.0f s",
-                            record.name, parked_s)
-
-    def _deliver_trained(self) -> None:
-        """The groups taken since the last publish were trained (call locked, at the publish): their
-        workers delivered."""
-        for group in self.in_training:
-            record = self.registry.workers.get(group.worker_id)  # None: a group of the learner before a resume
-            if record is not None and not record.quarantined:
-                delivered(record)
-        self.in_training = []
 
     def data_wait(self) -> str | None:
         """Why the learner is not training, once it has waited :data:`WAIT_WORTH_SAYING_S` for a
@@ -76,7 +51,7 @@ class LearnerSide(Membership):
                 return None
             step, since = self.waiting_since
             silent = sum(1 for r in self.registry.records() if not r.alive and not r.left and not r.quarantined)
-            return (f"waiting {time.monotonic() - since:.0f}s for step {step}'s data: {len(self.ledger)} groups "
+            return (f"waiting {time.monotonic() - since:.0f}s for step {step}'s data: {len(self.books.ledger)} groups "
                     f"buffered (a step takes {self.groups_per_step}), {len(self.registry.live())} live workers"
                     + (f", {silent} declared dead (silent)" if silent else ""))
 
@@ -93,11 +68,13 @@ class LearnerSide(Membership):
         """
         with self.cond:
             given = {id(group) for group in groups}
-            self.in_training = [g for g in self.in_training if id(g) not in given]
+            self.books.in_training = [g for g in self.books.in_training if id(g) not in given]
             if reason == "filtered":
-                self._drop_taken(groups, requeue=False, counter="groups_filtered")
+                self._drop_taken(groups, requeue=False)
+                self.books.counters.groups_filtered += len(groups)
             elif reason == "unauditable":
-                self._drop_taken(groups, requeue=True, counter="groups_discarded_unauditable")
+                self._drop_taken(groups, requeue=True)
+                self.books.counters.groups_discarded_unauditable += len(groups)
             else:
                 for worker_id in dict.fromkeys(group.worker_id for group in groups):
                     self.quarantine(worker_id, why, taken=[g for g in groups if g.worker_id == worker_id])

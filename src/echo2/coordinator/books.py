@@ -1,5 +1,8 @@
-"""The coordinator's books, one lock over them: the registry, the leases, the pacing ledger, the
-versions, the run clock, activation and the counters, and the few moves every side makes on them.
+"""The coordinator's books, one lock over them: the run's books (:class:`echo2.core.books.Books`:
+the pacing ledger, the shares, the run clock, the census, the active leases, the counters — the
+simulator keeps the same object) and the coordinator's own parts beside them: the registry and
+credentials, every lease by id, the versions and their relay plans, activation and billing,
+scoring, the data cursor; and the few moves every layer makes on them.
 
 Each kind of request is a layer over these books: the workers' comings and goings
 (:mod:`~echo2.coordinator.membership`), then their leases and submissions
@@ -9,28 +12,30 @@ joined in :class:`echo2.coordinator.state.CoordinatorState`. Each layer imports 
 
 from __future__ import annotations
 
+import logging
+import secrets
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 
 from echo2.broadcast.topology import Planner, star_plan
 from echo2.coordinator.cursor import CountingStream, TrainedDraws
 from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.leases import LeaseBook
-from echo2.coordinator.records import Lease, Limits
+from echo2.coordinator.records import Lease, Limits, WorkerRecord
 from echo2.coordinator.registry import WorkerRegistry
 from echo2.coordinator.relay_check import RelayChecker
 from echo2.coordinator.scoring import Environment, Scorer, Scoring
 from echo2.coordinator.versions import VersionBook
-from echo2.core.pacing import PacingLedger
-from echo2.core.run_clock import RunClock
+from echo2.core.books import Books as RunBooks
 from echo2.core.shares import SharePolicy
-from echo2.net.ratelimit import RateLimiter
 from echo2.exchange import Group
+from echo2.net.ratelimit import RateLimiter
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec
 from echo2.tasks import Example
+
+log = logging.getLogger("echo2")
 
 #: Timeline events one worker may write into ``timeline.jsonl`` (burst, per minute): 20 a second,
 #: far above an honest worker's one interval per lease or fetch. A line is about 120 bytes, so a
@@ -72,27 +77,30 @@ class Books:
         trial_seats: int = TRIAL_SEATS,
     ) -> None:
         self.spec, self.limits = spec, limits
-        self.shares = SharePolicy(groups_per_lease=spec.groups_per_lease, window_share=window_share,
-                                  grows_with_delivery=spec.size_leases_to_device)
         self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.on_interval = on_interval
         self.fleet = fleet or Fleet(ActivationPolicy(enabled=False, rollouts_per_step=1, staleness=spec.staleness))
-        self.clock = RunClock(replan_every)
         self.disseminated: list[float] = []
         """Dissemination latencies of the versions that finished spreading since the last report."""
         self.cond = threading.Condition(threading.RLock())
         self.examples = examples if isinstance(examples, CountingStream) else CountingStream(examples)
         self.trained = TrainedDraws()
-        self.in_training: list[Group] = []
-        """Groups the learner took since its last publish and did not give back: trained by then."""
         self.registry = WorkerRegistry(run_token)
+        self.books: RunBooks[WorkerRecord, Group] = RunBooks(
+            self.registry.workers, lambda group: group.worker_id, staleness=spec.staleness,
+            groups_per_step=groups_per_step, group_size=limits.group_size,
+            shares=SharePolicy(groups_per_lease=spec.groups_per_lease, window_share=window_share,
+                               grows_with_delivery=spec.size_leases_to_device),
+            lease_timeout_s=lease_timeout_s, replan_every=replan_every, lease_ids=lambda: secrets.token_hex(8),
+            on_parked=lambda record, seconds, why: log.warning("worker %s %s: parked for %.0f s", record.name, why,
+                                                               seconds))
+        """The run's books (:class:`echo2.core.books.Books`, the simulator's too), in ``time.monotonic()``
+        seconds; a slot carries the task's example, a group is a :class:`Group`."""
         self.relay_checker = RelayChecker(self.registry.broadcast_token, self._relay_verdict) if check_relays else None
-        self.leases = LeaseBook(lease_timeout_s)
-        self.ledger: PacingLedger[Example, Group] = PacingLedger(spec.staleness, groups_per_step)
+        self.leases = LeaseBook(self.books.rejected)
         self.versions = VersionBook(planner, spec.staleness)
-        self.finished = False
         self.trial_seats = trial_seats
         """Identities on trial admitted at once, at least (:data:`TRIAL_SEATS`, or the local workers)."""
         self.timeline_budget = RateLimiter(*TIMELINE_EVENTS)
@@ -100,8 +108,6 @@ class Books:
         self.long_polls = 0
         """Lease requests held open now (:mod:`~echo2.coordinator.work`: bounded)."""
         self._reaped_at = 0.0
-        self.counters: Counter[str] = Counter()
-        self.rejected = self.leases.rejected  # submissions refused, by code
 
     def _relay_verdict(self, worker_id: str, reachable: bool, why: str) -> None:
         with self.cond:
@@ -109,7 +115,11 @@ class Books:
 
     @property
     def version(self) -> int:
-        return self.ledger.version
+        return self.books.version
+
+    @property
+    def finished(self) -> bool:
+        return self.books.finished
 
     def _replan(self, reason: str) -> None:
         """Re-decide the active set after the fleet changed (call locked). A worker no longer at
@@ -118,36 +128,33 @@ class Books:
         load once at work, as in the simulator (a parked worker asking only when its held request
         times out is not timed by that). The versions that its leaving lets reach the whole fleet
         are timed at once."""
-        self.fleet.replan(self.registry.records(), self.clock.train_s, self.clock.broadcast_s,
-                          self.versions.census, reason=reason)
+        self.fleet.replan(self.registry.records(), self.books.clock, self.books.census, reason=reason)
         now = time.time()
         for record in self.registry.records():
             if not record.at_work:
-                self.versions.gone(record.worker_id, now)
+                self._census(record, None, now)
         self._time_dissemination()
 
-    def _time_dissemination(self) -> None:
-        """Versions that now reached every live worker (:meth:`VersionBook.pop_disseminated`): on
-        the timeline, into the run clock, and into the next report (call locked)."""
-        done = self.versions.pop_disseminated()
-        for reached in done:
+    def _census(self, record: WorkerRecord, version: int | None, at: float) -> None:
+        """``record`` holds ``version`` (None: none) in the books' census from ``at`` (wall time);
+        each version that thereby reached the fleet goes on the timeline (call locked)."""
+        for reached in self.books.hold(record, version, at):
             self.on_interval("broadcast", "disseminate", reached.published, reached.reached, reached.version)
-        latencies = [reached.reached - reached.published for reached in done]
-        self.clock.disseminated(latencies)
-        self.disseminated += latencies
 
-    def _expire(self, lease: Lease) -> None:
-        lease.state = "expired"
-        self.counters["leases_expired"] += 1
-        self.ledger.release(lease.examples, front=True)
+    def _time_dissemination(self) -> None:
+        """The disseminations completed since the last call: into the run clock and the next report (call locked)."""
+        self.disseminated += self.books.time_dissemination()
+
+    def _expire(self, lease: Lease, missed_deadline: bool = False) -> None:
+        self.books.expire(lease, time.monotonic(), missed_deadline)
         self.cond.notify_all()
 
-    def _drop_taken(self, groups: list[Group], requeue: bool, counter: str) -> None:
+    def _drop_taken(self, groups: list[Group], requeue: bool) -> None:
         """``groups`` left the learner's batch untrained (filtered, unauditable, or their worker
-        quarantined): their slots free the window, their prompts ``requeue``d or used up (call locked)."""
-        self.ledger.discard_taken([group.example for group in groups], requeue=requeue)
+        quarantined): their slots free the window, their prompts ``requeue``d or used up (call
+        locked; the caller counts why)."""
+        self.books.ledger.discard_taken([group.example for group in groups], requeue=requeue)
         for group in groups:
             self.trained.discard(group.example)
-        self.counters["groups_trained"] -= len(groups)
-        self.counters[counter] += len(groups)
+        self.books.counters.groups_trained -= len(groups)
         self.cond.notify_all()

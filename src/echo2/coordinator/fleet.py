@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 import math
 import time
+
 from echo2.coordinator.records import WorkerRecord
 from echo2.core.dissemination import DisseminationCensus
-from echo2.planning.activation_rule import ActivationPolicy, apply, decide, view
+from echo2.core.run_clock import RunClock
+from echo2.planning.activation_rule import ActivationPolicy, replan
 from echo2.planning.billing import Billing, cost_summary
 
 log = logging.getLogger("echo2")
@@ -40,19 +42,17 @@ class Fleet:
             else:
                 self.billing.stop(record.worker_id, record.worker_class, now)
 
-    def replan(self, records: list[WorkerRecord], train_s: float | None, broadcast_s: float | None,
-               census: DisseminationCensus, reason: str) -> None:
-        """Re-decide which live workers are active (``census``: each worker's own dissemination
-        time, :attr:`echo2.core.dissemination.DisseminationCensus.arrival_s`)."""
+    def replan(self, records: list[WorkerRecord], clock: RunClock, census: DisseminationCensus, reason: str) -> None:
+        """Re-decide which live workers are active (:func:`echo2.planning.activation_rule.replan`,
+        the simulator's too), then bill and log the change."""
         live = [r for r in records if r.in_fleet]
-        now = time.monotonic()
-        decision = decide(self.policy, [view(r, census.arrival_s, now) for r in live], train_s, broadcast_s)
+        decision, changed = replan(self.policy, live, clock, census, time.monotonic())
         if decision.need is not None:
             self.need = decision.need
         changes = [f"{'activated' if r.active else 'parked'} {r.name} "
                    f"(${r.price_per_hour:.2f}/h, {r.throughput or 0:.0f} rollouts/s"
                    f"{', to be measured again' if r.worker_id in decision.remeasure else ''})"
-                   for r in apply(decision, live, census.forget, now)]
+                   for r in changed]
         self.bill(records)
         if changes:
             have = sum(r.throughput or 0.0 for r in live if r.active)

@@ -11,7 +11,6 @@ locked on its own: :class:`echo2.coordinator.state.CoordinatorState` calls it un
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -19,37 +18,25 @@ from typing import Any
 
 from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord, check_telemetry, session_refusal
 from echo2.coordinator.scoring import Unscorable
-from echo2.model.episodes import segments
 from echo2.exchange import Group
+from echo2.model.episodes import segments
 from echo2.protocol import RespondRequest, SubmitRequest
-from echo2.tasks import Example
 
 
 class LeaseBook:
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.leases: dict[str, Lease] = {}
-        self.rejected: Counter[str] = Counter()
-        """Submissions refused, by code."""
+    """Every lease of the run by id (the books keep the active ones: :class:`echo2.core.books.Books`),
+    and the refusals, counted by code into ``rejected`` (the books')."""
 
-    def issue(self, worker_id: str, version: int, examples: dict[int, Example], deadline_s: float) -> Lease:
-        """A lease expiring ``deadline_s`` from now (:func:`echo2.core.shares.deadline_s`)."""
-        lease = Lease(lease_id=secrets.token_hex(8), worker_id=worker_id, version=version, examples=examples,
-                      deadline=time.monotonic() + deadline_s)
+    def __init__(self, rejected: Counter[str]) -> None:
+        self.leases: dict[str, Lease] = {}
+        self.rejected = rejected
+
+    def add(self, lease: Lease) -> None:
+        """A lease the books granted."""
         self.leases[lease.lease_id] = lease
-        return lease
 
     def get(self, lease_id: str) -> Lease | None:
         return self.leases.get(lease_id)
-
-    def active(self, worker_id: str | None = None) -> list[Lease]:
-        """Active leases (of ``worker_id`` only, when given)."""
-        return [lease for lease in self.leases.values()
-                if lease.state == "active" and worker_id in (None, lease.worker_id)]
-
-    def overdue(self) -> list[Lease]:
-        now = time.monotonic()
-        return [lease for lease in self.active() if now > lease.deadline]
 
     def playing(self, request: RespondRequest, record: WorkerRecord, limits: Limits) -> Lease:
         """``record``'s active lease whose episodes ``request`` asks the environment's next answers
@@ -69,9 +56,9 @@ class LeaseBook:
             if lease.state != "active" or lease.scoring:
                 raise Rejected(409, f"lease {lease_id!r} is {lease.state if lease.state != 'active' else 'submitted'}",
                                "expired_lease" if lease.state == "expired" else "lease_done")
-            if not set(slots) <= set(lease.examples):
+            if not set(slots) <= set(lease.slots):
                 raise Rejected(422, "slots that are not the lease's", "bad_slots")
-            budget = len(lease.examples) * limits.group_size * (max_turns - 1)
+            budget = len(lease.slots) * limits.group_size * (max_turns - 1)
             if len(lease.answers) + len(request.items) > budget:
                 raise Rejected(422, f"more environment answers than this lease's episodes can use ({budget})",
                                "too_many_answers")
@@ -102,7 +89,8 @@ class LeaseBook:
     def settle(self, lease: Lease, record: WorkerRecord, rewards: list[list[float]] | Unscorable) -> None:
         """Close a claimed ``lease`` once its submission was scored (``rewards`` :class:`Unscorable`:
         why it could not be): done, unless it expired or its worker was quarantined meanwhile (the refusal,
-        counted; the lease stays expired and its prompts re-queued, or active until it expires)."""
+        counted; the lease stays expired and its prompts re-queued, or active until it expires); the
+        books then close it (:meth:`echo2.core.books.Books.submitted`)."""
         lease.scoring = False
         if record.quarantined:
             raise self._refused(record, Rejected(403, "this worker was quarantined while its results were scored",
@@ -113,7 +101,6 @@ class LeaseBook:
         if isinstance(rewards, Unscorable):
             raise self._refused(record, Rejected(422, f"these completions could not be scored: {rewards.reason}",
                                                  rewards.code))
-        lease.state = "done"
 
     def _refused(self, record: WorkerRecord, refusal: Rejected) -> Rejected:
         record.rejected += 1
@@ -133,7 +120,7 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
         raise Rejected(409, "lease deadline passed; its prompts go to another worker", "expired_lease")
     if request.version != lease.version:
         raise Rejected(422, f"version {request.version} differs from the lease's {lease.version}", "bad_version")
-    if sorted(g.slot for g in request.groups) != sorted(lease.examples):
+    if sorted(g.slot for g in request.groups) != sorted(lease.slots):
         raise Rejected(422, "groups do not match the lease's slots one to one", "bad_slots")
     for group in request.groups:
         if len(group.completions) != limits.group_size:
@@ -198,7 +185,7 @@ def _turn_versions_problem(turn_versions: list[int] | None, turns: int, leased: 
 def accepted_groups(lease: Lease, worker_id: str, request: SubmitRequest, rewards: list[list[float]]) -> list[Group]:
     """The groups of a checked submission with the coordinator's ``rewards`` (one list per group, in
     the request's order), as the learner will train on them."""
-    return [Group(slot=g.slot, example=lease.examples[g.slot], version=lease.version, worker_id=worker_id,
+    return [Group(slot=g.slot, example=lease.slots[g.slot], version=lease.version, worker_id=worker_id,
                   token_ids=[c.token_ids for c in g.completions], logprobs=[c.logprobs for c in g.completions],
                   rewards=group_rewards, masks=_each(g.completions, "mask", lambda c: [1] * len(c.token_ids)),
                   turn_versions=_each(g.completions, "turn_versions", lambda c: [lease.version]))

@@ -10,10 +10,8 @@ from collections.abc import Callable
 
 from echo2.coordinator.books import Books
 from echo2.coordinator.records import Rejected, WorkerRecord, check_telemetry
-from echo2.core.shares import missed
 from echo2.exchange import Group
 from echo2.protocol import HeartbeatResponse, SlowSource, TimelineEvent
-
 
 log = logging.getLogger("echo2")
 
@@ -54,7 +52,7 @@ class Membership(Books):
                                        relay_checked=checker is not None)
             if checker is not None and relay_url is not None:
                 checker.check(record.worker_id, relay_url)
-            self.counters["workers_registered"] += 1
+            self.books.counters.workers_registered += 1
             self._replan(f"{record.name} joined")
             self.cond.notify_all()
             return record
@@ -65,7 +63,7 @@ class Membership(Books):
         on_trial = sum(not r.proven and not r.unfulfilled for r in fleet)
         seats = max(self.trial_seats, TRIAL_PER_DELIVERING * sum(r.proven for r in fleet))
         if on_trial >= seats:
-            self.counters["registrations_refused_trial"] += 1
+            self.books.counters.registrations_refused_trial += 1
             raise Rejected(429, f"{on_trial} workers are on trial (registered, nothing delivered yet), the most "
                                 f"admitted while {seats // TRIAL_PER_DELIVERING} deliver; retry in "
                                 f"{TRIAL_RETRY_S:.0f}s", "trial_full", retry_after_s=TRIAL_RETRY_S)
@@ -101,8 +99,7 @@ class Membership(Books):
         for index, event in enumerate(events):
             if event.kind == "fetch":
                 record.fetched(event)
-                if record.at_work:  # the census counts no parked or quarantined worker (Books._replan)
-                    self.versions.loaded(event.version, record.worker_id, min(event.end, now))
+                self._census(record, event.version, min(event.end, now))
             if index < drawn:  # drawn within its registration and now: one interval of +-86,000 s had hidden the run
                 end = min(event.end, now)
                 self.on_interval(record.name, event.kind, min(max(event.start, record.registered_at - INTERVAL_LEAD_S),
@@ -117,28 +114,20 @@ class Membership(Books):
             for record in self.registry.silent(self.heartbeat_timeout_s):
                 record.alive = False
                 log.warning("worker %s silent for %.0fs: declared dead", record.name, self.heartbeat_timeout_s)
-                self.counters["workers_dead"] += 1
+                self.books.counters.workers_dead += 1
                 self._replan(f"{record.name} died")
-            overdue = self.leases.overdue()
-            for lease in self.leases.active():
-                record = self.registry.workers[lease.worker_id]
-                if lease in overdue:
-                    self._unfulfilled(record)
-                if lease in overdue or not record.alive:
-                    self._expire(lease)
-
-    def _unfulfilled(self, record: WorkerRecord) -> None:
-        """One more of ``record``'s leases expired unsubmitted: slow it down, then park it a while."""
-        if parked_s := missed(self.shares, record, time.monotonic(), self.leases.timeout_s):
-            log.warning("worker %s let %d leases in a row expire: parked for %.0f s", record.name,
-                        record.unfulfilled, parked_s)
+            now = time.monotonic()
+            for lease in self.books.active_leases():
+                overdue = now > lease.deadline
+                if overdue or not self.registry.workers[lease.worker_id].alive:
+                    self._expire(lease, missed_deadline=overdue)  # a miss slows its worker, then parks it
 
     def deregister(self, record: WorkerRecord) -> None:
         """A worker leaving on purpose (preemption): its unfinished leases go back to the queue now."""
         with self.cond:
             record.alive, record.left = False, True
-            self.counters["workers_left"] += 1
-            returned = self.leases.active(record.worker_id)
+            self.books.counters.workers_left += 1
+            returned = self.books.active_leases(record.worker_id)
             for lease in returned:
                 self._expire(lease)
             log.info("worker %s left (deregistered); %d unfinished leases re-issued", record.name, len(returned))
@@ -149,16 +138,17 @@ class Membership(Books):
         its active leases re-issued, its buffered groups — and ``taken``, its groups already in the
         learner's batch — discarded (prompts re-queued). Returns how many groups were discarded."""
         with self.cond:
-            self._drop_taken(taken, requeue=True, counter="groups_discarded_quarantined")
+            self._drop_taken(taken, requeue=True)
+            self.books.counters.groups_discarded_quarantined += len(taken)
             record = self.registry.workers[worker_id]
             if record.quarantined:
                 return 0
             record.quarantined = True
-            self.counters["workers_quarantined"] += 1
-            for lease in self.leases.active(worker_id):
+            self.books.counters.workers_quarantined += 1
+            for lease in self.books.active_leases(worker_id):
                 self._expire(lease)
-            mine = self.ledger.evict(lambda group: group.worker_id == worker_id)
-            self.counters["groups_discarded_quarantined"] += len(mine)
+            mine = self.books.ledger.evict(lambda group: group.worker_id == worker_id)
+            self.books.counters.groups_discarded_quarantined += len(mine)
             log.warning("quarantined worker %s: %s (%d groups discarded)", record.name, reason, len(mine) + len(taken))
             self._replan(f"{record.name} quarantined")  # out of activation, billing and the census
             self.cond.notify_all()

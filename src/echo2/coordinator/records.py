@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from echo2.planning.profiling import LeaseCycle
+from echo2.core.books import Lease as BookLease
+from echo2.core.profiling import LeaseCycle
 from echo2.tasks import Example
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class WorkerRecord:
     """Wall time it registered: no interval of its is drawn from before (less the clock allowance)."""
 
     cycle: LeaseCycle = field(default_factory=LeaseCycle)
-    """Where its current lease cycle began, ``time.monotonic()`` (:func:`~echo2.planning.profiling.busy_seconds`)."""
+    """Where its current lease cycle began, ``time.monotonic()`` (:func:`~echo2.core.profiling.busy_seconds`)."""
     last_error: str = ""
     """Why its latest refused request was refused (code: reason), for the dashboard."""
 
@@ -164,16 +165,11 @@ class WorkerRecord:
         self.generate_seconds += min(request.generate_seconds, wall_s)
 
 
-@dataclass
-class Lease:
-    lease_id: str
-    worker_id: str
-    version: int
-    examples: dict[int, Example]
-    """Slot -> the prompt handed out for it."""
-    deadline: float
-    granted_at: float = field(default_factory=time.monotonic)
-    state: str = "active"  # active | done | expired
+@dataclass(eq=False)
+class Lease(BookLease[Example]):
+    """A lease of the books (:class:`echo2.core.books.Lease`: slot -> the prompt handed out for
+    it), with what only the coordinator keeps of it."""
+
     scoring: bool = False
     """A submission of it is being scored (outside the coordinator's lock); another copy is a duplicate."""
     answers: dict[tuple[int, tuple[str, ...]], str | None] = field(default_factory=dict)

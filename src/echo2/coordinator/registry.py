@@ -97,11 +97,6 @@ class WorkerRegistry:
         """Live workers not quarantined (:attr:`WorkerRecord.in_fleet`)."""
         return [record for record in self.workers.values() if record.in_fleet]
 
-    def others_proven(self, record: WorkerRecord) -> bool:
-        """Whether a worker at work other than ``record`` has delivered: probation applies only then
-        (:func:`echo2.core.shares.on_probation`)."""
-        return any(r is not record and r.at_work and r.proven for r in self.fleet())
-
     def silent(self, timeout_s: float) -> list[WorkerRecord]:
         """Live workers not heard from for ``timeout_s``."""
         now = time.monotonic()

@@ -134,7 +134,7 @@ class Scoring:
                     consulted.add((slot, tuple(replies)))
                     return lease.answers[(slot, tuple(replies))]
 
-                rewards.append([float(r) for r in self.score(lease.examples[g.slot], g.completions, answered)])
+                rewards.append([float(r) for r in self.score(lease.slots[g.slot], g.completions, answered)])
             if any(len(values) != len(g.completions) or not all(map(math.isfinite, values))
                    for g, values in zip(request.groups, rewards)):
                 raise ValueError("not one finite reward per completion")
@@ -158,7 +158,7 @@ class Scoring:
         try:
             for item in request.items:
                 try:
-                    answers.append(self.environment(lease.examples[item.slot], item.replies))
+                    answers.append(self.environment(lease.slots[item.slot], item.replies))
                 except Exception as error:  # noqa: BLE001 (a worker's odd reply must not crash the coordinator)
                     log.warning("the environment failed on lease %s slot %d: %s: %s", lease.lease_id, item.slot,
                                 type(error).__name__, error)

@@ -39,12 +39,12 @@ def take(state: Books) -> dict[str, Any]:
     """Snapshot of ``state`` (call under its lock)."""
     return {
         "examples_drawn": state.examples.drawn,
-        "ledger": state.ledger.snapshot(asdict, asdict),
-        "leases_in_flight": len(state.leases.active()),
+        "ledger": state.books.ledger.snapshot(asdict, asdict),
+        "leases_in_flight": len(state.books.active_leases()),
         "trained_draws": sorted(state.trained.draws),
-        "counters": dict(state.counters),
-        "rejected": dict(state.rejected),
-        "clock": state.clock.state(),
+        "counters": state.books.counters.as_dict(),
+        "rejected": dict(state.books.rejected),
+        "clock": state.books.clock.state(),
     }
 
 
@@ -52,11 +52,12 @@ def restore(state: Books, snapshot: dict[str, Any], examples: Iterator[Example])
     """Put a fresh ``state`` (no workers, no leases) back where :func:`take` left it (call under its
     lock); ``examples`` is the task's training stream from its start."""
     state.examples = CountingStream(examples, skip=snapshot["examples_drawn"])
-    state.ledger.restore(snapshot["ledger"], lambda e: DrawnExample(**e), _group)
+    books = state.books
+    books.ledger.restore(snapshot["ledger"], lambda e: DrawnExample(**e), _group)
     state.trained = TrainedDraws(snapshot["trained_draws"])
-    state.counters.update(snapshot["counters"])
-    state.counters["leases_lost_in_restart"] += snapshot["leases_in_flight"]
-    state.counters["learner_restarts"] += 1
-    state.rejected.update(snapshot["rejected"])
+    books.counters.add(snapshot["counters"])
+    books.counters.leases_lost_in_restart += snapshot["leases_in_flight"]
+    books.counters.learner_restarts += 1
+    books.rejected.update(snapshot["rejected"])
     if "clock" in snapshot:  # checkpoints written before the coordinator kept the clock lack it
-        state.clock.restore(snapshot["clock"])
+        books.clock.restore(snapshot["clock"])

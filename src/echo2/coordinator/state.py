@@ -41,10 +41,8 @@ class CoordinatorState(WorkSide, LearnerSide):
         :meth:`take_batch` (the run clock), and every ``activation.replan_every`` versions the
         active fleet is re-planned with it."""
         with self.cond:
-            self._deliver_trained()  # the step that made it trained the groups taken for it
             self.versions.publish(info, self.registry.plan_nodes())
-            self.ledger.version = info.version
-            if self.clock.published(info.version, time.time()):
+            if self.books.published(info.version, time.monotonic(), time.time()):  # its step's groups trained
                 self._replan("periodic")
             self.cond.notify_all()
 
@@ -58,10 +56,10 @@ class CoordinatorState(WorkSide, LearnerSide):
         """Block until ``count`` workers have registered; ``still_starting`` raises if they cannot."""
         with self.cond:
             self._wait(time.monotonic() + timeout_s,
-                       lambda: self.counters["workers_registered"] >= count or still_starting())
-            if self.counters["workers_registered"] < count:
+                       lambda: self.books.counters.workers_registered >= count or still_starting())
+            if self.books.counters.workers_registered < count:
                 raise TimeoutError(f"waited {timeout_s:.0f}s for {count} local workers to register "
-                                   f"({self.counters['workers_registered']} did)")
+                                   f"({self.books.counters.workers_registered} did)")
 
     # ---------------------------------------------------------------- reports and resume
     def stats(self, learner_price_per_hour: float, wall_s: float, settle_s: float = 0.0) -> RunStats:
@@ -72,14 +70,14 @@ class CoordinatorState(WorkSide, LearnerSide):
             self._wait(time.monotonic() + settle_s, self._settled)  # times what spread so far, at least once
             disseminated, self.disseminated = self.disseminated, []
             return RunStats(
-                groups_dropped_stale=self.ledger.dropped_stale, leases_expired=self.counters["leases_expired"],
-                workers_registered=self.counters["workers_registered"], activation_need=self.fleet.need,
+                groups_dropped_stale=self.books.ledger.dropped_stale, leases_expired=self.books.counters.leases_expired,
+                workers_registered=self.books.counters.workers_registered, activation_need=self.fleet.need,
                 costs=self.fleet.costs(learner_price_per_hour, wall_s),
                 workers=self.registry.stats(), reward_seconds=self.scoring.seconds, disseminated=disseminated)
 
     def _settled(self) -> bool:
         self._time_dissemination()
-        return not self.versions.spreading()
+        return not self.books.census.spreading()
 
     def reliability(self) -> dict[str, int | dict[str, int]]:
         """The run's reliability report: what happened to every lease and every submitted group."""
@@ -100,7 +98,7 @@ class CoordinatorState(WorkSide, LearnerSide):
     def finish(self) -> None:
         """Training is over: heartbeats and lease requests tell the workers to stop (twice is once)."""
         with self.cond:
-            self.finished = True
+            self.books.finished = True
             if self.relay_checker is not None:
                 self.relay_checker.close()
             self.cond.notify_all()

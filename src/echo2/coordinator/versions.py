@@ -1,9 +1,9 @@
-"""The coordinator's book of published versions: hash and size, relay plan, dissemination times.
+"""The coordinator's book of published versions: hash and size, relay plan, when each was published.
 
 Not locked on its own: :class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
 Only the versions a worker may still use are kept (:func:`echo2.core.staleness.versions_in_use`).
-When a version has reached the fleet is :class:`echo2.core.dissemination.DisseminationCensus`'s
-rule, the simulator's too: a live worker counts from its first load on, until it dies, leaves or is parked.
+When a version has reached the fleet is the run's books' census (:meth:`echo2.core.books.Books.hold`),
+the simulator's too: a live worker counts from its first load on, until it dies, leaves or is parked.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 
 from echo2.broadcast.topology import Node, Plan, Planner
-from echo2.core.dissemination import DisseminationCensus, Reached
-from echo2.protocol import LEARNER_SOURCE, DeltaStep, VersionInfo
 from echo2.core.staleness import versions_in_use
+from echo2.protocol import LEARNER_SOURCE, DeltaStep, VersionInfo
 
 
 class VersionBook:
@@ -22,8 +21,6 @@ class VersionBook:
         self.published: dict[int, VersionInfo] = {}
         self.published_at: dict[int, float] = {}
         self.plans: dict[int, Plan] = {}
-        self.census = DisseminationCensus()
-        self._reached: list[Reached] = []
 
     def publish(self, info: VersionInfo, live: list[Node]) -> None:
         """Record ``info.version`` and plan who relays it to whom among the ``live`` workers (one
@@ -33,7 +30,6 @@ class VersionBook:
         self.plans[version] = self.planner(live, list(previous))
         self.published[version] = info
         self.published_at[version] = time.time()
-        self.census.publish(version, self.published_at[version])
         for table in (self.plans, self.published, self.published_at):
             for old in [v for v in table if v <= version - versions_in_use(self.staleness)]:
                 del table[old]
@@ -54,22 +50,3 @@ class VersionBook:
         """Every worker id named in ``worker_id``'s chains of the versions kept."""
         return [source for plan in self.plans.values() for source in plan.get(worker_id, [])]
 
-    def loaded(self, version: int, worker_id: str, at: float) -> None:
-        """``worker_id`` finished loading ``version`` at ``at`` (its own clock: remote workers need
-        synchronised clocks, NTP, for the figure to be exact)."""
-        self.census.loaded(version)
-        held = self.census.holding.get(worker_id, -1)
-        self._reached += self.census.hold(worker_id, max(held, version), at)
-
-    def gone(self, worker_id: str, at: float) -> None:
-        """``worker_id`` died or left: the fleet no longer waits for it."""
-        self._reached += self.census.hold(worker_id, None, at)
-
-    def spreading(self) -> bool:
-        """Whether a published version has yet to reach some live worker."""
-        return self.census.spreading()
-
-    def pop_disseminated(self) -> list[Reached]:
-        """Versions that reached every live worker since the last call."""
-        done, self._reached = self._reached, []
-        return done

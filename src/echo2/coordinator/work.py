@@ -9,9 +9,9 @@ import time
 
 from echo2.coordinator.leases import accepted_groups
 from echo2.coordinator.membership import Membership
-from echo2.coordinator.records import Rejected, WorkerRecord
-from echo2.core.leasing import LeaseAnswer, answer_lease
-from echo2.core.shares import group_seconds, on_probation
+from echo2.coordinator.records import Lease, Rejected, WorkerRecord
+from echo2.core.leasing import LeaseAnswer
+from echo2.core.shares import on_probation
 from echo2.protocol import (
     LeasedPrompt,
     LeaseResponse,
@@ -20,7 +20,6 @@ from echo2.protocol import (
     SubmitRequest,
     SubmitResponse,
 )
-
 
 #: Lease requests held open at once, over all workers: the HTTP server runs requests on a pool
 #: of 40 threads (anyio's default), and a swarm's long-polls had held all of them, so that honest
@@ -38,18 +37,8 @@ class WorkSide(Membership):
     """The books with the workers' leases and submissions."""
 
     def _answer(self, record: WorkerRecord, worker_version: int, requested: int) -> LeaseAnswer:
-        """:func:`echo2.core.leasing.answer_lease` over this coordinator's books, now."""
-        held = sum(len(lease.examples) for lease in self.leases.active(record.worker_id))
-        others = [r for r in self.registry.fleet() if r is not record and r.at_work]
-        proven = [r for r in others if r.proven]
-        untrained = (self.ledger.buffered(lambda g: g.worker_id == record.worker_id)
-                     + sum(g.worker_id == record.worker_id for g in self.in_training)
-                     if not record.proven and proven else 0)
-        group_s = group_seconds(self.limits.group_size, record.throughput, [r.throughput for r in proven if r.throughput])
-        return answer_lease(self.ledger, self.shares, record, worker_version=worker_version, requested=requested,
-                            held=held, active=record.active, others_live=bool(others), now=time.monotonic(),
-                            lease_timeout_s=self.leases.timeout_s, group_s=group_s, others_proven=bool(proven),
-                            finished=self.finished, untrained=untrained)
+        """The books' answer (:meth:`echo2.core.books.Books.answer`) to ``record``, now."""
+        return self.books.answer(record, worker_version=worker_version, requested=requested, now=time.monotonic())
 
     def lease(self, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
         deadline = time.monotonic() + wait_s
@@ -78,12 +67,12 @@ class WorkSide(Membership):
             record.cycle.answered(answer.status, time.monotonic())
             if answer.status != "granted":
                 return LeaseResponse(status=answer.status, latest_version=self.version)
-            examples = self.ledger.grant(worker_version, answer.size, lambda: next(self.examples), answer.lent)
-            lease = self.leases.issue(record.worker_id, worker_version, examples, answer.deadline_s)
-            self.counters["leases_issued"] += 1
+            lease = self.books.grant(record, worker_version, answer, time.monotonic(), lambda: next(self.examples),
+                                     make=Lease)
+            self.leases.add(lease)
             return LeaseResponse(status="granted", latest_version=self.version, lease_id=lease.lease_id,
                                  version=worker_version, deadline_s=answer.deadline_s,
-                                 prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in examples.items()])
+                                 prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in lease.slots.items()])
 
     def _may_hold_open(self, record: WorkerRecord, wait_s: float) -> bool:
         """Whether a ``wait`` or ``parked`` answer is held open (a long-poll) rather than given at
@@ -96,8 +85,8 @@ class WorkSide(Membership):
         if (wait_s <= 0 or time.monotonic() < record.parked_until or record.polling
                 or self.long_polls >= MAX_LONG_POLLS):
             return False
-        covered = self.registry.others_proven(record)
-        return not (on_probation(self.shares, record, covered) and self.leases.active(record.worker_id))
+        covered = self.books.others_proven(record)
+        return not (on_probation(self.books.shares, record, covered) and self.books.active_leases(record.worker_id))
 
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
         """Checked under the lock, scored outside it (:mod:`~echo2.coordinator.scoring`), admitted under it."""
@@ -106,19 +95,15 @@ class WorkSide(Membership):
             record.ask_again_at = 0.0  # its own submission may change its next answer
             lease = self.leases.claim(request, record, self.limits, self.version)
             if lease is None:  # a copy of a lease already submitted or still being scored
-                self.counters["duplicate_submissions"] += 1
+                self.books.counters.duplicate_submissions += 1
                 return SubmitResponse(accepted=0, duplicate=True)
         rewards = self.scoring.rewards(lease, request)  # outside the lock (or why it could not be scored)
         with self.cond:
             self.leases.settle(lease, record, rewards)
-            self.counters["leases_completed"] += 1  # delivered once a group of it is trained (LearnerSide)
-            now = time.monotonic()
-            rollouts = sum(len(g.completions) for g in request.groups)
-            record.throughput = record.cycle.submitted(now, lease.granted_at, rollouts, record.throughput)
-            for group in accepted_groups(lease, record.worker_id, request, rewards):
-                self.ledger.admit(group.slot, group.version, group)
+            now = time.monotonic()  # delivered once a group of it is trained (the learner's publish)
+            self.books.submitted(lease, [(g.slot, g) for g in accepted_groups(lease, record.worker_id, request, rewards)],
+                                 sum(len(g.completions) for g in request.groups), now)
             record.count(request, now - lease.granted_at)
-            self.counters["groups_accepted"] += len(request.groups)
             self._record_events(record, request.events)
             self.cond.notify_all()
             return SubmitResponse(accepted=len(request.groups))

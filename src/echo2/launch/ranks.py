@@ -19,8 +19,8 @@ from echo2.learner.checkpoint import restore_optimizer
 from echo2.learner.distributed import Shard, follow, learner_device
 from echo2.learner.precision import hold_master_weights
 from echo2.learner.trainer import Learner
-from echo2.model.lora import add_adapter, has_adapter
 from echo2.model.loading import load_model, load_tokenizer, pin_threads, resolve_model_path
+from echo2.model.lora import add_adapter, has_adapter
 from echo2.protocol import AdapterSpec
 
 

@@ -25,33 +25,33 @@ from echo2.config import Config, ConfigError, LocalWorkerSpec, dump_config
 from echo2.coordinator.app import create_app
 from echo2.coordinator.books import TRIAL_SEATS
 from echo2.coordinator.fleet import Fleet
-from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.records import Limits
 from echo2.coordinator.scoring import Scorer, Verdicts, task_scorer
 from echo2.coordinator.scoring_processes import ScoringError, ScoringProcesses
+from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState
-from echo2.model.episodes import observation_ids
-from echo2.model.evaluation import EvalResult
-from echo2.net.guard import viewer_credential
+from echo2.core.staleness import versions_in_use
 from echo2.launch.local import LocalWorkers
-from echo2.launch.summary import RunSummary
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
+from echo2.launch.summary import RunSummary
 from echo2.learner.checkpoint import latest_resumable, load_resume_state
 from echo2.learner.distributed import Shard, announce, start
 from echo2.learner.evaluations import ProcessEvaluations
 from echo2.learner.loop import LearnerLoop
+from echo2.model.episodes import observation_ids
+from echo2.model.evaluation import EvalResult
 from echo2.model.loading import check_cpus, load_tokenizer, pin_threads, pinned_cpus
-from echo2.planning.activation_rule import ActivationPolicy
-from echo2.protocol import RunSpec
+from echo2.net.guard import viewer_credential
 from echo2.net.ratelimit import RateLimiter
 from echo2.net.redact import REDACTED, redact_logs, remove_redaction
+from echo2.net.tls import certificate_fingerprint
+from echo2.planning.activation_rule import ActivationPolicy
+from echo2.protocol import RunSpec
+from echo2.report.figures import save_run_plots
 from echo2.rollout.options import WorkerOptions
-from echo2.core.staleness import versions_in_use
 from echo2.tasks import Task, load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
-from echo2.report.figures import save_run_plots
 from echo2.telemetry.trackers import open_trackers
-from echo2.net.tls import certificate_fingerprint
 
 if TYPE_CHECKING:
     from echo2.launch.ray_actors import RayWorkers
@@ -107,7 +107,7 @@ def attach_log_file(run_dir: Path) -> logging.Handler:
 def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
     """What workers are told about the run; ``max_turns``: the task's (its episodes' model turns)."""
     return RunSpec(
-        model=config.model.name, dtype=config.model.dtype, task=config.task.name, task_options=config.task.options,
+        model=config.model.name, dtype=config.model.dtype,
         group_size=config.rollout.group_size, temperature=config.rollout.temperature,
         max_new_tokens=config.rollout.max_new_tokens, groups_per_lease=config.lease_groups,
         protocol=config.protocol, staleness=config.staleness, fetch_delay_s=config.workers.fetch_delay_s,

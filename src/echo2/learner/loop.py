@@ -25,7 +25,6 @@ from echo2.broadcast.payload import serialize_parameters
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config
 from echo2.core.staleness import versions_trainable
-from echo2.model.evaluation import EvalResult, evaluate
 from echo2.exchange import Group, NoBatch, RolloutSource
 from echo2.learner import interrupts
 from echo2.learner.checkpoint import save_checkpoint
@@ -34,6 +33,7 @@ from echo2.learner.evaluations import Evaluated, InlineEvaluations, ProcessEvalu
 from echo2.learner.trainer import Learner, require_finite
 from echo2.learner.verification import AuditPolicy, Verifier
 from echo2.learner.version_cache import VersionCache
+from echo2.model.evaluation import EvalResult, evaluate
 from echo2.tasks import Example, Task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.progress import Progress
@@ -279,7 +279,7 @@ class LearnerLoop:
 
     def run(self, resume: dict[str, Any] | None = None) -> LoopResult:
         """Train to ``run.steps``; ``resume`` (from a checkpoint) continues a crashed run at its version."""
-        config, state = self.config, self.state
+        config = self.config
         result = LoopResult(steps=0, wall_seconds=0.0, busy_seconds=0.0, idle_seconds=0.0, samples=0)
         start_version = 0
         if resume is not None:

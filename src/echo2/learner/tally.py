@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 
 from echo2.learner.objectives import LossTerms, RatioStats
-
 
 IMPLAUSIBLE = "behaviour log-probs implausible under the policy (a log-ratio beyond 20 nats)"
 NONFINITE = "its group was in an optimizer update whose gradient was not finite (the update was refused)"

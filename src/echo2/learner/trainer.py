@@ -38,6 +38,7 @@ from echo2.learner.objectives import (
     implausible_rows,
     objective_loss,
     overlong_penalty,
+    resolve_objective,
 )
 from echo2.learner.optimizer import build_optimizer
 from echo2.learner.precision import ComputePrecision
@@ -70,6 +71,7 @@ def objective_settings(config: LearnerConfig, tokenizer: PreTrainedTokenizerBase
         step_entropy=echo.step_entropy, success_reward=config.success_reward,
         delimiters=delimiter_ids(tokenizer, echo.step_delimiters),
     ) if echo.enabled else None
+    resolve_objective(config.loss)  # one of the user's own that cannot be imported fails here, before a step
     return ObjectiveSettings(name=config.loss, clip_low=config.clip_low, clip_high=config.clip_high,
                              ratio_cap=config.ratio_cap, correction=config.correction,
                              kl_coef=config.kl_coef, entropy_coef=config.entropy_coef, echoclip=echoclip)

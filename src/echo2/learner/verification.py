@@ -40,8 +40,8 @@ from echo2.exchange import Group
 from echo2.learner.logprobs import completion_logprobs
 from echo2.learner.objectives.surrogate import LOG_RATIO_LIMIT
 from echo2.learner.version_cache import VersionCache
-from echo2.model.lora import MergedCopy, has_adapter
 from echo2.model.loading import DTYPES
+from echo2.model.lora import MergedCopy, has_adapter
 
 #: Most completions recomputed in one forward pass.
 ROWS_PER_PASS = 256

@@ -14,8 +14,13 @@ from dataclasses import dataclass
 
 from echo2.planning.activation import Candidate, choose_active
 from echo2.planning.broadcast_time import arrival_seconds, broadcast_seconds, staggered_broadcast_s
-from echo2.planning.capacity import (StepTimes, max_utilization, predicted_utilization, provisioning_need,
-                                     required_throughput)
+from echo2.planning.capacity import (
+    StepTimes,
+    max_utilization,
+    predicted_utilization,
+    provisioning_need,
+    required_throughput,
+)
 from echo2.planning.inventory import Inventory
 from echo2.units import MIB
 

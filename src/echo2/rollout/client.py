@@ -18,6 +18,7 @@ import httpx
 from pydantic import BaseModel
 
 from echo2.net.guard import broadcast_credential
+from echo2.net.tls import verification_failure
 from echo2.protocol import (
     AUTH_HEADER,
     Heartbeat,
@@ -32,7 +33,6 @@ from echo2.protocol import (
     SubmitResponse,
     VersionInfo,
 )
-from echo2.net.tls import verification_failure
 
 log = logging.getLogger("echo2.worker")
 #: The longest wait between two tries: a worker notices a healed link within about this long.

@@ -51,7 +51,7 @@ class LeaseGenerator:
         if self.longest_prompt is None:
             return 1
         context = self.longest_prompt + spec.max_turns * spec.max_new_tokens
-        if spec.max_turns > 1 and (window := getattr(self.engine, "max_context", None)):
+        if spec.max_turns > 1 and (window := self.engine.max_context):
             context = window  # the environment's answers between turns are unknown: the whole window
         return self.engine.groups_that_fit(context, spec.groups_per_lease)
 
@@ -88,7 +88,7 @@ class LeaseGenerator:
             items = [RespondItem(slot=slots[row], replies=said) for row, said in zip(rows, replies)]
             return self.client.respond(RespondRequest(lease_id=lease.lease_id, items=items)).observations
 
-        window = getattr(self.engine, "max_context", None)  # a next turn must fit whole in the model's window
+        window = self.engine.max_context  # a next turn must fit whole in the model's window
         return run_episodes(prompt_ids, sample=lambda contexts: self.engine.generate(contexts, self.generator),
                             respond=respond, encode=lambda text: observation_ids(tokenizer, text),
                             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),

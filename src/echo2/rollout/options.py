@@ -139,11 +139,10 @@ def read_token_file(path: str | os.PathLike) -> str:
 
 def build_worker(options: WorkerOptions) -> RolloutWorker:
     """The rollout worker these options describe (not started: call its ``run``)."""
-    from echo2.rollout.worker import RolloutWorker  # torch: only when a worker is built
-
     from echo2.broadcast.relay import RelayOptions
     from echo2.net.guard import broadcast_credential
     from echo2.net.redact import redact_logs
+    from echo2.rollout.worker import RolloutWorker  # torch: only when a worker is built
 
     # whatever this process logs from now on, the run's credentials come out as <redacted>
     redact_logs(options.run_token(), broadcast_credential(options.run_token()))

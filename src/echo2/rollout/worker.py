@@ -36,8 +36,16 @@ from echo2.broadcast.relay import RelayOptions, RelayServer
 from echo2.broadcast.suspects import SuspectSources
 from echo2.broadcast.throttle import Throttle
 from echo2.model.loading import load_tokenizer, pin_threads
-from echo2.protocol import (Heartbeat, LeaseRequest, LeaseResponse, RegisterRequest, RegisterResponse, RunSpec,
-                             SlowSource, SubmitRequest)
+from echo2.protocol import (
+    Heartbeat,
+    LeaseRequest,
+    LeaseResponse,
+    RegisterRequest,
+    RegisterResponse,
+    RunSpec,
+    SlowSource,
+    SubmitRequest,
+)
 from echo2.rollout.client import CoordinatorClient, CoordinatorUnreachable, RequestRefused, SessionLost
 from echo2.rollout.courier import Courier
 from echo2.rollout.engines import load_engine

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import time
 
-from echo2.core.leasing import LeaseAnswer, answer_lease
-from echo2.core.shares import delivered, dropped_stale, group_seconds, missed
-from echo2.planning.activation_rule import apply, decide, view
+from echo2.core.leasing import LeaseAnswer
+from echo2.planning.activation_rule import replan
 from echo2.planning.broadcast_time import broadcast_seconds
-from echo2.simulation.fleet import Lease, SimWorker, lognormal
+from echo2.simulation.fleet import SimGroup, SimLease, SimWorker, lognormal
 from echo2.simulation.results import SimResult
 from echo2.simulation.scenario import Scenario
-from echo2.simulation.books import SimBooks
+from echo2.simulation.state import SimState
 from echo2.simulation.workers import WorkerLoop
 from echo2.units import MIB
 
@@ -39,127 +38,108 @@ class SimulationStalled(RuntimeError):
 
 class Simulation:
     """The learner and the coordinator's side of a simulated run: an event clock (the books' queue)
-    driving the books (:class:`SimBooks`), the workers' lease loop (:class:`WorkerLoop`, which
+    driving the books (:class:`SimState`), the workers' lease loop (:class:`WorkerLoop`, which
     fetches through :class:`~echo2.simulation.fetching.Fetches`) and the same cores the live roles
     call; the moves the workers ask of the coordinator are this class's public methods."""
 
     def __init__(self, scenario: Scenario, timeline_workers: int = 12) -> None:
-        self.books = SimBooks(scenario, timeline_workers)
-        self.lease_loop = WorkerLoop(self.books, self)
+        self.state = SimState(scenario, timeline_workers)
+        self.lease_loop = WorkerLoop(self.state, self)
 
     # ------------------------------------------------------------------ run
     def run(self) -> SimResult:
         started = time.perf_counter()
         self._initial_plan()
-        for worker in self.books.workers:
+        for worker in self.state.workers:
             self.lease_loop.run_worker(worker, holding=0)
-        for worker in list(self.books.running.values()):
+        for worker in list(self.state.running.values()):
             self.lease_loop.cycle(worker)
-        self.books.queue.run(until=lambda: self.books.finished)
-        if not self.books.finished:
-            raise SimulationStalled(f"simulation stalled at step {self.books.step} of "
-                                    f"{self.books.scenario.recipe.run.steps} "
-                                    f"(t = {self.books.queue.now:.0f}s, {len(self.books.running)} workers running, "
-                                    f"{len(self.books.ledger)} groups buffered)")
-        return self.books.recorder.result(self.books, time.perf_counter() - started)
+        self.state.queue.run(until=lambda: self.state.books.finished)
+        if not self.state.books.finished:
+            raise SimulationStalled(f"simulation stalled at step {self.state.step} of "
+                                    f"{self.state.scenario.recipe.run.steps} "
+                                    f"(t = {self.state.queue.now:.0f}s, {len(self.state.running)} workers running, "
+                                    f"{len(self.state.books.ledger)} groups buffered)")
+        return self.state.recorder.result(self.state, time.perf_counter() - started)
 
     def _initial_plan(self) -> None:
         """The provisioning rule on declared throughputs (an ``echo2 plan``), iterated with the
         dissemination estimate of the chosen set (``planning/provision.py`` does the same)."""
-        for worker in self.books.workers:
+        for worker in self.state.workers:
             worker.alive, worker.throughput = True, worker.declared_throughput
-        broadcast = self.books.scenario.broadcast
+        broadcast = self.state.scenario.broadcast
         for _ in range(5):
-            uploads = [w.upload for w in self.books.workers if w.active or self.books.clock.broadcast_s is None]
-            estimate = broadcast_seconds(self.books.payload, self.books.learner_upload, uploads, broadcast.mode,
+            uploads = [w.upload for w in self.state.workers if w.active or self.state.books.clock.broadcast_s is None]
+            estimate = broadcast_seconds(self.state.payload, self.state.learner_upload, uploads, broadcast.mode,
                                          broadcast.chunk_mib * MIB)
-            if estimate == self.books.clock.broadcast_s:
+            if estimate == self.state.books.clock.broadcast_s:
                 break
-            self.books.clock.broadcast_s = estimate
+            self.state.books.clock.broadcast_s = estimate
             self._decide()
-        self.books.replanned_at = 0
+        self.state.replanned_at = 0
 
     # ------------------------------------------------------------------ learner
     def _learner_try(self) -> None:
-        if self.books.learner_busy or self.books.finished:
+        if self.state.learner_busy or self.state.books.finished:
             return
-        stale_before = self.books.ledger.dropped_stale
-        batch = self.books.ledger.take(self.books.step, self.books.ledger.groups_per_step, self._dropped_stale)
-        if dropped := self.books.ledger.dropped_stale - stale_before:
-            self.books.recorder.waste("stale", dropped * self.books.group_size)
+        books, now = self.state.books, self.state.queue.now
+        stale_before = books.ledger.dropped_stale
+        batch = books.take(self.state.step, books.ledger.groups_per_step, now)
+        if dropped := books.ledger.dropped_stale - stale_before:
+            self.state.recorder.waste("stale", dropped * books.group_size)
             self._open_window()
         if batch is None:
             return
-        versions = [version for version, _ in batch]
-        self.books.counters["groups_trained"] += len(versions)
-        now = self.books.queue.now
-        if self.books.step == 0:
-            self.books.startup_s = now - self.books.wait_since
+        if self.state.step == 0:
+            self.state.startup_s = now - self.state.wait_since
         else:
-            self.books.idle_s += now - self.books.wait_since
-        self.books.learner_busy = True
-        self.books.clock.batch_taken(now)
-        step_s = lognormal(self.books.rng, self.books.train_s, self.books.scenario.learner.step_cv)
-        self.books.in_training = batch
-        self.books.queue.after(step_s, self._learner_done, batch, now)
+            self.state.idle_s += now - self.state.wait_since
+        self.state.learner_busy = True
+        step_s = lognormal(self.state.rng, self.state.train_s, self.state.scenario.learner.step_cv)
+        self.state.queue.after(step_s, self._learner_done, batch, now)
 
-    def _dropped_stale(self, group: tuple[int, SimWorker]) -> None:
-        """A group too old to train: its worker's miss, if it is on trial or slowed (as the coordinator counts it)."""
-        worker = group[1]
-        covered = any(w is not worker and w.active and w.proven for w in self.books.running.values())
-        dropped_stale(self.books.shares, worker, covered, self.books.queue.now,
-                      self.books.scenario.recipe.coordinator.lease_timeout_s)
-
-    def _learner_done(self, batch: list[tuple[int, SimWorker]], started: float) -> None:
-        """The step trained ``batch`` (each group's version and worker): its workers delivered
-        (:func:`echo2.core.shares.delivered`, as the coordinator counts them at the publish)."""
-        now = self.books.queue.now
-        for _, worker in batch:
-            delivered(worker)
-        self.books.in_training = []
+    def _learner_done(self, batch: list[SimGroup], started: float) -> None:
+        """The step trained ``batch`` (each group's version and worker): the books publish its
+        version, its workers delivered (as the coordinator counts them at the publish)."""
+        now = self.state.queue.now
         versions = [version for version, _ in batch]
-        self.books.busy_s += now - started
-        self.books.learner_busy = False
-        self.books.step += 1
-        replan_due = self.books.clock.published(self.books.step, now)
-        self.books.ledger.version = self.books.step
-        self.books.census.publish(self.books.step, now)
-        self.books.published_times.append(now)
-        self._publish(self.books.step)
-        self.books.clock.disseminated(self.books.recorder.step(self.books, versions, started))
-        if self.books.step >= self.books.scenario.recipe.run.steps:
+        self.state.busy_s += now - started
+        self.state.learner_busy = False
+        self.state.step += 1
+        replan_due = self.state.books.published(self.state.step, now, now)
+        self.state.published_times.append(now)
+        self._publish(self.state.step)
+        self.state.recorder.step(self.state, versions, started, self.state.books.time_dissemination())
+        if self.state.step >= self.state.scenario.recipe.run.steps:
             self._finish()
             return
-        self.books.wait_since = now
-        if replan_due or self.books.replan_pending:
+        self.state.wait_since = now
+        if replan_due or self.state.replan_pending:
             self._replan("periodic")
         self._open_window()
         self._learner_try()
 
     def _finish(self) -> None:
-        self.books.finished = True
-        for worker in self.books.workers:
-            self.books.billing.stop(worker.worker_id, worker.worker_class, self.books.queue.now)
+        self.state.books.finished = True
+        for worker in self.state.workers:
+            self.state.billing.stop(worker.worker_id, worker.worker_class, self.state.queue.now)
 
     # ------------------------------------------------------------------ versions
     def _publish(self, version: int) -> None:
         """Async workers hear of the version at their next heartbeat (the others ask before a lease)."""
-        if self.books.protocol != "async":
+        if self.state.protocol != "async":
             return
-        now, interval = self.books.queue.now, self.books.scenario.recipe.coordinator.heartbeat_interval_s
-        for worker in self.books.running.values():
+        now, interval = self.state.queue.now, self.state.scenario.recipe.coordinator.heartbeat_interval_s
+        for worker in self.state.running.values():
             if not worker.protocol.fetching:
                 tick = now + (worker.heartbeat_phase - now) % interval
-                self.books.queue.at(tick + worker.rtt_s / 2, self.lease_loop.heartbeat, worker, worker.epoch)
+                self.state.queue.at(tick + worker.rtt_s / 2, self.lease_loop.heartbeat, worker, worker.epoch)
 
     def census(self, worker: SimWorker) -> None:
-        """Count ``worker``'s version (:class:`~echo2.core.dissemination.DisseminationCensus`: running,
-        active and unparked workers count); record each version that reached the fleet."""
-        counted = (worker.running and worker.active and worker.worker_id not in self.books.parked
-                   and worker.protocol.version >= 0)
-        version = worker.protocol.version if counted else None
-        for reached in self.books.census.hold(worker.worker_id, version, self.books.queue.now):
-            self.books.recorder.disseminated(reached.version, reached.published, reached.reached)
+        """Count ``worker``'s version in the books' census (:meth:`echo2.core.books.Books.hold`: a
+        worker at work counts); record each version that reached the fleet."""
+        for reached in self.state.books.hold(worker, worker.protocol.version, self.state.queue.now):
+            self.state.recorder.disseminated(reached.version, reached.published, reached.reached)
 
     # ------------------------------------------------------------------ coordinator: leases
     def lease_arrives(self, worker: SimWorker, epoch: int, version: int) -> None:
@@ -167,119 +147,100 @@ class Simulation:
             self._respond(worker, epoch, version, self._lease_answer(worker, version))
 
     def _lease_answer(self, worker: SimWorker, version: int) -> LeaseAnswer:
-        """:func:`echo2.core.leasing.answer_lease` over the simulation's books, now."""
-        held = sum(len(lease.slots) for lease in worker.leases if lease.state == "out")
-        others = [w for w in self.books.running.values() if w is not worker and w.active]
-        proven = [w for w in others if w.proven]
-        untrained = (self.books.ledger.buffered(lambda group: group[1] is worker)
-                     + sum(w is worker for _, w in self.books.in_training)
-                     if not worker.proven and proven else 0)
-        group_s = group_seconds(self.books.group_size, worker.throughput, [w.throughput for w in proven if w.throughput])
-        return answer_lease(self.books.ledger, self.books.shares, worker, worker_version=version,
-                            requested=self.books.groups_per_lease,
-                            held=held, active=worker.active, others_live=bool(others), now=self.books.queue.now,
-                            lease_timeout_s=self.books.scenario.recipe.coordinator.lease_timeout_s, group_s=group_s,
-                            others_proven=bool(proven), finished=self.books.finished, untrained=untrained)
+        """The books' answer to ``worker`` asking at ``version`` for what a live worker asks, now."""
+        return self.state.books.answer(worker, worker_version=version, requested=self.state.groups_per_lease,
+                                       now=self.state.queue.now)
 
     def _respond(self, worker: SimWorker, epoch: int, version: int, answer: LeaseAnswer) -> None:
         """Carry out the answer; the ones that change with time are held as the coordinator holds them."""
         if answer.status == "stop":
             return
-        worker.cycle.answered(answer.status, self.books.queue.now)
+        worker.cycle.answered(answer.status, self.state.queue.now)
         if answer.status == "parked" and not worker.active:
             self.lease_loop.park(worker, epoch, version)  # until activation picks it again
         elif answer.status == "parked":  # its leases kept expiring: held back until its parking ends
-            self.books.queue.at(worker.parked_until, self.lease_arrives, worker, epoch, version)
+            self.state.queue.at(worker.parked_until, self.lease_arrives, worker, epoch, version)
         elif answer.status == "wait":
             worker.phase = "wait_window"
-            self.books.waiting.append((worker, epoch, version))
+            self.state.waiting.append((worker, epoch, version))
         else:
             self._answer(worker, answer, version)
 
     def _answer(self, worker: SimWorker, answer: LeaseAnswer, version: int) -> None:
         """The reply reaches the worker; a lease asked for ahead is generated after the one in hand."""
-        now = self.books.queue.now
+        now = self.state.queue.now
         reply = now + worker.rtt_s / 2
-        action = worker.protocol.answered(answer.status, self.books.ledger.version, worker.rtt_s)
-        self.lease_loop.learn(worker, self.books.ledger.version, reply)
+        action = worker.protocol.answered(answer.status, self.state.books.ledger.version, worker.rtt_s)
+        self.lease_loop.learn(worker, self.state.books.ledger.version, reply)
         if answer.status == "refresh":
-            self.books.queue.at(max(reply, worker.busy_until), self.lease_loop.refreshed, worker, worker.epoch, action)
+            self.state.queue.at(max(reply, worker.busy_until), self.lease_loop.refreshed, worker, worker.epoch, action)
             return
-        slots = list(self.books.ledger.grant(version, answer.size, lambda: None, answer.lent))
-        self.books.counters["leases_issued"] += 1
-        generate = lognormal(self.books.rng, len(slots) * self.books.group_size / worker.rate,
+        lease = self.state.books.grant(worker, version, answer, now, lambda: None, make=SimLease)
+        generate = lognormal(self.state.rng, len(lease.slots) * self.state.books.group_size / worker.rate,
                              worker.spec.throughput_cv)
         start = max(reply, worker.busy_until)
         worker.busy_until = start + generate
-        lease = Lease(worker, version, slots, granted_at=now, starts_at=start,
-                      ends_at=start + generate + worker.rtt_s / 2)
+        lease.starts_at, lease.ends_at = start, start + generate + worker.rtt_s / 2
         worker.leases.append(lease)
         worker.phase = "generate"
-        self.books.queue.at(start, self._generating, worker, worker.epoch, lease)
-        self.books.queue.at(start + generate, self._generated, worker, worker.epoch, generate)
-        self.books.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
+        self.state.queue.at(start, self._generating, worker, worker.epoch, lease)
+        self.state.queue.at(start + generate, self._generated, worker, worker.epoch, generate)
+        self.state.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
         if lease.ends_at - now > answer.deadline_s:
-            self.books.queue.after(answer.deadline_s, self.expire, lease)
+            self.state.queue.after(answer.deadline_s, self._overdue, lease)
 
-    def _generating(self, worker: SimWorker, epoch: int, lease: Lease) -> None:
+    def _generating(self, worker: SimWorker, epoch: int, lease: SimLease) -> None:
         """The worker starts on ``lease`` (unless it is leaving: it finished the lease in hand); an
         async one whose round trip is long against this lease asks for its next lease now, unless
         a fetched version waits to be swapped in (:mod:`echo2.rollout.lease_ahead`)."""
         if epoch != worker.epoch or worker.leaving:
             return
-        self.books.recorder.interval(worker.worker_id, "generate", lease.starts_at, lease.ends_at - worker.rtt_s / 2,
+        self.state.recorder.interval(worker.worker_id, "generate", lease.starts_at, lease.ends_at - worker.rtt_s / 2,
                                lease.version)
         if worker.protocol.ask_ahead():
-            self.books.queue.after(worker.rtt_s / 2, self.lease_arrives, worker, epoch, worker.protocol.version)
+            self.state.queue.after(worker.rtt_s / 2, self.lease_arrives, worker, epoch, worker.protocol.version)
 
     def _generated(self, worker: SimWorker, epoch: int, seconds: float) -> None:
         if epoch == worker.epoch:
             worker.protocol.generated(seconds)
 
-    def _submitted(self, worker: SimWorker, epoch: int, lease: Lease) -> None:
+    def _submitted(self, worker: SimWorker, epoch: int, lease: SimLease) -> None:
         if epoch != worker.epoch:
             return
         worker.leases.remove(lease)
-        now = self.books.queue.now
-        rollouts = len(lease.slots) * self.books.group_size
-        self.books.recorder.generated += rollouts
+        now = self.state.queue.now
+        rollouts = len(lease.slots) * self.state.books.group_size
+        self.state.recorder.generated += rollouts
         if lease.state == "expired":  # ran past its deadline: the coordinator refuses it
-            self.books.counters["groups_rejected_expired_lease"] += len(lease.slots)
-            self.books.recorder.waste("late", rollouts)
+            self.state.books.counters.groups_rejected_expired_lease += len(lease.slots)
+            self.state.recorder.waste("late", rollouts)
         else:
-            lease.state = "done"  # delivered once a group of it is trained (_learner_done)
-            for slot in lease.slots:
-                self.books.ledger.admit(slot, lease.version, (lease.version, worker))
-            self.books.counters["leases_completed"] += 1
-            self.books.counters["groups_accepted"] += len(lease.slots)
-            worker.throughput = worker.cycle.submitted(now, lease.granted_at, rollouts, worker.throughput)
+            self.state.books.submitted(lease, [(slot, (lease.version, worker)) for slot in lease.slots], rollouts, now)
         if worker.leaving or not (worker.leases or worker.protocol.asking_ahead):
             # it began its next cycle when it sent these results
             self.lease_loop.cycle(worker, head_start_s=worker.rtt_s / 2)
         self._open_window()  # a request held back by this worker's share of the window
         self._learner_try()
 
-    def expire(self, lease: Lease) -> None:
-        if lease.state != "out":
-            return
-        lease.state = "expired"
-        self.books.ledger.release(lease.slots)
-        self.books.counters["leases_expired"] += 1
-        missed(self.books.shares, lease.worker, self.books.queue.now,
-               self.books.scenario.recipe.coordinator.lease_timeout_s)
+    def _overdue(self, lease: SimLease) -> None:
+        """``lease``'s deadline passed: its worker's miss, if it is still out."""
+        self.expire(lease, missed_deadline=True)
+
+    def expire(self, lease: SimLease, missed_deadline: bool = False) -> None:
+        self.state.books.expire(lease, self.state.queue.now, missed_deadline)
         self._open_window()
 
     def _open_window(self) -> None:
         """Answer the held lease requests that the window now admits (in arrival order)."""
-        while self.books.waiting:
-            worker, epoch, version = self.books.waiting[0]
+        while self.state.waiting:
+            worker, epoch, version = self.state.waiting[0]
             if epoch != worker.epoch or worker.phase != "wait_window":
-                self.books.waiting.popleft()
+                self.state.waiting.popleft()
                 continue
             answer = self._lease_answer(worker, version)
             if answer.status == "wait":
                 return
-            self.books.waiting.popleft()
+            self.state.waiting.popleft()
             self._respond(worker, epoch, version, answer)
 
     # ------------------------------------------------------------------ coordinator: activation
@@ -287,12 +248,12 @@ class Simulation:
         """Re-decide the active set with the coordinator's rule: answer the held requests of the
         workers it activates; the ones it parks get ``parked`` at their next request (a request
         waiting for the window is parked at once, as the coordinator's long-poll does)."""
-        if not self.books.scenario.activation.enabled:
+        if not self.state.scenario.activation.enabled:
             return
-        self.books.replanned_at, self.books.replan_pending = self.books.step, False
+        self.state.replanned_at, self.state.replan_pending = self.state.step, False
         self._decide()
-        for worker in self.books.workers:
-            if worker.active and worker.worker_id in self.books.parked:
+        for worker in self.state.workers:
+            if worker.active and worker.worker_id in self.state.parked:
                 self.lease_loop.unpark(worker)
             elif not worker.active and worker.running:
                 self.lease_loop.bill(worker)
@@ -301,16 +262,13 @@ class Simulation:
 
     def _decide(self) -> None:
         """Apply the provisioning rule to the live workers."""
-        live = [w for w in self.books.workers if w.alive]
-        census, now = self.books.census, self.books.queue.now
-        decision = decide(self.books.activation, [view(w, census.arrival_s, now) for w in live],
-                          self.books.clock.train_s, self.books.clock.broadcast_s)
-        apply(decision, live, census.forget, now)
+        replan(self.state.activation, [w for w in self.state.workers if w.alive], self.state.books.clock,
+               self.state.books.census, self.state.queue.now)
 
     def request_replan(self, reason: str) -> None:
         """On an active worker's death: at once, unless a re-plan already ran at this step (then at its end)."""
-        if self.books.replanned_at == self.books.step:
-            self.books.replan_pending = True
+        if self.state.replanned_at == self.state.step:
+            self.state.replan_pending = True
         else:
             self._replan(reason)
 

@@ -30,41 +30,41 @@ from collections.abc import Callable
 from echo2.broadcast.chunk_store import KEEP_VERSIONS
 from echo2.broadcast.topology import LEARNER, plan_tree
 from echo2.core.fetch_chain import SourceChain
-from echo2.simulation.books import SimBooks
 from echo2.simulation.fleet import Fetch, SimWorker
+from echo2.simulation.state import SimState
 
 
 class Fetches:
     """Every worker's fetches over the books, timed along its sources; ``fetched`` is told when a
     fetch's last byte is in (the worker's side takes it from there: :mod:`echo2.simulation.workers`)."""
 
-    def __init__(self, books: SimBooks, fetched: Callable[[SimWorker, int, int, float], None]) -> None:
-        self.books, self._fetched = books, fetched
+    def __init__(self, state: SimState, fetched: Callable[[SimWorker, int, int, float], None]) -> None:
+        self.state, self._fetched = state, fetched
 
     def begin(self, worker: SimWorker, begin: float) -> None:
         """Fetch the newest version, asking the coordinator for it at ``begin``."""
         worker.protocol.fetch_started()
-        self.books.queue.at(begin, self._ask_version, worker, worker.epoch, begin)
+        self.state.queue.at(begin, self._ask_version, worker, worker.epoch, begin)
 
     def _ask_version(self, worker: SimWorker, epoch: int, begin: float) -> None:
         """``GET /v1/version``: the newest version and this worker's sources."""
         if epoch != worker.epoch:
             return
-        version = self.books.version_at(self.books.queue.now - worker.rtt_s / 2)
-        chain = SourceChain(self._sources(worker), self.books.patience_s, self.books.queue.now)
-        self._try_source(Fetch(worker, epoch, version, chain, begin, self.books.payload))
+        version = self.state.version_at(self.state.queue.now - worker.rtt_s / 2)
+        chain = SourceChain(self._sources(worker), self.state.patience_s, self.state.queue.now)
+        self._try_source(Fetch(worker, epoch, version, chain, begin, self.state.payload))
 
     def _sources(self, worker: SimWorker) -> list[str]:
         """The worker's fallback chain in the plan the coordinator makes for the running workers."""
-        if self.books.scenario.broadcast.mode == "star":
+        if self.state.scenario.broadcast.mode == "star":
             return [LEARNER]
-        if self.books.plan_cache is None or self.books.plan_cache[0] != self.books.membership:
-            broadcast = self.books.scenario.broadcast
-            incumbent = list(self.books.plan_cache[1]) if self.books.plan_cache is not None else []
-            nodes = [w.peer.node for w in self.books.running.values()]
+        if self.state.plan_cache is None or self.state.plan_cache[0] != self.state.membership:
+            broadcast = self.state.scenario.broadcast
+            incumbent = list(self.state.plan_cache[1]) if self.state.plan_cache is not None else []
+            nodes = [w.peer.node for w in self.state.running.values()]
             plan = plan_tree(nodes, broadcast.fan_out, broadcast.learner_fan_out, incumbent)
-            self.books.plan_cache = (self.books.membership, plan)
-        return self.books.plan_cache[1].get(worker.worker_id, [LEARNER])
+            self.state.plan_cache = (self.state.membership, plan)
+        return self.state.plan_cache[1].get(worker.worker_id, [LEARNER])
 
     def _try_source(self, fetch: Fetch) -> None:
         """Ask ``fetch``'s current source for its version (see the module docstring)."""
@@ -73,10 +73,10 @@ class Fetches:
         worker, source = fetch.worker, fetch.chain.source
         if source == LEARNER:
             self._start_receiving(fetch, None)
-            self.books.learner_uplink.fetch(worker.download, lambda: self._transferred(fetch, worker.peer.one_way_s),
+            self.state.learner_uplink.fetch(worker.download, lambda: self._transferred(fetch, worker.peer.one_way_s),
                                       fetch.live, fetch.left)
             return
-        relay = self.books.workers_by_id[source]
+        relay = self.state.workers_by_id[source]
         if not relay.running:  # connection refused
             self._next_source(fetch)
         elif fetch.version in relay.held or fetch.version == relay.receiving:
@@ -86,11 +86,11 @@ class Fetches:
             relay.serving.append(fetch)
         elif fetch.version < relay.newest:  # skipped or evicted there: ask for the newest at once
             fetch.patience += 1
-            self.books.queue.after(worker.rtt_s, self._ask_version, worker, fetch.epoch, fetch.begin)
+            self.state.queue.after(worker.rtt_s, self._ask_version, worker, fetch.epoch, fetch.begin)
         else:  # nothing of it there yet: long-poll while the relay makes progress
             if fetch.relay is not relay:
                 fetch.relay = relay
-                self.books.queue.after(fetch.chain.patience_s, self._give_up, fetch, fetch.patience)
+                self.state.queue.after(fetch.chain.patience_s, self._give_up, fetch, fetch.patience)
             relay.waiters.append(fetch)
 
     def _start_receiving(self, fetch: Fetch, relay: SimWorker | None) -> None:
@@ -117,21 +117,21 @@ class Fetches:
             relay.serving.remove(fetch)
             fetch.relay, fetch.flow = None, None
             if fetch.live():
-                self.books.queue.after(fetch.worker.rtt_s, self._ask_version, fetch.worker, fetch.epoch, fetch.begin)
+                self.state.queue.after(fetch.worker.rtt_s, self._ask_version, fetch.worker, fetch.epoch, fetch.begin)
 
     def _abandon(self, relay: SimWorker, fetch: Fetch) -> None:
         """The relay went on to a newer version without finishing ``fetch``'s: what it was passing
         on of it stops there, and its children get the rest from their next sources."""
         cut = [(f, relay.uplink.cancel(f.flow)) for f in relay.serving if f.version == fetch.version]
         relay.serving = [f for f in relay.serving if f.version != fetch.version]
-        self._resume_elsewhere(cut + [(f, self.books.chunk) for f in fetch.followers])
+        self._resume_elsewhere(cut + [(f, self.state.chunk) for f in fetch.followers])
         fetch.followers = []
 
     def _resume_elsewhere(self, cut: list[tuple[Fetch, float]]) -> None:
         """Fetches broken off at their source, with the bytes each still needs: the next source."""
         for fetch, left in cut:
             if fetch.live():
-                fetch.left = max(left, self.books.chunk)
+                fetch.left = max(left, self.state.chunk)
                 self._next_source(fetch)
 
     def _give_up(self, fetch: Fetch, patience: int) -> None:
@@ -144,7 +144,7 @@ class Fetches:
     def _next_source(self, fetch: Fetch) -> None:
         fetch.patience += 1
         fetch.relay, fetch.flow, fetch.upstream = None, None, None
-        fetch.chain.fail(fetch.chain.level, self.books.queue.now)  # the next source; the learner is retried
+        fetch.chain.fail(fetch.chain.level, self.state.queue.now)  # the next source; the learner is retried
         self._try_source(fetch)
 
     def _relayed(self, fetch: Fetch) -> None:
@@ -164,8 +164,8 @@ class Fetches:
     def _after_upstream(self, fetch: Fetch, upstream_end: float) -> None:
         """A fetch pipelined on its relay's own ends a chunk after it (at the rate between the two)."""
         assert fetch.relay is not None
-        chunk_s = self.books.chunk / min(fetch.relay.upload, fetch.worker.download)
-        self.books.queue.at(max(self.books.queue.now, upstream_end + chunk_s), self._transferred, fetch,
+        chunk_s = self.state.chunk / min(fetch.relay.upload, fetch.worker.download)
+        self.state.queue.at(max(self.state.queue.now, upstream_end + chunk_s), self._transferred, fetch,
                             self._hop_s(fetch))
 
     def _hop_s(self, fetch: Fetch) -> float:
@@ -178,13 +178,13 @@ class Fetches:
         if not fetch.live():
             return
         worker = fetch.worker
-        fetch.ended_at = self.books.queue.now
+        fetch.ended_at = self.state.queue.now
         worker.receiving, worker.inbound = -1, None
         worker.held.append(fetch.version)
         for follower in fetch.followers:
             if follower.live():
                 self._after_upstream(follower, fetch.ended_at)
-        self.books.queue.after(latency + worker.spec.fetch_delay_s, self._fetched, worker, fetch.epoch, fetch.version,
+        self.state.queue.after(latency + worker.spec.fetch_delay_s, self._fetched, worker, fetch.epoch, fetch.version,
                          fetch.begin)
 
     def drop(self, worker: SimWorker) -> None:
@@ -195,7 +195,7 @@ class Fetches:
             inbound.relay.uplink.cancel(inbound.flow)
             inbound.relay.serving.remove(inbound)
         cut = [(f, worker.uplink.cancel(f.flow)) for f in worker.serving if f.flow is not None]
-        cut += [(f, self.books.chunk) for f in (inbound.followers if inbound else [])]
+        cut += [(f, self.state.chunk) for f in (inbound.followers if inbound else [])]
         cut += [(f, f.left) for f in worker.waiters]
         worker.serving, worker.waiters, worker.inbound = [], [], None
         worker.receiving, worker.held = -1, deque()

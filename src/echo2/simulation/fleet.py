@@ -18,9 +18,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from echo2.config.fleet import WorkerClass
-from echo2.core.worker_protocol import WorkerProtocol
+from echo2.core.books import Lease
 from echo2.core.fetch_chain import SourceChain
-from echo2.planning.profiling import LeaseCycle
+from echo2.core.profiling import LeaseCycle
+from echo2.core.worker_protocol import WorkerProtocol
 from echo2.simulation.dissemination import Flow, Peer, RelayUplink
 from echo2.simulation.scenario import Scenario
 from echo2.units import link_bytes_per_s
@@ -85,14 +86,22 @@ class SimWorker:
     """Fetches long-polling it for a version it has nothing of yet."""
     phase: str = "off"
     """off | request | wait_window | wait_stage | fetch | generate | parked | down."""
-    leases: list[Lease] = field(default_factory=list)
+    leases: list[SimLease] = field(default_factory=list)
     """Its leases granted and not yet submitted, in the order it generates them (the one in hand,
     then the one it asked for ahead: :mod:`echo2.rollout.lease_ahead`)."""
     busy_until: float = 0.0
     """When the last of its leases is generated."""
     cycle: LeaseCycle = field(default_factory=LeaseCycle)
-    """Where its current lease cycle began (``planning.profiling.busy_seconds``)."""
+    """Where its current lease cycle began (``core.profiling.busy_seconds``)."""
     leaving: bool = False
+    quarantined: bool = False
+    """Never: the simulator fabricates nothing (the books ask every worker)."""
+
+    @property
+    def at_work(self) -> bool:
+        """Running and active: it takes leases and the census counts it (the coordinator's
+        :attr:`echo2.coordinator.records.WorkerRecord.at_work`)."""
+        return self.running and self.active
 
     @property
     def newest(self) -> int:
@@ -100,17 +109,17 @@ class SimWorker:
         return max(self.receiving, self.held[-1] if self.held else -1)
 
 
-class Lease:
-    """Slots granted to a worker at a version, generated from ``starts_at``, submitted at ``ends_at``."""
+@dataclass(eq=False)
+class SimLease(Lease[None]):
+    """A lease of the books (:class:`echo2.core.books.Lease`) as a simulated worker generates it:
+    from ``starts_at``, its results in at ``ends_at``."""
 
-    __slots__ = ("ends_at", "granted_at", "slots", "starts_at", "state", "version", "worker")
+    starts_at: float = 0.0
+    ends_at: float = 0.0
 
-    def __init__(self, worker: SimWorker, version: int, slots: list[int], granted_at: float, starts_at: float,
-                 ends_at: float) -> None:
-        self.worker, self.version, self.slots = worker, version, slots
-        self.granted_at, self.starts_at, self.ends_at = granted_at, starts_at, ends_at  # ends: its results are in
-        self.state = "out"
-        """out | done | expired | withdrawn"""
+
+SimGroup = tuple[int, SimWorker]
+"""A submitted group, as the simulated books keep it: its version and its worker."""
 
 
 def build_fleet(scenario: Scenario, rng: random.Random) -> list[SimWorker]:

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Protocol
 
-from echo2.core.pacing import PacingLedger
+from echo2.core.books import Books
 from echo2.planning.billing import Billing, cost_summary
 from echo2.simulation.centralized import CentralizedResult
 from echo2.simulation.events import EventQueue
@@ -23,15 +23,14 @@ from echo2.simulation.scenario import Scenario
 
 
 class RunView(Protocol):
-    """What the recorder reads of a simulated run (:class:`echo2.simulation.books.SimBooks`)."""
+    """What the recorder reads of a simulated run (:class:`echo2.simulation.state.SimState`)."""
 
     queue: EventQueue
     step: int
     busy_s: float
     idle_s: float
     startup_s: float
-    ledger: PacingLedger
-    counters: Counter[str]
+    books: Books
     running: dict[str, SimWorker]
     workers: Sequence[SimWorker]
     billing: Billing
@@ -46,7 +45,6 @@ class Recorder:
         self.timeline: list[dict] = []
         self.staleness: Counter[int] = Counter()
         self.dissemination: list[tuple[int, float]] = []
-        self._latencies: list[float] = []
         self.generated = 0
         self.wasted: Counter[str] = Counter()
 
@@ -59,12 +57,11 @@ class Recorder:
 
     def disseminated(self, version: int, published: float, loaded: float) -> None:
         self.dissemination.append((version, loaded - published))
-        self._latencies.append(loaded - published)
         self.timeline.append({"who": "broadcast", "kind": "disseminate", "start": published, "end": loaded,
                               "version": version})
 
-    def step(self, sim: RunView, versions: list[int], started: float) -> list[float]:
-        """Record the step that just ended; returns the dissemination latencies completed since the last."""
+    def step(self, sim: RunView, versions: list[int], started: float, latencies: list[float]) -> None:
+        """Record the step that just ended (``latencies``: the disseminations completed since the last)."""
         now, step = sim.queue.now, sim.step
         self.timeline.append({"who": "learner", "kind": "train", "start": started, "end": now, "version": step})
         staleness = Counter(step - 1 - v for v in versions)
@@ -76,15 +73,13 @@ class Recorder:
             "utilization": sim.busy_s / max(sim.busy_s + sim.idle_s, 1e-9), "samples_per_s": step * rollouts / now,
             "staleness_mean": sum(k * n for k, n in staleness.items()) / len(versions),
             "staleness_max": max(staleness), **{f"staleness_count_{k}": n for k, n in sorted(staleness.items())},
-            "groups_dropped_stale": sim.ledger.dropped_stale,
-            "leases_expired": sim.counters["leases_expired"], "workers_alive": len(sim.running),
+            "groups_dropped_stale": sim.books.ledger.dropped_stale,
+            "leases_expired": sim.books.counters.leases_expired, "workers_alive": len(sim.running),
             "workers_active": sum(w.alive and w.active for w in sim.workers), **self.costs(sim, now),
         }
-        latencies, self._latencies = self._latencies, []
         if latencies:
             record.update(dissemination_s=statistics.fmean(latencies), dissemination_max_s=max(latencies))
         self.records.append(record)
-        return latencies
 
     def costs(self, sim: RunView, now: float) -> dict[str, float]:
         by_class = sim.billing.by_class(now)
@@ -93,20 +88,19 @@ class Recorder:
                             centralized)
 
     def result(self, sim: RunView, runtime_s: float) -> SimResult:
-        books, ledger = sim.counters, sim.ledger
-        trained = books["groups_trained"] * self.scenario.recipe.rollout.group_size
+        counters, ledger = sim.books.counters, sim.books.ledger
+        trained = counters.groups_trained * self.scenario.recipe.rollout.group_size
         now = sim.queue.now
-        outstanding = sum(lease.state == "out" for w in sim.workers for lease in w.leases)
         reliability = {
-            "groups_trained": books["groups_trained"], "leases_issued": books["leases_issued"],
-            "leases_completed": books["leases_completed"], "leases_expired": books["leases_expired"],
-            "leases_outstanding": outstanding, "prompts_requeued": ledger.requeued_total,
-            "groups_accepted": books["groups_accepted"],
-            "groups_rejected": ({"expired_lease": books["groups_rejected_expired_lease"]}
-                                if books["groups_rejected_expired_lease"] else {}),
+            "groups_trained": counters.groups_trained, "leases_issued": counters.leases_issued,
+            "leases_completed": counters.leases_completed, "leases_expired": counters.leases_expired,
+            "leases_outstanding": len(sim.books.active_leases()), "prompts_requeued": ledger.requeued_total,
+            "groups_accepted": counters.groups_accepted,
+            "groups_rejected": ({"expired_lease": counters.groups_rejected_expired_lease}
+                                if counters.groups_rejected_expired_lease else {}),
             "duplicate_submissions": 0, "groups_dropped_stale": ledger.dropped_stale,
-            "groups_discarded_quarantined": 0, "groups_buffered": len(sim.ledger),
-            "workers_dead": books["workers_dead"], "workers_left": books["workers_left"], "workers_quarantined": 0,
+            "groups_discarded_quarantined": 0, "groups_buffered": len(ledger),
+            "workers_dead": counters.workers_dead, "workers_left": counters.workers_left, "workers_quarantined": 0,
             "workers_reactivated": sim.billing.reactivations(),
         }
         billing = sim.billing

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 
 from echo2.tasks.base import Example, Task, stable_fraction
 
-
 #: Opens a worked solution (a single token in the shipped model's tokenizer).
 WORK_MARKER = "<think>"
 

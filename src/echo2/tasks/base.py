@@ -20,6 +20,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from echo2.config.base import import_path
+
 
 @dataclass(frozen=True)
 class Example:
@@ -37,10 +39,6 @@ def stable_fraction(text: str) -> float:
 class Task(ABC):
     """Prompt source + verifier. Subclass it and point ``task.name`` at ``module:Class``."""
 
-    #: Inclusive range every reward returned by :meth:`reward` lies in.
-    reward_range: tuple[float, float] = (0.0, 1.0)
-    #: Reward that means "verified success" (used by the sampled-reward metric).
-    success_reward: float = 1.0
     #: Most model turns in an episode (1: one reply, the environment never speaks).
     max_turns: int = 1
 
@@ -93,13 +91,7 @@ class Task(ABC):
 def import_class(path: str, base: type, what: str, kind: str) -> type:
     """The class ``module:Class`` names, or a ValueError saying ``what`` could not be imported or
     is not a ``kind`` (a subclass of ``base``)."""
-    import importlib
-
-    module_name, _, class_name = path.partition(":")
-    try:
-        found = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"{what}: cannot import it ({error})") from None
+    found = import_path(path, what)
     if not (isinstance(found, type) and issubclass(found, base)):
         raise ValueError(f"{what} is not a {kind}")
     return found

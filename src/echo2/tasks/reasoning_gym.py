@@ -96,7 +96,6 @@ class ReasoningGymTask(Task):
         self.partial_credit, self.format_reward = partial_credit, format_reward
         self.heldout_fraction, self.eval_seed = heldout_fraction, eval_seed
         self.chat = ChatPrompt(chat_template, system_prompt) if chat_template else None
-        self.reward_range = (0.0, 1.0 + format_reward)
         self._generator(seed=0)  # fail now, with the generator's own message, on a bad dataset or option
 
     def _generator(self, seed: int):

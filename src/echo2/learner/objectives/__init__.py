@@ -12,10 +12,15 @@ from echo2.learner.objectives.echoclip import EchoClipSettings, candidates, clip
 from echo2.learner.objectives.registry import (
     OBJECTIVES,
     LossTerms,
+    Objective,
     ObjectiveSettings,
     TokenBatch,
     Totals,
+    budget_aggregate,
     objective_loss,
+    resolve_objective,
+    sequence_mean_aggregate,
+    token_mean_aggregate,
 )
 from echo2.learner.objectives.surrogate import RatioStats, implausible_rows
 
@@ -24,10 +29,12 @@ __all__ = [
     "Degeneration",
     "EchoClipSettings",
     "LossTerms",
+    "Objective",
     "ObjectiveSettings",
     "RatioStats",
     "TokenBatch",
     "Totals",
+    "budget_aggregate",
     "candidates",
     "clip_length",
     "degeneration",
@@ -37,4 +44,7 @@ __all__ = [
     "is_degenerate",
     "objective_loss",
     "overlong_penalty",
+    "resolve_objective",
+    "sequence_mean_aggregate",
+    "token_mean_aggregate",
 ]

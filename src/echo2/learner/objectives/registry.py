@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from echo2.config.base import import_path
 from echo2.learner.objectives.echoclip import EchoClipSettings, echoclip_loss
 from echo2.learner.objectives.surrogate import (
     RatioStats,
@@ -126,9 +127,16 @@ def token_mean_aggregate(per_token: torch.Tensor, mask: torch.Tensor, totals: To
 
 @dataclass(frozen=True)
 class Objective:
+    """What makes one objective another: the interface of ``learner.loss``. One of your own is an
+    instance of this named by import path (``learner.loss=my_module:my_objective``), e.g. the
+    token-level mean over sequence ratios; the rest of the loss (the corrected surrogate, KL,
+    entropy, EchoClip) is composed around it as for the built-ins."""
+
     sequence_level: bool
     """GSPO's sequence-level ratio instead of token ratios."""
     aggregate: Callable[[torch.Tensor, torch.Tensor, Totals], torch.Tensor] = field(repr=False)
+    """The per-token loss ``[N, T]``, its mask and the update's sizes -> this micro-batch's share of
+    the update's loss (:class:`Totals`: dividing by the whole update's sizes makes micro-batches add up)."""
 
 
 OBJECTIVES: dict[str, Objective] = {
@@ -139,6 +147,17 @@ OBJECTIVES: dict[str, Objective] = {
 }
 
 
+def resolve_objective(name: str) -> Objective:
+    """The objective ``learner.loss`` names: a built-in (:data:`OBJECTIVES`) or ``module:name``
+    naming an :class:`Objective`; else a ValueError naming the key."""
+    if name in OBJECTIVES:
+        return OBJECTIVES[name]
+    found = import_path(name, f"learner.loss={name!r}")
+    if not isinstance(found, Objective):
+        raise ValueError(f"learner.loss={name!r} is a {type(found).__name__}, not an echo2.learner.objectives.Objective")
+    return found
+
+
 def k3_kl(logprobs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     log_ratio = reference - logprobs
     return torch.exp(log_ratio) - log_ratio - 1
@@ -146,7 +165,7 @@ def k3_kl(logprobs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 
 def objective_loss(batch: TokenBatch, settings: ObjectiveSettings, totals: Totals) -> LossTerms:
     """The configured objective on one micro-batch."""
-    objective = OBJECTIVES[settings.name]
+    objective = resolve_objective(settings.name)
     ratios = importance_ratios(batch.logprobs, batch.behaviour, batch.proximal, batch.mask, objective.sequence_level)
     adv = batch.advantages[:, None]
     clip = {"clip_low": settings.clip_low, "clip_high": settings.clip_high}

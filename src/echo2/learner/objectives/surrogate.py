@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import torch
 
-
 LOG_RATIO_LIMIT = 20.0
 """Log-ratios are clamped to +-20 (a factor 5e8) before ``exp``: the ratio of a token whose
 behaviour log-prob came from an untrusted worker can then never overflow to inf (whose product

@@ -1,22 +1,33 @@
 """Rollout engines: what a worker samples with and loads new weights into.
 
 ``hf`` (the portable default) runs the HF model in the worker process with echo2's own sampler;
-``vllm`` runs vLLM on a GPU (``pip install 'echo2[vllm]'``). Both return a completion's tokens
-with the log-prob of each sampled token under ``softmax(logits / T)`` and load a version's
-verified payload in place, so the worker code around them is the same.
+``vllm`` runs vLLM on a GPU (``pip install 'echo2[vllm]'``); ``rollout.engine=module:Class`` names
+one of your own. Each returns a completion's tokens with the log-prob of each sampled token under
+``softmax(logits / T)`` and loads a version's verified payload in place, so the worker code
+around them is the same: :class:`Engine` is every method and attribute the worker uses.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
-from echo2.protocol import RunSpec
+from echo2.config.base import import_path
 from echo2.model.sampling import Samples
+from echo2.protocol import RunSpec
+
+#: The engines echo2 ships (``rollout.engine``), each ``module:Class``.
+BUILTIN_ENGINES = {"hf": "echo2.rollout.engines.hf:HfEngine", "vllm": "echo2.rollout.engines.vllm:VllmEngine"}
 
 
+@runtime_checkable
 class Engine(Protocol):
+    """An engine is built as ``Class(spec, eos_id, pad_id, device)`` (:func:`load_engine`)."""
+
+    max_context: int | None
+    """The model's window in tokens (None: unbounded): an episode whose next turn would not fit ends."""
+
     def generator(self, seed: int) -> torch.Generator:
         """A random generator seeded with ``seed``, on the device where this engine draws its samples."""
 
@@ -31,12 +42,15 @@ class Engine(Protocol):
 
 
 def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") -> Engine:
-    """The engine ``spec.engine`` names, holding ``spec.model`` (with ``spec.adapter`` when set);
-    ``device`` places the ``hf`` engine (vLLM always runs on the GPU)."""
-    if spec.engine == "vllm":
-        from echo2.rollout.engines.vllm import VllmEngine
-
-        return VllmEngine(spec, eos_id, pad_id)
-    from echo2.rollout.engines.hf import HfEngine
-
-    return HfEngine(spec, eos_id, pad_id, device)
+    """The engine ``spec.engine`` names (a built-in or ``module:Class``), holding ``spec.model``
+    (with ``spec.adapter`` when set); ``device`` places it (vLLM always runs on the GPU)."""
+    what = f"rollout.engine={spec.engine!r}"
+    engine_class = import_path(BUILTIN_ENGINES.get(spec.engine, spec.engine), what)
+    if not isinstance(engine_class, type):
+        raise TypeError(f"{what} is a {type(engine_class).__name__}, not an engine class (echo2.rollout.engines.Engine)")
+    engine = engine_class(spec, eos_id, pad_id, device)
+    if not isinstance(engine, Engine):
+        missing = [name for name in ("max_context", "generator", "generate", "load", "groups_that_fit")
+                   if not hasattr(engine, name)]
+        raise TypeError(f"{what} is not an engine: it lacks {', '.join(missing)} (echo2.rollout.engines.Engine)")
+    return engine

@@ -16,12 +16,12 @@ import torch
 from echo2.broadcast.payload import load_parameters
 from echo2.core.lease_sizing import groups_that_fit
 from echo2.model.decoding import StaticDecoder
-from echo2.model.lora import MergedCopy, add_adapter
 from echo2.model.loading import load_model, resolve_device
-from echo2.protocol import RunSpec
-from echo2.rollout.engines.memory import decode_footprint, free_memory_bytes
+from echo2.model.lora import MergedCopy, add_adapter
 from echo2.model.sampling import Samples, sample
 from echo2.model.tokens import model_device
+from echo2.protocol import RunSpec
+from echo2.rollout.engines.memory import decode_footprint, free_memory_bytes
 
 
 class HfEngine:

@@ -31,8 +31,8 @@ from safetensors.torch import save_file
 
 from echo2.broadcast.integrity import CorruptPayload, sha256
 from echo2.model.loading import resolve_model_path
-from echo2.protocol import AdapterSpec, RunSpec
 from echo2.model.sampling import Samples
+from echo2.protocol import AdapterSpec, RunSpec
 
 #: Share of the GPU's memory vLLM may take (weights + KV cache).
 GPU_MEMORY_UTILIZATION = 0.85
@@ -83,7 +83,8 @@ def samples_from_outputs(outputs: Iterable[Any]) -> Samples:
 
 
 class VllmEngine:
-    def __init__(self, spec: RunSpec, eos_id: int, pad_id: int) -> None:
+    def __init__(self, spec: RunSpec, eos_id: int, pad_id: int, device: str = "cuda") -> None:
+        """``device``: vLLM places itself on the GPU, whatever it says."""
         self.vllm = require_vllm()
         self.spec, self.eos_id, self.pad_id = spec, eos_id, pad_id
         adapter = spec.adapter
@@ -95,6 +96,9 @@ class VllmEngine:
         self.workdir = Path(tempfile.mkdtemp(prefix="echo2-vllm-"))
         self.loaded = 0
         self.lora: Any = None
+        self.max_context: int | None = None
+        """Not checked between turns here (as before the Protocol named it): vLLM refuses a prompt
+        past its own ``max_model_len``."""
 
     def generator(self, seed: int) -> torch.Generator:
         """On the CPU: it only draws each row's vLLM sampling seed."""

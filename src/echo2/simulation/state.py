@@ -1,9 +1,10 @@
-"""The books of a simulated run: the event queue, the pacing ledger, the fleet, the relay plan's
-cache, the census of versions, billing, activation, the run clock, the recorder and the learner's
-counters — what every layer of the simulation reads and moves.
+"""A simulated run's state: the run's books — the same object the coordinator keeps
+(:class:`echo2.core.books.Books`), here in simulated seconds — and what only a simulation has:
+the event queue, the fleet's draws, the uplinks, the relay plan's cache, billing, activation's
+policy, the recorder and the learner's timings.
 
-The simulation is composed, not layered: an event clock (these books' queue) drives separate
-objects over these books, each handed the ones it calls — the fetches along the relay plan
+The simulation is composed, not layered: an event clock (this state's queue) drives separate
+objects over it, each handed the ones it calls — the fetches along the relay plan
 (:class:`echo2.simulation.fetching.Fetches`), the workers' lease loop
 (:class:`echo2.simulation.workers.WorkerLoop`, which fetches through them), and the learner and
 the coordinator (:class:`echo2.simulation.engine.Simulation`, whose public moves the lease loop
@@ -14,12 +15,10 @@ from __future__ import annotations
 
 import bisect
 import random
-from collections import Counter, deque
+from collections import deque
 
-from echo2.core.dissemination import DisseminationCensus
+from echo2.core.books import Books
 from echo2.core.fetch_chain import default_patience_s
-from echo2.core.pacing import PacingLedger
-from echo2.core.run_clock import RunClock
 from echo2.core.shares import SharePolicy
 from echo2.core.worker_protocol import WorkerProtocol
 from echo2.planning.activation_rule import ActivationPolicy
@@ -27,40 +26,40 @@ from echo2.planning.billing import Billing
 from echo2.simulation.centralized import simulate_centralized
 from echo2.simulation.dissemination import LearnerUplink, RelayUplink
 from echo2.simulation.events import EventQueue
-from echo2.simulation.fleet import SimWorker, build_fleet
+from echo2.simulation.fleet import SimGroup, SimWorker, build_fleet
 from echo2.simulation.recorder import Recorder
 from echo2.simulation.scenario import Scenario
 from echo2.units import MIB
 from echo2.units import link_bytes_per_s as mbps
 
 
-class SimBooks:
+class SimState:
     def __init__(self, scenario: Scenario, timeline_workers: int = 12) -> None:
         self.scenario = scenario
         recipe = scenario.recipe
         self.rng = random.Random(scenario.seed)
         self.queue = EventQueue()
-        self.ledger: PacingLedger[None, tuple[int, SimWorker]] = PacingLedger(recipe.staleness,
-                                                                           recipe.learner.groups_per_step)
-        """A group is its version and its worker (who delivers when it is trained)."""
-        self.in_training: list[tuple[int, SimWorker]] = []
-        """The batch of the step in hand."""
-        """Slots, buffer and pacing, as the coordinator keeps them (a group is its version here)."""
-        self.counters: Counter[str] = Counter()
         self.workers: list[SimWorker] = build_fleet(scenario, self.rng)
         for worker in self.workers:
             worker.protocol = WorkerProtocol(recipe.protocol)
-        self.protocol = recipe.protocol
-        self.group_size, self.groups_per_lease = recipe.rollout.group_size, recipe.lease_groups
-        self.shares = SharePolicy(groups_per_lease=recipe.lease_groups, window_share=recipe.coordinator.window_share,
-                                  grows_with_delivery=recipe.rollout.groups_per_lease == "device")
+        self.workers_by_id = {w.worker_id: w for w in self.workers}
         self.train_s = scenario.train_step_s()
+        shares = SharePolicy(groups_per_lease=recipe.lease_groups, window_share=recipe.coordinator.window_share,
+                             grows_with_delivery=recipe.rollout.groups_per_lease == "device")
+        self.books: Books[SimWorker, SimGroup] = Books(
+            self.workers_by_id, lambda group: group[1].worker_id, staleness=recipe.staleness,
+            groups_per_step=recipe.learner.groups_per_step, group_size=recipe.rollout.group_size, shares=shares,
+            lease_timeout_s=recipe.coordinator.lease_timeout_s, replan_every=scenario.activation.replan_every,
+            train_s=self.train_s)
+        """The run's books: a group is its version and its worker, a slot carries nothing."""
+        self.protocol = recipe.protocol
+        self.groups_per_lease = recipe.lease_groups
+        """What a worker asks for in a lease request (the live worker's ``max_groups``)."""
         self.payload = scenario.model.payload_bytes
         self.learner_upload = mbps(scenario.learner.upload_mbps)
         self.chunk = min(scenario.broadcast.chunk_mib * MIB, self.payload)
         self.learner_uplink = LearnerUplink(self.queue, self.learner_upload, self.payload, self.chunk)
         self.patience_s = default_patience_s(scenario.broadcast.stall_s)
-        self.workers_by_id = {w.worker_id: w for w in self.workers}
         for worker in self.workers:
             worker.uplink = RelayUplink(self.queue, worker.upload)
         self.waiting: deque[tuple[SimWorker, int, int]] = deque()
@@ -70,7 +69,6 @@ class SimBooks:
         self.membership = 0
         self.plan_cache: tuple[int, dict[str, list[str]]] | None = None
         """(membership, each running worker's sources) of the relay plan last made."""
-        self.census = DisseminationCensus()
         self.published_times: list[float] = [0.0]
         """When each version was published (index = version)."""
         self.billing = Billing(scenario.learner_price_per_hour)
@@ -80,10 +78,8 @@ class SimBooks:
         self.recorder = Recorder(scenario, {w.worker_id for w in self.workers[:timeline_workers]}, self.centralized)
         self.step = 0
         self.learner_busy = False
-        self.finished = False
         self.wait_since = 0.0
         self.busy_s = self.idle_s = self.startup_s = 0.0
-        self.clock = RunClock(scenario.activation.replan_every, train_s=self.train_s)
         self.replanned_at = -1
         self.replan_pending = False
 

@@ -1,0 +1,126 @@
+"""Did a change of the run's books move a figure? The shipped scenarios simulated, and the default
+run trained, on the code of a git ref and on the working tree, side by side.
+
+    python bench/parity.py [--before REF] [--quick] [--out DIR]
+
+1. Every ``configs/scenarios/*.yaml`` simulated on each side. The simulator is deterministic: a
+   figure that differs is the change's doing. Per scenario and side: steps, simulated seconds,
+   learner utilization, the cost ratio to the centralized baseline, workers active on average,
+   the mean dissemination time, the reliability counts, and whether the per-step records (every
+   figure of every step) are byte-identical.
+2. The default ``echo2 train`` run (the shipped model, the default config; ``--quick``: 100 steps)
+   on each side, one after the other: steps a second, the last evaluation's accuracy and the
+   reliability report. A real run: its pace differs from run to run by a few percent.
+
+Each side runs in its own interpreter with ``PYTHONPATH`` at its ``src/`` (the ref's a
+``git worktree`` made for the run and removed after).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from common import format_table, git, parse_args, write_results  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = REPO / "configs" / "scenarios"
+
+#: Run in each side's interpreter: one JSON line per scenario.
+SIMULATE = """
+import hashlib, json, sys
+from echo2.simulation.engine import simulate
+from echo2.simulation.scenario import load_scenario
+for path in sys.argv[1:]:
+    result = simulate(load_scenario(path), timeline_workers=0)
+    hours = sum(result.worker_hours.values())
+    print(json.dumps({
+        "steps": result.steps, "wall_s": result.wall_s, "util": result.utilization,
+        "ratio": result.cost_usd / result.centralized.cost_usd, "mean_active": hours * 3600 / result.wall_s,
+        "dissemination_s": result.summary()["dissemination_mean_s"], "reliability": result.reliability,
+        "records_sha256": hashlib.sha256(json.dumps(result.records, sort_keys=True).encode()).hexdigest()}))
+"""
+
+
+def side_env(src: Path) -> dict[str, str]:
+    import os
+
+    return {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
+
+
+def simulate_side(src: Path, paths: list[Path]) -> list[dict]:
+    out = subprocess.run([sys.executable, "-c", SIMULATE, *map(str, paths)], env=side_env(src), cwd=src.parent,
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"simulating on {src}: {out.stderr[-3000:]}")
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def train_side(src: Path, run_dir: Path, steps: int | None) -> dict:
+    overrides = [f"run.dir={run_dir.parent}", f"run.name={run_dir.name}", "telemetry.progress=false"]
+    overrides += [f"run.steps={steps}"] if steps else []
+    out = subprocess.run([sys.executable, "-m", "echo2.cli", "train", *overrides], env=side_env(src), cwd=src.parent,
+                         capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"training on {src}: {out.stderr[-3000:]}")
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in records if "loss" in r]
+    evals = [r["eval_accuracy"] for r in records if "eval_accuracy" in r]
+    wall = trained[-1]["time"] - trained[0]["time"]
+    return {"steps": len(trained), "steps_per_s": (len(trained) - 1) / wall if wall > 0 else None,
+            "accuracy": evals[-1] if evals else None,
+            "reliability": json.loads((run_dir / "reliability.json").read_text())}
+
+
+def compare(before: dict, after: dict, keys: list[str]) -> dict:
+    """One row: each key before and after, and the names of the reliability counts that moved."""
+    row = {}
+    for key in keys:
+        row[f"{key}_before"], row[f"{key}_after"] = before.get(key), after.get(key)
+    moved = sorted(k for k in {**before["reliability"], **after["reliability"]}
+                   if before["reliability"].get(k) != after["reliability"].get(k))
+    row["reliability_moved"] = ", ".join(f"{k} {before['reliability'].get(k)}->{after['reliability'].get(k)}"
+                                         for k in moved) or "none"
+    return row
+
+
+def main() -> None:
+    def options(parser) -> None:
+        parser.add_argument("--before", default="HEAD", help="the git ref of the code before (default: HEAD)")
+
+    args = parse_args(__doc__.splitlines()[0], "bench/out/parity", options)
+    paths = sorted(SCENARIOS.glob("*.yaml"))
+    with tempfile.TemporaryDirectory(prefix="echo2-parity-") as scratch:
+        worktree = Path(scratch) / "before"
+        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.before], cwd=REPO, check=True,
+                       capture_output=True)
+        try:
+            sides = {"before": worktree / "src", "after": REPO / "src"}
+            simulated = {name: simulate_side(src, paths) for name, src in sides.items()}
+            trained = {name: train_side(src, Path(scratch) / "runs" / name, 100 if args.quick else None)
+                       for name, src in sides.items()}
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)
+    rows = []
+    for path, before, after in zip(paths, simulated["before"], simulated["after"], strict=True):
+        rows.append({"what": path.stem, **compare(before, after, ["steps", "util", "ratio", "mean_active",
+                                                                   "dissemination_s"]),
+                     "records_identical": before["records_sha256"] == after["records_sha256"]})
+    rows.append({"what": "echo2 train (default)", **compare(trained["before"], trained["after"],
+                                                             ["steps", "steps_per_s", "accuracy"])})
+    columns = ["what", "steps_before", "steps_after", "util_before", "util_after", "ratio_before", "ratio_after",
+               "steps_per_s_before", "steps_per_s_after", "accuracy_before", "accuracy_after", "records_identical",
+               "reliability_moved"]
+    print(f"before: {args.before} ({git('rev-parse', '--short', args.before)}); after: the working tree")
+    print(format_table(rows, columns))
+    path = write_results(args.out, rows, {"before": git("rev-parse", args.before), "quick": args.quick})
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()

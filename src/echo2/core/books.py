@@ -1,0 +1,288 @@
+"""The run's books: one object the coordinator and the simulator both keep and move the same way.
+
+ECHO-2 (arXiv 2602.02192) paces a run by its books: which prompt slots are out on which lease,
+which groups wait for the learner, what each worker delivered or let expire, how long a step and
+a version's trip take. The coordinator keeps them under its lock, in ``time.monotonic()``
+seconds, and the simulator in simulated seconds; both call the operations here, so that a grant,
+a submission, an expiry, a batch, a publish and the census come out the same in both
+(``tests/test_books.py`` drives one sequence through each side and compares the books).
+
+What the books hold: the pacing ledger (:mod:`~echo2.core.pacing`), the lease shares
+(:mod:`~echo2.core.shares`), the run clock (:mod:`~echo2.core.run_clock`), the dissemination
+census (:mod:`~echo2.core.dissemination`), the active leases, the groups in the learner's step and
+the typed counters. What they do not: I/O, waiting, credentials, scoring, relay plans, billing —
+each side's own. Clock-free: every operation is given the time (``now`` in the books' clock,
+``at`` in the census's, which the coordinator keeps in wall time because workers report in it).
+
+A lease's work carries its kind (:data:`WorkKind`): a task's prompt slot, paced by the staleness
+window, is the only kind today.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from echo2.core.dissemination import DisseminationCensus, Reached
+from echo2.core.leasing import LeaseAnswer, answer_lease
+from echo2.core.pacing import PacingLedger
+from echo2.core.profiling import LeaseCycle
+from echo2.core.run_clock import RunClock
+from echo2.core.shares import SharePolicy, delivered, dropped_stale, group_seconds, missed
+
+WorkKind = Literal["prompt"]
+"""What a lease's slots carry: ``prompt``, a task example whose group the learner trains on."""
+
+LeaseState = Literal["active", "done", "expired"]
+
+P = TypeVar("P")
+
+
+@dataclass
+class Counters:
+    """What happened to the run's workers, leases and groups, as the reliability report counts it
+    (typed: a misspelt name fails, where a string key made a new zero)."""
+
+    workers_registered: int = 0
+    workers_dead: int = 0
+    workers_left: int = 0
+    workers_quarantined: int = 0
+    registrations_refused_trial: int = 0
+    leases_issued: int = 0
+    leases_completed: int = 0
+    """Submitted and accepted (delivered only once a group of it is trained)."""
+    leases_expired: int = 0
+    """Ended unsubmitted: past their deadline, their worker dead, gone or quarantined."""
+    leases_lost_in_restart: int = 0
+    groups_accepted: int = 0
+    groups_trained: int = 0
+    groups_trained_twice: int = 0
+    groups_filtered: int = 0
+    groups_discarded_quarantined: int = 0
+    groups_discarded_unauditable: int = 0
+    groups_rejected_expired_lease: int = 0
+    """Groups of submissions that came after their lease expired (the simulator's count; the
+    coordinator counts refusals by code)."""
+    duplicate_submissions: int = 0
+    learner_restarts: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def add(self, saved: Mapping[str, int]) -> None:
+        """Add counts saved by :meth:`as_dict` (a resumed run's books); an unknown name is an error."""
+        known = {f.name for f in fields(self)}
+        if unknown := sorted(set(saved) - known):
+            raise ValueError(f"counters {unknown} are not the books' ({sorted(known)})")
+        for name, value in saved.items():
+            setattr(self, name, getattr(self, name) + value)
+
+
+class BookedWorker(Protocol):
+    """A worker as the books read and move it (the coordinator's record, the simulator's worker)."""
+
+    worker_id: str
+    active: bool
+    """Activation keeps it working (False: parked)."""
+    quarantined: bool
+    throughput: float | None
+    unfulfilled: int
+    parked_until: float
+    proven: bool
+    groups_delivered: int
+    cycle: LeaseCycle
+
+    @property
+    def at_work(self) -> bool:
+        """Running, trusted and active: it takes leases and the census waits for it."""
+
+
+@dataclass(eq=False)
+class Lease(Generic[P]):
+    """Slots granted to one worker at one policy version, until ``deadline``."""
+
+    lease_id: str
+    worker_id: str
+    version: int
+    slots: dict[int, P]
+    """Slot -> what it carries (the coordinator: the task's example; the simulator: nothing)."""
+    granted_at: float
+    deadline: float
+    kind: WorkKind = "prompt"
+    state: LeaseState = "active"
+
+
+W = TypeVar("W", bound=BookedWorker)
+G = TypeVar("G")
+L = TypeVar("L", bound=Lease)
+
+
+class Books(Generic[W, G]):
+    """``workers``: the run's workers by id (the books read them, the caller adds them);
+    ``worker_of``: the id of the worker that generated a group (None: the learner's own, before a
+    resume); ``on_parked(worker, seconds, why)``: told when a miss parks a worker."""
+
+    def __init__(self, workers: Mapping[str, W], worker_of: Callable[[G], str | None], *, staleness: int,
+                 groups_per_step: int, group_size: int, shares: SharePolicy, lease_timeout_s: float,
+                 replan_every: int, train_s: float | None = None, lease_ids: Callable[[], str] | None = None,
+                 on_parked: Callable[[W, float, str], None] = lambda worker, seconds, why: None) -> None:
+        self.workers, self.worker_of = workers, worker_of
+        self.ledger: PacingLedger[Any, G] = PacingLedger(staleness, groups_per_step)
+        self.shares, self.group_size, self.lease_timeout_s = shares, group_size, lease_timeout_s
+        self.clock = RunClock(replan_every, train_s=train_s)
+        self.census = DisseminationCensus()
+        self.counters = Counters()
+        self.rejected: Counter[str] = Counter()
+        """Submissions refused, by code."""
+        self.in_training: list[G] = []
+        """The groups of the learner's step in hand: trained by the time it publishes."""
+        self.finished = False
+        self._leases: dict[str, list[Lease]] = {}
+        """Active leases, by worker id."""
+        self._unclocked: list[float] = []
+        """Dissemination latencies not yet given to the run clock."""
+        counter = itertools.count()
+        self._lease_id = lease_ids or (lambda: str(next(counter)))
+        self._on_parked = on_parked
+
+    @property
+    def version(self) -> int:
+        """The learner's newest published version."""
+        return self.ledger.version
+
+    # ------------------------------------------------------------------ workers
+    def others_proven(self, worker: W) -> bool:
+        """Whether a worker at work other than ``worker`` has delivered: probation applies only then
+        (:func:`echo2.core.shares.on_probation`)."""
+        return any(w is not worker and w.at_work and w.proven for w in self.workers.values())
+
+    # ------------------------------------------------------------------ leases
+    def active_leases(self, worker_id: str | None = None) -> list[Lease]:
+        """Active leases, of ``worker_id`` only when given."""
+        if worker_id is not None:
+            return list(self._leases.get(worker_id, ()))
+        return [lease for leases in self._leases.values() for lease in leases]
+
+    def overdue(self, now: float) -> list[Lease]:
+        return [lease for lease in self.active_leases() if now > lease.deadline]
+
+    def answer(self, worker: W, *, worker_version: int, requested: int, now: float) -> LeaseAnswer:
+        """:func:`echo2.core.leasing.answer_lease` for ``worker`` at ``worker_version`` asking for
+        ``requested`` groups (its own ask: the live worker's ``max_groups``), over these books at ``now``."""
+        held = sum(len(lease.slots) for lease in self._leases.get(worker.worker_id, ()))
+        others = [w for w in self.workers.values() if w is not worker and w.at_work]
+        proven = [w for w in others if w.proven]
+        untrained = 0
+        if not worker.proven and proven:
+            mine = worker.worker_id
+            untrained = (self.ledger.buffered(lambda group: self.worker_of(group) == mine)
+                         + sum(self.worker_of(group) == mine for group in self.in_training))
+        group_s = group_seconds(self.group_size, worker.throughput, [w.throughput for w in proven if w.throughput])
+        return answer_lease(self.ledger, self.shares, worker, worker_version=worker_version, requested=requested,
+                            held=held, active=worker.active, others_live=bool(others), now=now,
+                            lease_timeout_s=self.lease_timeout_s, group_s=group_s, others_proven=bool(proven),
+                            finished=self.finished, untrained=untrained)
+
+    def grant(self, worker: W, worker_version: int, answer: LeaseAnswer, now: float, draw: Callable[[], Any],
+              make: Callable[..., L] = Lease) -> L:
+        """A ``granted`` ``answer`` carried out: its slots from the ledger (prompts re-queued first,
+        then ``draw()``), bound to ``worker`` until ``answer.deadline_s`` from ``now``; ``make``
+        builds the lease (a side's subclass of :class:`Lease`)."""
+        slots = self.ledger.grant(worker_version, answer.size, draw, answer.lent)
+        lease = make(lease_id=self._lease_id(), worker_id=worker.worker_id, version=worker_version, slots=slots,
+                     granted_at=now, deadline=now + answer.deadline_s)
+        self._leases.setdefault(worker.worker_id, []).append(lease)
+        self.counters.leases_issued += 1
+        return lease
+
+    def submitted(self, lease: Lease, groups: Iterable[tuple[int, G]], rollouts: int, now: float) -> None:
+        """``lease``'s submission was accepted at ``now``: its ``groups`` (slot, group) enter the
+        buffer, and its worker's throughput takes in the lease cycle (:mod:`echo2.core.profiling`)."""
+        self._close(lease, "done")
+        worker = self.workers[lease.worker_id]
+        worker.throughput = worker.cycle.submitted(now, lease.granted_at, rollouts, worker.throughput)
+        admitted = 0
+        for slot, group in groups:
+            self.ledger.admit(slot, lease.version, group)
+            admitted += 1
+        self.counters.leases_completed += 1
+        self.counters.groups_accepted += admitted
+
+    def expire(self, lease: Lease, now: float, missed_deadline: bool) -> None:
+        """``lease`` ends unsubmitted (past its deadline, or its worker dead, gone, quarantined): its
+        prompts go back to the front of the queue; past its deadline (``missed_deadline``) it is
+        its worker's miss (:func:`echo2.core.shares.missed`). Twice is once."""
+        if lease.state != "active":
+            return
+        self._close(lease, "expired")
+        self.counters.leases_expired += 1
+        self.ledger.release(lease.slots, front=True)
+        if missed_deadline and (worker := self.workers.get(lease.worker_id)) is not None:
+            if parked_s := missed(self.shares, worker, now, self.lease_timeout_s):
+                self._on_parked(worker, parked_s, f"let {worker.unfulfilled} leases in a row expire")
+
+    def _close(self, lease: Lease, state: LeaseState) -> None:
+        lease.state = state
+        held = self._leases.get(lease.worker_id, [])
+        if lease in held:
+            held.remove(lease)
+        if not held:
+            self._leases.pop(lease.worker_id, None)
+
+    # ------------------------------------------------------------------ the learner
+    def take(self, step: int, count: int, now: float) -> list[G] | None:
+        """The learner's batch for ``step`` (:meth:`PacingLedger.take`), its step timed from ``now``;
+        a group dropped as stale is a miss of its worker if on probation (:func:`~echo2.core.shares.dropped_stale`)."""
+        batch = self.ledger.take(step, count, lambda group: self._dropped_stale(group, now))
+        if batch is not None:
+            self.clock.batch_taken(now)
+            self.counters.groups_trained += len(batch)
+            self.in_training += batch
+        return batch
+
+    def _dropped_stale(self, group: G, now: float) -> None:
+        worker = self._trusted_worker_of(group)
+        if worker is not None and (parked_s := dropped_stale(self.shares, worker, self.others_proven(worker), now,
+                                                               self.lease_timeout_s)):
+            self._on_parked(worker, parked_s, "on trial, submitted a group too old to train")
+
+    def _trusted_worker_of(self, group: G) -> W | None:
+        worker = self.workers.get(self.worker_of(group) or "")
+        return None if worker is None or worker.quarantined else worker
+
+    def published(self, version: int, now: float, at: float) -> bool:
+        """The learner published ``version`` at ``now`` (``at`` in the census's clock): the groups of
+        its step were trained, so their workers delivered (:func:`~echo2.core.shares.delivered`).
+        Returns whether activation is due its periodic re-plan (:meth:`RunClock.published`)."""
+        for group in self.in_training:
+            if (worker := self._trusted_worker_of(group)) is not None:
+                delivered(worker)
+        self.in_training = []
+        self.ledger.version = version
+        self.census.publish(version, at)
+        return self.clock.published(version, now)
+
+    # ------------------------------------------------------------------ the census
+    def hold(self, worker: W, version: int | None, at: float) -> list[Reached]:
+        """``worker`` holds ``version`` (its newest loaded; None or below 0: none) from ``at`` on. The
+        census counts it only while at work (a parked, dead or quarantined worker generates
+        nothing, so no version waits for it); reports may come out of order, so it holds the
+        newest it reported. Returns the versions that have now reached every counted worker."""
+        if version is None or version < 0 or not worker.at_work:
+            reached = self.census.hold(worker.worker_id, None, at)
+        else:
+            self.census.loaded(version)
+            reached = self.census.hold(worker.worker_id, max(self.census.holding.get(worker.worker_id, -1), version),
+                                       at)
+        self._unclocked += [r.reached - r.published for r in reached]
+        return reached
+
+    def time_dissemination(self) -> list[float]:
+        """The dissemination latencies completed since the last call, the slowest of them one
+        sample of ``T_bcast`` for the run clock (:meth:`RunClock.disseminated`)."""
+        latencies, self._unclocked = self._unclocked, []
+        self.clock.disseminated(latencies)
+        return latencies
