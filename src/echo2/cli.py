@@ -19,6 +19,11 @@ if TYPE_CHECKING:
 
 
 def _train(args: argparse.Namespace) -> int:
+    if args.help_config:
+        from echo2.config.keys import help_lines
+
+        print("\n".join(help_lines(every_key=args.help_config == "all")))
+        return 0
     from echo2.launch.train import run_training
 
     resume = Path(args.resume) if args.resume else None
@@ -261,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", help="YAML config file (see configs/)")
     train.add_argument("--resume", metavar="RUN_DIR",
                        help="continue a stopped or crashed run from its newest checkpoint (same version, data, buffer)")
+    train.add_argument("--help-config", nargs="?", const="set", choices=("set", "all"),
+                       help="list the config keys users set, with defaults (=all: every key) and exit")
     train.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. staleness=2 learner.lr=1e-4")
     train.set_defaults(handler=_train)
 
