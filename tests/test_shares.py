@@ -23,31 +23,31 @@ class Holder:
 
 def test_a_lease_never_exceeds_groups_per_lease_nor_a_workers_share():
     proven = Holder()
-    assert lease_size(POLICY, requested=4096, held=0, window=64, others_live=False, holder=proven) == 8
-    assert lease_size(POLICY, requested=4, held=0, window=64, others_live=False, holder=proven) == 4
-    assert lease_size(POLICY, requested=8, held=0, window=8, others_live=True, holder=proven) == 4  # half of 8
+    assert lease_size(POLICY, requested=4096, held=0, window=64, others_live=False, holder=proven, others_proven=False) == 8
+    assert lease_size(POLICY, requested=4, held=0, window=64, others_live=False, holder=proven, others_proven=False) == 4
+    assert lease_size(POLICY, requested=8, held=0, window=8, others_live=True, holder=proven, others_proven=True) == 4  # half of 8
     # three leases in hand (submitting, generating, asked ahead), within the share
-    assert lease_size(POLICY, requested=8, held=8, window=64, others_live=True, holder=proven) == 8
-    assert lease_size(POLICY, requested=8, held=20, window=64, others_live=True, holder=proven) == 4
-    assert lease_size(POLICY, requested=8, held=24, window=64, others_live=True, holder=proven) == 0
-    assert lease_size(POLICY, requested=8, held=14, window=32, others_live=True, holder=proven) == 2  # share 16
-    assert lease_size(POLICY, requested=8, held=32, window=64, others_live=False, holder=proven) == 8  # alone
+    assert lease_size(POLICY, requested=8, held=8, window=64, others_live=True, holder=proven, others_proven=True) == 8
+    assert lease_size(POLICY, requested=8, held=20, window=64, others_live=True, holder=proven, others_proven=True) == 4
+    assert lease_size(POLICY, requested=8, held=24, window=64, others_live=True, holder=proven, others_proven=True) == 0
+    assert lease_size(POLICY, requested=8, held=14, window=32, others_live=True, holder=proven, others_proven=True) == 2  # share 16
+    assert lease_size(POLICY, requested=8, held=32, window=64, others_live=False, holder=proven, others_proven=False) == 8  # alone
 
 
 def test_a_worker_on_trial_or_slowed_holds_one_lease_at_a_time():
-    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, holder=Holder(proven=False)) == 0
-    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, holder=Holder(unfulfilled=1)) == 0
+    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, holder=Holder(proven=False), others_proven=True) == 0
+    assert lease_size(POLICY, requested=8, held=1, window=64, others_live=True, holder=Holder(unfulfilled=1), others_proven=True) == 0
 
 
 def test_a_worker_whose_leases_expire_is_slowed_then_parked_for_longer_each_time():
-    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=False, holder=Holder(unfulfilled=1)) == 1
+    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=False, holder=Holder(unfulfilled=1), others_proven=False) == 1
     assert [parked_for(POLICY, n, lease_timeout_s=60) for n in range(5)] == [0, 0, 60, 240, 960]
 
 
 def test_a_newcomer_gets_one_group_until_it_delivers_and_is_parked_at_its_first_miss():
     newcomer = Holder(proven=False)
-    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=True, holder=newcomer) == 1
-    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=False, holder=newcomer) == 8  # no one else
+    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=True, holder=newcomer, others_proven=True) == 1
+    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=False, holder=newcomer, others_proven=False) == 8  # no one else
     assert [parked_for(POLICY, n, lease_timeout_s=60, proven=False) for n in range(4)] == [0, 60, 240, 960]
 
 
@@ -57,10 +57,10 @@ def test_a_device_sized_ask_is_capped_by_what_the_worker_has_delivered():
     device = SharePolicy(groups_per_lease=128, window_share=0.5, grows_with_delivery=True)
     def size(delivered, others_live=True):
         return lease_size(device, requested=128, held=0, window=128, others_live=others_live,
-                          holder=Holder(groups_delivered=delivered))
+                          holder=Holder(groups_delivered=delivered), others_proven=others_live)
     assert [size(n) for n in (0, 1, 4, 16, 64)] == [1, 2, 8, 32, 64]  # 64: its share of the window
     assert size(0, others_live=False) == 128
-    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=True, holder=Holder()) == 8  # not device-sized
+    assert lease_size(POLICY, requested=8, held=0, window=64, others_live=True, holder=Holder(), others_proven=True) == 8  # not device-sized
 
 
 def test_a_lent_lease_expires_within_a_few_group_times_of_the_slowest_measured_worker():

@@ -64,7 +64,7 @@ def answer_lease(ledger: PacingLedger[Any, Any], policy: SharePolicy, holder: Ho
     if status != "granted":
         return LeaseAnswer(status)
     window = (ledger.staleness + 1) * ledger.groups_per_step
-    size = lease_size(policy, requested, held, window, others_live, holder, untrained, others_proven)
+    size = lease_size(policy, requested, held, window, others_live, holder, untrained, others_proven=others_proven)
     if not size:
         return LeaseAnswer("wait")
     probation = on_probation(policy, holder, others_proven)

@@ -53,7 +53,7 @@ class SharePolicy:
 
 
 def lease_size(policy: SharePolicy, requested: int, held: int, window: int, others_live: bool,
-               holder: Holder, untrained: int = 0, others_proven: bool | None = None) -> int:
+               holder: Holder, untrained: int = 0, *, others_proven: bool) -> int:
     """Groups to grant ``holder`` when it asks for ``requested`` while holding ``held`` in-flight
     slots of a ``window``-slot window (0: it must wait for its own leases to finish first). A
     worker on trial or slowed holds one group at a time, from its grant until it is trained:
@@ -61,10 +61,9 @@ def lease_size(policy: SharePolicy, requested: int, held: int, window: int, othe
     proven worker is at work, who could fill the learner's batch meanwhile). Lent slots count
     against the window once their group arrives, so a worker on trial that got another lent group
     each time it submitted one would overrun the window, and the overrun is dropped as stale.
-    ``others_proven``: whether another worker at work has delivered (None: as ``others_live``);
-    probation applies only then: while nobody has, nobody could do the work in a newcomer's place
+    ``others_proven``: whether another worker at work has delivered; probation applies only then: while nobody has, nobody could do the work in a newcomer's place
     (a run's start), and the shares alone bound what one worker holds."""
-    probation = on_probation(policy, holder, others_live if others_proven is None else others_proven)
+    probation = on_probation(policy, holder, others_proven)
     size = min(requested, policy.groups_per_lease)
     if probation or slowed(policy, holder):
         size = min(size, 1)
