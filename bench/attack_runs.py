@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -66,6 +66,9 @@ ROWS = {
 AVAILABILITY_KINDS = ("trickle_relay", "silent_relay", "recycled_hoarders", "hoarding_swarm", "fabricating_swarm",
                       "longpoll_flood", "heartbeat_flood", "events_flood", "wide_interval")
 AUDIT_KINDS = ("fabricate", "late_cheater", "fabricate_old", "replay")
+ENGINE_KINDS = ("reward", "duplicate", "late_cheater", "poison_logprob")
+"""Attackers that run a real RolloutWorker and sample honestly (some of the time): their rows count
+their trained groups, so the learner's first step waits for each one to register."""
 
 
 def attack(kind: str, **params: Any) -> Attack:
@@ -86,6 +89,7 @@ class Observer:
         self.audited: list[dict[str, Any]] = []
         self.states: list[Any] = []
         self.score = score
+        self.before_first_batch: Callable[[], None] = lambda: None
 
     def install(self) -> None:
         from echo2.coordinator.state import CoordinatorState
@@ -117,6 +121,8 @@ class Observer:
             return reply
 
         def observed_batch(loop, step):
+            waiting, observer.before_first_batch = observer.before_first_batch, lambda: None
+            waiting()
             groups, filtered, counts = batch(loop, step)
             now = time.time()
             for g in groups:
@@ -146,7 +152,8 @@ OBSERVER = Observer()
 
 class Attackers:
     """Starts one child process per attack once the run's coordinator is up (each child then
-    waits for training to begin); stops the stragglers when the run is over."""
+    waits for training to begin); holds the learner's first step until each has begun
+    (:meth:`wait_until_begun`); stops the stragglers when the run is over."""
 
     def __init__(self, run_dir: Path, attacks: list[Attack]) -> None:
         self.run_dir, self.attacks = run_dir, attacks
@@ -169,6 +176,21 @@ class Attackers:
                     stdout=out, stderr=subprocess.STDOUT,
                     env={**os.environ, TOKEN_ENV: endpoint["token"], "OMP_NUM_THREADS": "1",
                          "TOKENIZERS_PARALLELISM": "false"}))
+
+    def wait_until_begun(self, timeout_s: float = 120.0) -> None:
+        """Until each attacker has logged its start, and each of :data:`ENGINE_KINDS` its
+        registration (its model loaded), or ``timeout_s`` (then the rows say what it did not do).
+        Why: a quick run's 60 steps take ~10 s on a fast machine, about what an engine attacker
+        needs to load its model, and the duplicate row once had no group of its trained. Not its
+        first submission: while the learner waits, the honest workers fill the window and nobody
+        else is granted a lease."""
+        deadline, folder = time.monotonic() + timeout_s, self.run_dir / "attackers"
+        for spec in self.attacks:
+            wanted = "registered" if spec.kind in ENGINE_KINDS else "start"
+            log = folder / f"{spec.name}.jsonl"
+            while time.monotonic() < deadline and not (
+                    log.exists() and any(json.loads(line)["event"] == wanted for line in log.read_text().splitlines())):
+                time.sleep(0.2)
 
     def __enter__(self) -> Attackers:
         self.thread.start()
@@ -295,7 +317,8 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
     if run_dir.exists():  # an earlier invocation's run of the same name, under this bench's --out
         shutil.rmtree(run_dir)
     OBSERVER.reset(reward_scorer(load_task(config.task.name, config.task.options), config.model.name))
-    with Attackers(run_dir, attacks):
+    with Attackers(run_dir, attacks) as attackers:
+        OBSERVER.before_first_batch = attackers.wait_until_begun
         if restart_at:
             interrupts.install()
             threading.Thread(target=stop_at, args=(run_dir, restart_at), daemon=True, name="preempt").start()

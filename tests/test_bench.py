@@ -219,7 +219,7 @@ def test_attacks_bench_quick(tmp_path):
         assert row["groups_to_quarantine"] >= 1 and row["refused_403_after"] >= 1, row
         assert row["attacker_groups_trained"] == 0, row  # still on probation: every group audited
     assert rows["fabricate_old"]["claimed_lag_max"] >= 1  # its groups really claimed an older version
-    assert rows["duplicate"]["attacker_groups_trained"] >= 1  # the first copies were trained, once
+    assert rows["duplicate"]["attacker_groups_trained"] >= 1, (rows["duplicate"], data["runs"]["attacks"]["reliability"])  # the first copies were trained, once
     probes = {p["what"]: p for p in rows["oversize"]["probes"]}
     assert probes["coordinator, no credential, Content-Length 64 MiB"]["status"] == 401
     chunked = probes["coordinator, session credential, chunked 64 MiB"]

@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from attack_runs import AVAILABILITY_KINDS
+from attack_runs import AVAILABILITY_KINDS, ENGINE_KINDS
 
 from attackers.availability import (
     attack_bad_relay,
@@ -45,7 +45,7 @@ def attacker_main(argv: list[str]) -> None:
     # the slow imports (torch, transformers) now, while the learner starts: the attack begins with training
     from echo2.rollout.client import CoordinatorUnreachable
 
-    if args.kind in ("reward", "duplicate", "late_cheater", "replay", "poison_logprob"):
+    if args.kind in (*ENGINE_KINDS, "replay"):
         import echo2.rollout.worker  # noqa: F401
     if args.kind in ("fabricate", "fabricate_old", "late_lease", "sybil_fabricate", "resume_claim",
                      "recycled_hoarders", "fabricating_swarm"):
@@ -53,7 +53,7 @@ def attacker_main(argv: list[str]) -> None:
     wait_for_training(args.run_dir)
     log.emit("start", kind=args.kind)
     try:
-        if args.kind in ("reward", "duplicate", "late_cheater", "poison_logprob"):
+        if args.kind in ENGINE_KINDS:
             engine_attacker(args.kind, url, token, name, log, params)
         elif args.kind == "relay":
             attack_relay(url, token, name, log)
