@@ -173,7 +173,7 @@ class Attackers:
                     [sys.executable, str(Path(__file__).with_name("attacks.py")), "--attacker", "--kind", spec.kind, "--name", spec.name,
                      "--coordinator", endpoint["url"], "--run-dir", str(self.run_dir),
                      "--log", str(folder / f"{spec.name}.jsonl"), "--params", json.dumps(spec.params)],
-                    stdout=out, stderr=subprocess.STDOUT,
+                    stdout=out, stderr=subprocess.STDOUT, start_new_session=spec.kind in AVAILABILITY_KINDS,
                     env={**os.environ, TOKEN_ENV: endpoint["token"], "OMP_NUM_THREADS": "1",
                          "TOKENIZERS_PARALLELISM": "false"}))
 

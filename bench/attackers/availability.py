@@ -4,20 +4,35 @@ hold slots or fabricate, floods of long-polls, heartbeats and timeline events fr
 identity; and the probe, an identity that only heartbeats and times each answer.
 
 Each logs ``attack_start`` and ``attack_end`` (the window the bench measures the learner's
-steps/s over) and what it was answered."""
+steps/s over: :func:`attack_window`) and what it was answered."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 from attackers.session import HUGE_UPLOAD, EventLog, Session, fabricated_groups
 
 #: The trickling relay's pace: one byte every half second (the issue's ~1 B/s).
 TRICKLE_BYTES, TRICKLE_EVERY_S = 1, 0.5
+
+
+@contextmanager
+def attack_window(log: EventLog, ended: dict[str, Any] | None = None, **fields: Any) -> Iterator[None]:
+    """Logs ``attack_start`` with ``fields``, then ``attack_end`` with them and ``ended`` (the
+    attack's tally, as it stands then), however the attack ends: one swarm identity's error had
+    ended a swarm without its ``attack_end``, and the row then read the whole run as the attack's window."""
+    ended = {} if ended is None else ended
+    log.emit("attack_start", **fields)
+    try:
+        yield
+    finally:
+        log.emit("attack_end", **fields, **ended)
 
 
 def attack_bad_relay(url: str, token: str, name: str, log: EventLog, silent: bool, duration_s: float,
@@ -83,9 +98,8 @@ def attack_bad_relay(url: str, token: str, name: str, log: EventLog, silent: boo
                               graceful_s=0.5)
     server.start(10.0)
     session = holder["session"] = Session(url, token, name, log, relay_url=server.url, upload=HUGE_UPLOAD)
-    log.emit("attack_start")
-    session.stop.wait(duration_s)
-    log.emit("attack_end", **served)
+    with attack_window(log, served):
+        session.stop.wait(duration_s)
     server.stop(abort=True)
     for store in stores.values():
         store.close()
@@ -101,7 +115,6 @@ def attack_recycled_hoarders(url: str, token: str, name: str, log: EventLog, cou
 
     sessions = [Session(url, token, f"{name}-{i}", log) for i in range(count)]
     tokenizer = load_tokenizer(sessions[0].spec.model)
-    log.emit("attack_start")
     until = time.monotonic() + duration_s
 
     def hoard(session: Session) -> None:
@@ -115,8 +128,8 @@ def attack_recycled_hoarders(url: str, token: str, name: str, log: EventLog, cou
                                     groups=fabricated_groups(lease.prompts, session.spec, tokenizer))
             session.submit(request, f"held {len(lease.prompts)} slots, then junk")
 
-    run_all(hoard, sessions)
-    log.emit("attack_end")
+    with attack_window(log):
+        run_all(hoard, sessions)
     sessions[0].linger()
 
 
@@ -141,7 +154,6 @@ def attack_swarm(url: str, token: str, name: str, log: EventLog, count: int, fab
         probe.deregister()
     tally = {"registered": 0, "refused": 0, "quarantined": 0}
     lock = threading.Lock()
-    log.emit("attack_start", count=count)
 
     def identity(index: int) -> None:
         from echo2.protocol import SubmitRequest
@@ -161,6 +173,9 @@ def attack_swarm(url: str, token: str, name: str, log: EventLog, count: int, fab
             while time.monotonic() < until and not session.stop.is_set():
                 try:
                     lease = session.lease()
+                except CoordinatorUnreachable:  # its client gave up on a dropped connection: ask again
+                    time.sleep(0.5)
+                    continue
                 except RequestRefused as error:
                     if error.status == 403:  # quarantined: a new name
                         with lock:
@@ -176,8 +191,8 @@ def attack_swarm(url: str, token: str, name: str, log: EventLog, count: int, fab
                                    "fabricated (swarm)")
             session.stop.set()
 
-    run_all(identity, range(count))
-    log.emit("attack_end", **tally)
+    with attack_window(log, tally, count=count):
+        run_all(identity, range(count))
 
 
 def attack_flood(url: str, token: str, name: str, log: EventLog, what: str, duration_s: float) -> None:
@@ -219,9 +234,8 @@ def attack_flood(url: str, token: str, name: str, log: EventLog, what: str, dura
                 if what == "wide_interval":  # one a second: each would stretch the timeline two days
                     time.sleep(1.0)
 
-        log.emit("attack_start", what=what)
-        run_all(send, range(threads))
-    log.emit("attack_end", what=what, **counts)
+        with attack_window(log, counts, what=what):
+            run_all(send, range(threads))
 
 
 def probe_heartbeats(url: str, token: str, name: str, log: EventLog) -> None:
