@@ -92,29 +92,31 @@ class Observer:
         self.before_first_batch: Callable[[], None] = lambda: None
 
     def install(self) -> None:
+        from echo2.coordinator.membership import Membership
         from echo2.coordinator.state import CoordinatorState
+        from echo2.coordinator.work import WorkDesk
         from echo2.learner.loop import LearnerLoop
         from echo2.learner.verification import Verifier
         from echo2.protocol import Completion
 
         observer = self
-        init, quarantine, batch = CoordinatorState.__init__, CoordinatorState.quarantine, LearnerLoop._batch
-        submit, gaps = CoordinatorState.submit, Verifier._gaps
+        init, quarantine, batch = CoordinatorState.__init__, Membership.quarantine, LearnerLoop._batch
+        submit, gaps = WorkDesk.submit, Verifier._gaps
 
         def observed_init(state, *args, **kwargs):
             init(state, *args, **kwargs)
             observer.states.append(state)  # a run restarted with --resume has two
 
-        def observed_quarantine(state, worker_id, reason, taken=()):
-            already = state.registry.workers[worker_id].quarantined
-            discarded = quarantine(state, worker_id, reason, taken)
+        def observed_quarantine(members, worker_id, reason, taken=()):
+            already = members.parts.registry.workers[worker_id].quarantined
+            discarded = quarantine(members, worker_id, reason, taken)
             if not already:
                 observer.quarantines.append({"t": time.time(), "worker_id": worker_id, "reason": reason,
                                              "discarded": discarded})
             return discarded
 
-        def observed_submit(state, record, request):
-            reply = submit(state, record, request)
+        def observed_submit(work, record, request):
+            reply = submit(work, record, request)
             if reply.accepted and not reply.duplicate:
                 observer.accepted.append({"t": time.time(), "worker_id": record.worker_id,
                                           "slots": [g.slot for g in request.groups]})
@@ -142,8 +144,8 @@ class Observer:
 
         Verifier._gaps = observed_gaps
         CoordinatorState.__init__ = observed_init
-        CoordinatorState.quarantine = observed_quarantine
-        CoordinatorState.submit = observed_submit
+        Membership.quarantine = observed_quarantine  # the learner's give_back and the app's calls alike
+        WorkDesk.submit = observed_submit
         LearnerLoop._batch = observed_batch
 
 

@@ -87,7 +87,7 @@ class Live:
         publish(self.state, version)
 
     def replan(self):
-        self.state._replan("test")
+        self.state.parts.replan("test")
 
     def digest(self):
         return digest(self.state.books, self.records)

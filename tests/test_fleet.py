@@ -36,7 +36,7 @@ def replan(state, train_s, broadcast_s):
     """Re-plan as the coordinator's run clock does, as if it had measured these step and dissemination times."""
     with state.cond:
         state.books.clock.train_s, state.books.clock.broadcast_s = train_s, broadcast_s
-        state._replan("periodic")
+        state.parts.replan("periodic")
 
 
 def test_cheap_worker_joining_parks_the_expensive_one_and_a_death_reactivates_it():
@@ -367,7 +367,7 @@ def test_a_quarantined_worker_leaves_activation_billing_the_relay_plan_and_the_c
     publish(state, 1)
     assert state.books.census.spreading()
     fetched(honest, 1, time.time())  # spread once the honest worker holds it: the other is not waited for
-    assert not state.books.census.spreading() and len(state.disseminated) == 1
+    assert not state.books.census.spreading() and len(state.parts.disseminated) == 1
 
 
 def test_a_fetch_reported_to_end_in_the_future_is_timed_when_the_report_arrived():
@@ -381,5 +381,5 @@ def test_a_fetch_reported_to_end_in_the_future_is_timed_when_the_report_arrived(
     state.heartbeat(honest, 1, [TimelineEvent(kind="fetch", start=time.time() - 0.2, end=time.time(), version=1)])
     far = time.time() + 80_000.0  # inside check_telemetry's day
     state.heartbeat(liar, 1, [TimelineEvent(kind="fetch", start=far - 1, end=far, version=1)])
-    assert state.disseminated and state.disseminated[0] < 5.0  # timed at the report, not at its claim
+    assert state.parts.disseminated and state.parts.disseminated[0] < 5.0  # timed at the report, not at its claim
     assert state.books.census.arrival_s[liar.worker_id] < 5.0

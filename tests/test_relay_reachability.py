@@ -94,12 +94,12 @@ def test_the_plan_waits_for_the_check():
     state = make_state(staleness=1)
     trusted = state.register("w", relay_url="http://10.0.0.2:9000", site="10.0.0.2")
     assert trusted.relay_reachable is True
-    state.relay_checker = RecordingChecker()
+    state.parts.relay_checker = RecordingChecker()
     checked = state.register("v", relay_url="http://10.0.0.3:9000", site="10.0.0.3")
-    assert state.relay_checker.asked == [(checked.worker_id, "http://10.0.0.3:9000")]
+    assert state.parts.relay_checker.asked == [(checked.worker_id, "http://10.0.0.3:9000")]
     assert checked.relay_reachable is None
     assert not {n.id: n for n in state.registry.plan_nodes()}[checked.worker_id].reachable
-    state._relay_verdict(checked.worker_id, True, "answered")
+    state.parts.relay_verdict(checked.worker_id, True, "answered")
     assert {n.id: n for n in state.registry.plan_nodes()}[checked.worker_id].reachable
 
 

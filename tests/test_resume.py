@@ -36,7 +36,7 @@ def test_snapshot_keeps_every_prompt_and_continues_the_stream():
     assert [e.prompt for e in fresh.books.ledger.requeued] == [p.prompt for p in in_flight.prompts]  # in flight: re-queued
     assert report["leases_lost_in_restart"] == 1 and report["learner_restarts"] == 1
     # the stream continues exactly where the first state stopped drawing
-    assert next(fresh.examples) == next(state.examples)
+    assert next(fresh.parts.examples) == next(state.parts.examples)
 
 
 def _records(run_dir: Path) -> list[dict]:

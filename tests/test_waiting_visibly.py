@@ -22,7 +22,7 @@ def test_the_coordinator_says_why_the_learner_waits(caplog):
     with pytest.raises(TimeoutError):
         state.take_batch(0, timeout_s=0.05)
     assert state.data_wait() is None  # a short wait between steps is not news
-    state.waiting_since = (0, time.monotonic() - WAIT_WORTH_SAYING_S)  # as if it had waited that long
+    state.learner.waiting_since = (0, time.monotonic() - WAIT_WORTH_SAYING_S)  # as if it had waited that long
     why = state.data_wait()
     assert "for step 0's data: 0 groups buffered (a step takes 2), 1 live workers" in why
     worker.last_seen = time.monotonic() - 60  # silent for a minute: the next pass declares it dead

@@ -78,7 +78,7 @@ def test_a_worker_on_trial_holding_its_lease_is_answered_at_once_not_held_open()
     started = time.monotonic()
     again = state.lease(newcomer, worker_version=0, max_groups=4, wait_s=5)
     assert again.status == "wait" and again.retry_after_s == 5 and time.monotonic() - started < 1
-    assert state.long_polls == 0
+    assert state.work.long_polls == 0
 
 
 def test_a_lease_request_before_the_retry_after_it_was_told_gets_429_until_it_submits():
@@ -113,9 +113,9 @@ def test_one_long_poll_per_worker_and_a_bounded_number_in_all(monkeypatch):
     held = threading.Thread(target=state.lease, args=(worker, 0, 2, 3.0), daemon=True)
     held.start()
     deadline = time.monotonic() + 2
-    while state.long_polls == 0 and time.monotonic() < deadline:
+    while state.work.long_polls == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert state.long_polls == 1 and worker.polling
+    assert state.work.long_polls == 1 and worker.polling
     started = time.monotonic()
     second = state.lease(worker, worker_version=0, max_groups=2, wait_s=3.0)  # a second one from it: at once
     assert second.status == "wait" and second.retry_after_s == 3.0 and time.monotonic() - started < 1
@@ -125,7 +125,7 @@ def test_one_long_poll_per_worker_and_a_bounded_number_in_all(monkeypatch):
     assert state.lease(other, worker_version=0, max_groups=2, wait_s=3.0).retry_after_s == 3.0
     assert time.monotonic() - started < 1
     held.join(5)
-    assert state.long_polls == 0 and not worker.polling
+    assert state.work.long_polls == 0 and not worker.polling
 
 
 def test_identities_on_trial_are_bounded_by_the_fleet_that_delivers_whatever_their_addresses():

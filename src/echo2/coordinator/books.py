@@ -1,13 +1,15 @@
 """The coordinator's books, one lock over them: the run's books (:class:`echo2.core.books.Books`:
 the pacing ledger, the shares, the run clock, the census, the active leases, the counters — the
-simulator keeps the same object) and the coordinator's own parts beside them: the registry and
-credentials, every lease by id, the versions and their relay plans, activation and billing,
-scoring, the data cursor; and the few moves every layer makes on them.
+simulator keeps the same object, in its :class:`echo2.simulation.state.SimState`) and the
+coordinator's own parts beside them: the registry and credentials, every lease by id, the
+versions and their relay plans, activation and billing, scoring, the data cursor; and the few
+moves more than one kind of request makes on them.
 
-Each kind of request is a layer over these books: the workers' comings and goings
-(:mod:`~echo2.coordinator.membership`), then their leases and submissions
-(:mod:`~echo2.coordinator.work`) and the learner's batches (:mod:`~echo2.coordinator.batches`),
-joined in :class:`echo2.coordinator.state.CoordinatorState`. Each layer imports only the one below.
+The requests are separate objects handed these books (composed, as the simulator's parts are
+handed its state): the workers' comings and goings (:class:`~echo2.coordinator.membership.Membership`),
+their leases and submissions (:class:`~echo2.coordinator.work.WorkDesk`) and the learner's
+batches (:class:`~echo2.coordinator.batches.LearnerDesk`), wired in
+:class:`echo2.coordinator.state.CoordinatorState`.
 """
 
 from __future__ import annotations
@@ -30,31 +32,20 @@ from echo2.coordinator.versions import VersionBook
 from echo2.core.books import Books as RunBooks
 from echo2.core.shares import SharePolicy
 from echo2.exchange import Group
-from echo2.net.ratelimit import RateLimiter
 from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec
 from echo2.tasks import Example
 
 log = logging.getLogger("echo2")
 
-#: Timeline events one worker may write into ``timeline.jsonl`` (burst, per minute): 20 a second,
-#: far above an honest worker's one interval per lease or fetch. A line is about 120 bytes, so a
-#: worker adds at most ~2.4 kB/s (after a burst of 200 lines) whatever it sends; one had added
-#: 7.6 MB/s. Events past it are counted (``timeline_events_dropped``) and still counted in the
-#: dissemination census: only their drawing is left out.
-TIMELINE_EVENTS = (200, 1200.0)
-
-#: Identities on trial a run admits at once at least (:meth:`echo2.coordinator.membership.Membership.register`).
-TRIAL_SEATS = 16
-
 Interval = Callable[[str, str, float, float, int], None]
 """Writes one interval of the run's timeline: who, what, start, end, version."""
 
 
-class Books:
-    """The books of one run, one lock over them. ``examples`` is the task's endless training
-    stream (the data cursor); ``check_relays``: peers go to a relay only once it answered as its
-    worker (:mod:`.relay_check`)."""
+class CoordinatorBooks:
+    """The books of one run, one lock over them (``cond``: every change is made holding it).
+    ``examples`` is the task's endless training stream (the data cursor); ``check_relays``: peers
+    go to a relay only once it answered as its worker (:mod:`.relay_check`)."""
 
     def __init__(
         self,
@@ -65,7 +56,6 @@ class Books:
         groups_per_step: int,
         run_token: str,
         lease_timeout_s: float,
-        heartbeat_timeout_s: float,
         score: Scorer,
         environment: Environment | None = None,
         on_interval: Interval = lambda who, kind, start, end, version: None,
@@ -74,12 +64,10 @@ class Books:
         window_share: float = 0.5,
         check_relays: bool = False,
         replan_every: int = 1,
-        trial_seats: int = TRIAL_SEATS,
     ) -> None:
         self.spec, self.limits = spec, limits
         self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
-        self.heartbeat_timeout_s = heartbeat_timeout_s
         self.on_interval = on_interval
         self.fleet = fleet or Fleet(ActivationPolicy(enabled=False, rollouts_per_step=1, staleness=spec.staleness))
         self.disseminated: list[float] = []
@@ -98,18 +86,11 @@ class Books:
                                                                seconds))
         """The run's books (:class:`echo2.core.books.Books`, the simulator's too), in ``time.monotonic()``
         seconds; a slot carries the task's example, a group is a :class:`Group`."""
-        self.relay_checker = RelayChecker(self.registry.broadcast_token, self._relay_verdict) if check_relays else None
+        self.relay_checker = RelayChecker(self.registry.broadcast_token, self.relay_verdict) if check_relays else None
         self.leases = LeaseBook(self.books.rejected)
         self.versions = VersionBook(planner, spec.staleness)
-        self.trial_seats = trial_seats
-        """Identities on trial admitted at once, at least (:data:`TRIAL_SEATS`, or the local workers)."""
-        self.timeline_budget = RateLimiter(*TIMELINE_EVENTS)
-        """Timeline events each worker may have drawn (:data:`TIMELINE_EVENTS`)."""
-        self.long_polls = 0
-        """Lease requests held open now (:mod:`~echo2.coordinator.work`: bounded)."""
-        self._reaped_at = 0.0
 
-    def _relay_verdict(self, worker_id: str, reachable: bool, why: str) -> None:
+    def relay_verdict(self, worker_id: str, reachable: bool, why: str) -> None:
         with self.cond:
             self.registry.relay_checked(worker_id, reachable, why)
 
@@ -121,7 +102,7 @@ class Books:
     def finished(self) -> bool:
         return self.books.finished
 
-    def _replan(self, reason: str) -> None:
+    def replan(self, reason: str) -> None:
         """Re-decide the active set after the fleet changed (call locked). A worker no longer at
         work (dead, gone, parked, quarantined) leaves the dissemination census: it generates
         nothing, so the figure does not wait for it, and a parked one counts again from its next
@@ -132,24 +113,24 @@ class Books:
         now = time.time()
         for record in self.registry.records():
             if not record.at_work:
-                self._census(record, None, now)
-        self._time_dissemination()
+                self.census(record, None, now)
+        self.time_dissemination()
 
-    def _census(self, record: WorkerRecord, version: int | None, at: float) -> None:
+    def census(self, record: WorkerRecord, version: int | None, at: float) -> None:
         """``record`` holds ``version`` (None: none) in the books' census from ``at`` (wall time);
         each version that thereby reached the fleet goes on the timeline (call locked)."""
         for reached in self.books.hold(record, version, at):
             self.on_interval("broadcast", "disseminate", reached.published, reached.reached, reached.version)
 
-    def _time_dissemination(self) -> None:
+    def time_dissemination(self) -> None:
         """The disseminations completed since the last call: into the run clock and the next report (call locked)."""
         self.disseminated += self.books.time_dissemination()
 
-    def _expire(self, lease: Lease, missed_deadline: bool = False) -> None:
+    def expire(self, lease: Lease, missed_deadline: bool = False) -> None:
         self.books.expire(lease, time.monotonic(), missed_deadline)
         self.cond.notify_all()
 
-    def _drop_taken(self, groups: list[Group], requeue: bool) -> None:
+    def drop_taken(self, groups: list[Group], requeue: bool) -> None:
         """``groups`` left the learner's batch untrained (filtered, unauditable, or their worker
         quarantined): their slots free the window, their prompts ``requeue``d or used up (call
         locked; the caller counts why)."""

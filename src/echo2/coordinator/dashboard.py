@@ -129,7 +129,7 @@ def _workers(state: CoordinatorState) -> list[WorkerRow]:
     measured = sorted(r.throughput for r in records if r.at_work and r.throughput)
     median = measured[len(measured) // 2] if len(measured) >= 2 else None
     return [WorkerRow(name=r.name, worker_id=r.worker_id, worker_class=r.worker_class,
-                      state=_state(r, state.version - state.staleness, median), version=r.version,
+                      state=_state(r, state.version - state.spec.staleness, median), version=r.version,
                       loaded_version=r.loaded_version, rollouts_per_s=r.throughput, groups=r.groups,
                       rejected=r.rejected, price_per_hour=r.price_per_hour, seen_s_ago=now - r.last_seen,
                       last_error=r.last_error[:ERROR_CHARS]) for r in records]

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from echo2.coordinator.books import Books
+    from echo2.coordinator.books import CoordinatorBooks
 
 
-def reliability_report(state: Books) -> dict[str, int | dict[str, int]]:
+def reliability_report(state: CoordinatorBooks) -> dict[str, int | dict[str, int]]:
     """The report of ``state`` (call under its lock)."""
     counters, ledger = state.books.counters, state.books.ledger
     accounted = counters.groups_trained + counters.groups_filtered + len(ledger) + len(ledger.requeued) + len(ledger.in_flight)

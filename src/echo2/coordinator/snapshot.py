@@ -28,14 +28,14 @@ from echo2.exchange import Group
 from echo2.tasks import Example
 
 if TYPE_CHECKING:
-    from echo2.coordinator.books import Books
+    from echo2.coordinator.books import CoordinatorBooks
 
 
 def _group(data: dict[str, Any]) -> Group:
     return Group(**{**data, "example": DrawnExample(**data["example"])})
 
 
-def take(state: Books) -> dict[str, Any]:
+def take(state: CoordinatorBooks) -> dict[str, Any]:
     """Snapshot of ``state`` (call under its lock)."""
     return {
         "examples_drawn": state.examples.drawn,
@@ -48,7 +48,7 @@ def take(state: Books) -> dict[str, Any]:
     }
 
 
-def restore(state: Books, snapshot: dict[str, Any], examples: Iterator[Example]) -> None:
+def restore(state: CoordinatorBooks, snapshot: dict[str, Any], examples: Iterator[Example]) -> None:
     """Put a fresh ``state`` (no workers, no leases) back where :func:`take` left it (call under its
     lock); ``examples`` is the task's training stream from its start."""
     state.examples = CountingStream(examples, skip=snapshot["examples_drawn"])

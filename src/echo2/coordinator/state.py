@@ -7,11 +7,13 @@ The HTTP handlers (threads of the server) and the learner loop (main thread) sha
 ledger the simulator keeps), versions and relay plans (:mod:`~echo2.coordinator.versions`),
 activation and billing (:mod:`~echo2.coordinator.fleet`), lease shares (:mod:`echo2.core.shares`),
 the run clock (:mod:`echo2.core.run_clock`); they are held together, under one lock, by
-:class:`~echo2.coordinator.books.Books`. The requests are layered over the books: the workers'
-comings and goings (:mod:`~echo2.coordinator.membership`), then their leases and submissions
-(:mod:`~echo2.coordinator.work`) and the learner's batches (:mod:`~echo2.coordinator.batches`);
-this class publishes versions, waits for workers (every wait bounded) and reports. The learner
-sees it through :class:`echo2.exchange.RolloutSource`.
+:class:`~echo2.coordinator.books.CoordinatorBooks`. The requests are objects composed over those
+books, each handed what it calls: the workers' comings and goings
+(:class:`~echo2.coordinator.membership.Membership`), their leases and submissions
+(:class:`~echo2.coordinator.work.WorkDesk`) and the learner's batches
+(:class:`~echo2.coordinator.batches.LearnerDesk`). This class wires them, answers for them (the
+worker API the HTTP handlers call, and :class:`echo2.exchange.RolloutSource`, the learner's view),
+publishes versions, waits for workers (every wait bounded) and reports.
 """
 
 from __future__ import annotations
@@ -20,21 +22,120 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from echo2.broadcast.topology import Planner, star_plan
 from echo2.coordinator import snapshot
-from echo2.coordinator.batches import LearnerSide
-from echo2.coordinator.records import WorkerRecord
+from echo2.coordinator.batches import LearnerDesk
+from echo2.coordinator.books import CoordinatorBooks, Interval
+from echo2.coordinator.fleet import Fleet
+from echo2.coordinator.membership import TRIAL_SEATS, Membership
+from echo2.coordinator.records import Limits, WorkerRecord
 from echo2.coordinator.reliability import reliability_report
-from echo2.coordinator.work import WorkSide
-from echo2.exchange import RunStats
-from echo2.protocol import VersionInfo
+from echo2.coordinator.scoring import Environment, Scorer
+from echo2.coordinator.work import WorkDesk
+from echo2.exchange import GiveBack, Group, RunStats
+from echo2.protocol import (
+    HeartbeatResponse,
+    LeaseResponse,
+    RespondRequest,
+    RespondResponse,
+    RunSpec,
+    SlowSource,
+    SubmitRequest,
+    SubmitResponse,
+    TimelineEvent,
+    VersionInfo,
+)
 from echo2.tasks import Example
 
 
-class CoordinatorState(WorkSide, LearnerSide):
-    """Books of one run (:class:`~echo2.coordinator.books.Books`) with every request sequenced over
-    them: the workers' comings and goings, their leases and submissions, the learner's batches,
-    and here the versions it publishes and the reports."""
+class CoordinatorState:
+    """Books of one run (:class:`~echo2.coordinator.books.CoordinatorBooks`, ``parts``) with every
+    request sequenced over them: the workers' comings and goings (``members``), their leases and
+    submissions (``work``), the learner's batches (``learner``), and here the versions it publishes
+    and the reports. The arguments are the books' and the members' (``heartbeat_timeout_s``,
+    ``trial_seats``)."""
 
+    def __init__(
+        self,
+        spec: RunSpec,
+        limits: Limits,
+        examples: Iterator[Example],
+        *,
+        groups_per_step: int,
+        run_token: str,
+        lease_timeout_s: float,
+        heartbeat_timeout_s: float,
+        score: Scorer,
+        environment: Environment | None = None,
+        on_interval: Interval = lambda who, kind, start, end, version: None,
+        planner: Planner = star_plan,
+        fleet: Fleet | None = None,
+        window_share: float = 0.5,
+        check_relays: bool = False,
+        replan_every: int = 1,
+        trial_seats: int = TRIAL_SEATS,
+    ) -> None:
+        self.parts = CoordinatorBooks(
+            spec, limits, examples, groups_per_step=groups_per_step, run_token=run_token,
+            lease_timeout_s=lease_timeout_s, score=score, environment=environment, on_interval=on_interval,
+            planner=planner, fleet=fleet, window_share=window_share, check_relays=check_relays,
+            replan_every=replan_every)
+        self.members = Membership(self.parts, heartbeat_timeout_s=heartbeat_timeout_s, trial_seats=trial_seats)
+        self.work = WorkDesk(self.parts, self.members)
+        self.learner = LearnerDesk(self.parts, self.members)
+        # the parts others read (the app, the dashboard, the reports, tests); never reassigned
+        self.books, self.registry, self.cond = self.parts.books, self.parts.registry, self.parts.cond
+        self.spec, self.limits, self.fleet, self.versions = spec, limits, self.parts.fleet, self.parts.versions
+
+    @property
+    def version(self) -> int:
+        return self.parts.version
+
+    @property
+    def finished(self) -> bool:
+        return self.parts.finished
+
+    # ---------------------------------------------------------------- the workers' requests
+    def register(self, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None,
+                 price_per_hour: float = 0.0, worker_class: str = "", site: str = "") -> WorkerRecord:
+        return self.members.register(name, relay_url, upload_bytes_per_s, price_per_hour, worker_class, site)
+
+    def authenticate(self, session_token: str | None) -> WorkerRecord:
+        return self.members.authenticate(session_token)
+
+    def heartbeat(self, record: WorkerRecord, version: int, events: list[TimelineEvent],
+                  upload_bytes_per_s: float | None = None, slow_sources: list[SlowSource] = ()) -> HeartbeatResponse:
+        return self.members.heartbeat(record, version, events, upload_bytes_per_s, slow_sources)
+
+    def deregister(self, record: WorkerRecord) -> None:
+        self.members.deregister(record)
+
+    def reap(self) -> None:
+        self.members.reap()
+
+    def lease(self, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
+        return self.work.lease(record, worker_version, max_groups, wait_s)
+
+    def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
+        return self.work.submit(record, request)
+
+    def respond(self, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
+        return self.work.respond(record, request)
+
+    # ---------------------------------------------------------------- the learner's (RolloutSource)
+    def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
+        return self.learner.take_batch(step, timeout_s, count)
+
+    def give_back(self, groups: list[Group], reason: GiveBack, why: str = "") -> None:
+        self.learner.give_back(groups, reason, why)
+
+    def data_wait(self) -> str | None:
+        return self.learner.data_wait()
+
+    def quarantine(self, worker_id: str, reason: str, taken: list[Group] = ()) -> int:
+        return self.members.quarantine(worker_id, reason, taken)
+
+    # ---------------------------------------------------------------- the learner's versions
     def publish(self, info: VersionInfo) -> None:
         """Announce ``info.version`` (its chunks, and its delta's if any, are already served) and
         plan who relays it to whom. The step that made it is timed from the learner's last
@@ -43,7 +144,7 @@ class CoordinatorState(WorkSide, LearnerSide):
         with self.cond:
             self.versions.publish(info, self.registry.plan_nodes())
             if self.books.published(info.version, time.monotonic(), time.time()):  # its step's groups trained
-                self._replan("periodic")
+                self.parts.replan("periodic")
             self.cond.notify_all()
 
     def version_info(self, record: WorkerRecord) -> VersionInfo:
@@ -55,8 +156,8 @@ class CoordinatorState(WorkSide, LearnerSide):
     def wait_for_workers(self, count: int, timeout_s: float, still_starting: Callable[[], None]) -> None:
         """Block until ``count`` workers have registered; ``still_starting`` raises if they cannot."""
         with self.cond:
-            self._wait(time.monotonic() + timeout_s,
-                       lambda: self.books.counters.workers_registered >= count or still_starting())
+            self.members.wait(time.monotonic() + timeout_s,
+                              lambda: self.books.counters.workers_registered >= count or still_starting())
             if self.books.counters.workers_registered < count:
                 raise TimeoutError(f"waited {timeout_s:.0f}s for {count} local workers to register "
                                    f"({self.books.counters.workers_registered} did)")
@@ -67,38 +168,38 @@ class CoordinatorState(WorkSide, LearnerSide):
         learner logs them (one consistent snapshot). ``settle_s`` > 0 (end of run) first waits that
         long at most for the versions still spreading, so that a short run's last ones are measured too."""
         with self.cond:
-            self._wait(time.monotonic() + settle_s, self._settled)  # times what spread so far, at least once
-            disseminated, self.disseminated = self.disseminated, []
+            self.members.wait(time.monotonic() + settle_s, self._settled)  # times what spread so far, at least once
+            disseminated, self.parts.disseminated = self.parts.disseminated, []
             return RunStats(
                 groups_dropped_stale=self.books.ledger.dropped_stale, leases_expired=self.books.counters.leases_expired,
                 workers_registered=self.books.counters.workers_registered, activation_need=self.fleet.need,
                 costs=self.fleet.costs(learner_price_per_hour, wall_s),
-                workers=self.registry.stats(), reward_seconds=self.scoring.seconds, disseminated=disseminated)
+                workers=self.registry.stats(), reward_seconds=self.parts.scoring.seconds, disseminated=disseminated)
 
     def _settled(self) -> bool:
-        self._time_dissemination()
+        self.parts.time_dissemination()
         return not self.books.census.spreading()
 
     def reliability(self) -> dict[str, int | dict[str, int]]:
         """The run's reliability report: what happened to every lease and every submitted group."""
         with self.cond:
-            return reliability_report(self)
+            return reliability_report(self.parts)
 
     def resume_snapshot(self) -> dict[str, Any]:
         """What a resumed learner needs of these books (see :mod:`echo2.coordinator.snapshot`)."""
         with self.cond:
-            return snapshot.take(self)
+            return snapshot.take(self.parts)
 
     def restore_snapshot(self, data: dict[str, Any], examples: Iterator[Example]) -> None:
         """Put these fresh books (no workers, no leases) back where :meth:`resume_snapshot` left them."""
         with self.cond:
-            snapshot.restore(self, data, examples)
+            snapshot.restore(self.parts, data, examples)
             self.cond.notify_all()
 
     def finish(self) -> None:
         """Training is over: heartbeats and lease requests tell the workers to stop (twice is once)."""
         with self.cond:
-            self.books.finished = True
-            if self.relay_checker is not None:
-                self.relay_checker.close()
+            self.parts.books.finished = True
+            if self.parts.relay_checker is not None:
+                self.parts.relay_checker.close()
             self.cond.notify_all()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from echo2.coordinator.books import CoordinatorBooks
 from echo2.coordinator.leases import accepted_groups
 from echo2.coordinator.membership import Membership
 from echo2.coordinator.records import Lease, Rejected, WorkerRecord
@@ -33,29 +34,35 @@ MAX_LONG_POLLS = 24
 EARLY_ASK_SHARE = 0.5
 
 
-class WorkSide(Membership):
-    """The books with the workers' leases and submissions."""
+class WorkDesk:
+    """The workers' leases and submissions in ``parts``; ``members`` waits (reaping meanwhile)
+    and records the timeline events a submission carries."""
+
+    def __init__(self, parts: CoordinatorBooks, members: Membership) -> None:
+        self.parts, self.members = parts, members
+        self.long_polls = 0
+        """Lease requests held open now (at most :data:`MAX_LONG_POLLS`)."""
 
     def _answer(self, record: WorkerRecord, worker_version: int, requested: int) -> LeaseAnswer:
         """The books' answer (:meth:`echo2.core.books.Books.answer`) to ``record``, now."""
-        return self.books.answer(record, worker_version=worker_version, requested=requested, now=time.monotonic())
+        return self.parts.books.answer(record, worker_version=worker_version, requested=requested, now=time.monotonic())
 
     def lease(self, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
         deadline = time.monotonic() + wait_s
-        with self.cond:
+        with self.parts.cond:
             if record.quarantined:
                 raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
             record.last_seen = time.monotonic()
             record.version = worker_version
-            if worker_version > self.version:
-                raise Rejected(409, f"version {worker_version} is newer than the published {self.version}", "bad_version")
+            if worker_version > self.parts.version:
+                raise Rejected(409, f"version {worker_version} is newer than the published {self.parts.version}", "bad_version")
             answer = self._answer(record, worker_version, max_groups)
             if not answer.final and self._may_hold_open(record, wait_s):
                 record.cycle.answered(answer.status, time.monotonic())
                 self.long_polls += 1
                 record.polling = True
                 try:
-                    self._wait(deadline, lambda: self._answer(record, worker_version, max_groups).final)
+                    self.members.wait(deadline, lambda: self._answer(record, worker_version, max_groups).final)
                 finally:
                     self.long_polls -= 1
                     record.polling = False
@@ -63,14 +70,14 @@ class WorkSide(Membership):
             elif not answer.final:  # answered at once: the worker waits the long-poll out on its side
                 record.cycle.answered(answer.status, time.monotonic())
                 record.ask_again_at = time.monotonic() + wait_s * EARLY_ASK_SHARE
-                return LeaseResponse(status=answer.status, latest_version=self.version, retry_after_s=wait_s)
+                return LeaseResponse(status=answer.status, latest_version=self.parts.version, retry_after_s=wait_s)
             record.cycle.answered(answer.status, time.monotonic())
             if answer.status != "granted":
-                return LeaseResponse(status=answer.status, latest_version=self.version)
-            lease = self.books.grant(record, worker_version, answer, time.monotonic(), lambda: next(self.examples),
+                return LeaseResponse(status=answer.status, latest_version=self.parts.version)
+            lease = self.parts.books.grant(record, worker_version, answer, time.monotonic(), lambda: next(self.parts.examples),
                                      make=Lease)
-            self.leases.add(lease)
-            return LeaseResponse(status="granted", latest_version=self.version, lease_id=lease.lease_id,
+            self.parts.leases.add(lease)
+            return LeaseResponse(status="granted", latest_version=self.parts.version, lease_id=lease.lease_id,
                                  version=worker_version, deadline_s=answer.deadline_s,
                                  prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in lease.slots.items()])
 
@@ -85,36 +92,36 @@ class WorkSide(Membership):
         if (wait_s <= 0 or time.monotonic() < record.parked_until or record.polling
                 or self.long_polls >= MAX_LONG_POLLS):
             return False
-        covered = self.books.others_proven(record)
-        return not (on_probation(self.books.shares, record, covered) and self.books.active_leases(record.worker_id))
+        covered = self.parts.books.others_proven(record)
+        return not (on_probation(self.parts.books.shares, record, covered) and self.parts.books.active_leases(record.worker_id))
 
     def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
         """Checked under the lock, scored outside it (:mod:`~echo2.coordinator.scoring`), admitted under it."""
-        with self.cond:
+        with self.parts.cond:
             record.last_seen = time.monotonic()
             record.ask_again_at = 0.0  # its own submission may change its next answer
-            lease = self.leases.claim(request, record, self.limits, self.version)
+            lease = self.parts.leases.claim(request, record, self.parts.limits, self.parts.version)
             if lease is None:  # a copy of a lease already submitted or still being scored
-                self.books.counters.duplicate_submissions += 1
+                self.parts.books.counters.duplicate_submissions += 1
                 return SubmitResponse(accepted=0, duplicate=True)
-        rewards = self.scoring.rewards(lease, request)  # outside the lock (or why it could not be scored)
-        with self.cond:
-            self.leases.settle(lease, record, rewards)
+        rewards = self.parts.scoring.rewards(lease, request)  # outside the lock (or why it could not be scored)
+        with self.parts.cond:
+            self.parts.leases.settle(lease, record, rewards)
             now = time.monotonic()  # delivered once a group of it is trained (the learner's publish)
-            self.books.submitted(lease, [(g.slot, g) for g in accepted_groups(lease, record.worker_id, request, rewards)],
+            self.parts.books.submitted(lease, [(g.slot, g) for g in accepted_groups(lease, record.worker_id, request, rewards)],
                                  sum(len(g.completions) for g in request.groups), now)
             record.count(request, now - lease.granted_at)
-            self._record_events(record, request.events)
-            self.cond.notify_all()
+            self.members.record_events(record, request.events)
+            self.parts.cond.notify_all()
             return SubmitResponse(accepted=len(request.groups))
 
     def respond(self, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
         """The environment's next answers, computed outside the lock and kept on the lease (checked at submission)."""
-        with self.cond:
+        with self.parts.cond:
             record.last_seen = time.monotonic()
-            lease = self.leases.playing(request, record, self.limits)
+            lease = self.parts.leases.playing(request, record, self.parts.limits)
             asked = [i for i in request.items if (i.slot, tuple(i.replies)) not in lease.answers]  # a retry: kept
-        answers = self.scoring.answers(lease, request.model_copy(update={"items": asked})) if asked else []
-        with self.cond:
+        answers = self.parts.scoring.answers(lease, request.model_copy(update={"items": asked})) if asked else []
+        with self.parts.cond:
             lease.answers.update(((i.slot, tuple(i.replies)), a) for i, a in zip(asked, answers, strict=True))
             return RespondResponse(observations=[lease.answers[(i.slot, tuple(i.replies))] for i in request.items])

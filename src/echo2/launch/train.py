@@ -23,8 +23,8 @@ import torch
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, ConfigError, LocalWorkerSpec, dump_config
 from echo2.coordinator.app import create_app
-from echo2.coordinator.books import TRIAL_SEATS
 from echo2.coordinator.fleet import Fleet
+from echo2.coordinator.membership import TRIAL_SEATS
 from echo2.coordinator.records import Limits
 from echo2.coordinator.scoring import Scorer, Verdicts, task_scorer
 from echo2.coordinator.scoring_processes import ScoringError, ScoringProcesses
