@@ -272,13 +272,10 @@ def test_a_batch_cut_by_a_quarantine_is_topped_up_to_a_full_step():
 
 
 def test_unauditable_groups_are_left_out_their_prompts_requeued_and_counted():
-    from echo2.coordinator.reliability import reliability_report
-
     state, claimant, honest, batch = batch_with_a_suspect("claims-a-lost-version", CannotAudit)
     assert {g.worker_id for g in batch} == {honest.worker_id}  # none trained unaudited
     assert not state.registry.workers[claimant.worker_id].quarantined  # an honest worker may have sampled it
-    with state.cond:
-        report = reliability_report(state)
+    report = state.reliability()
     assert report["groups_discarded_unauditable"] == 2 and report["prompts_unaccounted"] == 0
     assert report["prompts_requeued"] >= 2
 

@@ -84,7 +84,8 @@ class CoordinatorState:
         self.work = WorkDesk(self.parts, self.members)
         self.learner = LearnerDesk(self.parts, self.members)
         # the parts others read (the app, the dashboard, the reports, tests); never reassigned
-        self.books, self.registry, self.cond = self.parts.books, self.parts.registry, self.parts.cond
+        self.books, self.registry, self.leases = self.parts.books, self.parts.registry, self.parts.leases
+        self.cond = self.parts.cond
         self.spec, self.limits, self.fleet, self.versions = spec, limits, self.parts.fleet, self.parts.versions
 
     @property

@@ -70,12 +70,19 @@ def _child(function: Callable[..., Any], arguments: dict[str, Any], memory_mb: i
     memory = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    pipe.send(("started", ""))
     try:
         pipe.send(("ok", str(function(**arguments))))
     except MemoryError:
         pipe.send(("killed", f"ran out of memory (limit {memory_mb} MiB)"))
     except Exception as error:  # noqa: BLE001 - the model is told whatever the tool raised
         pipe.send(("error", f"{type(error).__name__}: {error}"))
+
+
+#: Seconds a tool's child process may take to start before the call fails. Not part of the
+#: tool's ``timeout_s``: on a loaded host a fresh process took over a second to start, and a
+#: tool given one second was reported as timing out before its first line ran.
+START_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -126,6 +133,9 @@ class ToolRunner:
         child.start()
         sender.close()
         try:
+            if not receiver.poll(START_TIMEOUT_S):
+                return done(call.name, "timeout", f"error: {call.name} did not start within {START_TIMEOUT_S:g}s")
+            receiver.recv()  # started: the tool's own time counts from here
             if receiver.poll(self.timeout_s):
                 outcome, text = receiver.recv()
                 return done(call.name, outcome, text if outcome == "ok" else f"error: {text}")
