@@ -57,12 +57,12 @@ length as the **clean** run, which has no attackers. Rows:
     URL on a closed loopback port and declare 1e12 B/s, a Sybil attack on the relay plan (those
     relays never answer the coordinator's reachability check, so none enters it). None of them
     ever heartbeats. Expected: past the per-address allowance
-    (``coordinator.registrations_burst``, then ``registrations_per_minute``) each is answered 429;
+    (``limits.registrations_burst``, then ``registrations_per_minute``) each is answered 429;
 10. ``slowloris``: 50 connections to the coordinator that dribble their headers at one byte a
     second, 50 with a session credential that dribble a body, and 50 that dribble headers to a
     peer's relay. Expected: each is answered 408 and closed, heads after
-    ``coordinator.head_timeout_s`` (10 s; relays the same), bodies after
-    ``coordinator.body_timeout_s`` (30 s in that run, so that the deadline falls well inside
+    ``limits.head_timeout_s`` (10 s; relays the same), bodies after
+    ``limits.body_timeout_s`` (30 s in that run, so that the deadline falls well inside
     it). Only closes that happen before the learner's last step count: when the servers stop
     at the end of the run they close everything anyway;
 11. ``sybil_fabricate`` (full only): 8 identities in one process, one every 3 s, each fabricating
@@ -182,7 +182,7 @@ FULL_PLAN = {
     "door": ([attack("reward"), attack("duplicate"), attack("late_lease"), attack("oversize"), attack("relay")],
              ["coordinator.lease_timeout_s=8", "broadcast.encoding=full"]),
     "flood": ([attack("flood")], []),
-    "slowloris": ([attack("slowloris")], ["coordinator.body_timeout_s=30"]),
+    "slowloris": ([attack("slowloris")], ["limits.body_timeout_s=30"]),
     "amplify": ([attack("sybil_fabricate", count=8, spacing_s=3.0)], []),
     # its own run: its step-time cost is the row's measure, against a clean run of the same settings
     # just before it (REFERENCE: the machine's speed drifts over the bench's twenty minutes)

@@ -109,7 +109,7 @@ def main() -> int:
             f"run.dir={runs}", "run.name=arith-demo", f"run.steps={args.steps}", "learner.groups_per_step=8",
             "eval.every=10", "eval.size=100", "telemetry.progress=false", "telemetry.tensorboard=false",
             "checkpoint.every=0", "activation.learner_price_per_hour=2.0",
-            "workers.fleet=[{price_per_hour: 0.4, worker_class: rtx4090}, {price_per_hour: 0.7, worker_class: l4}]"])
+            "emulation.fleet=[{price_per_hour: 0.4, worker_class: rtx4090}, {price_per_hour: 0.7, worker_class: l4}]"])
         thread, done, outcome = start_run(config)
         link = dashboard_link(Path(runs) / "arith-demo", done)
         if link is None:

@@ -4,7 +4,7 @@
                                      [--minutes M] [--eval-every K] [--summarize]
 
 The SmolLM2-135M recipe (``configs/smollm2-135m-chain-sum.yaml``, LoRA) in the arms of
-``bench/experiment_arms.py``: the co-located baseline (``workers.colocated=true``: one worker on the
+``bench/experiment_arms.py``: the co-located baseline (``emulation.colocated=true``: one worker on the
 learner's own core, generation and training taking turns, S = 0), and distributed runs with the
 learner and two workers on hosts of the network lab — sync S = 0, async S = 1, 2, 4, and S = 2 with
 a star broadcast instead of the pipelined relay chain. The lab's links are shaped by the kernel so

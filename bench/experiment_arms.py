@@ -62,7 +62,7 @@ class Arm:
 
 
 ARMS = (
-    Arm("colocated", ("workers.colocated=true", "protocol=sync", "staleness=0"), lab=False, seeds=3),
+    Arm("colocated", ("emulation.colocated=true", "protocol=sync", "staleness=0"), lab=False, seeds=3),
     Arm("sync-S0", ("protocol=sync", "staleness=0"), lab=True, seeds=3, minutes=45.0),
     Arm("async-S1", ("protocol=async", "staleness=1"), lab=True, seeds=1),
     Arm("async-S2", ("protocol=async", "staleness=2"), lab=True, seeds=3),

@@ -19,6 +19,7 @@ Each side runs in its own interpreter with ``PYTHONPATH`` at its ``src/`` (the r
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,8 +49,6 @@ for path in sys.argv[1:]:
 
 
 def side_env(src: Path) -> dict[str, str]:
-    import os
-
     return {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
 
 
@@ -119,7 +118,28 @@ def main() -> None:
     print(f"before: {args.before} ({git('rev-parse', '--short', args.before)}); after: the working tree")
     print(format_table(rows, columns))
     path = write_results(args.out, rows, {"before": git("rev-parse", args.before), "quick": args.quick})
-    print(f"\nwrote {path}")
+    plot(rows, args.out / "parity.png")
+    print(f"\nwrote {path} and {args.out / 'parity.png'}")
+
+
+def plot(rows: list[dict], out: Path) -> None:
+    """Each row's figure after over before: the scenarios' cost ratio to the centralized baseline
+    and the default run's steps a second (1 = unchanged)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [(r["what"], r["ratio_after"] / r["ratio_before"]) if "ratio_before" in r
+             else (f"{r['what']}: steps/s", r["steps_per_s_after"] / r["steps_per_s_before"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(shown) + 1.5))
+    ax.barh([name for name, _ in shown], [moved for _, moved in shown], color="tab:blue")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("after / before (scenarios: dollars over the centralized baseline's)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

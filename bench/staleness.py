@@ -5,8 +5,8 @@
 Every row is a real ``echo2 train`` run (learner + coordinator in this process, two worker
 processes relaying weights to each other), same task, model, worker count and step budget; rows
 differ only in protocol, staleness bound S and the link. The capped link is a real bandwidth limit,
-the token bucket every weight upload goes through: the learner's (``broadcast.learner_upload_mbps``)
-and each worker relay's (``workers.upload_mbps``), set so that one version's transfer takes about
+the token bucket every weight upload goes through: the learner's (``emulation.learner_upload_mbps``)
+and each worker relay's (``emulation.worker_upload_mbps``), set so that one version's transfer takes about
 ``K`` (default 2) learner steps. Both come from the first row (sync, open link), which the others
 are then compared with: its learner step time and the bytes it sent per version (a delta version
 when deltas are on), and the target accuracy (its final held-out accuracy less 2 points).
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace, protocol: str, staleness: int, cap_mbps: float
     link = "open" if cap_mbps is None else f"{cap_mbps:.3g} Mbit/s"
     name = f"{protocol}-S{staleness}-{'open' if cap_mbps is None else 'capped'}"
     print(f"== {name} ({link})", flush=True)
-    caps = [] if cap_mbps is None else [f"broadcast.learner_upload_mbps={cap_mbps}", f"workers.upload_mbps={cap_mbps}"]
+    caps = [] if cap_mbps is None else [f"emulation.learner_upload_mbps={cap_mbps}", f"emulation.worker_upload_mbps={cap_mbps}"]
     config = load_config(overrides=[*overrides(args, protocol, staleness), *caps, f"run.dir={args.out / 'runs'}",
                                     f"run.name={name}"])
     summary = run_training(config)

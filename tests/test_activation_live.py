@@ -32,7 +32,7 @@ def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path)
         f"run.dir={tmp_path}", "run.name=run", "run.steps=100000", "run.max_minutes=1.2", "eval.every=100000",
         "eval.size=20", "learner.groups_per_step=8", "rollout.groups_per_lease=4", "telemetry.tensorboard=false",
         "telemetry.progress=false", "checkpoint.every=0", f"coordinator.port={port}", f"coordinator.token={token}",
-        "coordinator.heartbeat_timeout_s=3", "workers.count=1", "workers.fleet=[{price_per_hour: 3.0}]",
+        "coordinator.heartbeat_timeout_s=3", "workers.count=1", "emulation.fleet=[{price_per_hour: 3.0}]",
         # a low target keeps the requirement well within what one worker delivers: the tiny model's step
         # time swings tenfold when processes contend for two cores, and the requirement swings with it
         "activation.target_utilization=0.02", "activation.replan_every=2", "activation.learner_price_per_hour=4.0",

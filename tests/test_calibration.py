@@ -29,7 +29,7 @@ def calibration(**changes) -> Calibration:
 
 
 def fleet_config(*overrides):
-    return load_config(overrides=["workers.count=3", "workers.fleet=[{throughput_factor: 0.5}, {throughput_factor: "
+    return load_config(overrides=["workers.count=3", "emulation.fleet=[{throughput_factor: 0.5}, {throughput_factor: "
                                   "0.25, upload_mbps: 8, price_per_hour: 0.2}]", *overrides])
 
 
@@ -105,15 +105,15 @@ def test_capped_relay_trees_and_stars_are_predicted_by_the_simulator_where_the_f
     the last worker's arrival, predicts far slower. A capped star with S >= 1 is simulated too. Two
     workers on a chain, S = 0, or unlimited links stay fluid."""
     cal = calibration(train_step_s=0.54, rollouts_per_s=1700.0, fetch_s=0.02, dissemination_s=0.3, full_bytes=1.8e6)
-    capped = ["staleness=1", "workers.count=3", "workers.fleet=[{throughput_factor: 0.3}]", "workers.upload_mbps=8",
-              "broadcast.learner_upload_mbps=8", "broadcast.encoding=full", "run.steps=40"]
+    capped = ["staleness=1", "workers.count=3", "emulation.fleet=[{throughput_factor: 0.3}]", "emulation.worker_upload_mbps=8",
+              "emulation.learner_upload_mbps=8", "broadcast.encoding=full", "run.steps=40"]
     chain = load_config(overrides=capped)
     assert "relay chain of 3 workers" in fluid_model_limit(chain)
     assert "relay tree (fan-out 2)" in fluid_model_limit(load_config(overrides=[*capped, "broadcast.fan_out=2"]))
     assert "star of 3 workers" in fluid_model_limit(load_config(overrides=[*capped, "broadcast.mode=star"]))
     for fluid in (["workers.count=2"], ["staleness=0", "protocol=sync"], ["staleness=0", "protocol=sync",
-                  "broadcast.mode=star"], ["broadcast.mode=star", "broadcast.learner_upload_mbps=null"],
-                  ["workers.upload_mbps=null", "broadcast.learner_upload_mbps=null"]):
+                  "broadcast.mode=star"], ["broadcast.mode=star", "emulation.learner_upload_mbps=null"],
+                  ["emulation.worker_upload_mbps=null", "emulation.learner_upload_mbps=null"]):
         assert fluid_model_limit(load_config(overrides=[*capped, *fluid])) is None, fluid
     def fluid_step_s(config):
         rollouts = config.learner.groups_per_step * config.rollout.group_size
@@ -134,7 +134,7 @@ def test_calibrate_a_real_run_then_plan_and_simulate_another_config(tmp_path, ca
     summary = run_training(load_config(overrides=[
         "run.steps=10", "eval.every=1000", "eval.size=10", "eval.show=0", "telemetry.progress=false",
         "checkpoint.every=0", "activation.enabled=false", f"run.dir={tmp_path}", "run.name=cal",
-        f"learner.cpus=[{cpus[0]}]", f"workers.cpus=[{cpus[-1]}]", "workers.fleet=[{throughput_factor: 0.5}]"]))
+        f"learner.cpus=[{cpus[0]}]", f"workers.cpus=[{cpus[-1]}]", "emulation.fleet=[{throughput_factor: 0.5}]"]))
     assert os.sched_getaffinity(0) == set(cpus)  # the learner's pin ends with the run
     out = tmp_path / "cal.yaml"
     assert main(["calibrate", "--from-run", str(summary.run_dir), "--out", str(out)]) == 0
@@ -150,8 +150,8 @@ def test_calibrate_a_real_run_then_plan_and_simulate_another_config(tmp_path, ca
                  "workers.count=3"]) == 0
     printed = capsys.readouterr().out
     assert "every worker runs" in printed and "predicted learner utilization" in printed and "simulated" not in printed
-    assert main(["plan", "--calibration", str(out), "workers.count=3", "broadcast.fan_out=2", "workers.upload_mbps=8",
-                 "broadcast.learner_upload_mbps=8", "run.steps=20"]) == 0
+    assert main(["plan", "--calibration", str(out), "workers.count=3", "broadcast.fan_out=2", "emulation.worker_upload_mbps=8",
+                 "emulation.learner_upload_mbps=8", "run.steps=20"]) == 0
     assert "relay tree (fan-out 2) of 3 workers" in capsys.readouterr().out
     assert main(["simulate", "--calibration", str(out), "--out", str(tmp_path / "sim"), "staleness=2",
                  "run.steps=6"]) == 0

@@ -69,10 +69,10 @@ def test_shipped_recipe_is_the_defaults():
 
 
 def test_list_items_are_overridden_by_index():
-    config = load_config(overrides=["workers.fleet=[{price_per_hour: 1}, {}]", "workers.fleet.1.price_per_hour=2.5"])
-    assert [spec.price_per_hour for spec in config.workers.fleet] == [1.0, 2.5]
-    with pytest.raises(ConfigError, match=r"config key 'workers.fleet.5.price_per_hour': '5' is not an index"):
-        load_config(overrides=["workers.fleet=[{}]", "workers.fleet.5.price_per_hour=1"])
+    config = load_config(overrides=["emulation.fleet=[{price_per_hour: 1}, {}]", "emulation.fleet.1.price_per_hour=2.5"])
+    assert [spec.price_per_hour for spec in config.emulation.fleet] == [1.0, 2.5]
+    with pytest.raises(ConfigError, match=r"config key 'emulation.fleet.5.price_per_hour': '5' is not an index"):
+        load_config(overrides=["emulation.fleet=[{}]", "emulation.fleet.5.price_per_hour=1"])
 
 
 def test_config_package_imports_no_torch():
@@ -82,9 +82,28 @@ def test_config_package_imports_no_torch():
 
 
 def test_the_colocated_baseline_is_one_worker_on_the_learners_cpus_under_sync_and_says_what_it_needs():
-    config = load_config(overrides=["workers.colocated=true", "protocol=sync", "learner.threads=2"])
+    config = load_config(overrides=["emulation.colocated=true", "protocol=sync", "learner.threads=2"])
     assert (config.workers.count, config.workers.threads, config.staleness) == (1, 2, 0)
-    with pytest.raises(ConfigError, match=r"workers.colocated needs protocol: sync \(S = 0\), not async S=1$"):
-        load_config(overrides=["workers.colocated=true"])
-    with pytest.raises(ConfigError, match="needs workers.count: 1; no workers.upload_mbps"):
-        load_config(overrides=["workers.colocated=true", "protocol=sync", "workers.count=3", "workers.upload_mbps=5"])
+    with pytest.raises(ConfigError, match=r"emulation.colocated needs protocol: sync \(S = 0\), not async S=1$"):
+        load_config(overrides=["emulation.colocated=true"])
+    with pytest.raises(ConfigError, match="needs workers.count: 1; no emulation.worker_upload_mbps"):
+        load_config(overrides=["emulation.colocated=true", "protocol=sync", "workers.count=3", "emulation.worker_upload_mbps=5"])
+
+
+def test_keys_that_moved_still_load_under_their_new_names_with_a_warning(tmp_path, caplog):
+    """The one-machine emulation went to ``emulation:``, the defence tuning to ``limits:``; a config
+    written before (a run directory's, which --resume reads) keeps loading."""
+    old = tmp_path / "old.yaml"
+    old.write_text("workers:\n  count: 3\n  upload_mbps: 8\n  fleet: [{price_per_hour: 1.5}]\n"
+                   "broadcast:\n  learner_upload_mbps: 4\ncoordinator:\n  body_timeout_s: 30\n")
+    with caplog.at_level("WARNING", logger="echo2"):
+        config = load_config(old, ["coordinator.registrations_burst=7", "workers.fleet.0.price_per_hour=2"])
+    assert config.workers.count == 3 and config.emulation.worker_upload_mbps == 8
+    assert config.emulation.learner_upload_mbps == 4 and config.limits.body_timeout_s == 30
+    assert config.limits.registrations_burst == 7 and config.emulation.fleet[0].price_per_hour == 2
+    assert "config key workers.upload_mbps" in caplog.text and "is now emulation.worker_upload_mbps" in caplog.text
+    assert "upload_mbps" not in dump_config(config).split("emulation:")[0]  # written back under the new names only
+    both = tmp_path / "both.yaml"
+    both.write_text("workers:\n  upload_mbps: 8\nemulation:\n  worker_upload_mbps: 4\n")
+    with pytest.raises(ConfigError, match="workers.upload_mbps' and 'emulation.worker_upload_mbps'.*keep one"):
+        load_config(both)

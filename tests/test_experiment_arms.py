@@ -21,7 +21,7 @@ def test_every_arm_is_a_valid_config_of_the_recipe(arm):
     config = load_config(settings[1], settings[2:])
     staleness = 0 if "protocol=sync" in arm.overrides else int(arm.name.split("-S")[1].split("-")[0])
     assert (config.staleness, config.eval.where, config.run.seed) == (staleness, "after", 1)
-    assert config.workers.colocated == (not arm.lab) and config.learner.lora.enabled
+    assert config.emulation.colocated == (not arm.lab) and config.learner.lora.enabled
 
 
 @pytest.mark.parametrize("arm", [arm for arms in SETTINGS.values() for arm in arms], ids=lambda arm: arm.name)

@@ -94,7 +94,7 @@ def test_dapo_with_decoupled_correction_and_echoclip_over_real_workers(tmp_path)
 @pytest.mark.integration
 def test_the_colocated_baseline_trains_with_one_worker_taking_turns_with_the_learner(tmp_path):
     config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "run.steps=3",
-                                            "workers.colocated=true", "protocol=sync", "learner.cpus=[0]"])
+                                            "emulation.colocated=true", "protocol=sync", "learner.cpus=[0]"])
     assert (config.workers.count, config.staleness) == (1, 0)
     summary = run_training(config)
     steps = [r for r in _records(summary.run_dir) if "reward_mean" in r]

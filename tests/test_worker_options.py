@@ -30,8 +30,8 @@ def _private_file(path, text: str, mode: int = 0o600):
 def test_options_from_flags_equal_options_from_the_config(tmp_path):
     config = load_config(overrides=[
         "workers.count=3", "workers.threads=2", "workers.device=cuda:1", "workers.relay=false",
-        "workers.upload_mbps=40",
-        "workers.fleet=[{price_per_hour: 1.5, throughput_factor: 0.5, worker_class: slow, latency_ms: 20, "
+        "emulation.worker_upload_mbps=40",
+        "emulation.fleet=[{price_per_hour: 1.5, throughput_factor: 0.5, worker_class: slow, latency_ms: 20, "
         "upload_mbps: 8}, {price_per_hour: 0.2}]"])
     slow, cheap, slow_again = local_worker_options(config, URL, TOKEN)
     token_file = _private_file(tmp_path / "token", TOKEN + "\n")
@@ -46,7 +46,7 @@ def test_options_from_flags_equal_options_from_the_config(tmp_path):
 
 
 def test_environment_options_with_flags_over_them():
-    options = local_worker_options(load_config(overrides=["workers.count=1", "workers.upload_mbps=40"]), URL, TOKEN)[0]
+    options = local_worker_options(load_config(overrides=["workers.count=1", "emulation.worker_upload_mbps=40"]), URL, TOKEN)[0]
     environ = {OPTIONS_ENV: options.secret_json(), TOKEN_ENV: "another-token"}
     assert _cli("--name", "local-0", environ=environ) == options  # what a local worker gets
     assert _cli("--threads", "3", environ=environ) == options.model_copy(update={"threads": 3})

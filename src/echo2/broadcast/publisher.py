@@ -32,15 +32,16 @@ from echo2.units import MIB, mbps_to_bytes_per_s
 
 class Publisher:
     def __init__(self, config: BroadcastConfig, keep_versions: int, token: str | None,
-                 kind: PayloadKind = "full") -> None:
+                 kind: PayloadKind = "full", upload_mbps: float | None = None, latency_ms: float = 0.0) -> None:
         """``token``: the run token (None: chunks served to anyone); the routes accept the
-        broadcast credential derived from it."""
+        broadcast credential derived from it. ``upload_mbps`` and ``latency_ms``: the upload cap and
+        the delay before each response of this chunk server (``emulation.learner_upload_mbps`` and
+        ``emulation.learner_latency_ms``; None and 0: none)."""
         self.config, self.kind = config, kind
         self.token = broadcast_credential(token) if token is not None else None
         self.store = ChunkStore(keep=keep_versions)
         self.deltas = ChunkStore(keep=keep_versions) if config.encoding == "delta" else None
-        self.throttle = Throttle(mbps_to_bytes_per_s(config.learner_upload_mbps),
-                                 latency_s=config.learner_latency_ms / 1000)
+        self.throttle = Throttle(mbps_to_bytes_per_s(upload_mbps), latency_s=latency_ms / 1000)
         self._previous: tuple[int, bytes] | None = None  # the last version's payload, the next delta's base
         self.encode_s = 0.0
         """Seconds the last delta took to make."""

@@ -21,7 +21,9 @@ from echo2.config.run import (
                               CheckpointConfig,
                               Config,
                               CoordinatorConfig,
+                              EmulationConfig,
                               EvalConfig,
+                              LimitsConfig,
                               ModelConfig,
                               RayConfig,
                               RolloutConfig,
@@ -36,8 +38,8 @@ from echo2.config.run import (
 
 __all__ = [
     "ActivationConfig", "ActivationRule", "BroadcastConfig", "CheckpointConfig", "Config", "ConfigError",
-    "CoordinatorConfig", "EchoClipConfig", "EvalConfig", "LearnerConfig", "LearnerHardware", "LocalWorkerSpec",
-    "LoraConfig", "ModelConfig", "OBJECTIVE_DEFAULTS", "RayConfig", "RolloutConfig", "RunConfig", "Section",
-    "TaskConfig", "TelemetryConfig", "VerificationConfig", "WorkerClass", "WorkersConfig", "apply_override",
-    "dump_config", "first_error", "load_config", "merge", "read_yaml",
+    "CoordinatorConfig", "EchoClipConfig", "EmulationConfig", "EvalConfig", "LimitsConfig", "LearnerConfig",
+    "LearnerHardware", "LocalWorkerSpec", "LoraConfig", "ModelConfig", "OBJECTIVE_DEFAULTS", "RayConfig",
+    "RolloutConfig", "RunConfig", "Section", "TaskConfig", "TelemetryConfig", "VerificationConfig", "WorkerClass",
+    "WorkersConfig", "apply_override", "dump_config", "first_error", "load_config", "merge", "read_yaml",
 ]

@@ -1,7 +1,7 @@
 """The one schema of the hardware a run is spread over: worker classes, the learner's machine, and
 the provisioning rule that picks among them.
 
-Shared by the run config (``workers.fleet``, ``activation``), the ``echo2 plan`` inventory
+Shared by the run config (``emulation.fleet``, ``activation``), the ``echo2 plan`` inventory
 (:mod:`echo2.planning.inventory`) and the ``echo2 simulate`` scenario
 (:mod:`echo2.simulation.scenario`). Links are in Mbit/s, ``None`` meaning unlimited
 (:mod:`echo2.units`).
@@ -55,7 +55,7 @@ class LocalWorkerSpec(Section):
     worker_class: str = ""
     """Class name in the cost accounting (default: the worker's name)."""
     upload_mbps: float | None = Field(None, gt=0)
-    """This worker's relay upload cap, Mbit/s (overrides ``workers.upload_mbps``)."""
+    """This worker's relay upload cap, Mbit/s (overrides ``emulation.worker_upload_mbps``)."""
     latency_ms: float = Field(0.0, ge=0)
     """Delay added to every response of this worker's relay (WAN round trip)."""
 

@@ -62,6 +62,6 @@ def help_lines(every_key: bool = False) -> list[str]:
     width = max(len(f"{k.name} = {k.default!r}") for k in shown)
     lines = [f"{f'{k.name} = {k.default!r}':<{width}}  {k.summary}" for k in shown]
     tail = ("" if every_key else
-            f"\n{len(shown)} of the {len(keys)} keys: the rest tune the defences, the servers and the emulation of a "
-            "WAN fleet on one machine (echo2 train --help-config=all). Set any as key=value, or in a --config YAML.")
+            f"\n{len(shown)} of the {len(keys)} keys: the rest tune the defences (limits:), the servers and the emulation of a "
+            "WAN fleet on one machine (emulation:; echo2 train --help-config=all). Set any as key=value, or in a --config YAML.")
     return lines + ([tail] if tail else [])

@@ -18,6 +18,7 @@ from echo2.config.base import ConfigError, Section, apply_override, builtin_or_p
 from echo2.config.evaluation import EvalConfig
 from echo2.config.fleet import ActivationRule, LocalWorkerSpec
 from echo2.config.learner import LearnerConfig
+from echo2.config.moved import move_keys, moved_override
 from echo2.model.sources import SHIPPED_MODEL
 from echo2.net.redact import redact_config
 
@@ -92,21 +93,8 @@ class WorkersConfig(Section):
     device: str = "cpu"
     """Device of the workers' hf engine: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (a Ray actor's
     ``cuda`` is the GPU Ray gave it)."""
-    fetch_delay_s: float = Field(0.0, ge=0)
-    """Fixed seconds added after every weight fetch (set-up or verification overhead; not a
-    bandwidth limit: a slow link is ``upload_mbps`` here and ``broadcast.learner_upload_mbps``)."""
-    upload_mbps: float | None = Field(None, gt=0)
-    """Upload cap of each local worker's relay in Mbit/s (bandwidth emulation; None = uncapped)."""
     relay: bool = True
     """Local workers serve chunks to peers; False makes them unreachable leaves (as behind NAT)."""
-    fleet: list[LocalWorkerSpec] = Field(default_factory=list)
-    """Per local worker (in order, cycled): emulated price and speed; empty = all alike and free."""
-    colocated: bool = False
-    """The co-located baseline (what verl or TRL do on one node): one local worker on the learner's
-    own CPUs (``learner.cpus``, else the CPUs the run started with) and with its threads, under
-    ``protocol: sync`` (S = 0), so that generation and training take turns on the same cores;
-    weights reach it over loopback, uncapped: the baseline distributed runs of the same recipe are
-    compared with."""
 
 
 class RayConfig(Section):
@@ -154,11 +142,6 @@ class BroadcastConfig(Section):
     """Children per relaying worker (1 = chains, optimal when uplinks are alike)."""
     learner_fan_out: int = Field(1, ge=1)
     """Workers fetching straight from the learner (the roots of the chains)."""
-    learner_upload_mbps: float | None = Field(None, gt=0)
-    """Upload cap of the learner's chunk server in Mbit/s (bandwidth emulation; None = uncapped)."""
-    learner_latency_ms: float = Field(0.0, ge=0)
-    """Delay added before each of the learner's chunk responses (WAN latency emulation; the
-    workers' own: ``workers.fleet[*].latency_ms``)."""
     stall_s: float = Field(10.0, gt=0)
     """A source that sends nothing for this long is abandoned for the next one in the fallback chain."""
     timeout_s: float = Field(300.0, gt=0)
@@ -230,6 +213,45 @@ class CoordinatorConfig(Section):
         return min(2.0, self.heartbeat_timeout_s / 4)
     data_timeout_s: float = Field(300.0, gt=0)
     """How long the learner waits for one batch before failing with a clear error."""
+    @model_validator(mode="after")
+    def _tls_pair(self) -> CoordinatorConfig:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("give tls_certfile and tls_keyfile together")
+        return self
+
+
+class EmulationConfig(Section):
+    """One machine standing for a fleet of remote workers: caps, delays and emulated hardware for
+    the learner's chunk server and the local workers, and the co-located baseline. Remote workers'
+    links are real, so none of it applies to them except ``fetch_delay_s``, which every worker is
+    told. Kept apart from the sections that set up a real run: nothing here is needed for one."""
+
+    learner_upload_mbps: float | None = Field(None, gt=0)
+    """Upload cap of the learner's chunk server in Mbit/s (bandwidth emulation; None = uncapped)."""
+    learner_latency_ms: float = Field(0.0, ge=0)
+    """Delay added before each of the learner's chunk responses (WAN latency emulation; the
+    workers' own: ``emulation.fleet[*].latency_ms``)."""
+    worker_upload_mbps: float | None = Field(None, gt=0)
+    """Upload cap of each local worker's relay in Mbit/s (bandwidth emulation; None = uncapped)."""
+    fetch_delay_s: float = Field(0.0, ge=0)
+    """Fixed seconds added after every weight fetch (set-up or verification overhead; not a
+    bandwidth limit: a slow link is ``worker_upload_mbps`` and ``learner_upload_mbps``)."""
+    fleet: list[LocalWorkerSpec] = Field(default_factory=list)
+    """Per local worker (in order, cycled): emulated price and speed; empty = all alike and free."""
+    colocated: bool = False
+    """The co-located baseline (what verl or TRL do on one node): one local worker on the learner's
+    own CPUs (``learner.cpus``, else the CPUs the run started with) and with its threads, under
+    ``protocol: sync`` (S = 0), so that generation and training take turns on the same cores;
+    weights reach it over loopback, uncapped: the baseline distributed runs of the same recipe are
+    compared with."""
+
+
+class LimitsConfig(Section):
+    """How much the coordinator's server takes from one client before it refuses: the tuning of
+    the defences against slow and flooding clients (``docs/security.md``). The per-worker budgets
+    (requests, heartbeats, timeline events, long-polls, identities on trial) are fixed in the code
+    beside the measurements that set them."""
+
     head_timeout_s: float = Field(10.0, gt=0)
     """Each request head (request line and headers) must arrive within this time, else 408 and
     the connection is closed (what cuts off slow-loris clients)."""
@@ -241,12 +263,6 @@ class CoordinatorConfig(Section):
     that is larger, since local workers all come from one address); past it, 429 with Retry-After."""
     registrations_per_minute: float = Field(60.0, gt=0)
     """How fast an address's registration allowance refills after the burst."""
-
-    @model_validator(mode="after")
-    def _tls_pair(self) -> CoordinatorConfig:
-        if (self.tls_certfile is None) != (self.tls_keyfile is None):
-            raise ValueError("give tls_certfile and tls_keyfile together")
-        return self
 
 
 class TelemetryConfig(Section):
@@ -288,7 +304,9 @@ class Config(Asynchrony):
     activation: ActivationConfig = Field(default_factory=ActivationConfig)
     verification: VerificationConfig = Field(default_factory=VerificationConfig)
     coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    emulation: EmulationConfig = Field(default_factory=EmulationConfig)
 
     @property
     def rollouts_per_step(self) -> int:
@@ -306,16 +324,16 @@ class Config(Asynchrony):
     @model_validator(mode="after")
     def _colocated(self) -> Config:
         workers = self.workers
-        if not workers.colocated:
+        if not self.emulation.colocated:
             return self
         problems = [problem for problem, wrong in (
             ("launcher: local", self.launcher != "local"),
             (f"protocol: sync (S = 0), not {self.protocol} S={self.staleness}", self.staleness != 0),
             ("workers.count: 1", "count" in workers.model_fields_set and workers.count != 1),
             ("no workers.cpus (it takes the learner's)", workers.cpus is not None),
-            ("no workers.upload_mbps", workers.upload_mbps is not None)) if wrong]
+            ("no emulation.worker_upload_mbps", self.emulation.worker_upload_mbps is not None)) if wrong]
         if problems:
-            raise ValueError(f"workers.colocated needs {'; '.join(problems)}")
+            raise ValueError(f"emulation.colocated needs {'; '.join(problems)}")
         if workers.count != 1 or workers.threads != self.learner.threads:  # (assigning re-validates)
             workers.count, workers.threads = 1, self.learner.threads
         return self
@@ -330,8 +348,9 @@ class Config(Asynchrony):
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Load ``path`` (YAML; optional) and apply ``overrides``; raise :class:`ConfigError` on any problem."""
     data = read_yaml(path) if path is not None else {}
+    move_keys(data, f"config file {path}")
     for assignment in overrides:
-        apply_override(data, assignment)
+        apply_override(data, moved_override(assignment))
     try:
         return Config.model_validate(data)
     except ValidationError as error:

@@ -11,6 +11,6 @@ class CoordinatorServer(BackgroundServer):
     def __init__(self, app: FastAPI, host: str, port: int, *, certfile: str | None = None,
                  keyfile: str | None = None, head_timeout_s: float = 10.0) -> None:
         """``certfile``/``keyfile``: serve TLS (``coordinator.tls_certfile``/``tls_keyfile``);
-        ``head_timeout_s``: ``coordinator.head_timeout_s``."""
+        ``head_timeout_s``: ``limits.head_timeout_s``."""
         super().__init__(app, host, port, what="coordinator", certfile=certfile, keyfile=keyfile,
                          head_timeout_s=head_timeout_s)

@@ -110,7 +110,7 @@ def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
         model=config.model.name, dtype=config.model.dtype,
         group_size=config.rollout.group_size, temperature=config.rollout.temperature,
         max_new_tokens=config.rollout.max_new_tokens, groups_per_lease=config.lease_groups,
-        protocol=config.protocol, staleness=config.staleness, fetch_delay_s=config.workers.fetch_delay_s,
+        protocol=config.protocol, staleness=config.staleness, fetch_delay_s=config.emulation.fetch_delay_s,
         broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
         heartbeat_interval_s=config.coordinator.heartbeat_interval_s, seed=config.run.seed,
         engine=config.rollout.engine, adapter=adapter_spec(config), max_turns=max_turns,
@@ -122,17 +122,17 @@ def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
 def local_worker_options(config: Config, url: str, token: str, name_prefix: str = "local") -> list[WorkerOptions]:
     """The options of the run's ``workers.count`` workers, named ``<name_prefix>-<i>``: threads,
     device and relay from ``workers``; price, speed, latency and upload cap from
-    ``workers.fleet[i % len(fleet)]`` (its ``upload_mbps`` over ``workers.upload_mbps``). A TLS
+    ``emulation.fleet[i % len(fleet)]`` (its ``upload_mbps`` over ``emulation.worker_upload_mbps``). A TLS
     run's local workers pin the coordinator's certificate and serve their relays with it."""
-    workers, options, tls = config.workers, [], config.coordinator
+    workers, emulation, options, tls = config.workers, config.emulation, [], config.coordinator
     secure = {"pin_sha256": (certificate_fingerprint(tls.tls_certfile),), "relay_certfile": tls.tls_certfile,
               "relay_keyfile": tls.tls_keyfile} if tls.tls_certfile else {}
     for index in range(workers.count):
-        spec = workers.fleet[index % len(workers.fleet)] if workers.fleet else LocalWorkerSpec()
+        spec = emulation.fleet[index % len(emulation.fleet)] if emulation.fleet else LocalWorkerSpec()
         options.append(WorkerOptions(
             coordinator=url, token=token, name=f"{name_prefix}-{index}", threads=workers.threads,
             device=workers.device, relay=workers.relay,
-            upload_mbps=spec.upload_mbps if spec.upload_mbps is not None else workers.upload_mbps,
+            upload_mbps=spec.upload_mbps if spec.upload_mbps is not None else emulation.worker_upload_mbps,
             latency_ms=spec.latency_ms, price_per_hour=spec.price_per_hour, worker_class=spec.worker_class,
             throughput_factor=spec.throughput_factor, give_up_after_s=LOCAL_GIVE_UP_S, **secure,
         ))
@@ -214,7 +214,7 @@ def run_training(config: Config, resume_dir: Path | None = None) -> RunSummary |
         # local workers get the CPUs this process started with unless told otherwise, not the learner's
         # pin; a co-located worker gets the learner's own
         worker_cpus = config.workers.cpus or (started_on if config.learner.cpus else None)
-        if config.workers.colocated:
+        if config.emulation.colocated:
             worker_cpus = config.learner.cpus
         return _run_as_leader(config, resume_dir, shard, worker_cpus)
 
@@ -238,7 +238,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     timeline = TimelineWriter(run_dir)
     port, token = _endpoint(config, run_dir, resuming=resume is not None)
     publisher = Publisher(config.broadcast, keep_versions=versions_in_use(config.staleness), token=token,
-                          kind="lora" if config.learner.lora.enabled else "full")
+                          kind="lora" if config.learner.lora.enabled else "full",
+                          upload_mbps=config.emulation.learner_upload_mbps, latency_ms=config.emulation.learner_latency_ms)
     # the console and train.log never show a credential
     redaction = redact_logs(token, publisher.token, viewer_credential(token))
     verdicts = coordinator_verdicts(config, task)
@@ -266,14 +267,14 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     if resume:
         state.restore_snapshot(resume["coordinator"], task.train_examples(config.run.seed))
     state.publish(publisher.publish(version, model))
-    coordinator = config.coordinator
-    registrations = RateLimiter(max(coordinator.registrations_burst, config.workers.count),
-                                coordinator.registrations_per_minute)
+    coordinator, limits = config.coordinator, config.limits
+    registrations = RateLimiter(max(limits.registrations_burst, config.workers.count),
+                                limits.registrations_per_minute)
     app = create_app(state, coordinator.lease_wait_s, https_relays_only=coordinator.tls_certfile is not None,
-                     registrations=registrations, body_timeout_s=coordinator.body_timeout_s, run_dir=run_dir)
+                     registrations=registrations, body_timeout_s=limits.body_timeout_s, run_dir=run_dir)
     publisher.mount(app)
     server = CoordinatorServer(app, coordinator.host, port, certfile=coordinator.tls_certfile,
-                               keyfile=coordinator.tls_keyfile, head_timeout_s=coordinator.head_timeout_s)
+                               keyfile=coordinator.tls_keyfile, head_timeout_s=limits.head_timeout_s)
     server.start(config.coordinator.start_timeout_s)
     _write_private(run_dir / TOKEN_FILE, token + "\n")  # before coordinator.json, which callers wait for
     _write_private(run_dir / COORDINATOR_FILE, json.dumps({"url": server.url, "port": server.port, "token": token}))

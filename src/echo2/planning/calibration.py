@@ -22,7 +22,7 @@ the run's settings:
 * ``full_bytes`` and ``delta_bytes``: one version on the wire, whole and as a delta.
 
 Everything else a prediction needs comes from the predicted configuration itself: protocol,
-S, batch, fleet size and speeds (``workers.fleet[i].throughput_factor``), links, prices.
+S, batch, fleet size and speeds (``emulation.fleet[i].throughput_factor``), links, prices.
 :func:`inventory_for` turns a configuration and a calibration into an ``echo2 plan`` inventory;
 :func:`echo2.simulation.calibrate.scenario_for` into an ``echo2 simulate`` scenario.
 """
@@ -166,7 +166,7 @@ def calibrate_run(run_dir: Path) -> Calibration:
 
 def worker_factors(config: Config) -> dict[str, float]:
     """``throughput_factor`` of each local worker by name (``local-<i>``, fleet entries cycled)."""
-    fleet = config.workers.fleet
+    fleet = config.emulation.fleet
     return {f"local-{i}": fleet[i % len(fleet)].throughput_factor if fleet else 1.0 for i in range(config.workers.count)}
 
 
@@ -180,22 +180,22 @@ def full_version_bytes(config: Config) -> float:
 
 def _uploads(config: Config) -> list[float]:
     """Each local worker's relay uplink, bytes/s (``inf``: uncapped)."""
-    fleet, default = config.workers.fleet, config.workers.upload_mbps
+    fleet, default = config.emulation.fleet, config.emulation.worker_upload_mbps
     return [link_bytes_per_s(fleet[i % len(fleet)].upload_mbps if fleet and fleet[i % len(fleet)].upload_mbps
                              is not None else default) for i in range(config.workers.count)]
 
 
 def dissemination_transfer_s(config: Config, version_bytes: float, workers: int) -> float:
     """Seconds the caps alone imply until the last of ``workers`` holds a version (0 uncapped)."""
-    uploads = (_uploads(config) + [link_bytes_per_s(config.workers.upload_mbps)] * workers)[:workers]
-    learner = link_bytes_per_s(config.broadcast.learner_upload_mbps)
+    uploads = (_uploads(config) + [link_bytes_per_s(config.emulation.worker_upload_mbps)] * workers)[:workers]
+    learner = link_bytes_per_s(config.emulation.learner_upload_mbps)
     return broadcast_seconds(version_bytes, learner, uploads, config.broadcast.mode, config.broadcast.chunk_mib * MIB)
 
 
 def own_transfer_s(config: Config, version_bytes: float, workers: int) -> float:
     """The transfer part of one worker's fetch: its share of the learner's uplink in a star, else the
     slowest uplink on a chain (0 uncapped)."""
-    learner = link_bytes_per_s(config.broadcast.learner_upload_mbps)
+    learner = link_bytes_per_s(config.emulation.learner_upload_mbps)
     if config.broadcast.mode == "star":
         return version_bytes * workers / learner
     return version_bytes / min([learner, *_uploads(config)[: max(0, workers - 1)]])
@@ -219,18 +219,18 @@ def lease_rollouts_per_s(config: Config, calibration: Calibration, throughput_fa
 
 def inventory_for(config: Config, calibration: Calibration) -> Inventory:
     """``config``'s learner and local fleet as an ``echo2 plan`` inventory, priced and sized by the
-    config, timed by the calibration (one worker class per ``workers.fleet`` entry)."""
+    config, timed by the calibration (one worker class per ``emulation.fleet`` entry)."""
     if calibration.model != config.model.name:
         raise ConfigError(f"the calibration measured model {calibration.model!r}, the config runs "
                           f"{config.model.name!r}: calibrate this model first (echo2 calibrate)")
-    fleet = config.workers.fleet or [None]
+    fleet = config.emulation.fleet or [None]
     counts = [len(range(i, config.workers.count, len(fleet))) for i in range(len(fleet))]
     workers = []
     for index, (spec, count) in enumerate(zip(fleet, counts, strict=True)):
         if count == 0:
             continue
         factor = spec.throughput_factor if spec else 1.0
-        upload = spec.upload_mbps if spec and spec.upload_mbps is not None else config.workers.upload_mbps
+        upload = spec.upload_mbps if spec and spec.upload_mbps is not None else config.emulation.worker_upload_mbps
         workers.append(WorkerClass(
             name=(spec.worker_class if spec and spec.worker_class else f"fleet[{index}]"), count=count,
             price_per_hour=spec.price_per_hour if spec else 0.0,
@@ -238,7 +238,7 @@ def inventory_for(config: Config, calibration: Calibration) -> Inventory:
     try:
         return Inventory(learner=LearnerSpec(
             train_step_s=calibration.step_s(config.run.steps), price_per_hour=config.activation.learner_price_per_hour,
-            payload_mib=calibration.version_bytes(config) / MIB, upload_mbps=config.broadcast.learner_upload_mbps,
+            payload_mib=calibration.version_bytes(config) / MIB, upload_mbps=config.emulation.learner_upload_mbps,
             fixed_broadcast_s=calibration.fixed_dissemination_s(config)), workers=workers)
     except ValidationError as error:
         raise ConfigError(f"inventory from the config and calibration: {first_error(error)}") from None

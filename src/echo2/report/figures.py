@@ -33,7 +33,7 @@ def _time_unit(span: float) -> tuple[float, str]:
 def _unpriced(ax) -> None:
     """The dollars panel of a run without prices: say so instead of drawing everything at $0."""
     ax.axis("off")
-    ax.text(0.5, 0.5, "no prices set for this run\n(activation.learner_price_per_hour,\nworkers.fleet[].price_per_hour)",
+    ax.text(0.5, 0.5, "no prices set for this run\n(activation.learner_price_per_hour,\nemulation.fleet[].price_per_hour)",
             ha="center", va="center", fontsize=9, color="gray", transform=ax.transAxes)
 
 

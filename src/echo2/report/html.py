@@ -44,7 +44,7 @@ SECTIONS: list[tuple[str, Callable[[RunData], Figure | None], str, str]] = [
      "The first minute: learner steps against each worker's generation and weight fetches, and each version's "
      "dissemination.", "no timeline recorded"),
     ("Cost by worker class", figures.costs, "Dollars by worker class and for the learner.",
-     "no prices set for this run (activation.learner_price_per_hour, workers.fleet[].price_per_hour)"),
+     "no prices set for this run (activation.learner_price_per_hour, emulation.fleet[].price_per_hour)"),
 ]
 
 

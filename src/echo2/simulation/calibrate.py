@@ -37,7 +37,7 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
     if calibration.model != config.model.name:
         raise ConfigError(f"the calibration measured model {calibration.model!r}, the config runs "
                           f"{config.model.name!r}: calibrate this model first (echo2 calibrate)")
-    fleet, specs = [], config.workers.fleet
+    fleet, specs = [], config.emulation.fleet
     for index in range(config.workers.count):
         spec = specs[index % len(specs)] if specs else None
         factor = spec.throughput_factor if spec else 1.0
@@ -45,8 +45,8 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
             "name": f"local-{index}", "count": 1, "price_per_hour": spec.price_per_hour if spec else 0.0,
             "rollouts_per_s": calibration.rollouts_per_s * factor, "throughput_cv": calibration.throughput_cv,
             "rtt_ms": 1000 * calibration.request_s(),
-            "upload_mbps": spec.upload_mbps if spec and spec.upload_mbps is not None else config.workers.upload_mbps,
-            "relay": config.workers.relay, "fetch_delay_s": calibration.fetch_s + config.workers.fetch_delay_s,
+            "upload_mbps": spec.upload_mbps if spec and spec.upload_mbps is not None else config.emulation.worker_upload_mbps,
+            "relay": config.workers.relay, "fetch_delay_s": calibration.fetch_s + config.emulation.fetch_delay_s,
         })
     if not fleet:
         raise ConfigError("workers.count is 0: nothing to simulate")
@@ -55,7 +55,7 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
         "model": {"name": config.model.name, "parameters_b": calibration.full_bytes / (4 * GB),
                   "payload_gb": calibration.version_bytes(config) / GB},
         "learner": {"train_step_s": calibration.step_s(config.run.steps), "step_cv": calibration.train_step_cv,
-                    "upload_mbps": config.broadcast.learner_upload_mbps,
+                    "upload_mbps": config.emulation.learner_upload_mbps,
                     "price_per_gpu_hour": config.activation.learner_price_per_hour},
         "recipe": config,
         "broadcast": {"mode": config.broadcast.mode, "chunk_mib": config.broadcast.chunk_mib,

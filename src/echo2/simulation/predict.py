@@ -55,16 +55,16 @@ def fluid_model_limit(config: Config) -> str | None:
     """Why the fluid model does not hold for ``config`` (None when it does), with S >= 1 and a capped
     uplink: a pipelined relay chain of more than two workers or a relay tree, or a star of two or
     more on a capped learner uplink (module docstring)."""
-    broadcast, workers = config.broadcast, config.workers
+    broadcast, workers, emulation = config.broadcast, config.workers, config.emulation
     if config.staleness == 0 or workers.count < 2:
         return None
     if broadcast.mode == "star":
-        if broadcast.learner_upload_mbps is None:
+        if emulation.learner_upload_mbps is None:
             return None
         return (f"a star of {workers.count} workers on a capped learner uplink: versions reach them one at "
                 f"a time on the uplink's fetch grid, which the fluid model only approximates")
-    capped = (broadcast.learner_upload_mbps is not None or workers.upload_mbps is not None
-              or any(spec.upload_mbps is not None for spec in workers.fleet))
+    capped = (emulation.learner_upload_mbps is not None or emulation.worker_upload_mbps is not None
+              or any(spec.upload_mbps is not None for spec in emulation.fleet))
     if workers.count <= 2 or not capped:
         return None
     shape = f"relay tree (fan-out {broadcast.fan_out})" if broadcast.fan_out > 1 else "relay chain"
