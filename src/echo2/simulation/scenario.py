@@ -11,14 +11,16 @@ baseline (the learner's GPUs generating and training in turn) is priced from the
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from echo2.config import Config
 from echo2.config.base import ConfigError, Section, apply_override, first_error, merge, read_yaml
 from echo2.config.fleet import ActivationRule, LearnerHardware, WorkerClass
+from echo2.config.moved import move_keys
 from echo2.planning.inventory import Inventory
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
 from echo2.units import GB, MIB
@@ -124,6 +126,15 @@ class Scenario(Section):
     broadcast: BroadcastSpec = BroadcastSpec()
     activation: ActivationSpec = ActivationSpec()
     fleet: list[WorkerClass] = Field(min_length=1)
+
+    @field_validator("recipe", mode="before")
+    @classmethod
+    def _moved_recipe_keys(cls, recipe: object) -> object:
+        """A recipe written before keys moved (:mod:`echo2.config.moved`) loads as a run config does."""
+        if isinstance(recipe, dict):
+            recipe = copy.deepcopy(recipe)
+            move_keys(recipe, "the scenario's recipe")
+        return recipe
 
     def train_compute_s(self) -> float:
         """Training alone (no publishing): measured, or FLOPs per step over the learner's achieved FLOP/s."""
