@@ -70,7 +70,8 @@ def test_an_objective_and_an_engine_from_outside_the_package_train_a_run(plugin,
     assert summary.result.steps == 4
     assert plugin.aggregated and all(tokens > 0 for tokens in plugin.aggregated)  # the learner's loss was its
     batches = [int(line) for line in (tmp_path / "engine.log").read_text().split()]
-    assert batches and all(rows == 2 * config.rollout.group_size for rows in batches)  # the workers sampled with it
+    # the workers sampled with it: a lease of 2 groups, or of one while its worker is on trial
+    assert batches and {rows for rows in batches} <= {config.rollout.group_size, 2 * config.rollout.group_size}
     resolved = json.loads(json.dumps(config.model_dump()))
     assert resolved["learner"]["loss"] == "user_plugin:halved_token_mean"
 
