@@ -22,15 +22,12 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from echo2.broadcast.topology import Planner, star_plan
 from echo2.coordinator import snapshot
 from echo2.coordinator.batches import LearnerDesk
-from echo2.coordinator.books import CoordinatorBooks, Interval
-from echo2.coordinator.fleet import Fleet
+from echo2.coordinator.books import CoordinatorBooks
 from echo2.coordinator.membership import TRIAL_SEATS, Membership
 from echo2.coordinator.records import Limits, WorkerRecord
 from echo2.coordinator.reliability import reliability_report
-from echo2.coordinator.scoring import Environment, Scorer
 from echo2.coordinator.work import WorkDesk
 from echo2.exchange import GiveBack, Group, RunStats
 from echo2.protocol import (
@@ -55,31 +52,10 @@ class CoordinatorState:
     and the reports. The arguments are the books' and the members' (``heartbeat_timeout_s``,
     ``trial_seats``)."""
 
-    def __init__(
-        self,
-        spec: RunSpec,
-        limits: Limits,
-        examples: Iterator[Example],
-        *,
-        groups_per_step: int,
-        run_token: str,
-        lease_timeout_s: float,
-        heartbeat_timeout_s: float,
-        score: Scorer,
-        environment: Environment | None = None,
-        on_interval: Interval = lambda who, kind, start, end, version: None,
-        planner: Planner = star_plan,
-        fleet: Fleet | None = None,
-        window_share: float = 0.5,
-        check_relays: bool = False,
-        replan_every: int = 1,
-        trial_seats: int = TRIAL_SEATS,
-    ) -> None:
-        self.parts = CoordinatorBooks(
-            spec, limits, examples, groups_per_step=groups_per_step, run_token=run_token,
-            lease_timeout_s=lease_timeout_s, score=score, environment=environment, on_interval=on_interval,
-            planner=planner, fleet=fleet, window_share=window_share, check_relays=check_relays,
-            replan_every=replan_every)
+    def __init__(self, spec: RunSpec, limits: Limits, examples: Iterator[Example], *, heartbeat_timeout_s: float,
+                 trial_seats: int = TRIAL_SEATS, **books: Any) -> None:
+        """``books``: the keyword arguments of :class:`~echo2.coordinator.books.CoordinatorBooks`."""
+        self.parts = CoordinatorBooks(spec, limits, examples, **books)
         self.members = Membership(self.parts, heartbeat_timeout_s=heartbeat_timeout_s, trial_seats=trial_seats)
         self.work = WorkDesk(self.parts, self.members)
         self.learner = LearnerDesk(self.parts, self.members)
