@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +25,29 @@ from echo2.learner.trainer import Learner
 RESUME_FILE = "resume.pt"
 
 
-def save_checkpoint(learner: Learner, run_dir: Path, version: int, resume: dict[str, Any] | None = None) -> Path:
-    final = run_dir / "checkpoints" / f"step_{version:06d}"
+@contextmanager
+def atomic_folder(final: Path) -> Iterator[Path]:
+    """A folder to write that appears at ``final`` whole or not at all: written as
+    ``final.partial`` and renamed into place once the block ends without an error (replacing an
+    older ``final``). The learner's checkpoints and the training service's saves both use it."""
     partial = final.with_name(final.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    optimizer = learner.optimizer_state()  # first: under FSDP every rank takes part in gathering it
-    learner.policy.save_pretrained(partial)
-    learner.tokenizer.save_pretrained(partial)
-    torch.save({"optimizer": optimizer, "scheduler": learner.scheduler.state_dict()}, partial / OPTIMIZER_FILE)
-    if resume is not None:
-        torch.save(resume, partial / RESUME_FILE)
-    (partial / "echo2_state.json").write_text(json.dumps({"version": version}))
+    yield partial
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
+
+
+def save_checkpoint(learner: Learner, run_dir: Path, version: int, resume: dict[str, Any] | None = None) -> Path:
+    final = run_dir / "checkpoints" / f"step_{version:06d}"
+    with atomic_folder(final) as partial:
+        optimizer = learner.optimizer_state()  # first: under FSDP every rank takes part in gathering it
+        learner.policy.save_pretrained(partial)
+        learner.tokenizer.save_pretrained(partial)
+        torch.save({"optimizer": optimizer, "scheduler": learner.scheduler.state_dict()}, partial / OPTIMIZER_FILE)
+        if resume is not None:
+            torch.save(resume, partial / RESUME_FILE)
+        (partial / "echo2_state.json").write_text(json.dumps({"version": version}))
     return final
 
 

@@ -77,3 +77,25 @@ def completion_logprobs(
     """``(logprobs, mask)`` of :func:`completion_scores`, without entropies."""
     scores = completion_scores(model, prompt_ids, completion_ids, pad_id=pad_id, temperature=temperature)
     return scores.logprobs, scores.mask
+
+
+def target_logprobs(model: PreTrainedModel, input_ids: list[list[int]], target_ids: list[list[int]], *,
+                    pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logprobs, mask)`` [N, T]: the log-prob of ``target_ids[i][t]`` given ``input_ids[i][: t + 1]``
+    (position t of the input predicts target t, the layout of a Tinker datum), right-padded, one
+    forward pass over the whole batch; gradients flow when the caller has them enabled."""
+    if any(len(inputs) != len(targets) for inputs, targets in zip(input_ids, target_ids, strict=True)):
+        raise ValueError("each datum needs one target token per input token")
+    device = next(model.parameters()).device
+    width = max(len(row) for row in input_ids)
+    tokens = torch.full((len(input_ids), width), pad_id, dtype=torch.long)
+    targets = torch.zeros((len(input_ids), width), dtype=torch.long)
+    mask = torch.zeros((len(input_ids), width))
+    for row, (inputs, wanted) in enumerate(zip(input_ids, target_ids)):
+        tokens[row, : len(inputs)] = torch.tensor(inputs, dtype=torch.long)
+        targets[row, : len(wanted)] = torch.tensor(wanted, dtype=torch.long)
+        mask[row, : len(inputs)] = 1.0
+    tokens, targets, mask = tokens.to(device), targets.to(device), mask.to(device)
+    logits = model(input_ids=tokens, attention_mask=mask.long()).logits
+    logprobs = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, :, None]).squeeze(-1)
+    return logprobs * mask, mask

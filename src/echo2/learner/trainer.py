@@ -13,7 +13,6 @@ Under torchrun every rank runs the same step on its share of the sequences
 from __future__ import annotations
 
 import copy
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -43,6 +42,7 @@ from echo2.learner.objectives import (
 from echo2.learner.optimizer import build_optimizer
 from echo2.learner.precision import ComputePrecision
 from echo2.learner.tally import IMPLAUSIBLE, NONFINITE, Tally
+from echo2.learner.update import apply_update
 from echo2.model.lora import MergedCopy, has_adapter
 
 
@@ -299,15 +299,12 @@ class Learner:
             terms = objective_loss(batch, self.settings, totals)
             self.shard.scaled(terms.loss).backward()
             tally.add(terms)
-        self.shard.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
-        norm = float(self.shard.full(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)))
-        if not math.isfinite(norm):  # whatever slipped past the checks: never applied
-            self.optimizer.zero_grad(set_to_none=True)
+        norm = apply_update(self.optimizer, self.config.grad_clip, self.shard)
+        if norm is None:  # whatever slipped past the checks: never applied
             tally.refused_updates += 1
             tally.suspects.update({row: NONFINITE for row in chunk + echo_chunk if row in active})
             return
         tally.grad_norms.append(norm)
-        self.optimizer.step()
 
     @staticmethod
     def _without_implausible(batch: TokenBatch, rows: list[int], tally: Tally) -> TokenBatch:

@@ -44,14 +44,14 @@ ADAPTER_CONFIG_FILE = "adapter_config.json"
 
 
 @contextmanager
-def _quiet() -> Iterator[None]:
+def quiet_peft() -> Iterator[None]:
     """peft still calls a transformers API that v5 deprecates (a FutureWarning on every wrap)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         yield
 
 
-def _peft():
+def import_peft():
     try:
         import peft
     except ImportError:
@@ -65,10 +65,10 @@ def is_adapter_folder(path: str | Path) -> bool:
 
 def add_adapter(model: torch.nn.Module, spec: AdapterSpec) -> PeftModel:
     """``model`` wrapped in a fresh LoRA adapter of shape ``spec`` (only the adapter trains)."""
-    peft = _peft()
+    peft = import_peft()
     config = peft.LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
                              target_modules=list(spec.target_modules), bias="none", task_type="CAUSAL_LM")
-    with _quiet():
+    with quiet_peft():
         wrapped = peft.get_peft_model(model, config)
     wrapped.train(model.training)
     return wrapped
@@ -82,8 +82,8 @@ def adapter_base(path: str | Path) -> str:
 def load_adapter_folder(path: str | Path, base: torch.nn.Module) -> PeftModel:
     """An adapter checkpoint on top of ``base`` (the model :func:`adapter_base` names), trainable
     (the learner resumes from it)."""
-    with _quiet():
-        model = _peft().PeftModel.from_pretrained(base, str(path), is_trainable=True)
+    with quiet_peft():
+        model = import_peft().PeftModel.from_pretrained(base, str(path), is_trainable=True)
     model.eval()
     return model
 
@@ -102,7 +102,7 @@ class MergedCopy:
     def __init__(self, model: PeftModel) -> None:
         from peft.tuners.lora import LoraLayer
 
-        with _quiet():
+        with quiet_peft():
             merged = copy.deepcopy(model).merge_and_unload()
         # the weights keep requires_grad (peft froze the base ones): no optimizer holds them and
         # sampling runs under no_grad, but this CPU build of torch decoded with frozen bf16

@@ -83,6 +83,14 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: f
     return torch.minimum(unclipped, clipped)
 
 
+def cispo_surrogate(ratio: torch.Tensor, logprobs: torch.Tensor, advantages: torch.Tensor, clip_low: float,
+                    clip_high: float) -> torch.Tensor:
+    """CISPO's ``sg(clip(r, 1 - clip_low, 1 + clip_high)) * log pi_theta * A`` per token (MiniMax-M1,
+    arXiv 2506.13585): the importance weight is clipped and held constant, so every token keeps a
+    gradient, where PPO's clip zeroes the gradient of the tokens outside the range."""
+    return ratio.detach().clamp(1 - clip_low, 1 + clip_high) * logprobs * advantages
+
+
 def corrected_surrogate(ratios: Ratios, advantages: torch.Tensor, *, clip_low: float, clip_high: float,
                         cap: float, correction: str) -> torch.Tensor:
     """The per-token surrogate to maximise, with the ``truncated``, ``decoupled`` or no (``none``) correction."""

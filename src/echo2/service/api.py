@@ -1,0 +1,174 @@
+"""The Tinker API's routes (``/api/v1/...``) over :class:`~echo2.service.service.TinkerService`.
+
+One pinned SDK minor (``tinker`` 0.38, see ``docs/tinker.md``): its request and response types
+are imported from the SDK, never restated. Every route but ``healthz`` needs the service's API
+key in ``X-API-Key`` (compared in constant time). A request the service cannot serve is refused
+with 400 and a ``detail`` that says why (the SDK raises it to the caller as it is, and does not
+retry it); a request id the service does not know is 410, on which the SDK sends its original
+request again (answered with the same request id when it was applied, see :mod:`.turns`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pydantic
+from fastapi import APIRouter, Depends, Header, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from tinker import types
+
+from echo2.learner.objectives.tinker_losses import UnsupportedLoss
+from echo2.service.service import ProtoResult, TinkerService
+from echo2.service.turns import RequestError
+from echo2.service.wire import WireError, forward_backward_request
+
+PROTOBUF = "application/x-protobuf"
+
+
+def _json(model: pydantic.BaseModel) -> JSONResponse:
+    return JSONResponse(model.model_dump(mode="json", exclude_none=True))
+
+
+def _future(request_id: str, model_id: str | None = None) -> JSONResponse:
+    return _json(types.UntypedAPIFuture(request_id=request_id, model_id=model_id))
+
+
+def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) -> APIRouter:
+    """The routes, behind ``api_key``; ``wait_s``: how long one ``retrieve_future`` poll is held open."""
+
+    def authorized(x_api_key: str | None = Header(None)) -> None:
+        if x_api_key is None or not secrets.compare_digest(x_api_key.encode(), api_key.encode()):
+            raise HTTPException(401, "X-API-Key is missing or wrong: use the key echo2 serve printed")
+
+    router = APIRouter(prefix="/api/v1")
+    guarded = APIRouter(dependencies=[Depends(authorized)])
+
+    async def body(request: Request, model: type[pydantic.BaseModel]) -> Any:
+        try:
+            return model.model_validate_json(await request.body())
+        except pydantic.ValidationError as error:
+            raise HTTPException(400, f"{model.__name__}: {_first_error(error)}") from None
+
+    def refusing(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """A route whose refusals (the request cannot be served) are a 400 naming why."""
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (RequestError, UnsupportedLoss, WireError) as error:
+                raise HTTPException(400, str(error)) from None
+        route.__name__ = handler.__name__
+        return route
+
+    def post(path: str):
+        return lambda handler: guarded.post(path)(refusing(handler))
+
+    @router.get("/healthz")
+    async def healthz() -> JSONResponse:
+        return _json(types.HealthResponse(status="ok"))
+
+    @post("/client/config")
+    async def client_config(request: Request) -> JSONResponse:
+        return _json(types.ClientConfigResponse(pjwt_auth_enabled=False, proto_compress_fwdbwd=False))
+
+    @post("/telemetry")
+    async def telemetry(request: Request) -> JSONResponse:
+        return _json(types.TelemetryResponse(status="accepted"))
+
+    @guarded.get("/get_server_capabilities")
+    async def capabilities() -> JSONResponse:
+        base = service.base
+        return _json(types.GetServerCapabilitiesResponse(supported_models=[types.SupportedModel(
+            model_name=base.name, max_context_length=base.max_context, trainable=True, sampleable=False)]))
+
+    @post("/create_session")
+    async def create_session(request: Request) -> JSONResponse:
+        session = service.create_session(await body(request, types.CreateSessionRequest))
+        return _json(types.CreateSessionResponse(session_id=session.session_id))
+
+    @post("/session_heartbeat")
+    async def heartbeat(request: Request) -> JSONResponse:
+        beat = await body(request, types.SessionHeartbeatRequest)
+        if not service.sessions.heartbeat(beat.session_id):
+            raise HTTPException(410, f"session {beat.session_id} has ended")
+        return _json(types.SessionHeartbeatResponse())
+
+    @guarded.post("/sessions/{session_id}/finish")
+    async def finish(session_id: str) -> JSONResponse:
+        service.end_session(session_id, "finished by its client")
+        return JSONResponse({})
+
+    @post("/create_model")
+    async def create_model(request: Request) -> JSONResponse:
+        return _future(service.create_model(await body(request, types.CreateModelRequest)))
+
+    @post("/get_info")
+    async def get_info(request: Request) -> JSONResponse:
+        return _json(service.info((await body(request, types.GetInfoRequest)).model_id))
+
+    @post("/unload_model")
+    async def unload_model(request: Request) -> JSONResponse:
+        model_id = (await body(request, types.UnloadModelRequest)).model_id
+        service.model_session(model_id)
+        return _future(service.unload(model_id), model_id)
+
+    @post("/forward_backward")
+    async def forward_backward(request: Request) -> JSONResponse:
+        if PROTOBUF not in request.headers.get("content-type", ""):
+            raise RequestError(f"forward_backward takes a protobuf body ({PROTOBUF}), as tinker SDK >= 0.22.3 sends")
+        parsed, forward_only = forward_backward_request(await request.body(), request.headers.get("content-encoding"))
+        return _future(service.forward_backward(parsed, forward_only), parsed.model_id)
+
+    @post("/optim_step")
+    async def optim_step(request: Request) -> JSONResponse:
+        parsed = await body(request, types.OptimStepRequest)
+        return _future(service.optim_step(parsed), parsed.model_id)
+
+    @post("/save_weights")
+    async def save_weights(request: Request) -> JSONResponse:
+        parsed = await body(request, types.SaveWeightsRequest)
+        return _future(service.save_weights(parsed), parsed.model_id)
+
+    @post("/load_weights")
+    async def load_weights(request: Request) -> JSONResponse:
+        request_id, model_id = service.load_weights(await body(request, types.LoadWeightsRequest))
+        return _future(request_id, model_id)
+
+    @post("/weights_info")
+    async def weights_info(request: Request) -> JSONResponse:
+        payload = await request.json() if await request.body() else {}
+        return _json(service.weights_info(str(payload.get("tinker_path", ""))))
+
+    @guarded.get("/training_runs/{run_id}")
+    async def training_run(run_id: str) -> JSONResponse:
+        try:
+            return _json(service.training_run(run_id))
+        except KeyError:
+            raise HTTPException(404, f"no training run {run_id!r}") from None
+
+    @post("/retrieve_future")
+    async def retrieve_future(request: Request) -> Response:
+        asked = await body(request, types.FutureRetrieveRequest)
+        try:
+            outcome = await service.futures.wait(asked.request_id, wait_s)
+        except KeyError:
+            raise HTTPException(410, f"request {asked.request_id} is not known here (the service restarted, "
+                                     f"or the result was dropped): send the request again") from None
+        if outcome is None:
+            return JSONResponse({"type": "try_again", "request_id": asked.request_id, "queue_state": "active"},
+                                status_code=408)
+        if outcome.error is not None:
+            return JSONResponse({"error": outcome.error, "category": outcome.category})
+        if isinstance(outcome.result, ProtoResult):
+            return Response(outcome.result.body, media_type=PROTOBUF)
+        return _json(outcome.result)
+
+    router.include_router(guarded)
+    return router
+
+
+def _first_error(error: pydantic.ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    return f"{where}: {first['msg']}"

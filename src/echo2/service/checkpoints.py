@@ -1,0 +1,70 @@
+"""Durable ``tinker://`` paths: where a client's saves live under the service's directory.
+
+A Tinker checkpoint path is ``tinker://<training_run_id>/<weights|sampler_weights>/<name>``
+(the SDK's ``ParsedCheckpointTinkerPath``); here the training run is the client's model id and the
+folder is ``<service dir>/checkpoints/<model id>/<kind>/<name>``. Nothing in a path reaches
+outside that tree: a name is one path segment of letters, digits and ``._-``, and a model id is
+one the service made. The saves outlive the service, so a client resumes from them after it
+restarts (``create_training_client_from_state_with_optimizer``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from echo2.service.turns import RequestError
+
+CheckpointKind = Literal["weights", "sampler_weights"]
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+@dataclass(frozen=True)
+class TinkerPath:
+    run_id: str
+    kind: CheckpointKind
+    name: str
+
+    @property
+    def uri(self) -> str:
+        return f"tinker://{self.run_id}/{self.kind}/{self.name}"
+
+    @classmethod
+    def parse(cls, uri: str) -> TinkerPath:
+        parts = uri.removeprefix("tinker://").split("/") if uri.startswith("tinker://") else []
+        if len(parts) != 3 or parts[1] not in ("weights", "sampler_weights") or not all(
+                _SEGMENT.fullmatch(p) and ".." not in p for p in (parts[0], parts[2])):
+            raise RequestError(f"{uri[:200]!r} is not a checkpoint path of this service "
+                               f"(tinker://<training run>/weights|sampler_weights/<name>)")
+        return cls(parts[0], parts[1], parts[2])  # type: ignore[arg-type]
+
+
+class CheckpointStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, model_id: str, kind: CheckpointKind, name: str) -> TinkerPath:
+        """The path a save of ``model_id`` called ``name`` gets (the name checked)."""
+        if not _SEGMENT.fullmatch(name) or ".." in name:
+            raise RequestError(f"checkpoint name {name[:200]!r} must be 1-128 letters, digits and . _ : - "
+                               f"starting with a letter or digit")
+        return TinkerPath(model_id, kind, name)
+
+    def folder(self, path: TinkerPath) -> Path:
+        return self.root / path.run_id / path.kind / path.name
+
+    def existing(self, uri: str) -> tuple[TinkerPath, Path]:
+        """A saved checkpoint's path and folder; a clear error when there is none."""
+        path = TinkerPath.parse(uri)
+        folder = self.folder(path)
+        if not folder.is_dir():
+            raise RequestError(f"no checkpoint at {uri} (this service keeps its saves under {self.root})")
+        return path, folder
+
+    def of_run(self, run_id: str, kind: CheckpointKind) -> list[Path]:
+        """The complete saves of one training run, oldest first."""
+        base = self.root / run_id / kind
+        found = [p for p in base.glob("*") if p.is_dir() and not p.name.endswith(".partial")] if base.is_dir() else []
+        return sorted(found, key=lambda p: p.stat().st_mtime)
