@@ -1,4 +1,4 @@
-"""Command line: ``echo2 train | worker | calibrate | plan | eval | simulate | report | lab``."""
+"""Command line: ``echo2 train | serve | worker | calibrate | plan | eval | simulate | report | lab``."""
 
 from __future__ import annotations
 
@@ -38,6 +38,13 @@ def _train(args: argparse.Namespace) -> int:
     if summary is not None and summary.result.starved:  # checkpointed and reported, but not done
         print(f"echo2: {summary.result.starved}; see {summary.run_dir / 'reliability.json'}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from echo2.launch.serve import run_service
+
+    run_service(load_config(args.config, args.overrides))
     return 0
 
 
@@ -270,6 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="list the config keys users set, with defaults (=all: every key) and exit")
     train.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. staleness=2 learner.lr=1e-4")
     train.set_defaults(handler=_train)
+
+    serve = commands.add_parser(
+        "serve", help="serve the Tinker API: clients' training loops train here, their sampling runs on the workers",
+        description="echo2 as a Tinker-compatible training service (docs/tinker.md): prints TINKER_BASE_URL and "
+                    "where the API key is; workers join with echo2 worker as to any run.")
+    serve.add_argument("--config", help="YAML config file (model, workers, service.*)")
+    serve.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. model.name=smollm2-135m-instruct")
+    serve.set_defaults(handler=_serve)
 
     worker = commands.add_parser(
         "worker", help="join a running training as a rollout worker", argument_default=argparse.SUPPRESS,

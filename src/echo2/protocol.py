@@ -129,6 +129,9 @@ class RunSpec(Message):
     size_leases_to_device: bool = False
     """A worker asks for as many groups per lease as its device holds (up to ``groups_per_lease``,
     then the whole staleness window): :mod:`echo2.core.lease_sizing`."""
+    sampler_bundles: bool = False
+    """A training service's fleet (``echo2 serve``): each version is a bundle of the clients'
+    sampler adapters (:mod:`echo2.broadcast.bundle`) and leases carry sampling requests."""
 
 
 class RegisterResponse(Message):
@@ -194,6 +197,26 @@ class LeasedPrompt(Message):
     prompt: str
 
 
+class LeasedSample(Message):
+    """A training service client's sampling request (``asample``): ``num_samples`` completions of
+    ``prompt_ids`` from the sampler adapter ``sampler`` (in the bundle of the lease's version)."""
+
+    slot: int
+    sampler: str = Field(max_length=128)
+    """The bundle's name for the adapter ("" for the base model itself)."""
+    prompt_ids: list[int] = Field(min_length=1)
+    num_samples: int = Field(ge=1, le=1024)
+    max_tokens: int = Field(ge=1)
+    temperature: float = Field(gt=0)
+    seed: int | None = None
+    stop_ids: list[int] | None = None
+    """Token ids that end a completion (kept in it); None: the model's end-of-sequence token."""
+    stop_strings: list[str] = Field(default_factory=list, max_length=16)
+    """Texts that end a completion once its decoded text contains one (the token completing it kept)."""
+    prompt_logprobs: bool = False
+    """Also the log-prob of each prompt token after the first."""
+
+
 class LeaseResponse(Message):
     status: Literal["granted", "wait", "refresh", "parked", "stop"]
     """``granted``: work to do; ``wait``: the staleness window is full, ask again;
@@ -204,10 +227,23 @@ class LeaseResponse(Message):
     version: int | None = None
     deadline_s: float | None = None
     prompts: list[LeasedPrompt] = Field(default_factory=list)
+    samples: list[LeasedSample] = Field(default_factory=list)
+    """A training service's sampling requests (a lease carries prompts or samples, never both)."""
     retry_after_s: float | None = None
     """``wait`` or ``parked`` answered at once rather than held open (a long-poll): ask again after
     this long (a parked worker, one on probation with its one lease out, a second request of one
     worker, or the coordinator's long-polls all taken)."""
+
+
+def behaviour_logprobs(values: list[float]) -> list[float]:
+    """``values`` if they can be a sampler's log-probs of the tokens it drew (finite, <= 0, none
+    below :data:`MIN_LOGPROB`); else the ValueError saying why."""
+    if any(not math.isfinite(v) or v > 1e-4 for v in values):
+        raise ValueError("log-probs must be finite and <= 0")
+    lowest = min(values)
+    if lowest < MIN_LOGPROB:
+        raise ValueError(f"log-prob {lowest:g} is below {MIN_LOGPROB:g}: no sampler draws a token that unlikely")
+    return values
 
 
 class Completion(Message):
@@ -225,12 +261,7 @@ class Completion(Message):
     @field_validator("logprobs")
     @classmethod
     def _finite_logprobs(cls, values: list[float]) -> list[float]:
-        if any(not math.isfinite(v) or v > 1e-4 for v in values):
-            raise ValueError("log-probs must be finite and <= 0")
-        lowest = min(values)
-        if lowest < MIN_LOGPROB:
-            raise ValueError(f"log-prob {lowest:g} is below {MIN_LOGPROB:g}: no sampler draws a token that unlikely")
-        return values
+        return behaviour_logprobs(values)
 
     @model_validator(mode="after")
     def _episode_shape(self) -> Completion:
@@ -247,12 +278,47 @@ class GroupResult(Message):
     completions: list[Completion]
 
 
+class SampledSequence(Message):
+    """One completion of a sampling request: its tokens, the behaviour log-prob of each, and why it stopped."""
+
+    token_ids: list[int] = Field(min_length=1)
+    logprobs: list[float] = Field(min_length=1)
+    stop_reason: Literal["stop", "length"]
+
+    @field_validator("logprobs")
+    @classmethod
+    def _finite_logprobs(cls, values: list[float]) -> list[float]:
+        return behaviour_logprobs(values)
+
+
+class SampleResult(Message):
+    slot: int
+    sequences: list[SampledSequence] = Field(min_length=1)
+    prompt_logprobs: list[float] | None = None
+    """One per prompt token after the first, when the request asked for them."""
+
+    @field_validator("prompt_logprobs")
+    @classmethod
+    def _finite_prompt_logprobs(cls, values: list[float] | None) -> list[float] | None:
+        if values is not None and any(not math.isfinite(v) or v > 1e-4 for v in values):
+            raise ValueError("prompt log-probs must be finite and <= 0")
+        return values
+
+
 class SubmitRequest(Message):
     lease_id: str
     version: int = Field(ge=0)
-    groups: list[GroupResult] = Field(min_length=1)
+    groups: list[GroupResult] = Field(default_factory=list)
+    samples: list[SampleResult] = Field(default_factory=list)
+    """A sampling lease's results (:class:`LeasedSample`), instead of ``groups``."""
     generate_seconds: float = Field(ge=0)
     events: list[TimelineEvent] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SubmitRequest:
+        if bool(self.groups) == bool(self.samples):
+            raise ValueError("a submission carries groups (a task's lease) or samples (a sampling lease), one of them")
+        return self
 
 
 class RespondItem(Message):

@@ -65,7 +65,7 @@ class ChunkStore:
 
     # ------------------------------------------------------------------ writing
     def publish(self, version: int, payload: bytes, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                kind: Literal["full", "lora"] = "full", dtype: str | None = None,
+                kind: Literal["full", "lora", "bundle"] = "full", dtype: str | None = None,
                 base_sha256: str | None = None) -> Manifest:
         """Root source: cut ``payload`` into chunks and hold all of them (see :func:`build_manifest`)."""
         manifest, chunks = build_manifest(payload, version, chunk_size, kind, dtype, base_sha256)

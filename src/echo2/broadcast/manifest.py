@@ -60,7 +60,7 @@ class Manifest(_Model):
     """Everything a receiver needs to fetch and verify one version, chunk by chunk."""
 
     version: int = Field(ge=0)
-    kind: Literal["full", "lora"] = "full"
+    kind: Literal["full", "lora", "bundle"] = "full"
     dtype: Literal["float32", "bfloat16"] = "float32"
     chunk_size: int = Field(ge=1)
     total_bytes: int = Field(ge=1)
@@ -119,7 +119,7 @@ def _payload_dtype(tensors: list[TensorInfo], declared: str | None) -> str:
 
 
 def build_manifest(payload: bytes, version: int, chunk_size: int = DEFAULT_CHUNK_SIZE,
-                   kind: Literal["full", "lora"] = "full", dtype: str | None = None,
+                   kind: Literal["full", "lora", "bundle"] = "full", dtype: str | None = None,
                    base_sha256: str | None = None) -> tuple[Manifest, list[bytes]]:
     """Cut ``payload`` (safetensors bytes; a delta with ``base_sha256``) into chunks and describe them.
 

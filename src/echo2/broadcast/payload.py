@@ -26,7 +26,8 @@ PAYLOAD_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 #: peft names every LoRA parameter ``<module>.lora_A.<adapter>.weight`` (or ``lora_B``).
 ADAPTER_MARKERS = (".lora_A.", ".lora_B.")
 
-PayloadKind = Literal["full", "lora"]
+PayloadKind = Literal["full", "lora", "bundle"]
+"""``full`` weights, one LoRA adapter, or a training service's bundle of sampler adapters (:mod:`.bundle`)."""
 
 
 def wire_parameters(model: torch.nn.Module, kind: PayloadKind = "full") -> dict[str, torch.nn.Parameter]:

@@ -61,7 +61,10 @@ class Publisher:
         """Serialise ``model`` as ``version`` and start serving it (and its delta from the version
         published just before, when deltas are on and the layout is the same); returns what the
         coordinator announces of it."""
-        payload = serialize_parameters(model, self.config.dtype, self.kind)
+        return self.publish_payload(version, serialize_parameters(model, self.config.dtype, self.kind))
+
+    def publish_payload(self, version: int, payload: bytes) -> VersionInfo:
+        """:meth:`publish` of a payload already made (a training service's bundle, :mod:`.bundle`)."""
         chunk_size = max(1, int(self.config.chunk_mib * MIB))
         manifest = self.store.publish(version, payload, chunk_size=chunk_size, kind=self.kind, dtype=self.config.dtype)
         info = VersionInfo(version=version, sha256=manifest.sha256, size_bytes=manifest.total_bytes)

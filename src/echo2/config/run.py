@@ -19,6 +19,7 @@ from echo2.config.evaluation import EvalConfig
 from echo2.config.fleet import ActivationRule, LocalWorkerSpec
 from echo2.config.learner import LearnerConfig
 from echo2.config.moved import move_keys, moved_override
+from echo2.config.service import ServiceConfig
 from echo2.model.sources import SHIPPED_MODEL
 from echo2.net.redact import redact_config
 
@@ -307,6 +308,8 @@ class Config(Asynchrony):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     emulation: EmulationConfig = Field(default_factory=EmulationConfig)
+    service: ServiceConfig = Field(default_factory=ServiceConfig)
+    """``echo2 serve`` only (:mod:`echo2.config.service`)."""
 
     @property
     def rollouts_per_step(self) -> int:

@@ -58,11 +58,13 @@ OPEN_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-re
 
 def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_only: bool = False,
                registrations: RateLimiter | None = None, body_timeout_s: float = 60.0,
-               run_dir: Path | None = None) -> FastAPI:
+               run_dir: Path | None = None, own_credentials: tuple[str, ...] = ()) -> FastAPI:
     """The coordinator's routes on ``state``. ``https_relays_only`` (a run served over TLS): a
     worker registering a plain-HTTP relay is refused, so no chunk request of the run goes in clear.
     ``registrations``: the per-address limit on registrations (none when not given). ``run_dir``:
-    where the learner writes its metrics, which the dashboard shows beside the coordinator's books."""
+    where the learner writes its metrics, which the dashboard shows beside the coordinator's books.
+    ``own_credentials``: path prefixes of routes mounted later that check a credential of their own
+    (a training service's API, :mod:`echo2.service.api`); their bodies are capped all the same."""
     app = FastAPI(title="echo2 coordinator", version="1")
     registry = state.registry
     requests, heartbeats = RateLimiter(*WORKER_REQUESTS), RateLimiter(*WORKER_HEARTBEATS)
@@ -82,7 +84,7 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
 
     def authorize(path: str, credential: str | None, client_host: str) -> Refusal | None:
         """Run before the body is read, without the state's lock (the handlers check the rest)."""
-        if path in OPEN_PATHS:
+        if path in OPEN_PATHS or path.startswith(own_credentials or ("\0",)):
             return None
         if path == "/v1/register":
             if not registry.admits(credential):

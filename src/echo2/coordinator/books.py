@@ -33,13 +33,16 @@ from echo2.core.books import Books as RunBooks
 from echo2.core.shares import SharePolicy
 from echo2.exchange import Group
 from echo2.planning.activation_rule import ActivationPolicy
-from echo2.protocol import RunSpec
+from echo2.protocol import RunSpec, SampleResult
 from echo2.tasks import Example
 
 log = logging.getLogger("echo2")
 
 Interval = Callable[[str, str, float, float, int], None]
 """Writes one interval of the run's timeline: who, what, start, end, version."""
+SampleSink = Callable[[str, Lease, list[SampleResult]], None]
+"""Takes a sampling lease's checked results: the worker's id, the lease, the results. Called under the
+books' lock: it only hands them on (the training service audits them on its own thread)."""
 
 
 class CoordinatorBooks:
@@ -64,8 +67,12 @@ class CoordinatorBooks:
         window_share: float = 0.5,
         check_relays: bool = False,
         replan_every: int = 1,
+        samples_to: SampleSink | None = None,
     ) -> None:
         self.spec, self.limits = spec, limits
+        self.samples_to = samples_to
+        """Where the results of a sampling lease go once checked (a training service: it audits them and
+        answers its clients); None: a task's run, which leases prompts only."""
         self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.on_interval = on_interval
@@ -83,7 +90,8 @@ class CoordinatorBooks:
                                grows_with_delivery=spec.size_leases_to_device),
             lease_timeout_s=lease_timeout_s, replan_every=replan_every, lease_ids=lambda: secrets.token_hex(8),
             on_parked=lambda record, seconds, why: log.warning("worker %s %s: parked for %.0f s", record.name, why,
-                                                               seconds))
+                                                               seconds),
+            prompts=samples_to is None)
         """The run's books (:class:`echo2.core.books.Books`, the simulator's too), in ``time.monotonic()``
         seconds; a slot carries the task's example, a group is a :class:`Group`."""
         self.relay_checker = RelayChecker(self.registry.broadcast_token, self.relay_verdict) if check_relays else None

@@ -120,6 +120,10 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
         raise Rejected(409, "lease deadline passed; its prompts go to another worker", "expired_lease")
     if request.version != lease.version:
         raise Rejected(422, f"version {request.version} differs from the lease's {lease.version}", "bad_version")
+    check_telemetry(lease.version, request.events, latest, time.time())
+    if lease.kind == "sample":
+        check_samples(lease, request, limits)
+        return lease
     if sorted(g.slot for g in request.groups) != sorted(lease.slots):
         raise Rejected(422, "groups do not match the lease's slots one to one", "bad_slots")
     for group in request.groups:
@@ -140,8 +144,32 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
                 raise Rejected(422, f"slot {group.slot}: {problem}", "bad_version")
             if min(c.token_ids) < 0 or max(c.token_ids) >= limits.vocab_size:
                 raise Rejected(422, f"slot {group.slot}: token id outside the vocabulary", "bad_token")
-    check_telemetry(lease.version, request.events, latest, time.time())
     return lease
+
+
+def check_samples(lease: Lease, request: SubmitRequest, limits: Limits) -> None:
+    """The refusal when ``request`` is not a valid answer to the sampling ``lease`` (its own, active,
+    checked by :meth:`LeaseBook.claim`): one result per request, slot for slot, each with the
+    completions asked for, none longer than asked, every token in the vocabulary, prompt
+    log-probs exactly when asked for."""
+    if request.groups or sorted(r.slot for r in request.samples) != sorted(lease.slots):
+        raise Rejected(422, "sample results do not match the lease's requests one to one", "bad_slots")
+    for result in request.samples:
+        asked = lease.slots[result.slot].request
+        if len(result.sequences) != asked.num_samples:
+            raise Rejected(422, f"slot {result.slot}: {len(result.sequences)} completions, {asked.num_samples} "
+                                "asked for", "bad_group_size")
+        for sequence in result.sequences:
+            if len(sequence.token_ids) != len(sequence.logprobs):
+                raise Rejected(422, f"slot {result.slot}: token_ids and logprobs differ in length", "bad_shape")
+            if len(sequence.token_ids) > asked.max_tokens:
+                raise Rejected(422, f"slot {result.slot}: longer than max_tokens={asked.max_tokens}", "too_long")
+            if min(sequence.token_ids) < 0 or max(sequence.token_ids) >= limits.vocab_size:
+                raise Rejected(422, f"slot {result.slot}: token id outside the vocabulary", "bad_token")
+        expected = len(asked.prompt_ids) - 1 if asked.prompt_logprobs else None
+        given = None if result.prompt_logprobs is None else len(result.prompt_logprobs)
+        if given != expected:
+            raise Rejected(422, f"slot {result.slot}: {given} prompt log-probs, expected {expected}", "bad_shape")
 
 
 def transcript_problem(answers: dict[tuple[int, tuple[str, ...]], str | None], request: RespondRequest,

@@ -159,9 +159,10 @@ class WorkerRecord:
     def count(self, request: SubmitRequest, wall_s: float) -> None:
         """Add an accepted submission to this worker's totals. Its claimed generation time counts
         up to ``wall_s``, the time from its lease's grant to now: an honest one fits inside."""
-        self.samples += sum(len(g.completions) for g in request.groups)
-        self.tokens += sum(len(c.token_ids) for g in request.groups for c in g.completions)
-        self.groups += len(request.groups)
+        self.samples += sum(len(g.completions) for g in request.groups) + sum(len(r.sequences) for r in request.samples)
+        self.tokens += (sum(len(c.token_ids) for g in request.groups for c in g.completions)
+                        + sum(len(q.token_ids) for r in request.samples for q in r.sequences))
+        self.groups += len(request.groups) + len(request.samples)
         self.generate_seconds += min(request.generate_seconds, wall_s)
 
 

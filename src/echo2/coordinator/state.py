@@ -29,6 +29,8 @@ from echo2.coordinator.membership import TRIAL_SEATS, Membership
 from echo2.coordinator.records import Limits, WorkerRecord
 from echo2.coordinator.reliability import reliability_report
 from echo2.coordinator.work import WorkDesk
+from echo2.core.sample_queue import SampleWork
+from echo2.core.shares import delivered
 from echo2.exchange import GiveBack, Group, RunStats
 from echo2.protocol import (
     HeartbeatResponse,
@@ -113,6 +115,31 @@ class CoordinatorState:
         return self.members.quarantine(worker_id, reason, taken)
 
     # ---------------------------------------------------------------- the learner's versions
+    # ---------------------------------------------------------------- a training service's sampling
+    def queue_samples(self, works: list[SampleWork]) -> None:
+        """Sampling requests for the fleet (:mod:`echo2.core.sample_queue`); a held lease request may take them now."""
+        with self.cond:
+            for work in works:
+                self.books.samples.add(work)
+            self.cond.notify_all()
+
+    def requeue_samples(self, works: list[SampleWork]) -> None:
+        """Requests whose results were not returned (a failed audit): first in line again, for another worker."""
+        with self.cond:
+            self.books.samples.add_front(works)
+            self.cond.notify_all()
+
+    def drop_samples(self, request_ids: set[str]) -> int:
+        """Forget waiting requests whose client is gone; how many."""
+        with self.cond:
+            return self.books.samples.drop(request_ids)
+
+    def delivered(self, worker_id: str) -> None:
+        """A worker's sampling results passed their audit: it has delivered (out of its trial)."""
+        with self.cond:
+            if (record := self.registry.workers.get(worker_id)) is not None and not record.quarantined:
+                delivered(record)
+
     def publish(self, info: VersionInfo) -> None:
         """Announce ``info.version`` (its chunks, and its delta's if any, are already served) and
         plan who relays it to whom. The step that made it is timed from the learner's last

@@ -77,6 +77,10 @@ class WorkDesk:
             lease = self.parts.books.grant(record, worker_version, answer, time.monotonic(), lambda: next(self.parts.examples),
                                      make=Lease)
             self.parts.leases.add(lease)
+            if lease.kind == "sample":
+                return LeaseResponse(status="granted", latest_version=self.parts.version, lease_id=lease.lease_id,
+                                     version=worker_version, deadline_s=answer.deadline_s,
+                                     samples=[w.request.model_copy(update={"slot": s}) for s, w in lease.slots.items()])
             return LeaseResponse(status="granted", latest_version=self.parts.version, lease_id=lease.lease_id,
                                  version=worker_version, deadline_s=answer.deadline_s,
                                  prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in lease.slots.items()])
@@ -104,6 +108,8 @@ class WorkDesk:
             if lease is None:  # a copy of a lease already submitted or still being scored
                 self.parts.books.counters.duplicate_submissions += 1
                 return SubmitResponse(accepted=0, duplicate=True)
+            if lease.kind == "sample":
+                return self._sampled(record, lease, request)
         rewards = self.parts.scoring.rewards(lease, request)  # outside the lock (or why it could not be scored)
         with self.parts.cond:
             self.parts.leases.settle(lease, record, rewards)
@@ -114,6 +120,19 @@ class WorkDesk:
             self.members.record_events(record, request.events)
             self.parts.cond.notify_all()
             return SubmitResponse(accepted=len(request.groups))
+
+    def _sampled(self, record: WorkerRecord, lease: Lease, request: SubmitRequest) -> SubmitResponse:
+        """A checked sampling lease (call locked): closed in the books, its results handed to the
+        training service (it audits them before any client sees them, see :mod:`echo2.service.sampling`)."""
+        lease.scoring = False
+        now = time.monotonic()
+        self.parts.books.submitted(lease, [], sum(len(r.sequences) for r in request.samples), now)
+        record.count(request, now - lease.granted_at)
+        self.members.record_events(record, request.events)
+        assert self.parts.samples_to is not None
+        self.parts.samples_to(record.worker_id, lease, request.samples)
+        self.parts.cond.notify_all()
+        return SubmitResponse(accepted=len(request.samples))
 
     def respond(self, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
         """The environment's next answers, computed outside the lock and kept on the lease (checked at submission)."""

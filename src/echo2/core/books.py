@@ -15,7 +15,8 @@ each side's own. Clock-free: every operation is given the time (``now`` in the b
 ``at`` in the census's, which the coordinator keeps in wall time because workers report in it).
 
 A lease's work carries its kind (:data:`WorkKind`): a task's prompt slot, paced by the staleness
-window, is the only kind today.
+window, or a training service client's sampling request (:mod:`~echo2.core.sample_queue`), served
+first come, first served to any worker that holds its weights.
 """
 
 from __future__ import annotations
@@ -31,10 +32,20 @@ from echo2.core.leasing import LeaseAnswer, answer_lease
 from echo2.core.pacing import PacingLedger
 from echo2.core.profiling import LeaseCycle
 from echo2.core.run_clock import RunClock
-from echo2.core.shares import SharePolicy, delivered, dropped_stale, group_seconds, missed
+from echo2.core.sample_queue import SampleQueue
+from echo2.core.shares import (
+    SharePolicy,
+    deadline_s,
+    delivered,
+    dropped_stale,
+    group_seconds,
+    missed,
+    on_probation,
+)
 
-WorkKind = Literal["prompt"]
-"""What a lease's slots carry: ``prompt``, a task example whose group the learner trains on."""
+WorkKind = Literal["prompt", "sample"]
+"""What a lease's slots carry: ``prompt``, a task example whose group the learner trains on;
+``sample``, a sampling request of a training service's client (:class:`~echo2.core.sample_queue.SampleWork`)."""
 
 LeaseState = Literal["active", "done", "expired"]
 
@@ -123,13 +134,17 @@ L = TypeVar("L", bound=Lease)
 class Books(Generic[W, G]):
     """``workers``: the run's workers by id (the books read them, the caller adds them);
     ``worker_of``: the id of the worker that generated a group (None: the learner's own, before a
-    resume); ``on_parked(worker, seconds, why)``: told when a miss parks a worker."""
+    resume); ``on_parked(worker, seconds, why)``: told when a miss parks a worker; ``prompts``:
+    whether a task's prompts are leased (False: a training service's fleet, sampling requests only)."""
 
     def __init__(self, workers: Mapping[str, W], worker_of: Callable[[G], str | None], *, staleness: int,
                  groups_per_step: int, group_size: int, shares: SharePolicy, lease_timeout_s: float,
                  replan_every: int, train_s: float | None = None, lease_ids: Callable[[], str] | None = None,
-                 on_parked: Callable[[W, float, str], None] = lambda worker, seconds, why: None) -> None:
-        self.workers, self.worker_of = workers, worker_of
+                 on_parked: Callable[[W, float, str], None] = lambda worker, seconds, why: None,
+                 prompts: bool = True) -> None:
+        self.workers, self.worker_of, self.prompts = workers, worker_of, prompts
+        self.samples = SampleQueue()
+        """Sampling requests waiting for a worker (:mod:`~echo2.core.sample_queue`)."""
         self.ledger: PacingLedger[Any, G] = PacingLedger(staleness, groups_per_step)
         self.shares, self.group_size, self.lease_timeout_s = shares, group_size, lease_timeout_s
         self.clock = RunClock(replan_every, train_s=train_s)
@@ -175,12 +190,21 @@ class Books(Generic[W, G]):
         held = sum(len(lease.slots) for lease in self._leases.get(worker.worker_id, ()))
         others = [w for w in self.workers.values() if w is not worker and w.at_work]
         proven = [w for w in others if w.proven]
+        group_s = group_seconds(self.group_size, worker.throughput, [w.throughput for w in proven if w.throughput])
+        if self.samples and not self.finished and worker.active and now >= worker.parked_until:
+            if not self.samples.servable(worker_version):
+                return LeaseAnswer("refresh")
+            probation = on_probation(self.shares, worker, bool(proven))
+            return LeaseAnswer("granted", 1 if probation else requested, kind="sample",
+                               deadline_s=deadline_s(self.lease_timeout_s, probation, worker, group_s))
+        if not self.prompts:
+            return LeaseAnswer("stop" if self.finished else "parked" if not worker.active or now < worker.parked_until
+                               else "wait")
         untrained = 0
         if not worker.proven and proven:
             mine = worker.worker_id
             untrained = (self.ledger.buffered(lambda group: self.worker_of(group) == mine)
                          + sum(self.worker_of(group) == mine for group in self.in_training))
-        group_s = group_seconds(self.group_size, worker.throughput, [w.throughput for w in proven if w.throughput])
         return answer_lease(self.ledger, self.shares, worker, worker_version=worker_version, requested=requested,
                             held=held, active=worker.active, others_live=bool(others), now=now,
                             lease_timeout_s=self.lease_timeout_s, group_s=group_s, others_proven=bool(proven),
@@ -189,11 +213,14 @@ class Books(Generic[W, G]):
     def grant(self, worker: W, worker_version: int, answer: LeaseAnswer, now: float, draw: Callable[[], Any],
               make: Callable[..., L] = Lease) -> L:
         """A ``granted`` ``answer`` carried out: its slots from the ledger (prompts re-queued first,
-        then ``draw()``), bound to ``worker`` until ``answer.deadline_s`` from ``now``; ``make``
-        builds the lease (a side's subclass of :class:`Lease`)."""
-        slots = self.ledger.grant(worker_version, answer.size, draw, answer.lent)
+        then ``draw()``) or, for sampling work, from the sample queue, bound to ``worker`` until
+        ``answer.deadline_s`` from ``now``; ``make`` builds the lease (a side's subclass of :class:`Lease`)."""
+        if answer.kind == "sample":
+            slots = self.samples.take(worker_version, answer.size)
+        else:
+            slots = self.ledger.grant(worker_version, answer.size, draw, answer.lent)
         lease = make(lease_id=self._lease_id(), worker_id=worker.worker_id, version=worker_version, slots=slots,
-                     granted_at=now, deadline=now + answer.deadline_s)
+                     granted_at=now, deadline=now + answer.deadline_s, kind=answer.kind)
         self._leases.setdefault(worker.worker_id, []).append(lease)
         self.counters.leases_issued += 1
         return lease
@@ -204,11 +231,13 @@ class Books(Generic[W, G]):
         self._close(lease, "done")
         worker = self.workers[lease.worker_id]
         worker.throughput = worker.cycle.submitted(now, lease.granted_at, rollouts, worker.throughput)
+        self.counters.leases_completed += 1
+        if lease.kind == "sample":
+            return
         admitted = 0
         for slot, group in groups:
             self.ledger.admit(slot, lease.version, group)
             admitted += 1
-        self.counters.leases_completed += 1
         self.counters.groups_accepted += admitted
 
     def expire(self, lease: Lease, now: float, missed_deadline: bool) -> None:
@@ -219,7 +248,10 @@ class Books(Generic[W, G]):
             return
         self._close(lease, "expired")
         self.counters.leases_expired += 1
-        self.ledger.release(lease.slots, front=True)
+        if lease.kind == "sample":
+            self.samples.release(lease.slots)
+        else:
+            self.ledger.release(lease.slots, front=True)
         if missed_deadline and (worker := self.workers.get(lease.worker_id)) is not None:
             if parked_s := missed(self.shares, worker, now, self.lease_timeout_s):
                 self._on_parked(worker, parked_s, f"let {worker.unfulfilled} leases in a row expire")

@@ -37,6 +37,8 @@ class LeaseAnswer:
     """The slots are lent: they count against the window once their group arrives (a worker on probation)."""
     deadline_s: float = 0.0
     """Seconds until the lease expires (``granted`` only; :func:`~echo2.core.shares.deadline_s`)."""
+    kind: str = "prompt"
+    """What the lease carries (:data:`echo2.core.books.WorkKind`): a task's prompts or sampling requests."""
 
     @property
     def final(self) -> bool:

@@ -10,6 +10,7 @@ that share a prompt (a group) share one prefill of it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -81,3 +82,33 @@ def sample(
         completions.append(row_tokens[:length])
         logprobs.append(row_logprobs[:length])
     return Samples(completion_ids=completions, logprobs=logprobs)
+
+
+def stop_length(tokens: list[int], stop_ids: set[int], stop_strings: list[str],
+                decode: Callable[[list[int]], str]) -> int | None:
+    """How many of ``tokens`` a completion keeps when it ends at its first stop — a token of
+    ``stop_ids``, or the token that completes one of ``stop_strings`` in the decoded text (either
+    kept) — or None when no stop occurs. A completion sampled past its stop and cut here is a
+    sample of the completion that stopped there: each token is drawn given the ones before it."""
+    ends = [k + 1 for k, token in enumerate(tokens) if token in stop_ids][:1]
+    if stop_strings and any(s in decode(tokens) for s in stop_strings):
+        low, high = 1, len(tokens)  # the shortest prefix whose text holds a stop string (containment grows with it)
+        while low < high:
+            middle = (low + high) // 2
+            if any(s in decode(tokens[:middle]) for s in stop_strings):
+                high = middle
+            else:
+                low = middle + 1
+        ends.append(low)
+    return min(ends) if ends else None
+
+
+@torch.no_grad()
+def prompt_logprobs(model: PreTrainedModel, prompt_ids: list[int], temperature: float = 1.0) -> list[float]:
+    """The log-prob of each prompt token after the first given the ones before it, under
+    ``softmax(logits / temperature)`` (one forward pass; the sampler's and the audit's)."""
+    device = next(model.parameters()).device
+    tokens = torch.tensor([prompt_ids], dtype=torch.long, device=device)
+    logits = model(input_ids=tokens).logits[0, :-1].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return logp.gather(-1, tokens[0, 1:, None]).squeeze(-1).tolist()

@@ -15,13 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from echo2.model.episodes import Episode, observation_ids, run_episodes
+from echo2.model.sampling import stop_length
 from echo2.protocol import (
     Completion,
     GroupResult,
+    LeasedSample,
     LeaseResponse,
     RespondItem,
     RespondRequest,
     RunSpec,
+    SampledSequence,
+    SampleResult,
     SubmitRequest,
 )
 from echo2.rollout.client import CoordinatorClient
@@ -59,14 +63,9 @@ class LeaseGenerator:
                  between_turns: Callable[[], None] | None) -> tuple[SubmitRequest, float]:
         """The submission of ``lease`` (events left for the caller to add) and the seconds it took;
         ``version``: the weights' version now; ``between_turns``: swaps newer weights in."""
-        group_size, multi_turn = self.spec.group_size, self.spec.max_turns > 1
         clock, cpu = time.perf_counter(), time.thread_time()
-        episodes = self._episodes(lease, version, between_turns)
-        groups = [GroupResult(slot=prompt.slot, completions=[
-            Completion(token_ids=e.token_ids, logprobs=e.logprobs, mask=e.mask if 0 in e.mask else None,
-                       turn_versions=e.turn_versions if multi_turn else None)
-            for e in episodes[index * group_size : (index + 1) * group_size]
-        ]) for index, prompt in enumerate(lease.prompts)]
+        work = ({"samples": [self._serve(request) for request in lease.samples]} if lease.samples
+                else {"groups": self._groups(lease, version, between_turns)})
         seconds = time.perf_counter() - clock
         if self.throughput_factor < 1:
             # emulate a device `factor` times as fast as this core: the lease takes the compute it used
@@ -74,8 +73,35 @@ class LeaseGenerator:
             self.stop.wait(max(0.0, (time.thread_time() - cpu) / self.throughput_factor - seconds))
             seconds = time.perf_counter() - clock
         assert lease.lease_id is not None and lease.version is not None
-        return SubmitRequest(lease_id=lease.lease_id, version=lease.version, groups=groups,
-                             generate_seconds=seconds), seconds
+        return SubmitRequest(lease_id=lease.lease_id, version=lease.version, generate_seconds=seconds, **work), seconds
+
+    def _groups(self, lease: LeaseResponse, version: Callable[[], int],
+                between_turns: Callable[[], None] | None) -> list[GroupResult]:
+        group_size, multi_turn = self.spec.group_size, self.spec.max_turns > 1
+        episodes = self._episodes(lease, version, between_turns)
+        return [GroupResult(slot=prompt.slot, completions=[
+            Completion(token_ids=e.token_ids, logprobs=e.logprobs, mask=e.mask if 0 in e.mask else None,
+                       turn_versions=e.turn_versions if multi_turn else None)
+            for e in episodes[index * group_size : (index + 1) * group_size]
+        ]) for index, prompt in enumerate(lease.prompts)]
+
+    def _serve(self, request: LeasedSample) -> SampleResult:
+        """A training service client's request: its completions cut at their stops, and the prompt's
+        log-probs when asked for (seeded by the request's seed when it gives one)."""
+        generator = self.engine.generator(request.seed) if request.seed is not None else self.generator
+        stops = {self.tokenizer.eos_token_id} if request.stop_ids is None else set(request.stop_ids)
+        samples = self.engine.sample_with(request.sampler, [request.prompt_ids] * request.num_samples,
+                                          request.max_tokens, request.temperature,
+                                          self.tokenizer.eos_token_id if request.stop_ids is None else -1, generator)
+        sequences = []
+        for tokens, logprobs in zip(samples.completion_ids, samples.logprobs):
+            kept = stop_length(tokens, stops, request.stop_strings, self.tokenizer.decode)
+            end = len(tokens) if kept is None else kept
+            sequences.append(SampledSequence(token_ids=tokens[:end], logprobs=logprobs[:end],
+                                             stop_reason="length" if kept is None else "stop"))
+        prompt = (self.engine.prompt_logprobs(request.sampler, request.prompt_ids, request.temperature)
+                  if request.prompt_logprobs else None)
+        return SampleResult(slot=request.slot, sequences=sequences, prompt_logprobs=prompt)
 
     def _episodes(self, lease: LeaseResponse, version: Callable[[], int],
                   between_turns: Callable[[], None] | None) -> list[Episode]:

@@ -22,7 +22,7 @@ from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.delta_fetch import fetch_by_delta
 from echo2.broadcast.downloader import fetch_version
 from echo2.broadcast.errors import BroadcastError, VersionSuperseded
-from echo2.broadcast.payload import CorruptPayload
+from echo2.broadcast.payload import CorruptPayload, PayloadKind
 from echo2.broadcast.suspects import SuspectSources
 from echo2.core.worker_protocol import WorkerProtocol
 from echo2.protocol import LEARNER_SOURCE, RunSpec, VersionInfo
@@ -32,6 +32,11 @@ log = logging.getLogger("echo2.worker")
 
 Fetched = tuple[int, bytes, str]
 """A downloaded version: (version, payload, sha256)."""
+
+
+def payload_kind(spec: RunSpec) -> PayloadKind:
+    """What this run's versions carry: a training service's sampler bundle, one LoRA adapter, or all the weights."""
+    return "bundle" if spec.sampler_bundles else "lora" if spec.adapter else "full"
 
 
 def vouched_hashes(info: VersionInfo) -> dict[int, str]:
@@ -98,7 +103,7 @@ class WorkerWeights:
             time.sleep(self.spec.fetch_delay_s)
         self.record("fetch", started, time.time(), info.version, delta=by_delta)
         assert payload is not None
-        manifest, expected = self.store.manifest(info.version), "lora" if self.spec.adapter else "full"
+        manifest, expected = self.store.manifest(info.version), payload_kind(self.spec)
         if manifest is None or manifest.kind != expected:
             raise CorruptPayload(f"v{info.version} is not a {expected!r} payload, which this run sends")
         return info.version, payload, info.sha256

@@ -20,9 +20,9 @@ from fastapi.responses import JSONResponse, Response
 from tinker import types
 
 from echo2.learner.objectives.tinker_losses import UnsupportedLoss
-from echo2.service.service import ProtoResult, TinkerService
+from echo2.service.service import TinkerService
 from echo2.service.turns import RequestError
-from echo2.service.wire import WireError, forward_backward_request
+from echo2.service.wire import ProtoResult, WireError, forward_backward_request
 
 PROTOBUF = "application/x-protobuf"
 
@@ -80,7 +80,8 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
     async def capabilities() -> JSONResponse:
         base = service.base
         return _json(types.GetServerCapabilitiesResponse(supported_models=[types.SupportedModel(
-            model_name=base.name, max_context_length=base.max_context, trainable=True, sampleable=False)]))
+            model_name=base.name, max_context_length=base.max_context, trainable=True,
+            sampleable=service.sampling is not None)]))
 
     @post("/create_session")
     async def create_session(request: Request) -> JSONResponse:
@@ -135,6 +136,36 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
         request_id, model_id = service.load_weights(await body(request, types.LoadWeightsRequest))
         return _future(request_id, model_id)
 
+    @post("/save_weights_for_sampler")
+    async def save_weights_for_sampler(request: Request) -> JSONResponse:
+        parsed = await body(request, types.SaveWeightsForSamplerRequest)
+        return _future(service.save_for_sampler(parsed), parsed.model_id)
+
+    @post("/create_sampling_session")
+    async def create_sampling_session(request: Request) -> JSONResponse:
+        sampling_session, request_id = service.create_sampling_session(
+            await body(request, types.CreateSamplingSessionRequest))
+        outcome = await service.futures.wait(request_id, wait_s)
+        if outcome is None or outcome.error is not None:
+            raise HTTPException(503 if outcome is None else 400,
+                                "the sampler is still loading: try again" if outcome is None else outcome.error)
+        return _json(types.CreateSamplingSessionResponse(sampling_session_id=sampling_session))
+
+    @guarded.get("/samplers/{sampler_id}")
+    async def sampler(sampler_id: str) -> JSONResponse:
+        desk = service.sampling
+        if desk is None or sampler_id not in desk.sessions:
+            raise HTTPException(404, f"no sampling session {sampler_id!r}")
+        name = desk.sessions[sampler_id][1]
+        kept = desk.samplers.get(name)
+        return _json(types.GetSamplerResponse(sampler_id=sampler_id, base_model=service.base.name,
+                                              model_path=kept.path if kept else None))
+
+    @post("/asample")
+    async def asample(request: Request) -> JSONResponse:
+        request_id, sequence_ids = service.sample(await body(request, types.SampleRequest))
+        return _json(types.UntypedAPIFuture(request_id=request_id, sample_sequence_ids=sequence_ids))
+
     @post("/weights_info")
     async def weights_info(request: Request) -> JSONResponse:
         payload = await request.json() if await request.body() else {}
@@ -161,7 +192,8 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
         if outcome.error is not None:
             return JSONResponse({"error": outcome.error, "category": outcome.category})
         if isinstance(outcome.result, ProtoResult):
-            return Response(outcome.result.body, media_type=PROTOBUF)
+            version = {} if outcome.result.version is None else {"X-Echo2-Version": str(outcome.result.version)}
+            return Response(outcome.result.body, media_type=PROTOBUF, headers=version)
         return _json(outcome.result)
 
     router.include_router(guarded)

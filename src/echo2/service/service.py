@@ -12,17 +12,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tinker import types
 
 from echo2.learner.objectives.tinker_losses import LossSpec
+from echo2.rollout.engines.bundles import BASE_SAMPLER
 from echo2.service.checkpoints import CheckpointStore
 from echo2.service.futures import Futures
+from echo2.service.sampling import SamplingDesk
 from echo2.service.sessions import Session, Sessions
 from echo2.service.training import TrainingModels
 from echo2.service.turns import RequestError, Turns
-from echo2.service.wire import forward_backward_output
+from echo2.service.wire import ProtoResult, forward_backward_output
 
 log = logging.getLogger("echo2.service")
 
@@ -39,19 +42,17 @@ class BaseModelInfo:
     max_context: int | None
 
 
-@dataclass
-class ProtoResult:
-    """A result the SDK takes as protobuf only (forward-backward, sampling)."""
-
-    body: bytes
-
-
 class TinkerService:
+    """``sampling(futures, turns)`` builds the fleet's side (:class:`~echo2.service.sampling.SamplingDesk`),
+    handed the service's futures and work queue; None: a service that trains only."""
+
     def __init__(self, base: BaseModelInfo, models: TrainingModels, checkpoints: CheckpointStore, *,
-                 session_timeout_s: float, gap_timeout_s: float) -> None:
+                 session_timeout_s: float, gap_timeout_s: float,
+                 sampling: Callable[[Futures, Turns], SamplingDesk] | None = None) -> None:
         self.base, self.models, self.checkpoints = base, models, checkpoints
         self.futures = Futures()
         self.turns = Turns(self.futures, gap_timeout_s=gap_timeout_s)
+        self.sampling = sampling(self.futures, self.turns) if sampling else None
         self.sessions = Sessions(session_timeout_s)
         self.owner: dict[str, str] = {}
         """Model id -> the session that created it."""
@@ -70,15 +71,20 @@ class TinkerService:
             self._release(session, why)
 
     def reap(self) -> None:
-        """End the sessions that fell silent, and fail requests stuck waiting for their turn."""
+        """End the sessions that fell silent, fail requests stuck waiting for their turn, and retire
+        the samplers no client will use again."""
         for session in self.sessions.silent():
             self._release(session, f"silent for {self.sessions.timeout_s:.0f}s")
         self.turns.expire_gaps()
+        if self.sampling is not None:
+            self.turns.submit("sampling", None, self.sampling.retire)
 
     def _release(self, session: Session, why: str) -> None:
         log.info("session %s ended (%s): releasing %d training client(s)", session.session_id, why, len(session.models))
         for model_id in list(session.models):
             self.unload(model_id)
+        if self.sampling is not None:
+            self.sampling.end_session(session.session_id)
 
     def unload(self, model_id: str) -> str:
         """Release one training client (its adapter and optimizer state; its saves stay): the request id."""
@@ -205,6 +211,54 @@ class TinkerService:
             return types.LoadWeightsResponse(path=path.uri, model_id=model_id)
 
         return self.turns.submit(model_id, seq_id, load), model_id
+
+    # ------------------------------------------------------------------ sampling clients
+    def _desk(self) -> SamplingDesk:
+        if self.sampling is None:
+            raise RequestError("this service trains only: it has no fleet to sample with")
+        return self.sampling
+
+    def save_for_sampler(self, request: types.SaveWeightsForSamplerRequest) -> str:
+        """A sampler of the client's adapter as it is after the requests before this one (published
+        to the fleet), with a sampling session when ``sampling_session_seq_id`` is given, saved to a
+        ``sampler_weights`` path when ``path`` is."""
+        session_id, desk = self.model_session(request.model_id), self._desk()
+        path = self.checkpoints.path(request.model_id, "sampler_weights", request.path) if request.path else None
+
+        def save() -> types.SaveWeightsForSamplerResponseInternal:
+            if path is not None:
+                self.models.save(request.model_id, self.checkpoints.folder(path), optimizer=False)
+            sampler = desk.snapshot(request.model_id, path.uri if path else None)
+            sampling_session = None
+            if request.sampling_session_seq_id is not None:
+                sampling_session = f"{session_id}:sample:{request.sampling_session_seq_id}"
+                desk.open_session(session_id, sampling_session, sampler.name)
+            return types.SaveWeightsForSamplerResponseInternal(path=path.uri if path else None,
+                                                               sampling_session_id=sampling_session)
+
+        return self.turns.submit(request.model_id, request.seq_id, save)
+
+    def create_sampling_session(self, request: types.CreateSamplingSessionRequest) -> tuple[str, str]:
+        """The sampling session's id and the request id of making it (its sampler loaded and published
+        when it names a saved path)."""
+        session, desk = self.live_session(request.session_id), self._desk()
+        sampling_session = f"{session.session_id}:sample:{request.sampling_session_seq_id}"
+        if request.model_path is None:
+            self._check_base(request.base_model)
+            desk.open_session(session.session_id, sampling_session, BASE_SAMPLER)
+            request_id = self.futures.create()
+            self.futures.resolve(request_id, None)
+            return sampling_session, request_id
+        _, folder = self.checkpoints.existing(request.model_path)
+
+        def load() -> None:
+            sampler = desk.from_saved(request.model_path, folder)
+            desk.open_session(session.session_id, sampling_session, sampler.name)
+
+        return sampling_session, self.turns.submit(f"sampler:{sampling_session}", None, load)
+
+    def sample(self, request: types.SampleRequest) -> tuple[str, list[str]]:
+        return self._desk().sample(request)
 
     def weights_info(self, uri: str) -> types.WeightsInfoResponse:
         path, folder = self.checkpoints.existing(uri)

@@ -196,6 +196,11 @@ class TrainingModels:
                                                            "lora_alpha": self.lora_alpha}))
 
     @staticmethod
+    def saved_alpha(folder: Path) -> float:
+        """The LoRA alpha a save was made with."""
+        return float(json.loads((folder / CLIENT_FILE).read_text())["lora_alpha"])
+
+    @staticmethod
     def saved_lora(folder: Path) -> types.LoraConfig:
         """The LoRA shape a save was made with."""
         return types.LoraConfig.model_validate(json.loads((folder / CLIENT_FILE).read_text())["lora"])

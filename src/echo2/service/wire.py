@@ -10,6 +10,8 @@ what those encode and encodes what those decode.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import zstandard
 from tinker import types
@@ -19,6 +21,15 @@ from tinker.proto import tinker_public_pb2 as pb
 _TOKEN_DTYPE = np.dtype("<i4")
 _DTYPES = {pb.DTYPE_FLOAT32: ("float32", np.dtype("<f4")), pb.DTYPE_INT64: ("int64", np.dtype("<i8"))}
 _STOP_REASONS = {"stop": pb.STOP_REASON_STOP, "length": pb.STOP_REASON_LENGTH}
+
+
+@dataclass
+class ProtoResult:
+    """A result the SDK takes as protobuf only (forward-backward, sampling); a sampling result also
+    names the version that sampled it (sent as the ``X-Echo2-Version`` header)."""
+
+    body: bytes
+    version: int | None = None
 
 
 class WireError(ValueError):

@@ -41,6 +41,19 @@ class Engine(Protocol):
         """Groups of ``context_tokens``-long rows one generation batch can hold now (1 to ``most``)."""
 
 
+@runtime_checkable
+class ServingEngine(Engine, Protocol):
+    """An engine a training service's fleet samples with (``echo2 serve``): its versions are bundles
+    of sampler adapters (:mod:`echo2.rollout.engines.bundles`), each request names one."""
+
+    def sample_with(self, sampler: str, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
+                    eos_id: int, generator: torch.Generator) -> Samples:
+        """One completion per row by sampler ``sampler`` (``eos_id`` -1: no end-of-sequence stop)."""
+
+    def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
+        """The log-prob of each prompt token after the first."""
+
+
 def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") -> Engine:
     """The engine ``spec.engine`` names (a built-in or ``module:Class``), holding ``spec.model``
     (with ``spec.adapter`` when set); ``device`` places it (vLLM always runs on the GPU)."""
@@ -49,8 +62,10 @@ def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") ->
     if not isinstance(engine_class, type):
         raise TypeError(f"{what} is a {type(engine_class).__name__}, not an engine class (echo2.rollout.engines.Engine)")
     engine = engine_class(spec, eos_id, pad_id, device)
-    if not isinstance(engine, Engine):
-        missing = [name for name in ("max_context", "generator", "generate", "load", "groups_that_fit")
-                   if not hasattr(engine, name)]
-        raise TypeError(f"{what} is not an engine: it lacks {', '.join(missing)} (echo2.rollout.engines.Engine)")
+    needed = ServingEngine if spec.sampler_bundles else Engine
+    if not isinstance(engine, needed):
+        missing = [name for name in ("max_context", "generator", "generate", "load", "groups_that_fit",
+                                     "sample_with", "prompt_logprobs") if hasattr(needed, name) and not hasattr(engine, name)]
+        raise TypeError(f"{what} is not an engine {'a training service can sample with ' if spec.sampler_bundles else ''}"
+                        f"(echo2.rollout.engines.{needed.__name__}): it lacks {', '.join(missing)}")
     return engine

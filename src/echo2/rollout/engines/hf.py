@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import torch
 
+from echo2.broadcast.integrity import CorruptPayload
+from echo2.broadcast.integrity import sha256 as payload_sha256
 from echo2.broadcast.payload import load_parameters
 from echo2.core.lease_sizing import groups_that_fit
 from echo2.model.decoding import StaticDecoder
 from echo2.model.loading import load_model, resolve_device
 from echo2.model.lora import MergedCopy, add_adapter
-from echo2.model.sampling import Samples, sample
+from echo2.model.sampling import Samples, prompt_logprobs, sample
 from echo2.model.tokens import model_device
 from echo2.protocol import RunSpec
+from echo2.rollout.engines.bundles import SamplerWeights
 from echo2.rollout.engines.memory import decode_footprint, free_memory_bytes
+from echo2.rollout.weights import payload_kind
 
 
 class HfEngine:
@@ -30,9 +34,11 @@ class HfEngine:
         model = load_model(spec.model, spec.dtype)
         self.model = (add_adapter(model, spec.adapter) if spec.adapter else model).to(resolve_device(device))
         self.model.eval()
-        self.kind = "lora" if spec.adapter else "full"
+        self.kind = payload_kind(spec)
         self.merged = MergedCopy(self.model) if spec.adapter else None
         self.sampling_model = self.merged.refresh() if self.merged else self.model
+        self.samplers = SamplerWeights(self.model) if spec.sampler_bundles else None
+        """A training service's fleet: the sampler adapters of the bundle held (:mod:`.bundles`)."""
         self.footprint = decode_footprint(self.model)
         self.decoder = StaticDecoder() if model_device(self.model).type == "cuda" else None
         """The fast CUDA-graph path on a GPU; on a CPU the dynamic cache (no padding to a static length)."""
@@ -57,6 +63,26 @@ class HfEngine:
                                context_tokens, most)
 
     def load(self, payload: bytes, sha256: str) -> None:
+        if self.samplers is not None:
+            if payload_sha256(payload) != sha256:
+                raise CorruptPayload("bundle payload does not match its sha256 (corrupt or truncated download)")
+            self.samplers.load(payload)
+            return
         load_parameters(self.model, payload, sha256, self.kind)
         if self.merged:
             self.merged.refresh()
+
+    # ------------------------------------------------------------------ a training service's requests
+    def sample_with(self, sampler: str, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
+                    eos_id: int, generator: torch.Generator) -> Samples:
+        """Completions of ``prompt_ids`` by sampler ``sampler`` of the bundle held (``eos_id`` -1: none)."""
+        return sample(self._sampler(sampler), prompt_ids, max_new_tokens=max_new_tokens, eos_id=eos_id,
+                      pad_id=self.pad_id, temperature=temperature, generator=generator, decoder=self.decoder)
+
+    def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
+        return prompt_logprobs(self._sampler(sampler), prompt_ids, temperature)
+
+    def _sampler(self, name: str) -> torch.nn.Module:
+        if self.samplers is None:
+            raise RuntimeError("this worker's run trains with a task: its versions carry no sampler bundles")
+        return self.samplers.use(name)
