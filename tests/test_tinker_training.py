@@ -1,0 +1,162 @@
+"""The training service's primitives against echo2's own learner: one trainer, two drivers.
+
+Tinker ``importance_sampling`` or ``ppo`` steps (forward_backward + optim_step, the service's
+:class:`~echo2.service.training.TrainingModels`) on a batch of groups must be the step echo2's
+own GRPO learner takes on the same groups and settings, since both run echo2's surrogate terms
+and its one update (:mod:`echo2.learner.update`): the client expresses GRPO's normalisation in
+its per-token advantages (``A_i / (len_i * N)``). Tolerance: 2e-5 on every adapter parameter
+after two steps that moved it by 2e-3 (measured: 8.0e-6 for ppo, 8.7e-6 for importance
+sampling, what float32 arithmetic of two layouts of the same forward pass leaves — the learner
+scores completions on a prompt's cache, the service runs each datum whole; advantages without
+GRPO's per-sequence length normalisation differ by 4.0e-3).
+"""
+
+import copy
+import random
+
+import pytest
+import torch
+from tinker import types
+
+from echo2.config import LearnerConfig, RolloutConfig
+from echo2.config.learner import LoraConfig as LearnerLora
+from echo2.exchange import Group
+from echo2.learner.logprobs import completion_logprobs
+from echo2.learner.objectives import group_advantages
+from echo2.learner.objectives.tinker_losses import LossSpec, UnsupportedLoss
+from echo2.learner.trainer import Learner
+from echo2.model.loading import load_model, load_tokenizer
+from echo2.model.lora import add_adapter
+from echo2.model.sources import SHIPPED_MODEL
+from echo2.protocol import AdapterSpec
+from echo2.service.training import TrainingModels
+from echo2.service.turns import RequestError
+from echo2.tasks import Example
+
+pytestmark = pytest.mark.integration
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+RANK, ALPHA, LR, CLIP = 4, 32.0, 1e-3, 1.0
+TOLERANCE = 2e-5
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_model(SHIPPED_MODEL), load_tokenizer(SHIPPED_MODEL)
+
+
+def groups_of(model, tokenizer, noise: float, seed: int) -> list[Group]:
+    """Four groups of four random completions whose behaviour log-probs are the model's own plus
+    ``noise`` (so that some ratios leave PPO's clip range), with mixed rewards."""
+    rng = random.Random(seed)
+    prompts = [f"{a}+{b}=" for a, b in ((3, 4), (12, 9), (7, 7), (40, 2))]
+    groups = []
+    for index, prompt in enumerate(prompts):
+        ids = tokenizer(prompt)["input_ids"]
+        completions = [[rng.randrange(3, 17) for _ in range(rng.randrange(2, 7))] + [tokenizer.eos_token_id]
+                       for _ in range(4)]
+        with torch.no_grad():
+            logprobs, mask = completion_logprobs(model, [ids] * 4, completions, pad_id=tokenizer.pad_token_id)
+        behaviour = [[float(x) + rng.uniform(-noise, noise) for x in row[: len(c)]]
+                     for row, c in zip(logprobs, completions)]
+        groups.append(Group(slot=index, example=Example(prompt=prompt, answer="0"), version=0, worker_id="w",
+                            token_ids=completions, logprobs=[[min(x, 0.0) for x in row] for row in behaviour],
+                            rewards=[float(rng.random() < 0.5) for _ in range(4)]))
+    groups[0].rewards = [1.0, 0.0, 0.0, 1.0]
+    return groups
+
+
+def datums_of(groups: list[Group], tokenizer) -> list[types.Datum]:
+    """The groups as a Tinker client would send them: GRPO's advantages, spread per token as
+    ``A_i / (len_i * N)`` (its mean over each sequence, then over the N sequences)."""
+    advantages = group_advantages(torch.tensor([g.rewards for g in groups]), std_normalize=True)
+    rows = sum(len(g.token_ids) for g in groups)
+    datums = []
+    for g, group in enumerate(groups):
+        prompt = tokenizer(group.example.prompt)["input_ids"]
+        for i, (completion, behaviour) in enumerate(zip(group.token_ids, group.logprobs)):
+            pad = [0.0] * (len(prompt) - 1)
+            per_token = float(advantages[g, i]) / (len(completion) * rows)
+            datums.append(types.Datum(
+                model_input=types.ModelInput.from_ints(prompt + completion[:-1]),
+                loss_fn_inputs={"target_tokens": prompt[1:] + completion, "logprobs": pad + behaviour,
+                                "advantages": pad + [per_token] * len(completion)}))
+    return datums
+
+
+def native_learner(base, tokenizer, loss: str) -> Learner:
+    """echo2's learner: GRPO with the clip range a Tinker loss has (ppo: 0.8..1.2; importance
+    sampling: none, and no cap on the behaviour weight)."""
+    unclipped = loss == "importance_sampling"
+    config = LearnerConfig(loss="grpo", lr=LR, grad_clip=CLIP, warm_start_optimizer=False, betas=(0.9, 0.99),
+                           clip_low=1.0 if unclipped else 0.2, clip_high=1e9 if unclipped else 0.2,
+                           ratio_cap=1e9 if unclipped else 3.0,
+                           lora=LearnerLora(enabled=True, r=RANK, alpha=ALPHA, target_modules=TARGETS))
+    model = add_adapter(copy.deepcopy(base), AdapterSpec(r=RANK, alpha=ALPHA, target_modules=TARGETS))
+    return Learner(model, tokenizer, config, RolloutConfig(group_size=4, max_new_tokens=8), model_dir=None)
+
+
+def adapter_of(model: torch.nn.Module, adapter: str) -> dict[str, torch.Tensor]:
+    return {name.replace(f".{adapter}.", "."): p.detach().clone() for name, p in model.named_parameters()
+            if f".{adapter}." in name}
+
+
+@pytest.mark.parametrize("loss", ["ppo", "importance_sampling"])
+def test_a_tinker_step_is_echo2s_own_step_on_the_same_batch(shipped, loss):
+    """Two steps on two batches (Adam's first step moves each coordinate by about its learning rate
+    whatever the gradient's size; the second weighs the two gradients against each other)."""
+    base, tokenizer = shipped
+    torch.manual_seed(0)
+    native = native_learner(base, tokenizer, loss)
+    service = TrainingModels(copy.deepcopy(base), tokenizer, lora_alpha=ALPHA, max_rank=8, micro_batch=64)
+    client = service.create("m", types.LoraConfig(rank=RANK, train_unembed=False))
+    start = adapter_of(native.model, "default")
+    with torch.no_grad():  # the same initial adapter on both sides
+        for name, p in service.wrapped.named_parameters():
+            if f".{client.adapter}." in name:
+                p.copy_(start[name.replace(f".{client.adapter}.", ".")])
+    spec = LossSpec.parse(loss, {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2} if loss == "ppo" else None)
+    for step, seed in enumerate((1, 2)):
+        groups = groups_of(native.policy, tokenizer, noise=0.4, seed=seed)
+        native.step(groups, version=step)
+        outputs, metrics = service.forward_backward("m", service.rows(datums_of(groups, tokenizer), spec), spec)
+        service.optim_step("m", types.AdamParams(learning_rate=LR, beta1=0.9, beta2=0.99, eps=1e-8,
+                                                 grad_clip_norm=CLIP))
+    after_native, after_service = adapter_of(native.model, "default"), adapter_of(service.wrapped, client.adapter)
+    moved = max(float((after_native[k] - start[k]).abs().max()) for k in start)
+    gap = max(float((after_native[k] - after_service[k]).abs().max()) for k in start)
+    assert moved > LR  # the steps moved the adapter
+    assert gap < TOLERANCE, f"{loss}: the two drivers' steps differ by {gap:.2e} (the steps moved {moved:.2e})"
+    assert "loss:sum" in metrics and len(outputs) == 16 and outputs[0]["logprobs"].shape == outputs[0]["elementwise_loss"].shape
+
+
+def test_losses_refuse_what_they_do_not_compute():
+    for name in ("stable_reinforce", "dro", "gspo", "custom"):
+        with pytest.raises(UnsupportedLoss, match="supported: cross_entropy, importance_sampling, ppo, cispo"):
+            LossSpec.parse(name, None)
+    with pytest.raises(UnsupportedLoss, match="clip_low_threshold"):
+        LossSpec.parse("importance_sampling", {"clip_low_threshold": 0.5})
+    with pytest.raises(UnsupportedLoss, match="must satisfy"):
+        LossSpec.parse("ppo", {"clip_low_threshold": 1.5})
+    assert LossSpec.parse("cispo", {"clip_high_threshold": 1.3}).clip_high == pytest.approx(0.3)
+
+
+def test_a_datum_that_does_not_fit_its_loss_is_refused_before_it_is_queued(shipped):
+    base, tokenizer = shipped
+    service = TrainingModels(copy.deepcopy(base), tokenizer, lora_alpha=ALPHA, max_rank=8, micro_batch=64)
+    spec = LossSpec.parse("importance_sampling", None)
+
+    def datum(**inputs):
+        return types.Datum(model_input=types.ModelInput.from_ints([3, 4, 5]), loss_fn_inputs=inputs)
+
+    cases = [(datum(target_tokens=[4, 5, 6], weights=[1.0, 1.0, 1.0]), "lacks"),
+             (datum(target_tokens=[4, 5], logprobs=[0.0, 0.0], advantages=[1.0, 1.0]), "shape"),
+             (datum(target_tokens=[4, 5, 99999], logprobs=[0.0] * 3, advantages=[1.0] * 3), "vocabulary"),
+             (datum(target_tokens=[4, 5, 6], logprobs=[0.0] * 3, advantages=[float("nan")] * 3), "finite")]
+    for bad, why in cases:
+        with pytest.raises(RequestError, match=why):
+            service.rows([bad], spec)
+    with pytest.raises(RequestError, match="rank 99"):
+        service.create("m", types.LoraConfig(rank=99))
+    with pytest.raises(RequestError, match="trains nothing"):
+        service.create("m", types.LoraConfig(rank=2, train_attn=False, train_mlp=False, train_unembed=False))
