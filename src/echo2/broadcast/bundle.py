@@ -54,8 +54,8 @@ def peft_tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The LoRA matrices of peft's adapter state dict (``get_peft_model_state_dict``, or a saved
     adapter file) named by base-model module; what else peft saves beside them (a copy of a tied
     unembedding's base weight) is the base model's, which every worker has."""
-    return {key.removeprefix(PEFT_PREFIX): tensor.detach().to("cpu").contiguous() for key, tensor in state.items()
-            if any(marker in key for marker in ADAPTER_MARKERS)}
+    return {key.removeprefix(PEFT_PREFIX): tensor.detach().to("cpu", copy=True).contiguous()  # a snapshot, not a view
+            for key, tensor in state.items() if any(marker in key for marker in ADAPTER_MARKERS)}
 
 
 def bundle_payload(samplers: Mapping[str, SamplerAdapter], dtype: torch.dtype | None = None) -> bytes:

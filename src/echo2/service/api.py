@@ -19,8 +19,7 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from tinker import types
 
-from echo2.learner.objectives.tinker_losses import UnsupportedLoss
-from echo2.service.service import TinkerService
+from echo2.service.service import REFUSALS, TinkerService
 from echo2.service.turns import RequestError
 from echo2.service.wire import ProtoResult, WireError, forward_backward_request
 
@@ -56,7 +55,7 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
         async def route(request: Request) -> Response:
             try:
                 return await handler(request)
-            except (RequestError, UnsupportedLoss, WireError) as error:
+            except (*REFUSALS, WireError) as error:
                 raise HTTPException(400, str(error)) from None
         route.__name__ = handler.__name__
         return route

@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 from tinker import types
 
-from echo2.learner.objectives.tinker_losses import LossSpec
+from echo2.learner.objectives.tinker_losses import LossSpec, UnsupportedLoss
 from echo2.rollout.engines.bundles import BASE_SAMPLER
 from echo2.service.checkpoints import CheckpointStore
 from echo2.service.futures import Futures
@@ -28,6 +30,9 @@ from echo2.service.turns import RequestError, Turns
 from echo2.service.wire import ProtoResult, forward_backward_output
 
 log = logging.getLogger("echo2.service")
+
+REFUSALS = (RequestError, UnsupportedLoss)
+"""What a request the service cannot serve raises: its client's fault, answered 400 with the reason."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,18 @@ class TinkerService:
             session.models.append(model_id)
         return request_id
 
+    @contextmanager
+    def _turn_taken_if_refused(self, model_id: str, seq_id: int | None) -> Iterator[None]:
+        """A request refused before it is queued still takes its turn, failed: the SDK has counted
+        it (its turn counter moves on whatever the answer), and every later request of the client
+        would otherwise wait for it."""
+        try:
+            yield
+        except REFUSALS as refusal:
+            if seq_id is not None:
+                self.turns.submit(model_id, seq_id, partial(_refused, refusal))
+            raise
+
     def _check_base(self, name: str | None) -> None:
         if name is not None and name != self.base.name:
             raise RequestError(f"base model {name!r} is not served here; this service trains {self.base.name!r}")
@@ -155,10 +172,11 @@ class TinkerService:
         model_id = request.model_id
         self.model_session(model_id)
         given = request.forward_backward_input
-        spec = LossSpec.parse(given.loss_fn, _numbers(given.loss_fn_config))
-        if not given.data:
-            raise RequestError("forward_backward needs at least one datum")
-        rows = self.models.rows(given.data, spec)
+        with self._turn_taken_if_refused(model_id, request.seq_id):
+            spec = LossSpec.parse(given.loss_fn, _numbers(given.loss_fn_config))
+            if not given.data:
+                raise RequestError("forward_backward needs at least one datum")
+            rows = self.models.rows(given.data, spec)
 
         def run() -> ProtoResult:
             outputs, metrics = self.models.forward_backward(model_id, rows, spec, backward=not forward_only)
@@ -169,16 +187,18 @@ class TinkerService:
     def optim_step(self, request: types.OptimStepRequest) -> str:
         self.model_session(request.model_id)
         params = request.optim_params
-        if not isinstance(params, types.AdamParams):
-            raise RequestError(f"optimizer {getattr(params, 'type', type(params).__name__)!r} is not served here: "
-                               f"adam_params only")
+        with self._turn_taken_if_refused(request.model_id, request.seq_id):
+            if not isinstance(params, types.AdamParams):
+                raise RequestError(f"optimizer {getattr(params, 'type', type(params).__name__)!r} is not served "
+                                   f"here: adam_params only")
         return self.turns.submit(request.model_id, request.seq_id, lambda: types.OptimStepResponse(
             metrics=self.models.optim_step(request.model_id, params)))
 
     def save_weights(self, request: types.SaveWeightsRequest) -> str:
         self.model_session(request.model_id)
         name = request.path or f"step-{time.strftime('%Y%m%d-%H%M%S')}"
-        path = self.checkpoints.path(request.model_id, "weights", name)
+        with self._turn_taken_if_refused(request.model_id, request.seq_id):
+            path = self.checkpoints.path(request.model_id, "weights", name)
         folder = self.checkpoints.folder(path)
 
         def save() -> types.SaveWeightsResponse:
@@ -192,11 +212,13 @@ class TinkerService:
     def load_weights(self, request: types.LoadWeightsRequest) -> tuple[str, str]:
         """The request id and the model id it loads into: an existing client (``model_id``), or,
         the first request of a new one, ``{session_id}:train:{model_seq_id}`` (the id the SDK derives)."""
-        path, folder = self.checkpoints.existing(request.path)
         if request.model_id is not None:
             model_id, seq_id = request.model_id, request.seq_id
             self.model_session(model_id)
+            with self._turn_taken_if_refused(model_id, seq_id):
+                path, folder = self.checkpoints.existing(request.path)
         else:
+            path, folder = self.checkpoints.existing(request.path)
             if request.session_id is None or request.model_seq_id is None:
                 raise RequestError("load_weights needs model_id, or session_id and model_seq_id")
             session = self.live_session(request.session_id)
@@ -222,8 +244,10 @@ class TinkerService:
         """A sampler of the client's adapter as it is after the requests before this one (published
         to the fleet), with a sampling session when ``sampling_session_seq_id`` is given, saved to a
         ``sampler_weights`` path when ``path`` is."""
-        session_id, desk = self.model_session(request.model_id), self._desk()
-        path = self.checkpoints.path(request.model_id, "sampler_weights", request.path) if request.path else None
+        session_id = self.model_session(request.model_id)
+        with self._turn_taken_if_refused(request.model_id, request.seq_id):
+            desk = self._desk()
+            path = self.checkpoints.path(request.model_id, "sampler_weights", request.path) if request.path else None
 
         def save() -> types.SaveWeightsForSamplerResponseInternal:
             if path is not None:
@@ -284,6 +308,10 @@ class TinkerService:
     def close(self) -> None:
         self._stop.set()
         self.turns.close()
+
+
+def _refused(refusal: Exception) -> None:
+    raise RequestError(str(refusal))
 
 
 def _numbers(config: dict[str, float | str] | None) -> dict[str, float] | None:
