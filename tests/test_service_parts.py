@@ -1,0 +1,178 @@
+"""The training service's parts in memory: turns in seq_id order and once, futures, sessions,
+sampling work in the books, sampler bundles, stops."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+import torch
+
+from echo2.broadcast.bundle import SamplerAdapter, bundle_payload, read_bundle
+from echo2.broadcast.integrity import CorruptPayload
+from echo2.core.sample_queue import SampleQueue, SampleWork
+from echo2.model.sampling import stop_length
+from echo2.rollout.engines.bundles import BASE_SAMPLER, SamplerWeights
+from echo2.service.checkpoints import CheckpointStore, TinkerPath
+from echo2.service.futures import Futures
+from echo2.service.sessions import Sessions
+from echo2.service.turns import RequestError, Turns
+
+
+def outcome(futures: Futures, request_id: str, wait_s: float = 5.0):
+    return asyncio.run(futures.wait(request_id, wait_s))
+
+
+def test_requests_run_in_seq_id_order_whatever_order_they_arrive_in():
+    futures, ran = Futures(), []
+    turns = Turns(futures)
+    release = threading.Event()
+    ids = {seq: turns.submit("m", seq, lambda seq=seq: ran.append(seq) or seq) for seq in (2, 3, 1)}
+    assert outcome(futures, ids[3], wait_s=0.2) is None  # waiting for seq 0
+    turns.submit("m", 0, lambda: (release.wait(5), ran.append(0)))
+    release.set()
+    assert [outcome(futures, ids[s]).result for s in (1, 2, 3)] == [1, 2, 3]
+    assert ran == [0, 1, 2, 3]
+    turns.close()
+
+
+def test_a_request_sent_again_is_the_same_request_applied_once():
+    futures, applied = Futures(), []
+    turns = Turns(futures)
+    first = turns.submit("m", 0, lambda: applied.append("step") or len(applied))
+    again = turns.submit("m", 0, lambda: applied.append("step") or len(applied))
+    assert first == again and outcome(futures, first).result == 1 and applied == ["step"]
+    with pytest.raises(RequestError, match="behind its turns"):
+        turns.submit("other", -1, lambda: None)
+    turns.close()
+
+
+def test_a_request_whose_turn_never_comes_fails_after_the_gap_timeout():
+    futures = Futures()
+    turns = Turns(futures, gap_timeout_s=10)
+    stuck = turns.submit("m", 5, lambda: "never")
+    assert turns.expire_gaps(now=time.monotonic()) == 0
+    assert turns.expire_gaps(now=time.monotonic() + 11) == 1
+    failed = outcome(futures, stuck)
+    assert failed.category == "user" and "seq_id 0, which never came" in failed.error
+    turns.close()
+
+
+def test_a_failing_request_fails_its_future_and_the_next_one_runs():
+    futures = Futures()
+    turns = Turns(futures)
+
+    def refuse():
+        raise RequestError("no such thing")
+
+    bad, good = turns.submit("m", 0, refuse), turns.submit("m", 1, lambda: "ok")
+    assert (outcome(futures, bad).error, outcome(futures, bad).category) == ("no such thing", "user")
+    assert outcome(futures, good).result == "ok"
+    crash = turns.submit("m", 2, lambda: 1 / 0)
+    assert outcome(futures, crash).category == "server" and "ZeroDivisionError" in outcome(futures, crash).error
+    turns.close()
+
+
+def test_futures_forget_old_results_and_unknown_ids_are_key_errors():
+    futures = Futures(keep_s=0.0)
+    first = futures.create()
+    futures.resolve(first, 1)
+    second = futures.create()
+    futures.resolve(second, 2)  # the first is older than keep_s now
+    assert not futures.known(first) and futures.known(second)
+    with pytest.raises(KeyError):
+        outcome(futures, "req-404")
+
+
+def test_silent_sessions_end_and_heartbeats_of_ended_ones_are_refused():
+    sessions = Sessions(timeout_s=30)
+    alive, silent = sessions.create([], "0.38.0", now=0), sessions.create([], "0.38.0", now=0)
+    assert sessions.heartbeat(alive.session_id, now=25)
+    assert [s.session_id for s in sessions.silent(now=40)] == [silent.session_id]
+    assert not sessions.heartbeat(silent.session_id, now=41) and sessions.heartbeat(alive.session_id, now=41)
+
+
+def test_sampling_work_goes_to_workers_holding_its_weights_and_comes_back_first_in_line():
+    queue = SampleQueue()
+    old, new = SampleWork("a", min_version=1, rows=4), SampleWork("b", min_version=3, rows=4)
+    queue.add(old)
+    queue.add(new)
+    assert queue.servable(2) and not SampleQueue().servable(5)
+    taken = queue.take(2, most=4)
+    assert [w.request_id for w in taken.values()] == ["a"] and len(queue) == 1
+    queue.add_front(list(taken.values()))
+    assert [w.request_id for w in queue.take(9, most=4).values()] == ["a", "b"]
+    queue.add(old)
+    assert queue.drop({"a"}) == 1 and len(queue) == 0
+
+
+def _sampler(rank: int, seed: int) -> SamplerAdapter:
+    generator = torch.Generator().manual_seed(seed)
+    return SamplerAdapter(rank=rank, alpha=8.0, tensors={
+        "layer.lora_A.weight": torch.randn(rank, 3, generator=generator),
+        "layer.lora_B.weight": torch.randn(2, rank, generator=generator)})
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 3)
+        self.layer = torch.nn.Linear(3, 2, bias=False)
+
+    def get_output_embeddings(self):
+        return None
+
+    def get_input_embeddings(self):
+        return self.embed
+
+
+def test_a_bundle_carries_each_sampler_and_a_worker_merges_the_one_a_request_names():
+    samplers = {"s1": _sampler(2, 0), "s2": _sampler(1, 1)}
+    payload = bundle_payload(samplers)
+    assert bundle_payload(dict(reversed(samplers.items()))) == payload  # the same layout, for deltas
+    read = read_bundle(payload)
+    assert {name: (s.rank, s.alpha) for name, s in read.items()} == {"s1": (2, 8.0), "s2": (1, 8.0)}
+    model = Tiny()
+    base = model.layer.weight.detach().clone()
+    weights = SamplerWeights(model)
+    weights.load(payload)
+    for name in ("s1", "s2", "s1", BASE_SAMPLER):
+        merged = weights.use(name).layer.weight
+        expected = base if name == BASE_SAMPLER else base + samplers[name].scale * (
+            samplers[name].tensors["layer.lora_B.weight"] @ samplers[name].tensors["layer.lora_A.weight"])
+        assert torch.allclose(merged, expected, atol=1e-6)  # from the base every time: nothing accumulates
+    with pytest.raises(KeyError):
+        weights.use("s9")
+    with pytest.raises(CorruptPayload, match="not a sampler bundle"):
+        read_bundle(b"\x08" + b"\x00" * 7 + b"{}")
+    wrong = {"s1": SamplerAdapter(rank=2, alpha=8.0, tensors={"layer.lora_A.weight": torch.zeros(2, 4),
+                                                              "layer.lora_B.weight": torch.zeros(2, 2)})}
+    with pytest.raises(CorruptPayload, match="do not fit"):
+        weights.load(bundle_payload(wrong))
+
+
+def test_a_completion_ends_at_its_first_stop_token_or_string():
+    text = {1: "a", 2: "b", 3: "\n", 4: "X"}
+
+    def decode(ids):
+        return "".join(text[i] for i in ids)
+
+    assert stop_length([1, 2, 4, 1], {4}, [], decode) == 3
+    assert stop_length([1, 3, 3, 2], set(), ["\n\n"], decode) == 3
+    assert stop_length([1, 3, 3, 4], {4}, ["\n\n"], decode) == 3  # the earlier of the two
+    assert stop_length([1, 2], {4}, ["zz"], decode) is None
+
+
+def test_checkpoint_paths_stay_inside_the_service_folder(tmp_path):
+    store = CheckpointStore(tmp_path)
+    path = store.path("session-1:train:0", "weights", "step-3")
+    assert path.uri == "tinker://session-1:train:0/weights/step-3"
+    assert TinkerPath.parse(path.uri) == path and store.folder(path).is_relative_to(tmp_path)
+    for bad in ("tinker://x/weights/../../etc", "tinker://../weights/a", "tinker://x/other/a", "s3://x/weights/a",
+                "tinker://x/weights/a/b"):
+        with pytest.raises(RequestError, match="not a checkpoint path"):
+            TinkerPath.parse(bad)
+    with pytest.raises(RequestError, match="checkpoint name"):
+        store.path("m", "weights", "../up")
+    with pytest.raises(RequestError, match="no checkpoint at"):
+        store.existing("tinker://m/weights/missing")
