@@ -64,8 +64,9 @@ def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") ->
     engine = engine_class(spec, eos_id, pad_id, device)
     needed = ServingEngine if spec.sampler_bundles else Engine
     if not isinstance(engine, needed):
-        missing = [name for name in ("max_context", "generator", "generate", "load", "groups_that_fit",
-                                     "sample_with", "prompt_logprobs") if hasattr(needed, name) and not hasattr(engine, name)]
+        names = ("max_context", "generator", "generate", "load", "groups_that_fit",
+                 *(("sample_with", "prompt_logprobs") if spec.sampler_bundles else ()))
+        missing = [name for name in names if not hasattr(engine, name)]
         raise TypeError(f"{what} is not an engine {'a training service can sample with ' if spec.sampler_bundles else ''}"
                         f"(echo2.rollout.engines.{needed.__name__}): it lacks {', '.join(missing)}")
     return engine
