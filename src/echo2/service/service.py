@@ -157,7 +157,9 @@ class TinkerService:
             raise
 
     def _check_base(self, name: str | None) -> None:
-        if name is not None and name != self.base.name:
+        """``name`` (a client's ``base_model``) is this service's model: its config name, or the local
+        folder it resolves to (what a client that loads the tokenizer from that folder names)."""
+        if name is not None and name not in (self.base.name, self.base.tokenizer_id):
             raise RequestError(f"base model {name!r} is not served here; this service trains {self.base.name!r}")
 
     def info(self, model_id: str) -> types.GetInfoResponse:
