@@ -93,8 +93,12 @@ def test_the_cookbook_loops_routes_train_on_the_service_and_sample_on_the_fleet(
     capabilities = service.get_server_capabilities()
     assert capabilities.supported_models[0].model_name == SHIPPED_MODEL and capabilities.supported_models[0].sampleable
     assert httpx.get(f"{served.url}/api/v1/healthz", timeout=5).json() == {"status": "ok"}
-    served_samples = sum(w["groups"] for w in served.dashboard()["workers"])
-    assert served_samples >= 5  # every sampling request above went to the worker process
+    board = served.dashboard()
+    assert sum(w["groups"] for w in board["workers"]) >= 5  # every sampling request above went to the worker process
+    view = board["service"]  # the dashboard lists the service's sessions and training clients
+    assert any(c["model_id"] == trainer.model_id and c["steps"] == 1 for c in view["training_clients"])
+    assert any(trainer.model_id in s["training_clients"] for s in view["sessions"])
+    assert view["samples_returned"] >= 5 and view["audited"] >= 1 and view["audits_failed"] == 0
 
 
 def test_a_retried_optim_step_is_applied_once_and_requests_run_in_seq_id_order(served):

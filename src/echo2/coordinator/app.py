@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import FastAPI, Header, Request
@@ -58,13 +59,15 @@ OPEN_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-re
 
 def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_only: bool = False,
                registrations: RateLimiter | None = None, body_timeout_s: float = 60.0,
-               run_dir: Path | None = None, own_credentials: tuple[str, ...] = ()) -> FastAPI:
+               run_dir: Path | None = None, own_credentials: tuple[str, ...] = (),
+               service_view: Callable[[], dashboard.ServiceView] | None = None) -> FastAPI:
     """The coordinator's routes on ``state``. ``https_relays_only`` (a run served over TLS): a
     worker registering a plain-HTTP relay is refused, so no chunk request of the run goes in clear.
     ``registrations``: the per-address limit on registrations (none when not given). ``run_dir``:
     where the learner writes its metrics, which the dashboard shows beside the coordinator's books.
     ``own_credentials``: path prefixes of routes mounted later that check a credential of their own
-    (a training service's API, :mod:`echo2.service.api`); their bodies are capped all the same."""
+    (a training service's API, :mod:`echo2.service.api`); their bodies are capped all the same.
+    ``service_view``: that service's clients, for the dashboard."""
     app = FastAPI(title="echo2 coordinator", version="1")
     registry = state.registry
     requests, heartbeats = RateLimiter(*WORKER_REQUESTS), RateLimiter(*WORKER_HEARTBEATS)
@@ -101,7 +104,7 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
             return Refusal(401, "unknown or missing session credential; register first", "unauthorized")
         return within_budget(path, record)
 
-    dashboard.mount(app, state, run_dir)
+    dashboard.mount(app, state, run_dir, service_view)
     app.add_middleware(Guard, authorize=authorize, max_body_bytes=MAX_BODY_BYTES, body_timeout_s=body_timeout_s)
 
     @app.exception_handler(Rejected)

@@ -20,6 +20,7 @@ works over the run's https as well as http). The data names no credential.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 from typing import Literal
@@ -85,6 +86,32 @@ class Costs(BaseModel):
     centralized_usd: float | None = Field(description="the rollout hours at the learner's price, at its last step")
 
 
+class SessionRow(BaseModel):
+    session_id: str
+    sdk_version: str
+    silent_s: float = Field(description="since its last heartbeat or request")
+    training_clients: list[str] = Field(description="model ids")
+    sampling_sessions: int
+
+
+class TrainingClientRow(BaseModel):
+    model_id: str
+    lora_rank: int
+    steps: int = Field(description="optimizer steps applied")
+
+
+class ServiceView(BaseModel):
+    """A training service's clients (``echo2 serve``): what it serves beside the fleet's work."""
+
+    sessions: list[SessionRow]
+    training_clients: list[TrainingClientRow]
+    samplers: int = Field(description="sampler adapters in the fleet's newest version")
+    samples_waiting: int = Field(description="sampling requests no worker has answered yet")
+    samples_returned: int
+    audited: int
+    audits_failed: int
+
+
 class DashboardData(BaseModel):
     run: str
     time: float = Field(description="Unix time of this reading")
@@ -103,6 +130,7 @@ class DashboardData(BaseModel):
     sampled_reward: list[tuple[int, float]] = Field(description="(step, held-out sampled reward)")
     samples_per_s: float | None
     costs: Costs
+    service: ServiceView | None = Field(None, description="a training service's sessions and clients (echo2 serve)")
 
 
 def _state(record: WorkerRecord, oldest_usable: int, median: float | None) -> WorkerState:
@@ -157,8 +185,10 @@ def _thin(points: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return points[::stride][: MAX_POINTS - 1] + [points[-1]]
 
 
-def collect(state: CoordinatorState, run: LiveRun | None) -> DashboardData:
-    """One reading of the run: the coordinator's books under its lock, the learner's files outside it."""
+def collect(state: CoordinatorState, run: LiveRun | None, service: Callable[[], ServiceView] | None = None
+            ) -> DashboardData:
+    """One reading of the run: the coordinator's books under its lock, the learner's files outside
+    it, and a training service's clients (``service``) when it serves some."""
     learner = run.read() if run is not None else None
     with state.cond:
         workers, versions = _workers(state), _versions(state, learner)
@@ -181,11 +211,14 @@ def collect(state: CoordinatorState, run: LiveRun | None) -> DashboardData:
         samples_per_s=last.get("samples_per_s"),
         costs=Costs(worker_hours=worker_hours, workers_usd=workers_usd, by_class_usd=by_class, learner_usd=learner_usd,
                     total_usd=workers_usd + learner_usd, centralized_usd=last.get("cost_centralized_usd") or None),
+        service=service() if service is not None else None,
     )
 
 
-def mount(app: FastAPI, state: CoordinatorState, run_dir: Path | None) -> None:
-    """Add the page and its data route to ``app`` (the guard in front decides who may read the data)."""
+def mount(app: FastAPI, state: CoordinatorState, run_dir: Path | None,
+          service: Callable[[], ServiceView] | None = None) -> None:
+    """Add the page and its data route to ``app`` (the guard in front decides who may read the data);
+    ``service``: a training service's view of its clients."""
     run = LiveRun(run_dir) if run_dir is not None else None
     page = (files("echo2") / "assets" / "dashboard.html").read_text(encoding="utf-8")
 
@@ -196,4 +229,4 @@ def mount(app: FastAPI, state: CoordinatorState, run_dir: Path | None) -> None:
     @app.get(DATA_PATH)
     def dashboard_data(response: Response) -> DashboardData:
         response.headers["Cache-Control"] = "no-store"
-        return collect(state, run)
+        return collect(state, run, service)

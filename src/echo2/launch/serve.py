@@ -103,7 +103,8 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
     app = create_app(state, coordinator.lease_wait_s, https_relays_only=coordinator.tls_certfile is not None,
                      registrations=RateLimiter(max(limits.registrations_burst, config.workers.count),
                                                limits.registrations_per_minute),
-                     body_timeout_s=limits.body_timeout_s, run_dir=folder, own_credentials=("/api/v1/",))
+                     body_timeout_s=limits.body_timeout_s, run_dir=folder, own_credentials=("/api/v1/",),
+                     service_view=service.view)
     publisher.mount(app)
     app.include_router(tinker_router(service, api_key, wait_s=config.service.poll_s))
     server = CoordinatorServer(app, coordinator.host, port, certfile=coordinator.tls_certfile,

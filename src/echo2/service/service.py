@@ -19,6 +19,7 @@ from functools import partial
 
 from tinker import types
 
+from echo2.coordinator.dashboard import ServiceView, SessionRow, TrainingClientRow
 from echo2.learner.objectives.tinker_losses import LossSpec, UnsupportedLoss
 from echo2.rollout.engines.bundles import BASE_SAMPLER
 from echo2.service.checkpoints import CheckpointStore
@@ -306,6 +307,23 @@ class TinkerService:
             last_checkpoint=types.Checkpoint(
                 checkpoint_id=f"weights/{last.name}", checkpoint_type="training", time=_utc(last.stat().st_mtime),
                 tinker_path=f"tinker://{run_id}/weights/{last.name}") if last else None)
+
+    def view(self) -> ServiceView:
+        """The sessions and training clients, for the live dashboard."""
+        now, desk = time.monotonic(), self.sampling
+        sampling = desk.sessions if desk is not None else {}
+        sessions = [SessionRow(session_id=s.session_id, sdk_version=s.sdk_version, silent_s=now - s.last_seen,
+                               training_clients=list(s.models),
+                               sampling_sessions=sum(owner == s.session_id for owner, _ in list(sampling.values())))
+                    for s in self.sessions.live()]
+        clients = [TrainingClientRow(model_id=c.model_id, lora_rank=c.lora.rank, steps=c.steps)
+                   for c in list(self.models.clients.values())]
+        counts = desk.counts if desk is not None else {}
+        return ServiceView(sessions=sessions, training_clients=clients,
+                           samplers=len(desk.samplers) - 1 if desk is not None else 0,
+                           samples_waiting=len(desk.pending) if desk is not None else 0,
+                           samples_returned=counts.get("returned", 0), audited=counts.get("audited", 0),
+                           audits_failed=counts.get("audits_failed", 0))
 
     def close(self) -> None:
         self._stop.set()
