@@ -176,3 +176,45 @@ def test_checkpoint_paths_stay_inside_the_service_folder(tmp_path):
         store.path("m", "weights", "../up")
     with pytest.raises(RequestError, match="no checkpoint at"):
         store.existing("tinker://m/weights/missing")
+
+
+def test_what_a_worker_sends_for_a_sampling_lease_is_refused_when_it_cannot_be_a_sample():
+    """NaN, -1e308, 10**30, a newline, too many or too long completions: refused before a client
+    (or an audit) sees them."""
+    import pydantic
+
+    from echo2.coordinator.leases import check_samples
+    from echo2.coordinator.records import Lease, Limits, Rejected
+    from echo2.protocol import LeasedSample, SampledSequence, SampleResult, SubmitRequest
+
+    def sequence(**fields):
+        return {"token_ids": [3, 4], "logprobs": [-0.5, -0.2], "stop_reason": "stop", **fields}
+
+    for bad in ({"logprobs": [float("nan"), -0.2]}, {"logprobs": [-1e308, -0.2]}, {"logprobs": [0.5, -0.2]},
+                {"stop_reason": "stop\nforged"}, {"token_ids": []}):
+        with pytest.raises(pydantic.ValidationError):
+            SampledSequence.model_validate(sequence(**bad))
+    for prompt in ([float("nan")], [-1e308], [1.0]):
+        with pytest.raises(pydantic.ValidationError):
+            SampleResult(slot=0, sequences=[SampledSequence(**sequence())], prompt_logprobs=prompt)
+    asked = LeasedSample(slot=0, sampler="s1", prompt_ids=[3, 4, 5], num_samples=2, max_tokens=3, temperature=1.0,
+                         prompt_logprobs=True)
+    lease = Lease(lease_id="l", worker_id="w", version=1, slots={0: SampleWork("r", 1, 2, asked)}, granted_at=0.0,
+                  deadline=1e9, kind="sample")
+    limits = Limits(group_size=2, max_new_tokens=3, vocab_size=20)
+
+    def submit(sequences, prompt=(-1.0, -1.0), slot=0):
+        return SubmitRequest(lease_id="l", version=1, generate_seconds=1.0, samples=[SampleResult(
+            slot=slot, sequences=[SampledSequence(**s) for s in sequences],
+            prompt_logprobs=None if prompt is None else list(prompt))])
+
+    check_samples(lease, submit([sequence(), sequence()]), limits)  # a valid answer passes
+    for request, code in ((submit([sequence()]), "bad_group_size"),
+                          (submit([sequence(), sequence(token_ids=[3] * 4, logprobs=[-0.1] * 4)]), "too_long"),
+                          (submit([sequence(), sequence(token_ids=[3, 99])]), "bad_token"),
+                          (submit([sequence(), sequence(token_ids=[3, 10**30])]), "bad_token"),
+                          (submit([sequence(), sequence()], prompt=None), "bad_shape"),
+                          (submit([sequence(), sequence()], slot=7), "bad_slots")):
+        with pytest.raises(Rejected) as refused:
+            check_samples(lease, request, limits)
+        assert refused.value.code == code

@@ -120,25 +120,22 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
         parsed, forward_only = forward_backward_request(await request.body(), request.headers.get("content-encoding"))
         return _future(service.forward_backward(parsed, forward_only), parsed.model_id)
 
-    @post("/optim_step")
-    async def optim_step(request: Request) -> JSONResponse:
-        parsed = await body(request, types.OptimStepRequest)
-        return _future(service.optim_step(parsed), parsed.model_id)
+    def queued(path: str, request_type: type[pydantic.BaseModel], queue: Callable[[Any], str]) -> None:
+        """A training client's request queued in its turn: a future of its model."""
+        async def handler(request: Request) -> JSONResponse:
+            parsed = await body(request, request_type)
+            return _future(queue(parsed), parsed.model_id)
+        handler.__name__ = path.strip("/")
+        post(path)(handler)
 
-    @post("/save_weights")
-    async def save_weights(request: Request) -> JSONResponse:
-        parsed = await body(request, types.SaveWeightsRequest)
-        return _future(service.save_weights(parsed), parsed.model_id)
+    queued("/optim_step", types.OptimStepRequest, service.optim_step)
+    queued("/save_weights", types.SaveWeightsRequest, service.save_weights)
+    queued("/save_weights_for_sampler", types.SaveWeightsForSamplerRequest, service.save_for_sampler)
 
     @post("/load_weights")
     async def load_weights(request: Request) -> JSONResponse:
         request_id, model_id = service.load_weights(await body(request, types.LoadWeightsRequest))
         return _future(request_id, model_id)
-
-    @post("/save_weights_for_sampler")
-    async def save_weights_for_sampler(request: Request) -> JSONResponse:
-        parsed = await body(request, types.SaveWeightsForSamplerRequest)
-        return _future(service.save_for_sampler(parsed), parsed.model_id)
 
     @post("/create_sampling_session")
     async def create_sampling_session(request: Request) -> JSONResponse:
