@@ -218,3 +218,43 @@ def test_what_a_worker_sends_for_a_sampling_lease_is_refused_when_it_cannot_be_a
         with pytest.raises(Rejected) as refused:
             check_samples(lease, request, limits)
         assert refused.value.code == code
+
+
+def test_a_workers_alike_sampling_requests_run_as_one_batch_and_a_seeded_one_alone():
+    from types import SimpleNamespace
+
+    from echo2.config import load_config
+    from echo2.launch.train import run_spec
+    from echo2.protocol import LeasedSample, LeaseResponse
+    from echo2.rollout.lease_generation import LeaseGenerator
+
+    class Engine:
+        def __init__(self) -> None:
+            self.calls: list[list[list[int]]] = []
+
+        def generator(self, seed: int) -> str:
+            return f"seeded {seed}"
+
+        def sample_with(self, sampler, prompt_ids, max_new_tokens, temperature, eos_id, generator):
+            self.calls.append(prompt_ids)  # each row's completion: its prompt's first token, then the stop (9)
+            return SimpleNamespace(completion_ids=[[p[0], 9, 5] for p in prompt_ids],
+                                   logprobs=[[-0.1, -0.2, -0.3] for _ in prompt_ids])
+
+        def prompt_logprobs(self, sampler, prompt_ids, temperature):
+            return [-1.0] * (len(prompt_ids) - 1)
+
+    engine = Engine()
+    generator = LeaseGenerator(run_spec(load_config(None, [])), engine, SimpleNamespace(eos_token_id=9, decode=str),
+                               "worker", client=None, stop=threading.Event())
+    alike = dict(sampler="s1", max_tokens=3, temperature=1.0)
+    requests = [LeasedSample(slot=4, prompt_ids=[1, 2], num_samples=2, **alike),
+                LeasedSample(slot=5, prompt_ids=[3], num_samples=1, seed=7, **alike),
+                LeasedSample(slot=6, prompt_ids=[4, 4, 4], num_samples=1, prompt_logprobs=True, **alike)]
+    lease = LeaseResponse(status="granted", latest_version=1, lease_id="l", version=1, samples=requests)
+    submission, _ = generator.generate(lease, lambda: 1, None)
+    assert engine.calls == [[[1, 2], [1, 2], [4, 4, 4]], [[3]]]  # the alike ones in one batch, the seeded alone
+    results = submission.samples
+    assert [r.slot for r in results] == [4, 5, 6]  # in the lease's order
+    assert [[s.token_ids for s in r.sequences] for r in results] == [[[1, 9], [1, 9]], [[3, 9]], [[4, 9]]]
+    assert all(s.stop_reason == "stop" for r in results for s in r.sequences)
+    assert results[2].prompt_logprobs == [-1.0, -1.0] and results[0].prompt_logprobs is None

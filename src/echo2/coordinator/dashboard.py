@@ -110,6 +110,9 @@ class ServiceView(BaseModel):
     samples_returned: int
     audited: int
     audits_failed: int
+    api_requests: int = Field(0, description="requests the Tinker routes handled")
+    api_s: float = Field(0.0, description="seconds the routes spent handling them (long-poll waits excluded)")
+    training_s: float = Field(0.0, description="seconds of forward-backward and optimizer steps")
 
 
 class DashboardData(BaseModel):

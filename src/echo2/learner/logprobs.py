@@ -80,12 +80,94 @@ def completion_logprobs(
 
 
 def target_logprobs(model: PreTrainedModel, input_ids: list[list[int]], target_ids: list[list[int]], *,
-                    pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+                    pad_id: int, share_prefixes: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logprobs, mask)`` [N, T]: the log-prob of ``target_ids[i][t]`` given ``input_ids[i][: t + 1]``
-    (position t of the input predicts target t, the layout of a Tinker datum), right-padded, one
-    forward pass over the whole batch; gradients flow when the caller has them enabled."""
+    (position t of the input predicts target t, the layout of a Tinker datum), right-padded;
+    gradients flow when the caller has them enabled.
+
+    Datums that begin alike (the G samples of a group: one prompt, G completions) are scored on
+    their common beginning's cache, run once (:func:`~echo2.model.tokens.prefill`), their own tokens
+    after it — the learner's layout (:func:`completion_scores`), so a client's step costs what echo2's
+    own step costs on the same batch instead of G times its prompt. ``share_prefixes=False`` runs
+    every datum whole (the same numbers up to float rounding; benchmarks compare).
+    """
     if any(len(inputs) != len(targets) for inputs, targets in zip(input_ids, target_ids, strict=True)):
         raise ValueError("each datum needs one target token per input token")
+    if not share_prefixes:
+        return _whole_target_logprobs(model, input_ids, target_ids, pad_id=pad_id)
+    shared = shared_prefix_lengths(input_ids)
+    start = prefill(model, [inputs[:length] for inputs, length in zip(input_ids, shared)], pad_id, keep_logits=True)
+    assert start.logits is not None and start.owners is not None
+    device, width = start.next_logits.device, start.logits.shape[1]
+    rests = [inputs[length:] for inputs, length in zip(input_ids, shared)]
+    rest_width = max(map(len, rests))
+    rest_logp = None
+    if rest_width:
+        tokens = torch.full((len(rests), rest_width), pad_id, dtype=torch.long)
+        rest_mask = torch.zeros((len(rests), rest_width), dtype=torch.long)
+        for row, rest in enumerate(rests):
+            tokens[row, : len(rest)] = torch.tensor(rest, dtype=torch.long)
+            rest_mask[row, : len(rest)] = 1
+        tokens, rest_mask = tokens.to(device), rest_mask.to(device)
+        position_ids = start.next_position[:, None] + torch.arange(rest_width, device=device)[None, :]
+        logits = model(input_ids=tokens, attention_mask=torch.cat([start.attention_mask, rest_mask], dim=1),
+                       position_ids=position_ids, past_key_values=start.cache, use_cache=True).logits
+        rest_logp = torch.log_softmax(logits.float(), dim=-1)
+    prefix_logp = torch.log_softmax(start.logits.float(), dim=-1)
+    rows = []
+    for row, (targets, length) in enumerate(zip(target_ids, shared)):
+        wanted = torch.tensor(targets, dtype=torch.long, device=device)
+        columns = torch.arange(width - length, width, device=device)  # the prompt is left-padded
+        parts = [prefix_logp[start.owners[row], columns, wanted[:length]]]
+        if len(targets) > length:
+            assert rest_logp is not None
+            parts.append(rest_logp[row, torch.arange(len(targets) - length, device=device), wanted[length:]])
+        rows.append(torch.cat(parts))
+    logprobs = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+    mask = (torch.arange(logprobs.shape[1], device=device)[None, :]
+            < torch.tensor([len(t) for t in target_ids], device=device)[:, None]).float()
+    return logprobs * mask, mask
+
+
+def shared_prefix_lengths(input_ids: list[list[int]], least: int = 8) -> list[int]:
+    """Per datum, how many of its first tokens to run on a shared cache: the beginning it has in
+    common with every datum of its run (datums sorted, neighbours sharing at least ``least`` tokens),
+    at least 1 and at most all of it; a datum alone runs all but its last token there."""
+    order = sorted(range(len(input_ids)), key=lambda i: input_ids[i])
+    lengths = [max(1, len(inputs) - 1) for inputs in input_ids]
+    run: list[int] = []
+    common = 0
+
+    def close() -> None:
+        if len(run) > 1:
+            for member in run:
+                lengths[member] = max(1, min(common, len(input_ids[member])))
+
+    for index in order:
+        if run:
+            together = _common_length(input_ids[run[-1]], input_ids[index])
+            if together >= least:
+                run.append(index)
+                common = min(common, together)
+                continue
+            close()
+        run, common = [index], len(input_ids[index])
+    close()
+    return lengths
+
+
+def _common_length(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def _whole_target_logprobs(model: PreTrainedModel, input_ids: list[list[int]], target_ids: list[list[int]], *,
+                           pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every datum run whole, right-padded, in one forward pass."""
     device = next(model.parameters()).device
     width = max(len(row) for row in input_ids)
     tokens = torch.full((len(input_ids), width), pad_id, dtype=torch.long)

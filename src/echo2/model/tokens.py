@@ -56,9 +56,14 @@ class Prefill:
     """[N, prompt_width] 1 on each row's real prompt tokens (left-padded)."""
     next_position: torch.Tensor
     """[N] position id of each row's first completion token."""
+    logits: torch.Tensor | None = None
+    """[distinct prompts, prompt_width, vocab] every (left-padded) prompt position's logits, when kept."""
+    owners: torch.Tensor | None = None
+    """[N] each row's index into the distinct prompts (the first axis of ``logits``)."""
 
 
-def prefill(model: torch.nn.Module, prompt_ids: list[list[int]], pad_id: int, share: bool = True) -> Prefill:
+def prefill(model: torch.nn.Module, prompt_ids: list[list[int]], pad_id: int, share: bool = True,
+            keep_logits: bool = False) -> Prefill:
     """Run each distinct prompt of ``prompt_ids`` through ``model`` once and give every row its cache.
 
     Why: the G samples of a group share their prompt, and a chat-templated prompt is often several
@@ -67,15 +72,18 @@ def prefill(model: torch.nn.Module, prompt_ids: list[list[int]], pad_id: int, sh
     computed (a 49k vocabulary makes logits the largest tensor of a forward). Gradients flow
     through the cache when the caller has them enabled, so the learner's update is the same as
     with each row's prompt computed on its own — which ``share=False`` does (benchmarks compare).
+    ``keep_logits``: also every prompt position's logits (:attr:`Prefill.logits`), for a caller that
+    scores the prompt's own tokens.
     """
     distinct, owners = distinct_prompts(prompt_ids) if share else (prompt_ids, list(range(len(prompt_ids))))
     input_ids, attention_mask = left_pad(distinct, pad_id, model_device(model))
     position_ids = positions(attention_mask)
     output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   use_cache=True, logits_to_keep=1)
+                   use_cache=True, logits_to_keep=0 if keep_logits else 1)
     rows = torch.tensor(owners, device=input_ids.device)
     cache = output.past_key_values
     if owners != list(range(len(distinct))):
         cache.batch_select_indices(rows)
     return Prefill(cache=cache, next_logits=output.logits[rows, -1, :], attention_mask=attention_mask[rows],
-                   next_position=position_ids[rows, -1] + 1)
+                   next_position=position_ids[rows, -1] + 1, logits=output.logits if keep_logits else None,
+                   owners=rows)

@@ -64,7 +64,7 @@ class LeaseGenerator:
         """The submission of ``lease`` (events left for the caller to add) and the seconds it took;
         ``version``: the weights' version now; ``between_turns``: swaps newer weights in."""
         clock, cpu = time.perf_counter(), time.thread_time()
-        work = ({"samples": [self._serve(request) for request in lease.samples]} if lease.samples
+        work = ({"samples": self._serve(lease.samples)} if lease.samples
                 else {"groups": self._groups(lease, version, between_turns)})
         seconds = time.perf_counter() - clock
         if self.throughput_factor < 1:
@@ -85,23 +85,47 @@ class LeaseGenerator:
             for e in episodes[index * group_size : (index + 1) * group_size]
         ]) for index, prompt in enumerate(lease.prompts)]
 
-    def _serve(self, request: LeasedSample) -> SampleResult:
-        """A training service client's request: its completions cut at their stops, and the prompt's
-        log-probs when asked for (seeded by the request's seed when it gives one)."""
-        generator = self.engine.generator(request.seed) if request.seed is not None else self.generator
-        stops = {self.tokenizer.eos_token_id} if request.stop_ids is None else set(request.stop_ids)
-        samples = self.engine.sample_with(request.sampler, [request.prompt_ids] * request.num_samples,
-                                          request.max_tokens, request.temperature,
-                                          self.tokenizer.eos_token_id if request.stop_ids is None else -1, generator)
-        sequences = []
-        for tokens, logprobs in zip(samples.completion_ids, samples.logprobs):
-            kept = stop_length(tokens, stops, request.stop_strings, self.tokenizer.decode)
-            end = len(tokens) if kept is None else kept
-            sequences.append(SampledSequence(token_ids=tokens[:end], logprobs=logprobs[:end],
-                                             stop_reason="length" if kept is None else "stop"))
-        prompt = (self.engine.prompt_logprobs(request.sampler, request.prompt_ids, request.temperature)
-                  if request.prompt_logprobs else None)
-        return SampleResult(slot=request.slot, sequences=sequences, prompt_logprobs=prompt)
+    def _serve(self, requests: list[LeasedSample]) -> list[SampleResult]:
+        """A training service's requests (in the lease's order): their completions cut at their
+        stops, and each prompt's log-probs when asked for.
+
+        Requests that sample alike (same sampler, token budget, temperature and stops, no seed) are
+        generated as one batch: a client's group often arrives as many one-sample requests (the
+        cookbook's loop samples every environment of a group on its own), and one batch of them
+        costs a fraction of their one-at-a-time sum. A seeded request is generated alone, so its
+        seed gives the same completions whatever else the lease holds."""
+        batches: dict[tuple, list[LeasedSample]] = {}
+        for request in requests:
+            alike = (request.sampler, request.max_tokens, request.temperature,
+                     None if request.stop_ids is None else tuple(request.stop_ids), tuple(request.stop_strings),
+                     None if request.seed is None else ("seeded", request.slot))
+            batches.setdefault(alike, []).append(request)
+        results = {}
+        for batch in batches.values():
+            results.update(zip((r.slot for r in batch), self._serve_alike(batch)))
+        return [results[request.slot] for request in requests]
+
+    def _serve_alike(self, batch: list[LeasedSample]) -> list[SampleResult]:
+        first = batch[0]
+        generator = self.engine.generator(first.seed) if first.seed is not None else self.generator
+        eos = self.tokenizer.eos_token_id
+        stops = {eos} if first.stop_ids is None else set(first.stop_ids)
+        samples = self.engine.sample_with(first.sampler, [r.prompt_ids for r in batch for _ in range(r.num_samples)],
+                                          first.max_tokens, first.temperature, eos if first.stop_ids is None else -1,
+                                          generator)
+        rows = iter(zip(samples.completion_ids, samples.logprobs))
+        results = []
+        for request in batch:
+            sequences = []
+            for tokens, logprobs in (next(rows) for _ in range(request.num_samples)):
+                kept = stop_length(tokens, stops, request.stop_strings, self.tokenizer.decode)
+                end = len(tokens) if kept is None else kept
+                sequences.append(SampledSequence(token_ids=tokens[:end], logprobs=logprobs[:end],
+                                                 stop_reason="length" if kept is None else "stop"))
+            prompt = (self.engine.prompt_logprobs(request.sampler, request.prompt_ids, request.temperature)
+                      if request.prompt_logprobs else None)
+            results.append(SampleResult(slot=request.slot, sequences=sequences, prompt_logprobs=prompt))
+        return results
 
     def _episodes(self, lease: LeaseResponse, version: Callable[[], int],
                   between_turns: Callable[[], None] | None) -> list[Episode]:

@@ -11,6 +11,7 @@ request again (answered with the same request id when it was applied, see :mod:`
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -53,12 +54,23 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
     def refusing(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
         """A route whose refusals (the request cannot be served) are a 400 naming why."""
         async def route(request: Request) -> Response:
+            started = time.perf_counter()
             try:
                 return await handler(request)
             except (*REFUSALS, WireError) as error:
                 raise HTTPException(400, str(error)) from None
+            finally:
+                service.api.add(time.perf_counter() - started - getattr(request.state, "waited_s", 0.0))
         route.__name__ = handler.__name__
         return route
+
+    async def waited(request: Request, request_id: str):
+        """The request's outcome within ``wait_s`` (None: not yet); the wait is not the API's own time."""
+        started = time.perf_counter()
+        try:
+            return await service.futures.wait(request_id, wait_s)
+        finally:
+            request.state.waited_s = time.perf_counter() - started
 
     def post(path: str):
         return lambda handler: guarded.post(path)(refusing(handler))
@@ -141,7 +153,7 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
     async def create_sampling_session(request: Request) -> JSONResponse:
         sampling_session, request_id = service.create_sampling_session(
             await body(request, types.CreateSamplingSessionRequest))
-        outcome = await service.futures.wait(request_id, wait_s)
+        outcome = await waited(request, request_id)
         if outcome is None or outcome.error is not None:
             raise HTTPException(503 if outcome is None else 400,
                                 "the sampler is still loading: try again" if outcome is None else outcome.error)
@@ -178,7 +190,7 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
     async def retrieve_future(request: Request) -> Response:
         asked = await body(request, types.FutureRetrieveRequest)
         try:
-            outcome = await service.futures.wait(asked.request_id, wait_s)
+            outcome = await waited(request, asked.request_id)
         except KeyError:
             raise HTTPException(410, f"request {asked.request_id} is not known here (the service restarted, "
                                      f"or the result was dropped): send the request again") from None

@@ -63,6 +63,10 @@ class TinkerService:
         self.owner: dict[str, str] = {}
         """Model id -> the session that created it."""
         self.last_request: dict[str, float] = {}
+        self.training_s = 0.0
+        """Seconds spent running forward-backward and optimizer steps (the training itself, beside
+        which the API layer's own time is measured: ``bench/tinker_service.py``)."""
+        self.api = ApiClock()
         self._stop = threading.Event()
 
     # ------------------------------------------------------------------ sessions
@@ -182,10 +186,19 @@ class TinkerService:
             rows = self.models.rows(given.data, spec)
 
         def run() -> ProtoResult:
-            outputs, metrics = self.models.forward_backward(model_id, rows, spec, backward=not forward_only)
+            with self._training():
+                outputs, metrics = self.models.forward_backward(model_id, rows, spec, backward=not forward_only)
             return ProtoResult(forward_backward_output(outputs, metrics))
 
         return self.turns.submit(model_id, request.seq_id, run)
+
+    @contextmanager
+    def _training(self) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.training_s += time.perf_counter() - started
 
     def optim_step(self, request: types.OptimStepRequest) -> str:
         self.model_session(request.model_id)
@@ -194,8 +207,11 @@ class TinkerService:
             if not isinstance(params, types.AdamParams):
                 raise RequestError(f"optimizer {getattr(params, 'type', type(params).__name__)!r} is not served "
                                    f"here: adam_params only")
-        return self.turns.submit(request.model_id, request.seq_id, lambda: types.OptimStepResponse(
-            metrics=self.models.optim_step(request.model_id, params)))
+        def step() -> types.OptimStepResponse:
+            with self._training():
+                return types.OptimStepResponse(metrics=self.models.optim_step(request.model_id, params))
+
+        return self.turns.submit(request.model_id, request.seq_id, step)
 
     def save_weights(self, request: types.SaveWeightsRequest) -> str:
         self.model_session(request.model_id)
@@ -323,11 +339,25 @@ class TinkerService:
                            samplers=len(desk.samplers) - 1 if desk is not None else 0,
                            samples_waiting=len(desk.pending) if desk is not None else 0,
                            samples_returned=counts.get("returned", 0), audited=counts.get("audited", 0),
-                           audits_failed=counts.get("audits_failed", 0))
+                           audits_failed=counts.get("audits_failed", 0), api_requests=self.api.requests,
+                           api_s=self.api.seconds, training_s=self.training_s)
 
     def close(self) -> None:
         self._stop.set()
         self.turns.close()
+
+
+class ApiClock:
+    """The API layer's own time: seconds spent handling requests (reading and checking a body,
+    queueing its work, encoding an answer), less any long-poll's wait for a result. Counted on the
+    event loop's thread only."""
+
+    def __init__(self) -> None:
+        self.requests, self.seconds = 0, 0.0
+
+    def add(self, seconds: float) -> None:
+        self.requests += 1
+        self.seconds += seconds
 
 
 def _refused(refusal: Exception) -> None:

@@ -41,21 +41,26 @@ log = logging.getLogger("echo2.service")
 CLIENT_FILE = "training_client.json"
 
 
-def lora_targets(model: PreTrainedModel, lora: types.LoraConfig) -> list[str]:
-    """The module names (suffixes) a client's adapter wraps: the attention projections
-    (``train_attn``), the MLP's (``train_mlp``) and the unembedding (``train_unembed``)."""
+def adaptable_layers(model: PreTrainedModel) -> dict[str, list[str]]:
+    """The module names (suffixes) an adapter may wrap, by the ``LoraConfig`` flag that asks for
+    them: the attention projections (``train_attn``), the MLP's (``train_mlp``) and the unembedding
+    (``train_unembed``). Read from the model before any adapter wraps its layers (peft's wrappers
+    hide each ``Linear`` one level down, beside the adapters' own)."""
     linear = [name for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)]
     output = model.get_output_embeddings()
-    unembed = [name for name, module in model.named_modules() if module is output]
-    groups = {"train_attn": sorted({n.rsplit(".", 1)[-1] for n in linear if ".self_attn." in n}),
-              "train_mlp": sorted({n.rsplit(".", 1)[-1] for n in linear if ".mlp." in n}),
-              "train_unembed": unembed}
-    wanted = [flag for flag in groups if getattr(lora, flag)]
+    return {"train_attn": sorted({n.rsplit(".", 1)[-1] for n in linear if ".self_attn." in n}),
+            "train_mlp": sorted({n.rsplit(".", 1)[-1] for n in linear if ".mlp." in n}),
+            "train_unembed": [name for name, module in model.named_modules() if module is output]}
+
+
+def lora_targets(layers: dict[str, list[str]], lora: types.LoraConfig, model: str) -> list[str]:
+    """The module names a client's adapter wraps: the ``layers`` its ``lora`` flags ask for."""
+    wanted = [flag for flag in layers if getattr(lora, flag)]
     if not wanted:
         raise RequestError("lora_config trains nothing: set at least one of train_attn, train_mlp, train_unembed")
-    if missing := [flag for flag in wanted if not groups[flag]]:
-        raise RequestError(f"{', '.join(missing)}: this model ({type(model).__name__}) has no such layers to adapt")
-    return [name for flag in wanted for name in groups[flag]]
+    if missing := [flag for flag in wanted if not layers[flag]]:
+        raise RequestError(f"{', '.join(missing)}: this model ({model}) has no such layers to adapt")
+    return [name for flag in wanted for name in layers[flag]]
 
 
 @dataclass
@@ -77,6 +82,7 @@ class TrainingModels:
         self.base, self.tokenizer = base.requires_grad_(False), tokenizer
         self.lora_alpha, self.max_rank, self.micro_batch = lora_alpha, max_rank, micro_batch
         self.precision = ComputePrecision(compute_dtype, next(base.parameters()).device.type)
+        self.layers = adaptable_layers(base)
         self.wrapped = None
         """The peft model holding every client's adapter (None until the first client)."""
         self.clients: dict[str, TrainingClient] = {}
@@ -93,7 +99,7 @@ class TrainingModels:
             raise RequestError(f"lora rank {lora.rank} is outside 1..{self.max_rank} (service.max_lora_rank)")
         peft = import_peft()
         config = peft.LoraConfig(r=lora.rank, lora_alpha=self.lora_alpha, lora_dropout=0.0, bias="none",
-                                 target_modules=lora_targets(self.base, lora), task_type="CAUSAL_LM")
+                                 target_modules=lora_targets(self.layers, lora, type(self.base).__name__), task_type="CAUSAL_LM")
         name = self._new_name()
         with torch.random.fork_rng(devices=[]), quiet_peft():
             torch.manual_seed(lora.seed if lora.seed is not None else self._names)
