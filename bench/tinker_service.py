@@ -256,6 +256,7 @@ def lab_or_reason():
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], "bench/out/tinker_service", lambda parser: parser.add_argument(
         "--runs", default=",".join(ARMS), help=f"comma-separated arms of {', '.join(ARMS)}"))
+    args.out = args.out.resolve()  # the recipe runs in its arm's folder
     runs = args.runs.split(",")
     if unknown := set(runs) - set(ARMS):
         raise SystemExit(f"unknown arms {sorted(unknown)}: choose from {', '.join(ARMS)}")

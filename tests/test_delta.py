@@ -243,3 +243,43 @@ def test_a_worker_two_versions_behind_rebuilds_the_newest_from_two_deltas():
         finally:
             behind.close()
             parent.close()
+
+
+def test_a_bundle_that_gained_and_lost_samplers_travels_as_a_small_rebased_delta():
+    """A training service's versions: s2 is s1 one optimizer step on, s1 leaves, s3 is another
+    client's first. The delta sends s2's step and s3, not the samplers the worker holds already,
+    and a worker holding the bundle before rebuilds the new one bit for bit."""
+    from echo2.broadcast.bundle import SamplerAdapter, bundle_copies, bundle_payload
+
+    torch.manual_seed(0)
+
+    def adapter(tensors: dict[str, torch.Tensor]) -> SamplerAdapter:
+        return SamplerAdapter(rank=4, alpha=8.0, tensors=tensors)
+
+    shapes = {f"layers.{k}.{m}.lora_{ab}.weight": (4, 256) if ab == "A" else (256, 4)
+              for k in range(4) for m in ("q_proj", "v_proj") for ab in "AB"}
+    s1 = {key: torch.randn(shape) for key, shape in shapes.items()}
+    s2 = {key: t + torch.randn_like(t) * 1e-4 for key, t in s1.items()}
+    kept = {key: torch.randn(shape) for key, shape in shapes.items()}
+    before = bundle_payload({"s0": adapter(kept), "s1": adapter(s1)})
+    after = bundle_payload({"s0": adapter(kept), "s2": adapter(s2), "s3": adapter({k: torch.randn(v) for k, v in
+                                                                                 list(shapes.items())[:4]})})
+    publisher = Publisher(BroadcastConfig(encoding="delta", chunk_mib=0.004), keep_versions=3, token=None)
+    relay = RelayServer(publisher.store, deltas=publisher.deltas).start()
+    worker = Node()
+    try:
+        first = publisher.publish_payload(0, before, {})
+        second = publisher.publish_payload(1, after, {"s0": "s0", "s2": "s1"})
+        new_sampler = 4 * 4 * 4 * 256  # s3's four float32 tensors of 4 x 256
+        assert second.delta_sha256 is not None and second.delta_bytes < 0.5 * second.size_bytes
+        assert second.delta_bytes < new_sampler + 0.3 * (len(after) - new_sampler)  # s0 costs nothing, s2 its step
+        fetch_version(0, [relay.url], worker.store, expected_sha256=first.sha256)
+        assert fetch_by_delta(second, [relay.url], worker.store, worker.deltas) == after
+        copies = bundle_copies(before, after, {"s0": "s0", "s2": "s1"})
+        assert len(copies) == 2 * len(shapes)  # every tensor of s0 and s2; none for s3 (no predecessor)
+        with pytest.raises(DeltaMismatch, match="falls outside"):
+            encode_delta(before, after, 4, copies=[(len(after) - 2, 0, 10)])
+    finally:
+        worker.close()
+        relay.stop()
+        publisher.close()

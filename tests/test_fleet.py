@@ -383,3 +383,26 @@ def test_a_fetch_reported_to_end_in_the_future_is_timed_when_the_report_arrived(
     state.heartbeat(liar, 1, [TimelineEvent(kind="fetch", start=far - 1, end=far, version=1)])
     assert state.parts.disseminated and state.parts.disseminated[0] < 5.0  # timed at the report, not at its claim
     assert state.books.census.arrival_s[liar.worker_id] < 5.0
+
+
+def test_a_training_services_client_steps_size_its_fleet_as_a_learners_steps_do():
+    """``echo2 serve``: each optimizer step of a client is one sample of the step time (the training it
+    ran) and of the rollouts a step needs (the completions its clients asked for meanwhile); the
+    same rule then parks what the clients' pace does not need."""
+    from echo2.service.demand import ServiceDemand
+
+    state = make_state(staleness=1, fleet=Fleet(ActivationPolicy(enabled=True, rollouts_per_step=1, staleness=1,
+                                                                 headroom=1.0)))
+    expensive, cheap = state.register("expensive", price_per_hour=3.0), state.register("cheap", price_per_hour=0.5)
+    measured(state, expensive, 10.0)
+    measured(state, cheap, 5.0)
+    demand = ServiceDemand(state)
+    demand.asked(16)
+    demand.asked(16)
+    demand.stepped(training_s=8.0)  # 32 completions a step over 8 s of training: 4 rollouts/s
+    assert state.fleet.policy.rollouts_per_step == 32 and state.books.clock.train_s == 8.0
+    assert cheap.active and not expensive.active  # 5 >= 4 at a sixth of the price
+    for _ in range(8):  # the clients now ask for four times as much a step: the cheap one alone falls short
+        demand.asked(128)
+        demand.stepped(training_s=8.0)
+    assert expensive.active

@@ -258,3 +258,61 @@ def test_a_workers_alike_sampling_requests_run_as_one_batch_and_a_seeded_one_alo
     assert [[s.token_ids for s in r.sequences] for r in results] == [[[1, 9], [1, 9]], [[3, 9]], [[4, 9]]]
     assert all(s.stop_reason == "stop" for r in results for s in r.sequences)
     assert results[2].prompt_logprobs == [-1.0, -1.0] and results[0].prompt_logprobs is None
+
+
+def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_and_forgets_old_retries():
+    """``SamplingDesk.retire``: a superseded sampler leaves once idle past ``sampler_idle_s`` (the
+    newest of a client, and one a request waits for, stay), a request no worker answered fails at
+    ``sample_timeout_s``, and the retry book forgets a request once its result is forgotten."""
+    from tinker import types
+
+    from echo2.broadcast.publisher import Publisher
+    from echo2.config import BroadcastConfig
+    from echo2.coordinator.records import Limits
+    from echo2.coordinator.state import CoordinatorState
+    from echo2.model.loading import load_model, load_tokenizer
+    from echo2.model.sources import SHIPPED_MODEL
+    from echo2.protocol import RunSpec
+    from echo2.service.sampling import AuditSettings, SamplingDesk, SamplingLimits
+    from echo2.service.training import TrainingModels
+
+    spec = RunSpec(model="m", dtype="float32", group_size=2, temperature=1.0, max_new_tokens=4, groups_per_lease=8,
+                   protocol="async", staleness=1, fetch_delay_s=0.0, broadcast_stall_s=5.0, broadcast_timeout_s=30.0,
+                   heartbeat_interval_s=1.0, seed=0, sampler_bundles=True)
+    state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20), iter(()), groups_per_step=1,
+                             run_token="t", lease_timeout_s=60, heartbeat_timeout_s=60, score=None,
+                             samples_to=lambda *_: None)
+    models = TrainingModels(load_model(SHIPPED_MODEL), load_tokenizer(SHIPPED_MODEL), lora_alpha=8, max_rank=4,
+                            micro_batch=8)
+    publisher = Publisher(BroadcastConfig(encoding="delta"), keep_versions=4, token=None, kind="bundle")
+    futures = Futures()
+    turns = Turns(futures)
+    desk = SamplingDesk(state, publisher, models, turns, futures, SamplingLimits(4, 4, None, 90.0, 60.0),
+                        AuditSettings(1, 0.5, 0.1, 0.5), None)  # before any client, as echo2 serve makes it
+    models.create("m", types.LoraConfig(rank=2, seed=0))
+    try:
+        desk.publish()
+        old, kept, newest = desk.snapshot("m"), desk.snapshot("m"), desk.snapshot("m")
+        desk.open_session("c", "c:sample:0", kept.name)
+        asked = types.SampleRequest(sampling_session_id="c:sample:0", seq_id=0, num_samples=1,
+                                    prompt=types.ModelInput.from_ints([1, 2, 3]),
+                                    sampling_params=types.SamplingParams(max_tokens=2))
+        request_id, _ = desk.sample(asked)
+        assert desk.sample(asked)[0] == request_id  # a retry: the same request
+        now = time.monotonic()
+        desk.retire(now + 10)
+        assert set(desk.samplers) == {BASE_SAMPLER, old.name, kept.name, newest.name}  # none idle yet
+        desk.retire(now + 61)
+        assert set(desk.samplers) == {BASE_SAMPLER, kept.name, newest.name}  # waited for, and the newest
+        assert outcome(futures, request_id, 0.1) is None
+        version = desk.version
+        desk.retire(now + 95)
+        assert desk.version == version  # nothing left: no new version
+        assert "sample_timeout_s" in outcome(futures, request_id).error and desk.counts["timed_out"] == 1
+        futures.keep_s = 0.0
+        futures.resolve(futures.create(), None)  # a result past its keep time is forgotten as the next one is made
+        desk.retire(now + 96)
+        assert not desk._seen and kept.name not in desk.samplers  # the retry book forgot it; kept left too
+    finally:
+        turns.close()
+        publisher.close()

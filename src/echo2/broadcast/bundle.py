@@ -4,10 +4,14 @@
 ``save_weights_for_sampler`` makes an immutable sampler of one of them. A version of the service's
 fleet is the set of samplers its clients still sample from: one safetensors payload whose tensors
 are named ``<sampler>/<peft name>`` and whose metadata gives each sampler's rank and alpha. It
-travels like any version (chunked, hashed, relayed; as a delta of the version before when the
-layout is the same, which it is while each training client keeps one sampler and replaces it:
-the synchronous loop of a Tinker client), and a worker rebuilds each sampler's merged weights from
-it (:class:`~echo2.rollout.engines.bundles.SamplerWeights`).
+travels like any version (chunked, hashed, relayed), and a worker rebuilds each sampler's merged
+weights from it (:class:`~echo2.rollout.engines.bundles.SamplerWeights`).
+
+Consecutive bundles rarely have one layout: each ``save_weights_for_sampler`` adds a sampler and
+idle ones leave. So a bundle travels as a delta against the one before *rebased*
+(:func:`bundle_copies`, :mod:`echo2.broadcast.delta`): every sampler it kept against its own bytes
+(nothing to send), a new one against its predecessor — the sampler its training client published
+before, one optimizer step away — and only what changed crosses the network.
 """
 
 from __future__ import annotations
@@ -93,3 +97,29 @@ def read_bundle(payload: bytes) -> dict[str, SamplerAdapter]:
     if unclaimed := [key for key in tensors if key.split("/", 1)[0] not in table]:
         raise CorruptPayload(f"tensors of no sampler in the bundle: {unclaimed[:3]}")
     return samplers
+
+
+def _layout(payload: bytes) -> tuple[int, dict[str, dict]]:
+    """Where a safetensors payload's tensor bytes start, and its tensors' dtype, shape and offsets."""
+    size = int.from_bytes(payload[:8], "little")
+    header = json.loads(payload[8 : 8 + size])
+    header.pop("__metadata__", None)
+    return 8 + size, header
+
+
+def bundle_copies(previous: bytes, new: bytes, predecessors: Mapping[str, str]) -> list[tuple[int, int, int]]:
+    """The runs of ``previous`` that rebase it to ``new``'s layout (:func:`echo2.broadcast.delta.rebased`):
+    each tensor of a sampler of ``new`` over the same tensor of its predecessor in ``previous``
+    (``predecessors``: new sampler -> a sampler of ``previous``; itself when kept), where both have
+    it in the same dtype and shape. Empty: nothing of ``previous`` helps."""
+    old_start, old_tensors = _layout(previous)
+    new_start, new_tensors = _layout(new)
+    copies = []
+    for name, tensor in new_tensors.items():
+        sampler, _, key = name.partition("/")
+        source = old_tensors.get(f"{predecessors.get(sampler, '')}/{key}")
+        if source is None or (source["dtype"], source["shape"]) != (tensor["dtype"], tensor["shape"]):
+            continue
+        begin, end = tensor["data_offsets"]
+        copies.append((new_start + begin, old_start + source["data_offsets"][0], end - begin))
+    return copies

@@ -11,6 +11,14 @@ version) and of the result (checked after applying).
 
 Payloads are safetensors bytes of the same layout (same tensors, dtypes and order: every
 version of one run). ``word`` is the payload dtype's size (4 for float32, 2 for bfloat16).
+
+A version of another layout (a training service's bundle that gained or lost a sampler,
+:mod:`echo2.broadcast.bundle`) is a delta against a *rebased* base: a buffer of the new payload's
+length, zero but for the byte ranges ``copies`` names, each a run of the held payload put where the
+same tensor (or its predecessor) lies in the new one. The copies travel in the delta's header, so a
+receiver builds the same rebased base from the payload it holds; what the new version has that the
+held one lacks (its header, a new sampler) is XORed against zeros, and what it kept is XORed against
+itself — zero bytes, which compress to nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +31,11 @@ import zstandard
 from echo2.broadcast.integrity import CorruptPayload, sha256
 
 _MAGIC = b"ECHO2DLT"
-_HEADER = struct.Struct("<8s32s32sQB")  # magic, base sha256, result sha256, result length, word size
+_HEADER = struct.Struct("<8s32s32sQBI")  # magic, base sha256, result sha256, result length, word size, copies
+_COPY = struct.Struct("<QQQ")  # a rebased base's run: where in it, where in the held payload, how many bytes
+
+#: A run of the held payload in a rebased base: (offset in the base, offset in the held payload, length).
+Copy = tuple[int, int, int]
 
 
 class DeltaMismatch(CorruptPayload):
@@ -41,16 +53,32 @@ def _unshuffle(data: np.ndarray, word: int) -> np.ndarray:
     return np.concatenate([data[:whole].reshape(word, -1).T.reshape(-1), data[whole:]])
 
 
-def encode_delta(base: bytes, new: bytes, word: int, level: int = 3, threads: int = 0) -> bytes:
-    """The delta that turns ``base`` into ``new`` (same length: one layout); ``level``: zstd's."""
-    if len(base) != len(new):
+def encode_delta(base: bytes, new: bytes, word: int, level: int = 3, threads: int = 0,
+                 copies: list[Copy] | None = None) -> bytes:
+    """The delta that turns ``base`` into ``new``: of the same length (one layout), or, with
+    ``copies``, of any layout, against ``base`` rebased by them (:func:`rebased`); ``level``: zstd's."""
+    if copies is None and len(base) != len(new):
         raise DeltaMismatch(f"payloads of {len(base)} and {len(new)} bytes have different layouts")
     if word not in (1, 2, 4, 8):
         raise ValueError(f"word must be 1, 2, 4 or 8 bytes, not {word}")
-    xor = np.frombuffer(base, dtype=np.uint8) ^ np.frombuffer(new, dtype=np.uint8)
+    against = base if copies is None else rebased(base, len(new), copies)
+    xor = np.frombuffer(against, dtype=np.uint8) ^ np.frombuffer(new, dtype=np.uint8)
     body = zstandard.ZstdCompressor(level=level, threads=threads).compress(_shuffle(xor, word).tobytes())
-    header = _HEADER.pack(_MAGIC, bytes.fromhex(sha256(base)), bytes.fromhex(sha256(new)), len(new), word)
-    return header + body
+    runs = copies or []
+    header = _HEADER.pack(_MAGIC, bytes.fromhex(sha256(base)), bytes.fromhex(sha256(new)), len(new), word, len(runs))
+    return header + b"".join(_COPY.pack(*run) for run in runs) + body
+
+
+def rebased(held: bytes, length: int, copies: list[Copy]) -> bytes:
+    """``length`` zero bytes but for ``copies``: each ``(at, source, size)`` puts ``held[source :
+    source + size]`` at ``at``; a run outside either buffer is a corrupt delta."""
+    base = bytearray(length)
+    for at, source, size in copies:
+        if at + size > length or source + size > len(held):
+            raise DeltaMismatch(f"a rebasing run ({at}, {source}, {size}) falls outside the payloads "
+                                f"({length} and {len(held)} bytes)")
+        base[at : at + size] = held[source : source + size]
+    return bytes(base)
 
 
 def delta_base(delta: bytes) -> str:
@@ -61,16 +89,23 @@ def delta_base(delta: bytes) -> str:
 def _header(delta: bytes) -> tuple:
     if len(delta) < _HEADER.size or delta[:8] != _MAGIC:
         raise CorruptPayload("not an echo2 delta (bad magic)")
-    return _HEADER.unpack_from(delta)
+    header = _HEADER.unpack_from(delta)
+    if len(delta) < _HEADER.size + header[5] * _COPY.size:
+        raise CorruptPayload(f"the delta is cut short inside its {header[5]} rebasing runs")
+    return header
 
 
 def apply_delta(base: bytes, delta: bytes) -> bytes:
-    """``base`` turned into the delta's result, verified against the result's sha256."""
-    _, base_hash, result_hash, length, word = _header(delta)
-    if len(base) != length or sha256(base) != base_hash.hex():
+    """``base`` turned into the delta's result (``base`` rebased first when the delta says how),
+    verified against the result's sha256."""
+    _, base_hash, result_hash, length, word, runs = _header(delta)
+    if (not runs and len(base) != length) or sha256(base) != base_hash.hex():
         raise DeltaMismatch(f"this delta applies to the payload {base_hash.hex()[:12]}…, not to the one held")
+    body = _HEADER.size + runs * _COPY.size
+    if runs:
+        base = rebased(base, length, [_COPY.unpack_from(delta, _HEADER.size + k * _COPY.size) for k in range(runs)])
     try:
-        shuffled = zstandard.ZstdDecompressor().decompress(delta[_HEADER.size:], max_output_size=length)
+        shuffled = zstandard.ZstdDecompressor().decompress(delta[body:], max_output_size=length)
     except zstandard.ZstdError as error:
         raise CorruptPayload(f"delta body does not decompress: {error}") from None
     if len(shuffled) != length:

@@ -13,11 +13,12 @@ served under ``/v1/broadcast/delta``. The chunk routes accept only the run's bro
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from fastapi import FastAPI
 
+from echo2.broadcast.bundle import bundle_copies
 from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.delta import delta_base, encode_delta
 from echo2.broadcast.payload import PAYLOAD_DTYPES, PayloadKind, serialize_parameters
@@ -63,17 +64,21 @@ class Publisher:
         coordinator announces of it."""
         return self.publish_payload(version, serialize_parameters(model, self.config.dtype, self.kind))
 
-    def publish_payload(self, version: int, payload: bytes) -> VersionInfo:
-        """:meth:`publish` of a payload already made (a training service's bundle, :mod:`.bundle`)."""
+    def publish_payload(self, version: int, payload: bytes,
+                        predecessors: Mapping[str, str] | None = None) -> VersionInfo:
+        """:meth:`publish` of a payload already made; a training service's bundle (:mod:`.bundle`)
+        names each sampler's ``predecessors`` in the bundle before, its delta's rebased base."""
         chunk_size = max(1, int(self.config.chunk_mib * MIB))
         manifest = self.store.publish(version, payload, chunk_size=chunk_size, kind=self.kind, dtype=self.config.dtype)
         info = VersionInfo(version=version, sha256=manifest.sha256, size_bytes=manifest.total_bytes)
         if self.deltas is not None:
             previous, self._previous = self._previous, (version, payload)
-            if previous is not None and previous[0] == version - 1 and len(previous[1]) == len(payload):
+            copies = (bundle_copies(previous[1], payload, predecessors)
+                      if previous is not None and predecessors is not None else None)
+            if previous is not None and previous[0] == version - 1 and (copies or len(previous[1]) == len(payload)):
                 started = time.perf_counter()
                 word = PAYLOAD_DTYPES[self.config.dtype].itemsize
-                delta = encode_delta(previous[1], payload, word)
+                delta = encode_delta(previous[1], payload, word, copies=copies or None)
                 delta_manifest = self.deltas.publish(version, delta, chunk_size=chunk_size, kind=self.kind,
                                                      dtype=self.config.dtype, base_sha256=delta_base(delta))
                 self.encode_s = time.perf_counter() - started

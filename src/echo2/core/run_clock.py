@@ -36,9 +36,14 @@ class RunClock:
         without a step before it, the first or a resumed one, measures nothing and plans nothing)."""
         if self.batch_taken_at is None:
             return False
-        self.train_s = ema(self.train_s, now - self.batch_taken_at, EMA_WEIGHT)
+        self.step_took(now - self.batch_taken_at)
         self.batch_taken_at = None
         return version % self.replan_every == 0
+
+    def step_took(self, seconds: float) -> None:
+        """One sample of ``T_train``: a learner step, or a training service's optimizer step (the
+        training it ran since the one before, :mod:`echo2.service.demand`)."""
+        self.train_s = ema(self.train_s, seconds, EMA_WEIGHT)
 
     def disseminated(self, latencies: list[float]) -> None:
         """Versions finished spreading, each taking these seconds from publish to the last worker:

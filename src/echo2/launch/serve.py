@@ -22,6 +22,7 @@ from echo2.broadcast.payload import PAYLOAD_DTYPES
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, dump_config
 from echo2.coordinator.app import create_app
+from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.membership import TRIAL_SEATS
 from echo2.coordinator.records import Limits
 from echo2.coordinator.server import CoordinatorServer
@@ -31,6 +32,7 @@ from echo2.model.loading import load_model, load_tokenizer, pin_threads
 from echo2.model.sources import resolve_model_path
 from echo2.net.ratelimit import RateLimiter
 from echo2.net.redact import redact_logs, remove_redaction
+from echo2.planning.activation_rule import ActivationPolicy
 from echo2.service.api import tinker_router
 from echo2.service.checkpoints import CheckpointStore
 from echo2.service.sampling import AuditSettings, SamplingDesk, SamplingLimits
@@ -79,7 +81,8 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
         iter(()), groups_per_step=config.learner.groups_per_step, run_token=token,
         lease_timeout_s=config.coordinator.lease_timeout_s, heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
         window_share=config.coordinator.window_share, trial_seats=max(TRIAL_SEATS, config.workers.count),
-        check_relays=True, score=_unscored, planner=publisher.planner,
+        check_relays=True, score=_unscored, planner=publisher.planner, replan_every=config.activation.replan_every,
+        fleet=Fleet(ActivationPolicy.from_rule(config.activation, rollouts_per_step=1, staleness=config.staleness)),
         samples_to=lambda worker_id, lease, results: desk.results(worker_id, lease, results))
     models = TrainingModels(base, tokenizer, lora_alpha=config.service.lora_alpha,
                             max_rank=config.service.max_lora_rank, micro_batch=config.learner.micro_batch,

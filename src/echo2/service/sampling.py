@@ -45,6 +45,7 @@ from echo2.learner.verification import AuditRates
 from echo2.model.sampling import prompt_logprobs
 from echo2.protocol import LeasedSample, SampleResult
 from echo2.rollout.engines.bundles import BASE_SAMPLER, SamplerWeights
+from echo2.service.demand import ServiceDemand
 from echo2.service.futures import Futures
 from echo2.service.training import TrainingModels
 from echo2.service.turns import RequestError, Turns
@@ -110,7 +111,11 @@ class SamplingDesk:
         """(sampling session, seq_id) -> the request id and sequence ids it was given (a retry gets the same)."""
         self.rates = AuditRates(audit.probation, audit.decay, audit.floor)
         self.rng = random.Random(seed)
+        self.demand = ServiceDemand(state)
+        """The clients' steps, as cost-aware activation reads them."""
         self._names = 0
+        self._bundled: dict[str, str | None] = {}
+        """The samplers of the last bundle published, each with its training client."""
         self._lock = threading.Lock()
         self._auditor = SamplerWeights(copy.deepcopy(models.base).eval())
         """A plain copy of the base model, each audited sampler merged in as workers merge it."""
@@ -119,13 +124,26 @@ class SamplingDesk:
     # ------------------------------------------------------------------ samplers and versions
     def publish(self) -> int:
         """A new version: the bundle of the samplers kept now (call on the work thread)."""
-        adapters = {s.name: s.adapter for s in self.samplers.values() if s.adapter is not None}
+        kept = [s for s in self.samplers.values() if s.adapter is not None]
+        adapters = {s.name: s.adapter for s in kept}
         self.version += 1
-        info = self.publisher.publish_payload(self.version, bundle_payload(adapters, self.payload_dtype))
+        info = self.publisher.publish_payload(self.version, bundle_payload(adapters, self.payload_dtype),
+                                              self._predecessors(kept))
+        self._bundled = {s.name: s.model_id for s in kept}
         self.state.publish(info)
         self._auditor.hold(adapters)
         log.info("version %d: %d sampler(s), %d bytes", self.version, len(adapters), info.size_bytes)
         return self.version
+
+    def _predecessors(self, kept: list[Sampler]) -> dict[str, str]:
+        """Each sampler's base in the delta from the bundle before: itself when that bundle had it,
+        else the newest sampler its training client had there (one or a few optimizer steps back)."""
+        newest: dict[str, str] = {}
+        for name, model_id in self._bundled.items():
+            if model_id is not None and _number(name) > _number(newest.get(model_id, "")):
+                newest[model_id] = name
+        return {s.name: s.name if s.name in self._bundled else newest[s.model_id] for s in kept
+                if s.name in self._bundled or s.model_id in newest}
 
     def snapshot(self, model_id: str, path: str | None = None) -> Sampler:
         """A new sampler of ``model_id``'s adapter as it is now, published (call on the work thread)."""
@@ -160,8 +178,10 @@ class SamplingDesk:
             self.sessions[sampling_session_id] = (session_id, sampler)
 
     def retire(self, now: float | None = None) -> None:
-        """Drop the samplers no client will sample from again, and the requests nobody answered in
-        time; publish the smaller bundle if any sampler left (call on the work thread)."""
+        """Drop the samplers no client will sample from again, the requests nobody answered in time
+        and the retry book's requests whose results are forgotten (:class:`~echo2.service.futures.Futures`
+        keeps them an hour, the SDK retries for five minutes); publish the smaller bundle if any
+        sampler left (call on the work thread)."""
         now = time.monotonic() if now is None else now
         with self._lock:
             late = [p for p in self.pending.values() if now - p.created > self.limits.sample_timeout_s]
@@ -174,6 +194,9 @@ class SamplingDesk:
                     and newest.get(s.model_id) != s.name and now - s.last_used > self.limits.sampler_idle_s]
             for sampler in gone:
                 del self.samplers[sampler.name]
+            for key, (request_id, _) in list(self._seen.items()):  # past any retry of theirs: forgotten
+                if request_id not in self.pending and not self.futures.known(request_id):
+                    del self._seen[key]
         for pending in late:
             self._fail(pending, f"no worker answered within service.sample_timeout_s={self.limits.sample_timeout_s:g}s")
             self.counts["timed_out"] += 1
@@ -214,6 +237,7 @@ class SamplingDesk:
             if request.seq_id is not None:
                 self._seen[(sampling_session, request.seq_id)] = (request_id, ids)
         self.state.queue_samples([work])
+        self.demand.asked(request.num_samples)
         return request_id, ids
 
     def _leased(self, request: types.SampleRequest, sampler: str) -> LeasedSample:

@@ -67,6 +67,7 @@ class TinkerService:
         """Seconds spent running forward-backward and optimizer steps (the training itself, beside
         which the API layer's own time is measured: ``bench/tinker_service.py``)."""
         self.api = ApiClock()
+        self._trained_before_step = 0.0
         self._stop = threading.Event()
 
     # ------------------------------------------------------------------ sessions
@@ -209,7 +210,11 @@ class TinkerService:
                                    f"here: adam_params only")
         def step() -> types.OptimStepResponse:
             with self._training():
-                return types.OptimStepResponse(metrics=self.models.optim_step(request.model_id, params))
+                metrics = self.models.optim_step(request.model_id, params)
+            if self.sampling is not None:  # one sample of the step time cost-aware activation plans with
+                self.sampling.demand.stepped(self.training_s - self._trained_before_step)
+            self._trained_before_step = self.training_s
+            return types.OptimStepResponse(metrics=metrics)
 
         return self.turns.submit(request.model_id, request.seq_id, step)
 
