@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tinker
 from conftest import wait_for
-from service_support import Served
+from service_support import LosingProxy, Served
 from tinker import types
 from tinker.proto.request_conv import forward_backward_request_to_proto
 
@@ -135,6 +135,26 @@ def test_a_retried_optim_step_is_applied_once_and_requests_run_in_seq_id_order(s
     assert state["steps"] == 1
     assert http.post("/retrieve_future", json={"request_id": "req-999999"}).status_code == 410
     assert httpx.post(f"{served.url}/api/v1/create_session", json={}, timeout=5).status_code == 401
+
+
+def test_the_sdk_sends_an_optim_step_whose_answer_was_lost_again_and_it_is_applied_once(served):
+    """The unmodified SDK behind a proxy that loses the service's answer to its optimizer step: the
+    SDK sends the step again (its own retry), the service answers with the first one's request id,
+    and the adapter takes one step."""
+    proxy = LosingProxy(served.url, "/api/v1/optim_step")
+    try:
+        trainer = tinker.ServiceClient(base_url=proxy.url, api_key=served.key).create_lora_training_client(
+            base_model=SHIPPED_MODEL, rank=2).result()
+        datum = types.Datum(model_input=types.ModelInput.from_ints([3, 4, 5]),
+                            loss_fn_inputs={"target_tokens": [4, 5, 6], "weights": [1.0, 1.0, 1.0]})
+        trainer.forward_backward([datum], "cross_entropy").result()
+        metrics = trainer.optim_step(types.AdamParams(learning_rate=0.01)).result(timeout=120).metrics
+        assert metrics["grad_norm:mean"] > 0
+        assert (proxy.requests, proxy.lost) == (2, 1)  # sent twice, the first answer lost
+        steps = {c["model_id"]: c["steps"] for c in served.dashboard()["service"]["training_clients"]}
+        assert steps[trainer.model_id] == 1
+    finally:
+        proxy.close()
 
 
 def test_requests_the_service_cannot_serve_are_refused_with_the_reason(served):
