@@ -43,7 +43,11 @@ class ChatPrompt:
 
     def render(self, user: str) -> str:
         """The prompt text: system (when set) and user messages, then the assistant's turn opened."""
-        return self._tokenizer.apply_chat_template(self.opening(user), tokenize=False, add_generation_prompt=True)
+        return self.render_messages(self.opening(user))
+
+    def render_messages(self, messages: list[dict[str, str]]) -> str:
+        """A whole conversation's prompt text, the assistant's next turn opened."""
+        return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def continuation(self, conversation: list[dict[str, str]], messages: list[dict[str, str]]) -> str:
         """The text inserted after the model's last turn of ``conversation`` (an assistant message
