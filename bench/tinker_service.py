@@ -216,7 +216,7 @@ def curve(name: str, rewards: list[float], elapsed: list[float], samples: int, l
 
 
 def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+    return mean_std(values)[0]
 
 
 def plot(rows: list[dict[str, Any]], out: Path) -> Path:

@@ -73,9 +73,10 @@ class Publisher:
         info = VersionInfo(version=version, sha256=manifest.sha256, size_bytes=manifest.total_bytes)
         if self.deltas is not None:
             previous, self._previous = self._previous, (version, payload)
-            copies = (bundle_copies(previous[1], payload, predecessors)
-                      if previous is not None and predecessors is not None else None)
-            if previous is not None and previous[0] == version - 1 and (copies or len(previous[1]) == len(payload)):
+            consecutive = previous is not None and previous[0] == version - 1
+            copies = bundle_copies(previous[1], payload, predecessors) if consecutive and predecessors is not None \
+                else None
+            if consecutive and (copies or len(previous[1]) == len(payload)):
                 started = time.perf_counter()
                 word = PAYLOAD_DTYPES[self.config.dtype].itemsize
                 delta = encode_delta(previous[1], payload, word, copies=copies or None)
