@@ -140,7 +140,7 @@ def left_out_by_the_step(groups, suspects: dict[int, str]) -> list:
                         model, load_tokenizer("echo2/tiny-arith"), versions, seed=0)
     calls = []
     loop = SimpleNamespace(learner=SimpleNamespace(suspects=suspects), verifier=verifier,
-                           state=SimpleNamespace(give_back=lambda taken, reason, why: calls.append((taken, reason, why))))
+                           state=SimpleNamespace(give_back=lambda taken, reason, why, worker_id=None: calls.append((taken, reason, why))))
     LearnerLoop._quarantine_suspects(loop, groups)
     return calls
 

@@ -8,6 +8,7 @@ methods named in :class:`RolloutSource`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -35,6 +36,31 @@ class Group:
     (None: every token is the model's)."""
     turn_versions: list[list[int]] | None = None
     """Episodes: per completion, the version that sampled each model turn (None: all at ``version``)."""
+    prompt_ids: list[list[int]] | None = None
+    """Agent episodes (:mod:`echo2.gateway`): per completion, the ids its segment began with (None:
+    the example's prompt, as the learner's tokenizer encodes it)."""
+    episodes: list[int] | None = None
+    """Agent episodes: per completion, which of the group's ``rewards`` it earned (an episode whose
+    history the agent rewrote is trained as one completion per segment); None: completion i is episode i."""
+    turn_workers: list[list[str]] | None = None
+    """Agent episodes: per completion, the worker that sampled each model turn (None: ``worker_id``
+    sampled them all). An agent's calls go to whichever worker leases them first."""
+
+    def workers(self) -> list[str]:
+        """Every worker that sampled a turn of this group (each once): those its audit answers for."""
+        if self.turn_workers is None:
+            return [self.worker_id]
+        return list(dict.fromkeys(w for turns in self.turn_workers for w in turns))
+
+    def prompt_rows(self, encode: Callable[[str], list[int]]) -> list[list[int]]:
+        """Each completion's prompt ids (``encode``: the learner's tokenizer, for the example's prompt)."""
+        if self.prompt_ids is not None:
+            return self.prompt_ids
+        return [encode(self.example.prompt)] * len(self.token_ids)
+
+    def episode_rows(self) -> list[int]:
+        """Per completion, the index of its episode's reward."""
+        return self.episodes if self.episodes is not None else list(range(len(self.token_ids)))
 
     def model_mask(self, index: int) -> list[int]:
         """Completion ``index``: 1 at the tokens the model sampled (the ones trained and audited)."""
@@ -46,15 +72,18 @@ class Group:
             return [self.version]
         return sorted({v for turns in self.turn_versions for v in turns})
 
-    def mask_at(self, index: int, version: int) -> list[int]:
-        """Completion ``index``: 1 at the model's tokens of the turns ``version`` sampled."""
+    def mask_at(self, index: int, version: int, worker_id: str | None = None) -> list[int]:
+        """Completion ``index``: 1 at the model's tokens of the turns ``version`` sampled (and
+        ``worker_id``, when given)."""
         mask = self.model_mask(index)
         if self.turn_versions is None:
-            return mask if version == self.version else [0] * len(mask)
+            sampled = version == self.version and worker_id in (None, self.worker_id)
+            return mask if sampled else [0] * len(mask)
         at = list(mask)
         own = [(start, end) for start, end, value in segments(mask) if value]
-        for (start, end), turn_version in zip(own, self.turn_versions[index], strict=True):
-            if turn_version != version:
+        workers = self.turn_workers[index] if self.turn_workers is not None else [self.worker_id] * len(own)
+        for (start, end), turn_version, worker in zip(own, self.turn_versions[index], workers, strict=True):
+            if turn_version != version or worker_id not in (None, worker):
                 at[start:end] = [0] * (end - start)
         return at
 
@@ -143,8 +172,8 @@ class RolloutSource(Protocol):
     def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
         """``count`` groups fresh for ``step``, or :class:`NoBatch` after ``timeout_s``."""
 
-    def give_back(self, groups: list[Group], reason: GiveBack, why: str = "") -> None:
-        """Taken groups the learner does not train on, and why."""
+    def give_back(self, groups: list[Group], reason: GiveBack, why: str = "", worker_id: str | None = None) -> None:
+        """Taken groups the learner does not train on, and why (``suspect``: ``worker_id`` lied)."""
 
     def publish(self, info: VersionInfo) -> None:
         """Announce a version the publisher serves now (its number, hash, size and delta)."""

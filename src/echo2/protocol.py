@@ -132,6 +132,14 @@ class RunSpec(Message):
     sampler_bundles: bool = False
     """A training service's fleet (``echo2 serve``): each version is a bundle of the clients'
     sampler adapters (:mod:`echo2.broadcast.bundle`) and leases carry sampling requests."""
+    agent_calls: bool = False
+    """An agent run (``task.name=agent:...``): leases carry the agents' model calls
+    (:mod:`echo2.gateway`), sampled with the run's own weights (the sampler ``""``)."""
+
+    @property
+    def serves_requests(self) -> bool:
+        """Whether leases carry sampling requests (a service's clients', an agent's calls), not prompts."""
+        return self.sampler_bundles or self.agent_calls
 
 
 class RegisterResponse(Message):

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from echo2.config.agent import AgentConfig
 from echo2.config.asynchrony import Asynchrony
 from echo2.config.base import ConfigError, Section, apply_override, builtin_or_path, describe, read_yaml
 from echo2.config.evaluation import EvalConfig
@@ -50,7 +51,8 @@ class ModelConfig(Section):
 
 class TaskConfig(Section):
     name: str = "arithmetic"
-    """``arithmetic``, ``jsonl``, or ``module:Class`` naming a subclass of ``echo2.tasks.Task``."""
+    """``arithmetic``, ``jsonl``, or ``module:Class`` naming a subclass of ``echo2.tasks.Task``; or
+    ``agent:module:function``, an async agent function played through the gateway (``agent.*``)."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments of the task class (e.g. ``num_operands``, ``path`` for jsonl)."""
 
@@ -310,6 +312,8 @@ class Config(Asynchrony):
     emulation: EmulationConfig = Field(default_factory=EmulationConfig)
     service: ServiceConfig = Field(default_factory=ServiceConfig)
     """``echo2 serve`` only (:mod:`echo2.config.service`)."""
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    """``task.name=agent:module:function`` only (:mod:`echo2.config.agent`)."""
 
     @property
     def rollouts_per_step(self) -> int:

@@ -59,7 +59,7 @@ class LearnerDesk:
                     f"buffered (a step takes {self.parts.groups_per_step}), {len(self.parts.registry.live())} live workers"
                     + (f", {silent} declared dead (silent)" if silent else ""))
 
-    def give_back(self, groups: list[Group], reason: GiveBack, why: str = "") -> None:
+    def give_back(self, groups: list[Group], reason: GiveBack, why: str = "", worker_id: str | None = None) -> None:
         """Groups the learner took but does not train on; their slots stop counting against the
         pacing window, so that replacements are leased at once.
 
@@ -68,7 +68,9 @@ class LearnerDesk:
         * ``unauditable``: their version was lost in a restart; never trained unaudited, their
           prompts re-queued for a fresh sample, counted in the report;
         * ``suspect``: their workers failed verification (``why``): each is quarantined
-          (:meth:`quarantine`), these groups discarded with its others, their prompts re-queued.
+          (:meth:`quarantine`), these groups discarded with its others, their prompts re-queued;
+          ``worker_id``: the one worker found lying (an agent's group has a worker per call), else
+          every group's worker.
         """
         with self.parts.cond:
             given = {id(group) for group in groups}
@@ -80,5 +82,5 @@ class LearnerDesk:
                 self.parts.drop_taken(groups, requeue=True)
                 self.parts.books.counters.groups_discarded_unauditable += len(groups)
             else:
-                for worker_id in dict.fromkeys(group.worker_id for group in groups):
-                    self.members.quarantine(worker_id, why, taken=[g for g in groups if g.worker_id == worker_id])
+                for suspect in [worker_id] if worker_id else dict.fromkeys(group.worker_id for group in groups):
+                    self.members.quarantine(suspect, why, taken=[g for g in groups if suspect in g.workers()])

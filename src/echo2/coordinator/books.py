@@ -72,7 +72,10 @@ class CoordinatorBooks:
         self.spec, self.limits = spec, limits
         self.samples_to = samples_to
         """Where the results of a sampling lease go once checked (a training service: it audits them and
-        answers its clients); None: a task's run, which leases prompts only."""
+        answers its clients; an agent run's gateway: it answers the agents' calls); None: a task's run,
+        which leases prompts only."""
+        self.reapers: list[Callable[[], None]] = []
+        """More to reap with the silent workers (call locked): an agent run's episodes past their deadline."""
         self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.on_interval = on_interval
@@ -84,7 +87,7 @@ class CoordinatorBooks:
         self.trained = TrainedDraws()
         self.registry = WorkerRegistry(run_token)
         self.books: RunBooks[WorkerRecord, Group] = RunBooks(
-            self.registry.workers, lambda group: group.worker_id, staleness=spec.staleness,
+            self.registry.workers, Group.workers, staleness=spec.staleness,
             groups_per_step=groups_per_step, group_size=limits.group_size,
             shares=SharePolicy(groups_per_lease=spec.groups_per_lease, window_share=window_share,
                                grows_with_delivery=spec.size_leases_to_device),

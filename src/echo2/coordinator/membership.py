@@ -141,6 +141,8 @@ class Membership:
                 overdue = now > lease.deadline
                 if overdue or not self.parts.registry.workers[lease.worker_id].alive:
                     self.parts.expire(lease, missed_deadline=overdue)  # a miss slows its worker, then parks it
+            for reap in self.parts.reapers:
+                reap()
 
     def deregister(self, record: WorkerRecord) -> None:
         """A worker leaving on purpose (preemption): its unfinished leases go back to the queue now."""
@@ -167,7 +169,7 @@ class Membership:
             self.parts.books.counters.workers_quarantined += 1
             for lease in self.parts.books.active_leases(worker_id):
                 self.parts.expire(lease)
-            mine = self.parts.books.ledger.evict(lambda group: group.worker_id == worker_id)
+            mine = self.parts.books.ledger.evict(lambda group: worker_id in group.workers())
             self.parts.books.counters.groups_discarded_quarantined += len(mine)
             log.warning("quarantined worker %s: %s (%d groups discarded)", record.name, reason, len(mine) + len(taken))
             self.parts.replan(f"{record.name} quarantined")  # out of activation, billing and the census

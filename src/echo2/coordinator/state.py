@@ -105,8 +105,8 @@ class CoordinatorState:
     def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
         return self.learner.take_batch(step, timeout_s, count)
 
-    def give_back(self, groups: list[Group], reason: GiveBack, why: str = "") -> None:
-        self.learner.give_back(groups, reason, why)
+    def give_back(self, groups: list[Group], reason: GiveBack, why: str = "", worker_id: str | None = None) -> None:
+        self.learner.give_back(groups, reason, why, worker_id)
 
     def data_wait(self) -> str | None:
         return self.learner.data_wait()

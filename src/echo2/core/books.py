@@ -133,16 +133,16 @@ L = TypeVar("L", bound=Lease)
 
 class Books(Generic[W, G]):
     """``workers``: the run's workers by id (the books read them, the caller adds them);
-    ``worker_of``: the id of the worker that generated a group (None: the learner's own, before a
-    resume); ``on_parked(worker, seconds, why)``: told when a miss parks a worker; ``prompts``:
+    ``workers_of``: the ids of the workers that generated a group (one, or an agent's group: one per
+    call's worker; an id the books do not know: the learner's own, before a resume); ``on_parked(worker, seconds, why)``: told when a miss parks a worker; ``prompts``:
     whether a task's prompts are leased (False: a training service's fleet, sampling requests only)."""
 
-    def __init__(self, workers: Mapping[str, W], worker_of: Callable[[G], str | None], *, staleness: int,
+    def __init__(self, workers: Mapping[str, W], workers_of: Callable[[G], Iterable[str]], *, staleness: int,
                  groups_per_step: int, group_size: int, shares: SharePolicy, lease_timeout_s: float,
                  replan_every: int, train_s: float | None = None, lease_ids: Callable[[], str] | None = None,
                  on_parked: Callable[[W, float, str], None] = lambda worker, seconds, why: None,
                  prompts: bool = True) -> None:
-        self.workers, self.worker_of, self.prompts = workers, worker_of, prompts
+        self.workers, self.workers_of, self.prompts = workers, workers_of, prompts
         self.samples = SampleQueue()
         """Sampling requests waiting for a worker (:mod:`~echo2.core.sample_queue`)."""
         self.ledger: PacingLedger[Any, G] = PacingLedger(staleness, groups_per_step)
@@ -203,8 +203,8 @@ class Books(Generic[W, G]):
         untrained = 0
         if not worker.proven and proven:
             mine = worker.worker_id
-            untrained = (self.ledger.buffered(lambda group: self.worker_of(group) == mine)
-                         + sum(self.worker_of(group) == mine for group in self.in_training))
+            untrained = (self.ledger.buffered(lambda group: mine in self.workers_of(group))
+                         + sum(mine in self.workers_of(group) for group in self.in_training))
         return answer_lease(self.ledger, self.shares, worker, worker_version=worker_version, requested=requested,
                             held=held, active=worker.active, others_live=bool(others), now=now,
                             lease_timeout_s=self.lease_timeout_s, group_s=group_s, others_proven=bool(proven),
@@ -276,21 +276,20 @@ class Books(Generic[W, G]):
         return batch
 
     def _dropped_stale(self, group: G, now: float) -> None:
-        worker = self._trusted_worker_of(group)
-        if worker is not None and (parked_s := dropped_stale(self.shares, worker, self.others_proven(worker), now,
-                                                               self.lease_timeout_s)):
-            self._on_parked(worker, parked_s, "on trial, submitted a group too old to train")
+        for worker in self._trusted_workers_of(group):
+            if parked_s := dropped_stale(self.shares, worker, self.others_proven(worker), now, self.lease_timeout_s):
+                self._on_parked(worker, parked_s, "on trial, submitted a group too old to train")
 
-    def _trusted_worker_of(self, group: G) -> W | None:
-        worker = self.workers.get(self.worker_of(group) or "")
-        return None if worker is None or worker.quarantined else worker
+    def _trusted_workers_of(self, group: G) -> list[W]:
+        known = [self.workers.get(worker_id) for worker_id in self.workers_of(group)]
+        return [worker for worker in known if worker is not None and not worker.quarantined]
 
     def published(self, version: int, now: float, at: float) -> bool:
         """The learner published ``version`` at ``now`` (``at`` in the census's clock): the groups of
         its step were trained, so their workers delivered (:func:`~echo2.core.shares.delivered`).
         Returns whether activation is due its periodic re-plan (:meth:`RunClock.published`)."""
         for group in self.in_training:
-            if (worker := self._trusted_worker_of(group)) is not None:
+            for worker in self._trusted_workers_of(group):
                 delivered(worker)
         self.in_training = []
         self.ledger.version = version

@@ -31,6 +31,8 @@ from echo2.coordinator.scoring_processes import ScoringError, ScoringProcesses
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState
 from echo2.core.staleness import versions_in_use
+from echo2.gateway.api import GATEWAY_PATHS
+from echo2.launch.agents import AgentRun, is_agent_run
 from echo2.launch.local import LocalWorkers
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.launch.summary import RunSummary
@@ -226,7 +228,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     (run_dir / "config.yaml").write_text(dump_config(config))
     pin_threads(config.learner.threads)
     torch.manual_seed(config.run.seed)
-    task = load_task(config.task.name, config.task.options)
+    agents = AgentRun(config) if is_agent_run(config) else None
+    task = load_task(config.agent.examples if agents else config.task.name, config.task.options)
     checkpoint = shard.broadcast(latest_resumable(run_dir) if resume_dir else None)
     weights = str(checkpoint) if checkpoint else config.model.name
     model, tokenizer = load_policy(config, weights), load_tokenizer(weights)
@@ -242,9 +245,10 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
                           upload_mbps=config.emulation.learner_upload_mbps, latency_ms=config.emulation.learner_latency_ms)
     # the console and train.log never show a credential
     redaction = redact_logs(token, publisher.token, viewer_credential(token))
-    verdicts = coordinator_verdicts(config, task)
+    verdicts = task if agents else coordinator_verdicts(config, task)  # an agent run's rewards are the agent's
+    spec = run_spec(config, task.max_turns)
     state = CoordinatorState(
-        run_spec(config, task.max_turns),
+        spec.model_copy(update={"agent_calls": True, "max_turns": 1}) if agents else spec,
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,
                vocab_size=model.get_input_embeddings().num_embeddings, max_turns=task.max_turns),
         task.train_examples(config.run.seed),
@@ -263,7 +267,10 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         fleet=Fleet(ActivationPolicy.from_rule(config.activation,
                                                config.learner.groups_per_step * config.rollout.group_size,
                                                config.staleness)),
+        samples_to=agents.results if agents else None,
     )
+    if agents:
+        agents.attach(state, tokenizer, getattr(model.config, "max_position_embeddings", None))
     if resume:
         state.restore_snapshot(resume["coordinator"], task.train_examples(config.run.seed))
     state.publish(publisher.publish(version, model))
@@ -271,8 +278,11 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     registrations = RateLimiter(max(limits.registrations_burst, config.workers.count),
                                 limits.registrations_per_minute)
     app = create_app(state, coordinator.lease_wait_s, https_relays_only=coordinator.tls_certfile is not None,
-                     registrations=registrations, body_timeout_s=limits.body_timeout_s, run_dir=run_dir)
+                     registrations=registrations, body_timeout_s=limits.body_timeout_s, run_dir=run_dir,
+                     own_credentials=GATEWAY_PATHS if agents else ())
     publisher.mount(app)
+    if agents:
+        agents.mount(app, token, lambda: server.url)
     server = CoordinatorServer(app, coordinator.host, port, certfile=coordinator.tls_certfile,
                                keyfile=coordinator.tls_keyfile, head_timeout_s=limits.head_timeout_s)
     server.start(config.coordinator.start_timeout_s)
@@ -290,15 +300,21 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     learner = build_learner(config, model, tokenizer, checkpoint, shard)
     evaluations = None
     try:
-        if config.eval.where != "learner":  # (``process``: it loads its model while the workers start)
+        if agents:  # held-out episodes played by the agent, through the fleet
+            evaluations = agents.evaluations(eval_examples)
+        elif config.eval.where != "learner":  # (``process``: it loads its model while the workers start)
             evaluations = ProcessEvaluations(run_dir, deferred=config.eval.where == "after", before_start=state.finish)
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
+        if agents:
+            agents.start(server.url)
         loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline,
                            evaluations)
         result = loop.run(resume)
         stats = state.stats(config.activation.learner_price_per_hour, result.wall_seconds)
     finally:
-        if evaluations is not None:
+        if agents:
+            agents.stop()
+        if isinstance(evaluations, ProcessEvaluations):
             evaluations.stop()
         announce(shard, "stop")
         state.finish()

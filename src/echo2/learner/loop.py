@@ -142,12 +142,12 @@ class LearnerLoop:
             batch = self._take(step, count - len(kept))
             audit = self.verifier.check(batch)
             for worker_id, why in audit.suspects.items():
-                self.state.give_back([g for g in batch if g.worker_id == worker_id], "suspect", why)
-            unauditable = [g for g in audit.unauditable if g.worker_id not in audit.suspects]
+                self.state.give_back([g for g in batch if worker_id in g.workers()], "suspect", why, worker_id)
+            unauditable = [g for g in audit.unauditable if audit.suspects.keys().isdisjoint(g.workers())]
             if unauditable:
                 self.state.give_back(unauditable, "unauditable")
             left_out = {id(g) for g in audit.unauditable}
-            kept += [g for g in batch if g.worker_id not in audit.suspects and id(g) not in left_out]
+            kept += [g for g in batch if audit.suspects.keys().isdisjoint(g.workers()) and id(g) not in left_out]
         return kept
 
     def _quarantine_suspects(self, trained: list[Group]) -> None:
@@ -157,9 +157,9 @@ class LearnerLoop:
         left_out = {index: trained[index] for index in self.learner.suspects}
         confirmed = self.verifier.confirm(list(left_out.values())) if left_out else {}
         for index, why in self.learner.suspects.items():
-            if left_out[index].worker_id in confirmed:
-                self.state.give_back([left_out[index]], "suspect", f"{why}; {confirmed[left_out[index].worker_id]}")
-        if drifted := sum(group.worker_id not in confirmed for group in left_out.values()):
+            for worker_id in confirmed.keys() & set(left_out[index].workers()):
+                self.state.give_back([left_out[index]], "suspect", f"{why}; {confirmed[worker_id]}", worker_id)
+        if drifted := sum(confirmed.keys().isdisjoint(group.workers()) for group in left_out.values()):
             log.warning("%d group(s) left out of the step passed their audit at the version they claim: the "
                         "policy moved away from honest samples; their workers stay", drifted)
 

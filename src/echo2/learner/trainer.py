@@ -87,14 +87,17 @@ def require_finite(model: torch.nn.Module, version: int) -> None:
 
 @dataclass
 class Rollouts:
-    """A step's completions, flattened group by group (row ``g * G + i`` is completion i of group g):
-    the batch's groups, then the echo-only groups (see :meth:`Learner.step`)."""
+    """A step's completions, flattened group by group (the batch's groups, then the echo-only
+    groups, see :meth:`Learner.step`): row ``g * G + i`` is completion i of group g, except where an
+    agent's episode is trained as several segments (:attr:`episode_of`)."""
 
     prompts: list[list[int]]
     completions: list[list[int]]
     behaviour: list[list[float]]
     rewards: torch.Tensor
-    """[groups, G] verified rewards."""
+    """[groups, G] verified rewards, one per episode."""
+    episode_of: torch.Tensor
+    """Per row: its episode's index in ``rewards.flatten()`` (advantages are the episode's)."""
     trained: int
     """Rows of the batch proper; the rows after them are echo-only."""
     model_masks: list[list[int]]
@@ -105,11 +108,13 @@ class Rollouts:
     def from_groups(cls, groups: Sequence[Group], tokenizer: PreTrainedTokenizerBase,
                     echo_groups: Sequence[Group] = ()) -> Rollouts:
         every = [*groups, *echo_groups]
-        prompt_ids = tokenizer([g.example.prompt for g in every])["input_ids"]
-        return cls(prompts=[ids for g, ids in zip(every, prompt_ids) for _ in g.token_ids],
+        encode = lambda text: tokenizer(text)["input_ids"]  # noqa: E731
+        return cls(prompts=[ids for g in every for ids in g.prompt_rows(encode)],
                    completions=[tokens for g in every for tokens in g.token_ids],
                    behaviour=[logprobs for g in every for logprobs in g.logprobs],
                    rewards=torch.tensor([g.rewards for g in every], dtype=torch.float32),
+                   episode_of=torch.tensor([k * len(g.rewards) + e for k, g in enumerate(every)
+                                            for e in g.episode_rows()], dtype=torch.long),
                    trained=sum(len(g.token_ids) for g in groups),
                    model_masks=[g.model_mask(i) for g in every for i in range(len(g.token_ids))])
 
@@ -118,8 +123,10 @@ class Rollouts:
 
     @property
     def lengths(self) -> torch.Tensor:
-        """[groups, G] the model's tokens in each completion (an episode's inserted tokens not counted)."""
-        return torch.tensor([sum(m) for m in self.model_masks]).reshape(self.rewards.shape)
+        """[groups, G] the model's tokens in each episode (its segments together; inserted tokens not counted)."""
+        per_row = torch.tensor([sum(m) for m in self.model_masks], dtype=torch.long)
+        return torch.zeros(self.rewards.numel(), dtype=torch.long).index_add_(0, self.episode_of, per_row).reshape(
+            self.rewards.shape)
 
 
 @dataclass
@@ -200,10 +207,10 @@ class Learner:
         trained, total = rollouts.trained, len(rollouts.completions)
         buffer = self.config.overlong_tokens(self.rollout.max_new_tokens)
         penalty = overlong_penalty(rollouts.lengths, self.rollout.max_new_tokens, buffer, self.config.overlong_penalty)
-        advantages = group_advantages(rollouts.rewards + penalty, self.config.std_normalize).flatten()
+        advantages = group_advantages(rollouts.rewards + penalty, self.config.std_normalize).flatten()[rollouts.episode_of]
         advantages[trained:] = 0.0
         echo = self.settings.echoclip
-        clip_rows = candidates(rollouts.rewards, echo).tolist() if echo else [False] * total
+        clip_rows = candidates(rollouts.rewards, echo).flatten()[rollouts.episode_of].tolist() if echo else [False] * total
         dense = self.config.kl_coef > 0 or self.config.entropy_coef > 0
         active = [i for i in range(total) if clip_rows[i] or (i < trained and (advantages[i] != 0 or dense))]
         mine = self.shard.mine(active)

@@ -113,7 +113,8 @@ class Verifier:
         drawn: dict[int, list[Group]] = defaultdict(list)
         unauditable: list[Group] = []
         for group in batch:
-            rate = self.rates.rate(group.worker_id)
+            workers = group.workers()  # an agent's group: each call's worker (the least trusted draws the audit)
+            rate = max(self.rates.rate(worker_id) for worker_id in workers)
             self._tally["rate_sum"] += rate
             self._tally["groups"] += 1
             if self.rng.random() >= rate:
@@ -126,7 +127,8 @@ class Verifier:
                 continue
             for version in versions:
                 drawn[version].append(group)
-            self.rates.passed(group.worker_id)
+            for worker_id in workers:
+                self.rates.passed(worker_id)
         suspects = self._audit(drawn)
         self._tally["audit_seconds"] += time.perf_counter() - started
         return AuditResult(suspects=suspects, unauditable=unauditable)
@@ -150,22 +152,24 @@ class Verifier:
         return suspects
 
     def _audit(self, drawn: dict[int, list[Group]]) -> dict[str, str]:
-        """Audit each version's ``drawn`` groups at that version: the workers whose groups fail."""
+        """Audit each version's ``drawn`` groups at that version: the workers whose turns fail (an
+        agent's group answers for each of its workers apart)."""
         suspects: dict[str, str] = {}
         for version in sorted(drawn):
             parameters = self.versions.get(version)
             assert parameters is not None
             model = self._audit_model(version, parameters)
-            groups = [g for g in drawn[version] if g.worker_id not in suspects]
-            for group, (gap, worst) in zip(groups, self._gaps(model, groups, version)):
+            for group in drawn[version]:
                 if version == group.versions()[0]:  # counted once, however many versions its turns span
                     self._tally["audited_groups"] += 1
                     self.totals["audited_groups"] += 1
-                if group.worker_id in suspects:
+            pieces = [(g, w) for g in drawn[version] for w in g.workers() if w not in suspects]
+            for (group, worker_id), (gap, worst, tokens) in zip(pieces, self._gaps(model, pieces, version)):
+                if worker_id in suspects or not tokens:
                     continue
                 if gap > self.policy.logprob_tolerance or worst > LOG_RATIO_LIMIT:
                     self.totals["audits_failed"] += 1
-                    suspects[group.worker_id] = (
+                    suspects[worker_id] = (
                         f"behaviour log-probs differ by {gap:.3f} nats/token from v{version}'s, the version the "
                         f"group claims (tolerance {self.policy.logprob_tolerance}; {worst:.1f} at its worst token, "
                         f"limit {LOG_RATIO_LIMIT:g})")
@@ -203,27 +207,29 @@ class Verifier:
         return self._merged.model if self._merged is not None else self._scratch
 
     @torch.no_grad()
-    def _gaps(self, model: torch.nn.Module, groups: list[Group], version: int) -> list[float]:
-        """Per group: mean |recomputed - reported| log-prob over the tokens of its completions that
-        ``version`` sampled (the model's own, not those an environment inserted)."""
-        rows = [(g, i) for g in groups for i in range(len(g.token_ids))]
-        prompts = {id(g): self.tokenizer(g.example.prompt)["input_ids"] for g in groups}
-        gap, tokens, worst = torch.zeros(len(groups)), torch.zeros(len(groups)), torch.zeros(len(groups))
-        index = {id(g): k for k, g in enumerate(groups)}
+    def _gaps(self, model: torch.nn.Module, pieces: list[tuple[Group, str]],
+              version: int) -> list[tuple[float, float, int]]:
+        """Per (group, worker): mean and worst |recomputed - reported| log-prob over the tokens of its
+        completions that ``version`` sampled on that worker (the model's own, not those an
+        environment inserted), and how many tokens that is."""
+        encode = lambda text: self.tokenizer(text)["input_ids"]  # noqa: E731
+        prompts = {id(g): g.prompt_rows(encode) for g, _ in pieces}
+        rows = [(k, g, i) for k, (g, _) in enumerate(pieces) for i in range(len(g.token_ids))]
+        gap, tokens, worst = torch.zeros(len(pieces)), torch.zeros(len(pieces)), torch.zeros(len(pieces))
         for start in range(0, len(rows), ROWS_PER_PASS):
             chunk = rows[start : start + ROWS_PER_PASS]
-            logprobs, mask = completion_logprobs(model, [prompts[id(g)] for g, _ in chunk],
-                                                 [g.token_ids[i] for g, i in chunk], pad_id=self.tokenizer.pad_token_id,
+            logprobs, mask = completion_logprobs(model, [prompts[id(g)][i] for _, g, i in chunk],
+                                                 [g.token_ids[i] for _, g, i in chunk], pad_id=self.tokenizer.pad_token_id,
                                                  temperature=self.policy.temperature)
             reported = torch.zeros_like(logprobs)
-            for row, (g, i) in enumerate(chunk):
+            for row, (k, g, i) in enumerate(chunk):
                 reported[row, : len(g.logprobs[i])] = torch.tensor(g.logprobs[i], dtype=reported.dtype)
-                mask[row, : len(g.logprobs[i])] *= torch.tensor(g.mask_at(i, version), dtype=mask.dtype,
+                mask[row, : len(g.logprobs[i])] *= torch.tensor(g.mask_at(i, version, pieces[k][1]), dtype=mask.dtype,
                                                                 device=mask.device)
             token_gaps = ((logprobs - reported).abs() * mask).cpu()
             per_row, counted, row_worst = token_gaps.sum(dim=1), mask.sum(dim=1).cpu(), token_gaps.amax(dim=1)
-            for row, (g, _) in enumerate(chunk):
-                gap[index[id(g)]] += per_row[row]
-                tokens[index[id(g)]] += counted[row]
-                worst[index[id(g)]] = torch.maximum(worst[index[id(g)]], row_worst[row])
-        return list(zip((gap / tokens.clamp(min=1)).tolist(), worst.tolist()))
+            for row, (k, _, _) in enumerate(chunk):
+                gap[k] += per_row[row]
+                tokens[k] += counted[row]
+                worst[k] = torch.maximum(worst[k], row_worst[row])
+        return list(zip((gap / tokens.clamp(min=1)).tolist(), worst.tolist(), tokens.int().tolist()))

@@ -47,7 +47,7 @@ class SimState:
         shares = SharePolicy(groups_per_lease=recipe.lease_groups, window_share=recipe.coordinator.window_share,
                              grows_with_delivery=recipe.rollout.groups_per_lease == "device")
         self.books: Books[SimWorker, SimGroup] = Books(
-            self.workers_by_id, lambda group: group[1].worker_id, staleness=recipe.staleness,
+            self.workers_by_id, lambda group: [group[1].worker_id], staleness=recipe.staleness,
             groups_per_step=recipe.learner.groups_per_step, group_size=recipe.rollout.group_size, shares=shares,
             lease_timeout_s=recipe.coordinator.lease_timeout_s, replan_every=scenario.activation.replan_every,
             train_s=self.train_s)

@@ -43,8 +43,9 @@ class Engine(Protocol):
 
 @runtime_checkable
 class ServingEngine(Engine, Protocol):
-    """An engine a training service's fleet samples with (``echo2 serve``): its versions are bundles
-    of sampler adapters (:mod:`echo2.rollout.engines.bundles`), each request names one."""
+    """An engine that serves sampling requests: a training service's fleet (``echo2 serve``), whose
+    versions are bundles of sampler adapters (:mod:`echo2.rollout.engines.bundles`), each request
+    naming one; an agent run's, whose requests name ``""``, the run's own weights."""
 
     def sample_with(self, sampler: str, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
                     eos_id: int, generator: torch.Generator) -> Samples:
@@ -62,11 +63,11 @@ def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") ->
     if not isinstance(engine_class, type):
         raise TypeError(f"{what} is a {type(engine_class).__name__}, not an engine class (echo2.rollout.engines.Engine)")
     engine = engine_class(spec, eos_id, pad_id, device)
-    needed = ServingEngine if spec.sampler_bundles else Engine
+    needed = ServingEngine if spec.serves_requests else Engine
     if not isinstance(engine, needed):
         names = ("max_context", "generator", "generate", "load", "groups_that_fit",
-                 *(("sample_with", "prompt_logprobs") if spec.sampler_bundles else ()))
+                 *(("sample_with", "prompt_logprobs") if spec.serves_requests else ()))
         missing = [name for name in names if not hasattr(engine, name)]
-        raise TypeError(f"{what} is not an engine {'a training service can sample with ' if spec.sampler_bundles else ''}"
+        raise TypeError(f"{what} is not an engine {'that serves sampling requests ' if spec.serves_requests else ''}"
                         f"(echo2.rollout.engines.{needed.__name__}): it lacks {', '.join(missing)}")
     return engine

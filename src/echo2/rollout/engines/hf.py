@@ -23,7 +23,7 @@ from echo2.model.lora import MergedCopy, add_adapter
 from echo2.model.sampling import Samples, prompt_logprobs, sample
 from echo2.model.tokens import model_device
 from echo2.protocol import RunSpec
-from echo2.rollout.engines.bundles import SamplerWeights
+from echo2.rollout.engines.bundles import BASE_SAMPLER, SamplerWeights
 from echo2.rollout.engines.memory import decode_footprint, free_memory_bytes
 from echo2.rollout.weights import payload_kind
 
@@ -83,6 +83,10 @@ class HfEngine:
         return prompt_logprobs(self._sampler(sampler), prompt_ids, temperature)
 
     def _sampler(self, name: str) -> torch.nn.Module:
-        if self.samplers is None:
-            raise RuntimeError("this worker's run trains with a task: its versions carry no sampler bundles")
-        return self.samplers.use(name)
+        """Sampler ``name`` of the bundle held; in a run's own fleet (an agent's calls), ``""`` is the
+        weights of the version held."""
+        if self.samplers is not None:
+            return self.samplers.use(name)
+        if name != BASE_SAMPLER:
+            raise KeyError(f"sampler {name!r}: this worker's versions are the run's own weights (sampler '')")
+        return self.sampling_model

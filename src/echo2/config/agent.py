@@ -1,0 +1,30 @@
+"""The ``agent`` section: a run whose episodes are played by an agent of the user's harness
+(``task.name=agent:module:function``, :mod:`echo2.gateway`).
+
+The agent function runs on the trusted host (the learner's), ``concurrency`` episodes at a time;
+its model calls go through the coordinator's OpenAI-compatible gateway to the fleet. The
+examples it plays are those of the task ``examples`` names, built with ``task.options``.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from echo2.config.base import Section
+
+
+class AgentConfig(Section):
+    examples: str = "arithmetic"
+    """The task whose examples the agent plays (a built-in name or ``module:Class``, built with
+    ``task.options``); the agent scores its own episodes."""
+    concurrency: int = Field(8, ge=1)
+    """Episodes the run's agent pool plays at once (each its own ``openai`` client)."""
+    episode_timeout_s: float = Field(300.0, gt=0)
+    """An episode not rewarded within this of its opening is dropped, its group with it (counted);
+    the pool's agent function is cancelled at this timeout."""
+    call_timeout_s: float = Field(120.0, gt=0)
+    """A model call no worker answered within this fails (504) with that reason."""
+    chat_template: str | None = None
+    """The model whose chat template renders the calls (None: ``model.name``'s own)."""
+    success_reward: float = 1.0
+    """Held-out evaluation: an episode rewarded at least this counts as solved."""

@@ -1,0 +1,83 @@
+"""An agent run's parts, wired for ``echo2 train``: the episodes' books, the gateway and the agent pool.
+
+``task.name=agent:module:function`` (:mod:`echo2.gateway.agents`): the coordinator leases the
+agents' model calls instead of task prompts (``RunSpec.agent_calls``), serves the
+OpenAI-compatible gateway beside the workers' API (:mod:`echo2.gateway.api`), and the learner's
+host plays the episodes. Everything else — pacing, leases, audits, the learner — is the run's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi import FastAPI
+from transformers import PreTrainedTokenizerBase
+
+from echo2.config import Config
+from echo2.coordinator.records import Lease
+from echo2.coordinator.state import CoordinatorState
+from echo2.gateway.agents import AGENT_PREFIX, AgentPool, load_agent
+from echo2.gateway.api import gateway_router
+from echo2.gateway.desk import CallSettings, GatewayDesk
+from echo2.gateway.episodes import EpisodeBook
+from echo2.learner.evaluations import InlineEvaluations
+from echo2.model.evaluation import EvalResult
+from echo2.protocol import SampleResult
+from echo2.tasks import Example
+from echo2.tasks.chat import ChatPrompt
+
+
+def is_agent_run(config: Config) -> bool:
+    return config.task.name.startswith(AGENT_PREFIX)
+
+
+class AgentRun:
+    """Built before the coordinator (its sink, :meth:`results`, goes to the state), attached after."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.function = load_agent(config.task.name)  # an agent that cannot be imported fails before anything starts
+        self.desk: GatewayDesk | None = None
+        self.pool: AgentPool | None = None
+
+    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
+        assert self.desk is not None
+        self.desk.results(worker_id, lease, results)
+
+    def attach(self, state: CoordinatorState, tokenizer: PreTrainedTokenizerBase, max_context: int | None) -> None:
+        """The episodes' books over ``state``'s, and the desk that serves their calls."""
+        config, agent = self.config, self.config.agent
+        book = EpisodeBook(state.parts, config.rollout.group_size, agent.episode_timeout_s)
+        state.parts.reapers.append(book.expire)
+        self.desk = GatewayDesk(
+            state, book, ChatPrompt(agent.chat_template or config.model.name),
+            encode=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
+            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True), eos_id=tokenizer.eos_token_id,
+            settings=CallSettings(config.rollout.temperature, config.rollout.max_new_tokens, max_context,
+                                  agent.call_timeout_s, config.model.name))
+
+    def mount(self, app: FastAPI, run_token: str, base_url: Callable[[], str]) -> None:
+        assert self.desk is not None
+        app.include_router(gateway_router(self.desk, run_token, base_url))
+
+    def start(self, url: str) -> None:
+        """Start playing episodes against the gateway at ``url`` (once the workers are up)."""
+        assert self.desk is not None
+        agent = self.config.agent
+        self.pool = AgentPool(self.function, self.desk.book, url, concurrency=agent.concurrency,
+                              episode_timeout_s=agent.episode_timeout_s, call_timeout_s=agent.call_timeout_s,
+                              success_reward=agent.success_reward)
+        self.pool.start()
+
+    def evaluations(self, examples: list[Example]) -> InlineEvaluations:
+        """Held-out evaluation by the agent itself: each example played once through the fleet."""
+
+        def evaluate(version: int) -> EvalResult:
+            assert self.pool is not None
+            return self.pool.evaluate(examples, version, shown=self.config.eval.show)
+
+        return InlineEvaluations(evaluate)
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
