@@ -33,7 +33,8 @@ from echo2.tasks import Example
 
 log = logging.getLogger("echo2.gateway")
 
-#: Seconds an ended episode's id still answers (a retried reward is applied once, not refused).
+#: Seconds an ended episode's id and key still answer (a retried reward is applied once, a late
+#: call is told the episode is over), before both are forgotten.
 REMEMBER_S = 600.0
 
 
@@ -255,17 +256,17 @@ class EpisodeBook:
         self.parts.cond.notify_all()
 
     def _forget(self, group: OpenGroup) -> None:
-        """The group is trained or dropped: its keys stop working, its calls are let go, its ids
-        kept a while for a retried reward."""
+        """The group is trained or dropped: its calls are let go; its ids and keys are kept a while
+        (a retried reward is applied once, a late call told the episode is over), then forgotten."""
         if group in self._open:
             self._open.remove(group)
         now = time.monotonic()
         for episode in group.episodes:
-            self.by_key.pop(episode.key, None)
             episode.trajectory, episode.held = Trajectory(), []
             self._ended.append((now, episode.episode_id))
         while self._ended and now - self._ended[0][0] > REMEMBER_S:
-            self.by_id.pop(self._ended.popleft()[1], None)
+            if (gone := self.by_id.pop(self._ended.popleft()[1], None)) is not None:
+                self.by_key.pop(gone.key, None)
 
     def finish_evaluation(self, episodes: list[AgentEpisode]) -> None:
         """Held-out episodes done with: their keys stop working."""
