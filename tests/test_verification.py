@@ -332,3 +332,29 @@ def test_the_learner_keeps_the_versions_of_the_whole_window_for_its_audits(shipp
                        run_dir=tmp_path, metrics=None, timeline=None)
     claimable = [v for v in range(10) if is_fresh(9, v, staleness)]
     assert loop.verifier.versions.keep == len(claimable) == staleness + 1
+
+
+def test_an_agents_group_answers_for_each_of_its_workers_apart(shipped):
+    """An agent's episode whose calls two workers sampled (:mod:`echo2.gateway`), its segment's own
+    prompt ids given: only the worker whose log-probs are off is a suspect, the other's turns pass."""
+    from echo2.model.episodes import observation_ids, run_episodes, segments
+
+    _, new, tokenizer = shipped
+    verifier = learner_at_v5(shipped)
+    prompt = tokenizer(EXAMPLE.prompt)["input_ids"]
+    episodes = run_episodes([prompt] * 2, sample=lambda contexts: sample(
+        new, contexts, max_new_tokens=6, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+        generator=torch.Generator().manual_seed(0)), respond=lambda rows, replies: ["+="] * len(rows),
+        encode=lambda text: observation_ids(tokenizer, text),
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True), max_turns=2, version=lambda: 5)
+    for episode in episodes:  # the liar's turn (the second): reported 1 nat off what it sampled with
+        start, end, _ = [run for run in segments(episode.mask) if run[2]][1]
+        episode.logprobs[start:end] = [lp - 1.0 for lp in episode.logprobs[start:end]]
+    group = Group(slot=0, example=Example("not the prompt", "40"), version=5, worker_id="honest", rewards=[0.0, 1.0],
+                  token_ids=[e.token_ids for e in episodes], logprobs=[e.logprobs for e in episodes],
+                  masks=[e.mask for e in episodes], turn_versions=[[5, 5]] * 2, prompt_ids=[prompt] * 2,
+                  episodes=[0, 1], turn_workers=[["honest", "liar"]] * 2)
+    assert all(0 in m for m in group.masks)
+    suspects = verifier.check([group]).suspects
+    assert set(suspects) == {"liar"}
+    assert group.workers() == ["honest", "liar"]

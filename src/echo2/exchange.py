@@ -122,6 +122,8 @@ class RunStats:
     disseminated: list[float] = field(default_factory=list)
     """Seconds from publish to the last live worker holding it, of each version that finished
     spreading since the previous report."""
+    sections: dict[str, dict[str, int]] = field(default_factory=dict)
+    """More counts by section (an agent run's episodes: ``agent``), logged as ``section/name``."""
 
     def metrics(self) -> dict[str, float]:
         """What the learner logs of this snapshot with each step: counters, activation, costs,
@@ -137,6 +139,8 @@ class RunStats:
         if self.disseminated:  # publish -> last live worker loaded, of versions that finished spreading
             values["dissemination_s"] = sum(self.disseminated) / len(self.disseminated)
             values["dissemination_max_s"] = max(self.disseminated)
+        for section, counts in self.sections.items():
+            values.update({f"{section}/{name}": count for name, count in counts.items()})
         for record in records:
             if record.throughput is not None:
                 values[f"worker/{record.name}/measured_rollouts_per_s"] = record.throughput

@@ -178,7 +178,8 @@ class CoordinatorState:
                 groups_dropped_stale=self.books.ledger.dropped_stale, leases_expired=self.books.counters.leases_expired,
                 workers_registered=self.books.counters.workers_registered, activation_need=self.fleet.need,
                 costs=self.fleet.costs(learner_price_per_hour, wall_s),
-                workers=self.registry.stats(), reward_seconds=self.parts.scoring.seconds, disseminated=disseminated)
+                workers=self.registry.stats(), reward_seconds=self.parts.scoring.seconds, disseminated=disseminated,
+                sections={name: report() for name, report in self.parts.reports.items()})
 
     def _settled(self) -> bool:
         self.parts.time_dissemination()

@@ -276,7 +276,4 @@ class EpisodeBook:
                 self.by_key.pop(episode.key, None)
                 self.by_id.pop(episode.episode_id, None)
 
-    def stats(self) -> dict[str, int]:
-        with self.parts.cond:
-            return dict(self.counts)
 

@@ -49,6 +49,7 @@ class AgentRun:
         config, agent = self.config, self.config.agent
         book = EpisodeBook(state.parts, config.rollout.group_size, agent.episode_timeout_s)
         state.parts.reapers.append(book.expire)
+        state.parts.reports["agent"] = lambda: dict(book.counts)
         self.desk = GatewayDesk(
             state, book, ChatPrompt(agent.chat_template or config.model.name),
             encode=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],

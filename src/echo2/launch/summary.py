@@ -26,12 +26,13 @@ class RunSummary:
     reliability: dict
 
     def lines(self) -> list[str]:
-        r = self.result
+        r, agent = self.result, "agent" in self.reliability
         by_class = ", ".join(f"{k[5:-4]} ${v:.4f}" for k, v in sorted(self.costs.items()) if k.startswith("cost/"))
         return [
             f"run directory: {self.run_dir}",
             f"held-out accuracy {100 * self.accuracy_before:.1f}% -> {100 * self.accuracy_after:.1f}% "
-            f"(greedy exact match; after = mean of the last {min(3, len(r.evals) - 1)} evals)",
+            f"({'episodes the agent played through the fleet, solved at agent.success_reward' if agent else 'greedy exact match'}"
+            f"; after = mean of the last {min(3, len(r.evals) - 1)} evals)",
             *([f"sampled reward {100 * self.sampled_reward_before:.1f}% -> {100 * self.sampled_reward_after:.1f}% "
                "(temperature samples on held-out prompts)"]
               if self.sampled_reward_before is not None and self.sampled_reward_after is not None else []),
@@ -39,6 +40,7 @@ class RunSummary:
             f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
             *self.format_lines(),
             self.reliability_line(),
+            *([self.agent_line()] if agent else []),
             *([f"stopped by a signal after step {r.steps}: checkpointed; continue with echo2 train --resume "
                f"{self.run_dir}"] if r.interrupted else []),
             *([f"stopped after step {r.steps}, starved of data: {r.starved}; checkpointed (reliability.json "
@@ -74,3 +76,11 @@ class RunSummary:
                 f"{r['duplicate_submissions']} duplicate / {r['groups_dropped_stale']} stale / "
                 f"{r['groups_discarded_quarantined']} from quarantined workers | workers {r['workers_dead']} dead, "
                 f"{r['workers_left']} left, {r['workers_quarantined']} quarantined")
+
+    def agent_line(self) -> str:
+        """An agent run's episodes: how many ended how, and what of their calls was trained."""
+        a = self.reliability["agent"]
+        return (f"agent episodes: {a.get('episodes_rewarded', 0)} rewarded / {a.get('episodes_dropped', 0)} dropped "
+                f"({a.get('groups_dropped', 0)} groups dropped) | {a.get('calls', 0)} calls, "
+                f"{a.get('calls_abandoned', 0)} retried (not trained) | {a.get('groups_admitted', 0)} groups, "
+                f"{a.get('segments_trained', 0)} segments to train")

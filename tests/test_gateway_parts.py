@@ -1,0 +1,120 @@
+"""The gateway's parts without a run: the OpenAI shape (refusals by name, canonical messages, tool
+calls), the episodes' books over the run's pacing ledger, and the learner's rows of an agent's group."""
+
+import json
+import time
+
+import pytest
+import torch
+from conftest import make_state
+
+from echo2.exchange import Group
+from echo2.gateway.episodes import EpisodeBook, EpisodeGone
+from echo2.gateway.openai_wire import ChatRequest, CompletionRequest, Refused, canonical, reply_message
+from echo2.gateway.render import Held
+from echo2.gateway.trajectory import Call
+from echo2.learner.objectives.advantages import group_advantages
+from echo2.learner.trainer import Rollouts
+from echo2.tasks import Example
+
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize("asked, named", [
+    ({"stream": True}, "stream"), ({"n": 2}, "n=2"), ({"top_p": 0.9}, "top_p"), ({"temperature": 0.2}, "rollout.temperature"),
+    ({"max_tokens": 500}, "rollout.max_new_tokens"), ({"logit_bias": {"5": 1.0}}, "logit_bias"),
+    ({"tool_choice": "required"}, "tool_choice"), ({"response_format": {"type": "json_object"}}, "response_format"),
+])
+def test_a_call_the_run_cannot_honour_is_refused_naming_the_setting(asked, named):
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], **asked)
+    with pytest.raises(Refused, match=named):
+        request.checked(run_temperature=0.7, max_new_tokens=64, budget=request.budget())
+        request.conversation()
+
+
+def test_settings_that_do_not_change_the_sample_are_accepted():
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], temperature=0.7, metadata={"a": "b"}, store=False,
+                          parallel_tool_calls=True, max_completion_tokens=16, stop="\n")
+    assert request.checked(run_temperature=0.7, max_new_tokens=64, budget=request.budget()) == (16, ["\n"])
+    with pytest.raises(Refused, match="images"):
+        canonical({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})
+    with pytest.raises(Refused, match="echo"):
+        CompletionRequest(prompt="x", echo=True).check_text()
+
+
+def test_tools_are_described_in_the_system_message_and_tool_calls_parsed_from_the_reply():
+    request = ChatRequest(messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "n?"}],
+                          tools=[TOOL])
+    system, user = request.conversation()
+    assert system["role"] == "system" and system["content"].startswith("Be brief.") and '"lookup"' in system["content"]
+    assert "<tool_call>" in system["content"] and user == {"role": "user", "content": "n?"}
+    message, said = reply_message('Let me look. <tool_call>{"name": "lookup", "arguments": {"key": 7}}</tool_call>')
+    assert message.content == "Let me look." and message.tool_calls[0].function.name == "lookup"
+    assert json.loads(message.tool_calls[0].function.arguments) == {"key": 7}
+    # what the harness sends back (its own ids, the SDK's dump) reads as what the gateway said
+    echoed = message.model_dump(exclude_none=True)
+    echoed["tool_calls"][0]["id"] = "call_other"
+    assert canonical(echoed) == said
+    assert canonical({"role": "tool", "tool_call_id": "x", "content": "7"})["content"] == "<tool_response>\n7\n</tool_response>"
+    plain, said = reply_message('no call, just <tool_call>{"broken json</tool_call>')
+    assert plain.tool_calls is None and said["content"].startswith("no call")
+
+
+def book(staleness=0, groups_per_step=1, timeout_s=60.0):
+    state = make_state(staleness, groups_per_step=groups_per_step)
+    state.register("w")
+    return state, EpisodeBook(state.parts, group_size=2, episode_timeout_s=timeout_s)
+
+
+def play(book, episode, tokens):
+    """One call of ``episode`` answered by the run's one worker."""
+    worker = next(iter(book.parts.registry.workers))
+    call = Call(f"c{episode.episode_id}", [1, 2, 3], tokens, [-0.5] * len(tokens), version=book.parts.version)
+    book.record(episode, call, worker, Held([{"role": "user", "content": "q"}], [1, 2, 3, *tokens], True))
+
+
+def test_g_rewarded_episodes_of_one_example_become_one_group_in_the_learners_buffer():
+    state, episodes = book()
+    first, second = episodes.claim(1.0), episodes.claim(1.0)
+    assert first.group is second.group and first.example == second.example
+    assert episodes.claim(0.1) is None  # S = 0, B = 1: the window holds one group
+    play(episodes, first, [4, 5])
+    play(episodes, second, [6])
+    episodes.reward(first.episode_id, 1.0)
+    assert episodes.reward(first.episode_id, 1.0) is first  # a retried reward: applied once
+    with pytest.raises(EpisodeGone, match="cannot be set again"):
+        episodes.reward(first.episode_id, 0.0)
+    assert len(state.books.ledger) == 0
+    episodes.reward(second.episode_id, 0.0)
+    (group,) = state.take_batch(0, timeout_s=1)
+    assert group.rewards == [1.0, 0.0] and group.token_ids == [[4, 5], [6]] and group.prompt_ids == [[1, 2, 3]] * 2
+    assert group.workers() == [next(iter(state.registry.workers))] and group.episodes == [0, 1]
+    with pytest.raises(EpisodeGone, match="over"):
+        episodes.playing(first.key)
+
+
+def test_an_episode_never_rewarded_within_its_deadline_is_dropped_with_its_group_and_counted():
+    state, episodes = book(timeout_s=5.0)
+    first, second = episodes.claim(1.0), episodes.claim(1.0)
+    play(episodes, first, [4])
+    episodes.reward(first.episode_id, 1.0)
+    with state.cond:
+        assert episodes.expire(now=time.monotonic() + 6.0) == 1
+    assert episodes.counts["episodes_dropped"] == 1 and episodes.counts["groups_dropped"] == 1
+    assert state.books.ledger.useful_slots == 0 and list(state.books.ledger.requeued) == [first.example]
+    with pytest.raises(EpisodeGone, match="dropped"):
+        episodes.reward(second.episode_id, 1.0)
+    third = episodes.claim(1.0)  # the window is free again, the example first in line
+    assert third.example == first.example
+
+
+def test_an_agents_segments_share_their_episodes_advantage():
+    """Episode 0 played as two segments (its history rewritten), episode 1 as one: three rows, two advantages."""
+    group = Group(slot=0, example=Example("unused", "0"), version=0, worker_id="w", rewards=[1.0, 0.0],
+                  token_ids=[[4], [5, 6], [7]], logprobs=[[-1.0], [-1.0, -1.0], [-1.0]], prompt_ids=[[1], [2, 3], [1]],
+                  episodes=[0, 0, 1], turn_workers=[["w"], ["w"], ["w"]])
+    rollouts = Rollouts.from_groups([group], tokenizer=None)
+    advantages = group_advantages(rollouts.rewards).flatten()[rollouts.episode_of]
+    assert rollouts.prompts == [[1], [2, 3], [1]] and rollouts.rewards.shape == (1, 2)
+    assert advantages[0] == advantages[1] > 0 > advantages[2]
+    assert torch.equal(rollouts.lengths, torch.tensor([[3, 1]]))
