@@ -122,8 +122,8 @@ class RunStats:
     disseminated: list[float] = field(default_factory=list)
     """Seconds from publish to the last live worker holding it, of each version that finished
     spreading since the previous report."""
-    sections: dict[str, dict[str, int]] = field(default_factory=dict)
-    """More counts by section (an agent run's episodes: ``agent``), logged as ``section/name``."""
+    sections: dict[str, dict[str, float]] = field(default_factory=dict)
+    """More figures by section (an agent run's episodes: ``agent``), logged as ``section/name``."""
 
     def metrics(self) -> dict[str, float]:
         """What the learner logs of this snapshot with each step: counters, activation, costs,

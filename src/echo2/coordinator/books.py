@@ -76,7 +76,7 @@ class CoordinatorBooks:
         which leases prompts only."""
         self.reapers: list[Callable[[], None]] = []
         """More to reap with the silent workers (call locked): an agent run's episodes past their deadline."""
-        self.reports: dict[str, Callable[[], dict[str, int]]] = {}
+        self.reports: dict[str, Callable[[], dict[str, float]]] = {}
         """More counts for the reliability report and each step's metrics, by section (call locked):
         an agent run's episodes (``agent``)."""
         self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own

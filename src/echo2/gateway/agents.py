@@ -1,9 +1,11 @@
 """The run's agent pool: the user's async agent function playing episodes on the trusted host.
 
-``task.name=agent:module:function`` names ``async def function(example, client) -> float``: it
-plays one episode of ``example`` (a :class:`~echo2.tasks.Example`) with ``client``, an
-``openai.AsyncOpenAI`` already pointed at its episode (base URL and key), and returns the
-episode's reward. Whatever it does between calls — run tools, keep a sandbox, call other
+``task.name=agent:module:function`` names ``async def function(example, client)``: it plays one
+episode of ``example`` (a :class:`~echo2.tasks.Example`) with ``client``, an ``openai.AsyncOpenAI``
+already pointed at its episode (base URL and key), and returns the episode's reward — a number, or
+a mapping with ``reward`` and any other numbers to log (``{"reward": 1.0, "called_tool": 1}``):
+each rewarded training episode is a line of ``RUN_DIR/episodes.jsonl``, and the means of those
+numbers over the last :data:`WINDOW` episodes are logged with every step (``agent/mean_<name>``). Whatever it does between calls — run tools, keep a sandbox, call other
 services — is its own: only its model calls go to the fleet. The pool plays
 ``agent.concurrency`` episodes at a time on an event loop of its own thread, each cancelled at
 ``agent.episode_timeout_s``; an episode whose function raises or times out is given up (its
@@ -19,11 +21,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import json
 import logging
+import math
 import threading
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 
 import openai
 
@@ -34,8 +39,10 @@ from echo2.tasks import Example
 
 log = logging.getLogger("echo2.gateway")
 
-AgentFunction = Callable[[Example, openai.AsyncOpenAI], Awaitable[float]]
+AgentFunction = Callable[[Example, openai.AsyncOpenAI], Awaitable[float | Mapping[str, float]]]
 
+#: Rewarded training episodes whose numbers make the means logged with each step.
+WINDOW = 64
 #: Longest wait of a pool's player after episodes given up in a row.
 MAX_BACKOFF_S = 30.0
 #: ``task.name`` of an agent run: ``agent:module:function``.
@@ -56,9 +63,12 @@ class AgentPool:
     """Plays ``function`` on the episodes of ``book`` through the gateway at ``base_url``."""
 
     def __init__(self, function: AgentFunction, book: EpisodeBook, base_url: str, *, concurrency: int,
-                 episode_timeout_s: float, call_timeout_s: float, success_reward: float = 1.0) -> None:
+                 episode_timeout_s: float, call_timeout_s: float, success_reward: float = 1.0,
+                 episodes_file: Path | None = None) -> None:
         self.function, self.book, self.base_url = function, book, f"{base_url}/v1"
-        self.success_reward = success_reward
+        self.success_reward, self.episodes_file = success_reward, episodes_file
+        self.recent: deque[dict[str, float]] = deque(maxlen=WINDOW)
+        """The numbers of the last rewarded training episodes (reward included)."""
         self.concurrency, self.episode_timeout_s, self.call_timeout_s = concurrency, episode_timeout_s, call_timeout_s
         self.counts: Counter[str] = Counter()
         """played, failed (the function raised), timed_out."""
@@ -94,23 +104,39 @@ class AgentPool:
             episode = await asyncio.to_thread(self.book.claim, 1.0, self._stop)
             if episode is None:
                 continue
-            reward = await self._play(episode)
-            if reward is not None:
-                self.book.reward(episode.episode_id, reward)
+            outcome = await self._play(episode)
+            if outcome is not None:
+                self._keep(episode, outcome)  # before its reward, which may let its group's calls go
+                self.book.reward(episode.episode_id, outcome["reward"])
                 failures = 0
             else:
                 failures += 1
                 await asyncio.sleep(min(MAX_BACKOFF_S, 0.5 * 2 ** (failures - 1)))
 
-    async def _play(self, episode: AgentEpisode) -> float | None:
-        """``episode`` played: its reward, or None (given up: the function raised or ran out of time)."""
+    def _keep(self, episode: AgentEpisode, outcome: dict[str, float]) -> None:
+        self.recent.append(outcome)
+        if self.episodes_file is not None:
+            line = {"episode": episode.episode_id, "version": episode.group.version, "prompt": episode.example.prompt,
+                    "calls": len(episode.held), "time": time.time(), **outcome}
+            with self.episodes_file.open("a") as out:
+                out.write(json.dumps(line) + "\n")
+
+    def means(self) -> dict[str, float]:
+        """Each number's mean over the last :data:`WINDOW` rewarded training episodes."""
+        recent = list(self.recent)
+        names = dict.fromkeys(name for outcome in recent for name in outcome)
+        return {f"mean_{name}": sum(o.get(name, 0.0) for o in recent) / len(recent) for name in names}
+
+    async def _play(self, episode: AgentEpisode) -> dict[str, float] | None:
+        """``episode`` played: its reward and numbers, or None (given up: the function raised or ran
+        out of time, or returned no reward)."""
         client = openai.AsyncOpenAI(base_url=self.base_url, api_key=episode.key, timeout=self.call_timeout_s + 10.0,
                                     max_retries=0)
         try:
-            reward = await asyncio.wait_for(self.function(episode.example, client), self.episode_timeout_s)
-            reward = float(reward)
+            returned = await asyncio.wait_for(self.function(episode.example, client), self.episode_timeout_s)
+            outcome = outcome_of(returned)
             self.counts["played"] += 1
-            return reward
+            return outcome
         except TimeoutError:
             self.counts["timed_out"] += 1
             self.book.give_up(episode.episode_id, f"its agent did not finish within agent.episode_timeout_s="
@@ -135,8 +161,8 @@ class AgentPool:
 
         async def one(episode: AgentEpisode) -> float:
             async with limit:
-                reward = await self._play(episode)
-            return 0.0 if reward is None else reward
+                outcome = await self._play(episode)
+            return 0.0 if outcome is None else outcome["reward"]
 
         started = time.perf_counter()
         rewards = await asyncio.gather(*(one(e) for e in episodes))
@@ -147,6 +173,19 @@ class AgentPool:
         return EvalResult(accuracy=sum(solved) / max(len(solved), 1), sampled_reward=sum(rewards) / max(len(rewards), 1),
                           examples=[(e.example.prompt, _transcript(e), r) for e, r in zip(episodes[:shown], rewards)],
                           turns=sum(calls) / max(len(calls), 1))
+
+
+def outcome_of(returned: object) -> dict[str, float]:
+    """An agent function's return: a reward, or a mapping with ``reward`` and other numbers."""
+    if isinstance(returned, Mapping):
+        if "reward" not in returned:
+            raise TypeError(f"the agent returned {sorted(returned)} without a 'reward'")
+        values = {str(name): float(value) for name, value in returned.items()}
+    else:
+        values = {"reward": float(returned)}  # a TypeError names what came back
+    if not all(math.isfinite(v) for v in values.values()):
+        raise ValueError(f"the agent returned a number that is not finite: {values}")
+    return values
 
 
 def _transcript(episode: AgentEpisode) -> str:

@@ -9,6 +9,7 @@ host plays the episodes. Everything else — pacing, leases, audits, the learner
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from fastapi import FastAPI
 from transformers import PreTrainedTokenizerBase
@@ -34,8 +35,8 @@ def is_agent_run(config: Config) -> bool:
 class AgentRun:
     """Built before the coordinator (its sink, :meth:`results`, goes to the state), attached after."""
 
-    def __init__(self, config: Config) -> None:
-        self.config = config
+    def __init__(self, config: Config, run_dir: Path) -> None:
+        self.config, self.run_dir = config, run_dir
         self.function = load_agent(config.task.name)  # an agent that cannot be imported fails before anything starts
         self.desk: GatewayDesk | None = None
         self.pool: AgentPool | None = None
@@ -49,7 +50,7 @@ class AgentRun:
         config, agent = self.config, self.config.agent
         book = EpisodeBook(state.parts, config.rollout.group_size, agent.episode_timeout_s)
         state.parts.reapers.append(book.expire)
-        state.parts.reports["agent"] = lambda: dict(book.counts)
+        state.parts.reports["agent"] = lambda: {**book.counts, **(self.pool.means() if self.pool else {})}
         self.desk = GatewayDesk(
             state, book, ChatPrompt(agent.chat_template or config.model.name),
             encode=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
@@ -67,7 +68,7 @@ class AgentRun:
         agent = self.config.agent
         self.pool = AgentPool(self.function, self.desk.book, url, concurrency=agent.concurrency,
                               episode_timeout_s=agent.episode_timeout_s, call_timeout_s=agent.call_timeout_s,
-                              success_reward=agent.success_reward)
+                              success_reward=agent.success_reward, episodes_file=self.run_dir / "episodes.jsonl")
         self.pool.start()
 
     def evaluations(self, examples: list[Example]) -> InlineEvaluations:

@@ -228,7 +228,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     (run_dir / "config.yaml").write_text(dump_config(config))
     pin_threads(config.learner.threads)
     torch.manual_seed(config.run.seed)
-    agents = AgentRun(config) if is_agent_run(config) else None
+    agents = AgentRun(config, run_dir) if is_agent_run(config) else None
     task = load_task(config.agent.examples if agents else config.task.name, config.task.options)
     checkpoint = shard.broadcast(latest_resumable(run_dir) if resume_dir else None)
     weights = str(checkpoint) if checkpoint else config.model.name
