@@ -262,7 +262,7 @@ def main() -> None:
         raise SystemExit(f"unknown arms {sorted(unknown)}: choose from {', '.join(ARMS)}")
     if not COOKBOOK_PYTHON.exists() and any(r.startswith("api") for r in runs):
         raise SystemExit(f"{COOKBOOK_PYTHON} is missing: build the cookbook's virtualenv as .ci/run does")
-    steps = 4 if args.quick else 20
+    steps = 3 if args.quick else 20
     rows, skipped = [], {}
     for arm in runs:
         print(f"== {arm} ({steps} steps)", flush=True)

@@ -69,7 +69,8 @@ def agent_run(tmp_path_factory):
     patch.setattr(AgentRun, "results", arriving)
     patch.setattr(Learner, "step", stepping)
     config = load_config(None, [
-        "model.name=smollm2-135m-instruct", "task.name=agent:gateway_agents:scripted", "agent.examples=arithmetic",
+        "model.name=smollm2-135m-instruct", "model.dtype=bfloat16", "broadcast.dtype=bfloat16",
+        "verification.logprob_tolerance=0.3", "task.name=agent:gateway_agents:scripted", "agent.examples=arithmetic",
         "agent.concurrency=2", "agent.episode_timeout_s=120", "workers.count=2", "rollout.group_size=2",
         "learner.groups_per_step=1", "run.steps=4", "rollout.max_new_tokens=40", "rollout.temperature=0.7",
         "eval.size=1", "eval.every=100", "protocol=sync", f"run.dir={folder}", "telemetry.progress=false"])

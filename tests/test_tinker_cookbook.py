@@ -73,10 +73,10 @@ def test_tinker_service_bench_quick(smollm2, tmp_path):
     assert bench.returncode == 0, bench.stderr[-3000:]
     native, api = json.loads((tmp_path / "results.json").read_text())["rows"]
     assert (native["arm"], api["arm"]) == ("native", "api-async2")
-    assert native["steps"] == 4 and native["samples"] == 4 * 8 * 4
+    assert native["steps"] == 3 and native["samples"] == 3 * 8 * 4
     # the async loop logs a step's rewards with the batch it trains on: the last may not be trained yet
-    assert api["steps"] >= 3 and api["samples"] == api["steps"] * 8 * 4
+    assert api["steps"] >= 2 and api["samples"] == api["steps"] * 8 * 4
     assert api["samples_returned"] >= api["samples"]  # off-policy: the recipe may sample more than it trains on
-    assert api["api_requests"] > 4 * 8 and 0 < api["api_share"] < 0.2 and api["training_s"] > 0
+    assert api["api_requests"] > 3 * 8 and 0 < api["api_share"] < 0.2 and api["training_s"] > 0
     assert native["samples_per_s"] > 0 and api["samples_per_s_vs_native"] > 0
     assert (tmp_path / "tinker_service.png").stat().st_size > 0

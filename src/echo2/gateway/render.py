@@ -6,7 +6,8 @@ byte-level BPE merges a reply's last characters with the template's next ones di
 the gateway keeps, per episode, every conversation it answered with the ids that answer ended
 on (:class:`Held`). A call whose messages begin with one of them gets those ids, then only the
 template's text for the new messages encoded (:meth:`echo2.tasks.chat.ChatPrompt.continuation`,
-the rule episodes use). A call that extends none (its first call, a rewritten history) is the
+the rule episodes use). A call that extends none (its first call, a rewritten history; or any
+call, under a template that renders earlier turns differently once later ones follow) is the
 template's rendering encoded: :mod:`.trajectory` then starts a segment of its own for it.
 """
 
@@ -40,5 +41,8 @@ def prompt_ids(chat: ChatPrompt, encode: Callable[[str], list[int]], messages: l
                 and messages[: len(h.messages)] == h.messages]
     if extended:
         longest = max(extended, key=lambda h: len(h.messages))
-        return longest.ids + encode(chat.continuation(longest.messages, messages[len(longest.messages):]))
+        try:
+            return longest.ids + encode(chat.continuation(longest.messages, messages[len(longest.messages):]))
+        except ValueError:  # a template that rewrites earlier turns: nothing extends, a segment of its own
+            pass
     return encode(chat.render_messages(messages))
