@@ -118,3 +118,15 @@ def test_an_agents_segments_share_their_episodes_advantage():
     assert rollouts.prompts == [[1], [2, 3], [1]] and rollouts.rewards.shape == (1, 2)
     assert advantages[0] == advantages[1] > 0 > advantages[2]
     assert torch.equal(rollouts.lengths, torch.tensor([[3, 1]]))
+
+
+def test_a_group_with_a_call_of_a_worker_quarantined_meanwhile_is_not_admitted():
+    state, episodes = book()
+    first, second = episodes.claim(1.0), episodes.claim(1.0)
+    play(episodes, first, [4])
+    play(episodes, second, [5])
+    state.quarantine(next(iter(state.registry.workers)), "its calls failed their audit")
+    episodes.reward(first.episode_id, 1.0)
+    episodes.reward(second.episode_id, 0.0)
+    assert len(state.books.ledger) == 0 and episodes.counts["groups_dropped"] == 1
+    assert state.books.counters.groups_discarded_quarantined == 1

@@ -91,7 +91,7 @@ class GatewayDesk:
         ended = bool(tokens) and tokens[-1] == self.eos_id
         self.book.record(episode, Call(call_id, ids, tokens, logprobs, version), worker_id,
                          Held([*messages, said], ids + tokens, ended))
-        self.seconds["render_s"] += time.perf_counter() - recorded
+        self._count("render_s", time.perf_counter() - recorded)
         return chat_completion(call_id, self.settings.model_name, message, stopped, len(ids), len(tokens))
 
     def complete(self, key: str, request: CompletionRequest) -> Completion:
@@ -107,7 +107,7 @@ class GatewayDesk:
         text = self.decode(tokens)
         self.book.record(episode, Call(call_id, ids, tokens, logprobs, version), worker_id,
                          Held([{"role": "text", "content": request.prompt + text}], ids + tokens, True))
-        self.seconds["render_s"] += time.perf_counter() - recorded
+        self._count("render_s", time.perf_counter() - recorded)
         return text_completion(call_id, self.settings.model_name, text, stopped, len(ids), len(tokens))
 
     def _text_prompt(self, episode: AgentEpisode, prompt: str) -> list[int]:
@@ -133,7 +133,7 @@ class GatewayDesk:
         waiting = _Waiting(episode, work)
         with self.state.cond:
             self._waiting[call_id] = waiting
-        self.seconds["render_s"] += time.perf_counter() - started
+        self._count("render_s", time.perf_counter() - started)
         queued = time.perf_counter()
         self.state.queue_samples([work])
         try:
@@ -144,12 +144,16 @@ class GatewayDesk:
         finally:
             with self.state.cond:
                 self._waiting.pop(call_id, None)
-            self.seconds["wait_s"] += time.perf_counter() - queued
-            self.seconds["calls"] += 1
+            self._count("wait_s", time.perf_counter() - queued)
+            self._count("calls", 1)
         assert waiting.answer is not None
         worker_id, version, result = waiting.answer
         sequence = result.sequences[0]
         return call_id, (sequence.token_ids, sequence.logprobs, sequence.stop_reason == "stop", worker_id, version)
+
+    def _count(self, name: str, amount: float) -> None:
+        with self.state.cond:  # calls are served on many threads
+            self.seconds[name] += amount
 
     def _at_work(self) -> int:
         with self.state.cond:
