@@ -29,7 +29,7 @@ def test_a_call_the_run_cannot_honour_is_refused_naming_the_setting(asked, named
     request = ChatRequest(messages=[{"role": "user", "content": "hi"}], **asked)
     with pytest.raises(Refused, match=named):
         request.checked(run_temperature=0.7, max_new_tokens=64, budget=request.budget())
-        request.conversation()
+        request.conversation(template_tools=False)
 
 
 def test_settings_that_do_not_change_the_sample_are_accepted():
@@ -45,7 +45,8 @@ def test_settings_that_do_not_change_the_sample_are_accepted():
 def test_tools_are_described_in_the_system_message_and_tool_calls_parsed_from_the_reply():
     request = ChatRequest(messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "n?"}],
                           tools=[TOOL])
-    system, user = request.conversation()
+    (system, user), tools = request.conversation(template_tools=False)
+    assert tools is None
     assert system["role"] == "system" and system["content"].startswith("Be brief.") and '"lookup"' in system["content"]
     assert "<tool_call>" in system["content"] and user == {"role": "user", "content": "n?"}
     message, said = reply_message('Let me look. <tool_call>{"name": "lookup", "arguments": {"key": 7}}</tool_call>')

@@ -50,3 +50,48 @@ def test_a_call_extending_an_answered_conversation_keeps_the_sampled_ids_and_enc
     assert prompt_ids(chat, encode, second, cut) == encode(chat.render_messages(second))
     rewritten = [first[0], {"role": "assistant", "content": "Hi"}, second[-1]]
     assert prompt_ids(chat, encode, rewritten, held) == encode(chat.render_messages(rewritten))
+
+
+#: A chat template with a tool format of its own (as Qwen2.5's): tools in a system block, a tool's
+#: result in a user turn wrapped in <tool_response>.
+TOOL_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n<tools>\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}"
+    "</tools><|im_end|>\n{% endif %}"
+    "{%- for message in messages %}{%- if message.role == 'tool' %}<|im_start|>user\n<tool_response>\n"
+    "{{ message.content }}\n</tool_response><|im_end|>\n{% else %}<|im_start|>{{ message.role }}\n"
+    "{{ message.content }}<|im_end|>\n{% endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+
+
+def test_a_template_with_a_tool_format_describes_the_tools_itself_and_a_tool_turn_still_continues(smollm2, tmp_path):
+    from transformers import AutoTokenizer
+
+    from echo2.gateway.openai_wire import TOOLS_PREAMBLE, ChatRequest, reply_message
+
+    plain, shared = smollm2
+    tokenizer = AutoTokenizer.from_pretrained(shared.name_or_path)  # its own copy: the fixture's stays as it is
+    tokenizer.chat_template = TOOL_TEMPLATE
+    tokenizer.save_pretrained(tmp_path)
+    tooled = ChatPrompt(str(tmp_path))
+    assert tooled.renders_tools and not plain.renders_tools
+
+    def encode(text: str) -> list[int]:
+        return observation_ids(tokenizer, text)
+
+    user = {"role": "user", "content": "What is the code?"}
+    messages, tools = ChatRequest(messages=[user], tools=[TOOL]).conversation(tooled.renders_tools)
+    assert messages == [user] and tools == [TOOL]  # no text preamble: the template's own format
+    prompt = prompt_ids(tooled, encode, messages, [], tools)
+    assert '<tools>\n{"type": "function"' in tokenizer.decode(prompt) and TOOLS_PREAMBLE[:20] not in tokenizer.decode(prompt)
+    reply = '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+    message, said = reply_message(reply)
+    assert message.tool_calls[0].function.name == "lookup"
+    sampled = encode(reply) + [tokenizer.eos_token_id]
+    held = [Held([*messages, said], prompt + sampled, True, tools)]
+    sent_back = [user, message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": "x", "content": "4821"}]
+    second, same_tools = ChatRequest(messages=sent_back, tools=[TOOL]).conversation(tooled.renders_tools)
+    ids = prompt_ids(tooled, encode, second, held, same_tools)
+    assert ids[: len(prompt + sampled)] == prompt + sampled
+    assert tokenizer.decode(ids[len(prompt + sampled):]) == "\n<|im_start|>user\n<tool_response>\n4821\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    assert prompt_ids(tooled, encode, second, held, None) != ids  # other tools: rendered afresh

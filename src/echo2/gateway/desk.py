@@ -82,15 +82,15 @@ class GatewayDesk:
         started = time.perf_counter()
         episode = self.book.playing(key)
         budget, stops = request.checked(self.settings.temperature, self.settings.max_new_tokens, request.budget())
-        messages = request.conversation()
-        ids = prompt_ids(self.template, self.encode, messages, episode.held)
+        messages, tools = request.conversation(self.template.renders_tools)
+        ids = prompt_ids(self.template, self.encode, messages, episode.held, tools)
         call_id, (tokens, logprobs, stopped, worker_id, version) = self._sample(episode, ids, budget, stops, started)
         recorded = time.perf_counter()
         reply = self.decode(tokens)
         message, said = reply_message(reply)
         ended = bool(tokens) and tokens[-1] == self.eos_id
         self.book.record(episode, Call(call_id, ids, tokens, logprobs, version), worker_id,
-                         Held([*messages, said], ids + tokens, ended))
+                         Held([*messages, said], ids + tokens, ended, tools))
         self._count("render_s", time.perf_counter() - recorded)
         return chat_completion(call_id, self.settings.model_name, message, stopped, len(ids), len(tokens))
 

@@ -7,14 +7,18 @@ run's (the learner trains on the behaviour log-probs at ``rollout.temperature``)
 not change the sample (``metadata``, ``store``, ``parallel_tool_calls``, a ``user``) are accepted
 and ignored.
 
-Tools use a documented text format, the Hermes convention SmolLM2, Qwen2.5 and many others were
-tuned on (:mod:`echo2.tasks.tools`): the request's tool schemas are described in the system
-message, and a reply's ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks come back
-as the answer's ``tool_calls``. Tool results are rendered as ``tool`` messages wrapped in
-``<tool_response>``. Every message is reduced to its *canonical* text (role and content) before it
-is rendered or compared: an assistant message with ``tool_calls`` becomes its content and the
-blocks the model wrote, so the conversation an agent sends back matches the one the gateway
-answered, whatever ids or spacing the harness uses.
+Tools: a model whose chat template has a tool format of its own (it reads ``tools``: Qwen2.5's,
+Hermes-style templates) gets the request's tool schemas through it, and its ``tool`` messages as
+the template renders them. Any other model (SmolLM2's template has none) gets a documented text
+format, the Hermes convention: the schemas described in the system message
+(:data:`TOOLS_PREAMBLE`), tool results as ``tool`` messages wrapped in ``<tool_response>``. Either
+way a reply's ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks (the convention those
+templates teach, :mod:`echo2.tasks.tools`) come back as the answer's ``tool_calls``. Every message
+is reduced to its *canonical* text (role and content) before it is rendered or compared: an
+assistant message with ``tool_calls`` becomes its content and the blocks the model wrote — the
+model's reply as it wrote it, so the template renders it as the model's own text and the
+conversation an agent sends back matches the one the gateway answered, whatever ids or spacing
+the harness uses.
 """
 
 from __future__ import annotations
@@ -92,22 +96,26 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = None
     response_format: dict[str, Any] | None = None
 
-    def conversation(self) -> list[Message]:
-        """The canonical messages to render: tools described in the system message (see the module)."""
+    def conversation(self, template_tools: bool) -> tuple[list[Message], list[dict[str, Any]] | None]:
+        """The canonical messages to render, and the tools for the template to describe
+        (``template_tools``: it has a tool format; else they are described in the system message)."""
         if self.tool_choice not in (None, "auto", "none"):
             raise Refused(f"tool_choice={self.tool_choice!r}: the model decides (auto) or no tools are described (none)")
         if self.response_format not in (None, {"type": "text"}):
             raise Refused("response_format: only text (the model's own output is what is trained)")
-        messages = [canonical(m) for m in self.messages]
+        messages = [canonical(m, wrap_tool_results=not template_tools) for m in self.messages]
         if not messages:
             raise Refused("messages is empty")
-        if self.tools and self.tool_choice != "none":
+        offered = self.tools if self.tools and self.tool_choice != "none" else None
+        if offered and template_tools:
+            return messages, offered
+        if offered:
             described = TOOLS_PREAMBLE.format(tools="\n".join(json.dumps(t, sort_keys=True) for t in self.tools))
             if messages[0]["role"] == "system":
                 messages[0] = {"role": "system", "content": f"{messages[0]['content']}\n\n{described}"}
             else:
                 messages.insert(0, {"role": "system", "content": described})
-        return messages
+        return messages, None
 
     def budget(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -138,8 +146,10 @@ def _text(content: Any) -> str:
     raise Refused("message content must be text (a string or text parts): images and audio are not served")
 
 
-def canonical(message: dict[str, Any]) -> Message:
-    """``message`` as role and text: the form the gateway renders and compares (see the module)."""
+def canonical(message: dict[str, Any], wrap_tool_results: bool = True) -> Message:
+    """``message`` as role and text: the form the gateway renders and compares (see the module);
+    ``wrap_tool_results``: a tool's result in ``<tool_response>`` (the text format's), else as it
+    is (a template with a tool format wraps it its own way)."""
     role = message.get("role")
     if role not in ("system", "developer", "user", "assistant", "tool"):
         raise Refused(f"message role {role!r}: expected system, developer, user, assistant or tool")
@@ -154,7 +164,7 @@ def canonical(message: dict[str, Any]) -> Message:
                 raise Refused(f"tool call {call.get('id')!r}: arguments are not JSON") from None
             blocks.append(tool_call_text(ToolCall(str(function.get("name")), arguments)))
         text = "\n".join([text, *blocks]) if text else "\n".join(blocks)
-    if role == "tool":
+    if role == "tool" and wrap_tool_results:
         text = f"<tool_response>\n{text}\n</tool_response>"
     return {"role": "system" if role == "developer" else role, "content": text}
 

@@ -31,18 +31,21 @@ class Held:
     ended: bool
     """The completion ended on the end-of-turn token (one cut off by its budget does not continue:
     the template would close the turn the model never closed)."""
+    tools: list[dict] | None = None
+    """The tool schemas the template described (a template with a tool format of its own)."""
 
 
 def prompt_ids(chat: ChatPrompt, encode: Callable[[str], list[int]], messages: list[Message],
-               held: Sequence[Held]) -> list[int]:
-    """The prompt of a call of ``messages``: the longest ``held`` conversation they extend, its ids
-    kept, the rest of the template's text encoded; else the whole rendering encoded."""
-    extended = [h for h in held if h.ended and len(h.messages) < len(messages)
+               held: Sequence[Held], tools: list[dict] | None = None) -> list[int]:
+    """The prompt of a call of ``messages`` (``tools`` for the template to describe): the longest
+    ``held`` conversation they extend with the same tools, its ids kept, the rest of the template's
+    text encoded; else the whole rendering encoded."""
+    extended = [h for h in held if h.ended and h.tools == tools and len(h.messages) < len(messages)
                 and messages[: len(h.messages)] == h.messages]
     if extended:
         longest = max(extended, key=lambda h: len(h.messages))
         try:
-            return longest.ids + encode(chat.continuation(longest.messages, messages[len(longest.messages):]))
+            return longest.ids + encode(chat.continuation(longest.messages, messages[len(longest.messages):], tools))
         except ValueError:  # a template that rewrites earlier turns: nothing extends, a segment of its own
             pass
-    return encode(chat.render_messages(messages))
+    return encode(chat.render_messages(messages, tools))

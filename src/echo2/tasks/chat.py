@@ -45,21 +45,27 @@ class ChatPrompt:
         """The prompt text: system (when set) and user messages, then the assistant's turn opened."""
         return self.render_messages(self.opening(user))
 
-    def render_messages(self, messages: list[dict[str, str]]) -> str:
-        """A whole conversation's prompt text, the assistant's next turn opened."""
-        return self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    @property
+    def renders_tools(self) -> bool:
+        """Whether the template has a tool format of its own (it reads a ``tools`` list)."""
+        return "tools" in (self._tokenizer.chat_template or "")
 
-    def continuation(self, conversation: list[dict[str, str]], messages: list[dict[str, str]]) -> str:
+    def render_messages(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> str:
+        """A whole conversation's prompt text, the assistant's next turn opened; ``tools``: the tool
+        schemas the template describes in its own format (:attr:`renders_tools`)."""
+        return self._tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                                   add_generation_prompt=True)
+
+    def continuation(self, conversation: list[dict[str, str]], messages: list[dict[str, str]],
+                     tools: list[dict] | None = None) -> str:
         """The text inserted after the model's last turn of ``conversation`` (an assistant message
         the model ended with its end-of-turn token) to add ``messages`` (a tool result, feedback)
         and open the assistant's next turn: the template applied to the whole conversation, less
         what the model already holds (the conversation up to its last reply and that token).
         Workers insert these characters encoded on their own (:func:`echo2.model.episodes.observation_ids`):
         the model's own tokens are never re-encoded."""
-        template = self._tokenizer.apply_chat_template
-        held = template(conversation[:-1], tokenize=False, add_generation_prompt=True) + \
-            conversation[-1]["content"] + self._tokenizer.eos_token
-        whole = template([*conversation, *messages], tokenize=False, add_generation_prompt=True)
+        held = self.render_messages(conversation[:-1], tools) + conversation[-1]["content"] + self._tokenizer.eos_token
+        whole = self.render_messages([*conversation, *messages], tools)
         if not whole.startswith(held):
             raise ValueError(f"the chat template of {self.template_source!r} does not render a conversation as the "
                              "start of its continuation (it rewrites earlier turns), so no episode can continue "
