@@ -131,3 +131,62 @@ def test_a_group_with_a_call_of_a_worker_quarantined_meanwhile_is_not_admitted()
     episodes.reward(second.episode_id, 0.0)
     assert len(state.books.ledger) == 0 and episodes.counts["groups_dropped"] == 1
     assert state.books.counters.groups_discarded_quarantined == 1
+
+
+def desk_over(state, episodes, call_timeout_s=10.0):
+    from conftest import EOS, decode, encode
+
+    from echo2.gateway.desk import CallSettings, GatewayDesk
+
+    desk = GatewayDesk(state, episodes, chat=None, encode=encode, decode=decode, eos_id=EOS,
+                       settings=CallSettings(temperature=1.0, max_new_tokens=4, max_context=None,
+                                             call_timeout_s=call_timeout_s, model_name="m"))
+    state.parts.samples_to = desk.results
+    return desk
+
+
+def answer_one_lease(state, worker, tokens):
+    """The worker's side: lease what waits, answer each call with ``tokens``."""
+    from echo2.protocol import SampledSequence, SampleResult, SubmitRequest
+
+    lease = state.lease(worker, 0, 4, wait_s=5)
+    assert lease.status == "granted" and len(lease.samples) == 1
+    results = [SampleResult(slot=s.slot, sequences=[SampledSequence(token_ids=tokens, logprobs=[-0.5] * len(tokens),
+                                                                    stop_reason="stop")]) for s in lease.samples]
+    state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, samples=results, generate_seconds=0.1))
+    return lease
+
+
+def test_a_text_call_is_leased_to_a_worker_answered_and_continued_token_for_token():
+    import threading
+
+    from conftest import EOS, encode
+
+    state, episodes = book()
+    desk = desk_over(state, episodes)
+    worker = state.registry.workers[next(iter(state.registry.workers))]
+    episode = episodes.claim(1.0)
+    leases = []
+    for prompt in ("1+2=", "1+2=7+1="):
+        worker_thread = threading.Thread(target=lambda: leases.append(answer_one_lease(state, worker, [10, EOS])))
+        worker_thread.start()
+        completion = desk.complete(episode.key, CompletionRequest(prompt=prompt, max_tokens=4))
+        worker_thread.join(10)
+        assert completion.choices[0].text == "7" and completion.choices[0].finish_reason == "stop"
+    assert leases[0].samples[0].prompt_ids == encode("1+2=")
+    assert leases[1].samples[0].prompt_ids == encode("1+2=") + [10, EOS] + encode("+1=")  # the sampled ids kept
+    (segment,) = episode.trajectory.segments
+    assert segment.episode.token_ids == [10, EOS, *encode("+1="), 10, EOS] and segment.episode.mask == [1, 1, 0, 0, 0, 1, 1]
+    with pytest.raises(Refused, match="max_tokens=5"):
+        desk.complete(episode.key, CompletionRequest(prompt="1=", max_tokens=5))
+
+
+def test_a_call_no_worker_answers_fails_in_time_and_leaves_the_queue():
+    from echo2.gateway.desk import CallTimeout
+
+    state, episodes = book()
+    desk = desk_over(state, episodes, call_timeout_s=0.5)
+    episode = episodes.claim(1.0)
+    with pytest.raises(CallTimeout, match="agent.call_timeout_s=0.5"):
+        desk.complete(episode.key, CompletionRequest(prompt="1+2="))
+    assert len(state.books.samples) == 0 and not desk._waiting
