@@ -23,6 +23,7 @@ running, so that the latencies it records are the ones read here).
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import sys
 import time
@@ -46,6 +47,8 @@ COLUMNS = ["max_tokens", "calls", "generate_s", "call_s", "added_s", "added_vs_g
 #: Each call's latency as the agent saw it (seconds), filled by :func:`probe`.
 LATENCIES: list[float] = []
 BUDGET = {"max_tokens": 32}
+#: Every episode's calls, one at a time (the pool plays them all on one event loop).
+ONE_AT_A_TIME = asyncio.Lock()
 
 
 async def probe(example, client) -> float:
@@ -53,9 +56,10 @@ async def probe(example, client) -> float:
     messages = [{"role": "system", "content": "You are a helpful assistant."},
                 {"role": "user", "content": f"What is {example.prompt}"}]
     for _ in range(TURNS):
-        started = time.perf_counter()
-        answer = await client.chat.completions.create(model="policy", messages=messages, **BUDGET)
-        LATENCIES.append(time.perf_counter() - started)
+        async with ONE_AT_A_TIME:  # held-out episodes play beside training ones: one call in flight, one per lease
+            started = time.perf_counter()
+            answer = await client.chat.completions.create(model="policy", messages=messages, **BUDGET)
+            LATENCIES.append(time.perf_counter() - started)
         messages += [answer.choices[0].message.model_dump(exclude_none=True),
                      {"role": "tool", "tool_call_id": "t", "content": "42"}]
     return 0.0
