@@ -87,15 +87,17 @@ def measure(max_tokens: int, steps: int, out: Path) -> dict[str, Any]:
     finally:
         AgentRun.attach = attach
     desk = runs[0].desk
-    generate = [e["end"] - e["start"] for e in read_jsonl(summary.run_dir / "timeline.jsonl")
-                if e.get("kind") == "generate"]
+    leases = sorted((e for e in read_jsonl(summary.run_dir / "timeline.jsonl") if e.get("kind") == "generate"),
+                    key=lambda e: e["start"])
     calls = int(desk.seconds["calls"])
-    if len(generate) != calls or len(LATENCIES) != calls:
-        raise RuntimeError(f"expected one lease per call: {calls} calls, {len(generate)} leases, "
+    if len(leases) != calls or not 0 < len(LATENCIES) <= calls:
+        raise RuntimeError(f"expected one lease per call: {calls} calls, {len(leases)} leases, "
                            f"{len(LATENCIES)} timed by the agent")
-    generate_s, call_s = statistics.mean(generate), statistics.mean(LATENCIES)
+    # the run's end cancels the episode in play: a last call may be answered after its agent stopped timing
+    timed = leases[: len(LATENCIES)]
+    generate_s, call_s = statistics.mean(e["end"] - e["start"] for e in timed), statistics.mean(LATENCIES)
     cpu_s = desk.seconds["render_s"] / calls
-    return {"max_tokens": max_tokens, "calls": calls, "generate_s": generate_s, "call_s": call_s,
+    return {"max_tokens": max_tokens, "calls": len(LATENCIES), "generate_s": generate_s, "call_s": call_s,
             "added_s": call_s - generate_s, "added_vs_generate": (call_s - generate_s) / generate_s,
             "gateway_cpu_s": cpu_s, "cpu_vs_generate": cpu_s / generate_s}
 
