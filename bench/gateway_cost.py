@@ -12,7 +12,9 @@ a tool result, and times each call as it sees it. Per call, side by side in the 
 - ``call_s``: the call as the agent saw it (HTTP to the gateway, rendering, the lease round trip,
   the worker's sampling and submission, the answer);
 - ``added_s`` = ``call_s`` − ``generate_s``: what the gateway path adds, and ``added_vs_generate``
-  its ratio to the sampling;
+  its ratio to the sampling; ``added_p50_s`` and ``added_p90_s``: the median and 90th percentile of
+  each call's own difference (a call queued while the worker loads a new version, in this
+  synchronous run, waits for that too: the mean carries those);
 - ``gateway_cpu_s``: the gateway's own work per call on the coordinator (chat template, encoding,
   the token-exact join, the answer's parsing), from its counters, and ``cpu_vs_generate``.
 
@@ -41,8 +43,8 @@ from echo2.telemetry.metrics import read_jsonl  # noqa: E402
 
 MODEL = "smollm2-135m-instruct"
 TURNS = 3
-COLUMNS = ["max_tokens", "calls", "generate_s", "call_s", "added_s", "added_vs_generate", "gateway_cpu_s",
-           "cpu_vs_generate"]
+COLUMNS = ["max_tokens", "calls", "generate_s", "call_s", "added_s", "added_vs_generate", "added_p50_s", "added_p90_s",
+           "gateway_cpu_s", "cpu_vs_generate"]
 
 #: Each call's latency as the agent saw it (seconds), filled by :func:`probe`.
 LATENCIES: list[float] = []
@@ -94,11 +96,13 @@ def measure(max_tokens: int, steps: int, out: Path) -> dict[str, Any]:
         raise RuntimeError(f"expected one lease per call: {calls} calls, {len(leases)} leases, "
                            f"{len(LATENCIES)} timed by the agent")
     # the run's end cancels the episode in play: a last call may be answered after its agent stopped timing
-    timed = leases[: len(LATENCIES)]
-    generate_s, call_s = statistics.mean(e["end"] - e["start"] for e in timed), statistics.mean(LATENCIES)
+    generate = [e["end"] - e["start"] for e in leases[: len(LATENCIES)]]
+    added = [call - sampling for call, sampling in zip(LATENCIES, generate)]  # calls are one at a time: lease i is call i
+    generate_s, call_s = statistics.mean(generate), statistics.mean(LATENCIES)
     cpu_s = desk.seconds["render_s"] / calls
     return {"max_tokens": max_tokens, "calls": len(LATENCIES), "generate_s": generate_s, "call_s": call_s,
             "added_s": call_s - generate_s, "added_vs_generate": (call_s - generate_s) / generate_s,
+            "added_p50_s": statistics.median(added), "added_p90_s": statistics.quantiles(added, n=10)[-1],
             "gateway_cpu_s": cpu_s, "cpu_vs_generate": cpu_s / generate_s}
 
 
