@@ -136,10 +136,11 @@ class Observer:
                     "audit_rate": loop.verifier.rates.rate(g.worker_id)})
             return groups, filtered, counts
 
-        def observed_gaps(verifier, model, groups, version):
-            found = gaps(verifier, model, groups, version)
-            observer.audited += [{"t": time.time(), "worker_id": g.worker_id, "slot": g.slot, "version": version,
-                                  "gap": gap, "worst_token_gap": worst} for g, (gap, worst) in zip(groups, found)]
+        def observed_gaps(verifier, model, pieces, version):
+            found = gaps(verifier, model, pieces, version)  # per (group, worker): an agent's group has a worker per call
+            observer.audited += [{"t": time.time(), "worker_id": worker, "slot": g.slot, "version": version,
+                                  "gap": gap, "worst_token_gap": worst}
+                                 for (g, worker), (gap, worst, _) in zip(pieces, found)]
             return found
 
         Verifier._gaps = observed_gaps
