@@ -23,7 +23,7 @@ def tool_results(message) -> list[dict]:
 
 
 async def ask(client, messages):
-    answer = await client.chat.completions.create(model="policy", messages=messages, tools=[CALCULATOR], max_tokens=40)
+    answer = await client.chat.completions.create(model="policy", messages=messages, tools=[CALCULATOR], max_tokens=64)
     return answer.choices[0].message
 
 
@@ -73,7 +73,7 @@ async def agents_sdk(example, client) -> float:
 
     agent = Agent(name="calculator", instructions=system("agents_sdk")["content"], tools=[calculate],
                   model=OpenAIChatCompletionsModel(model="policy", openai_client=client),
-                  model_settings=ModelSettings(max_tokens=40))
+                  model_settings=ModelSettings(max_tokens=64))
     try:
         result = await Runner.run(agent, f"What is {example.prompt}", max_turns=3)
     except MaxTurnsExceeded:
@@ -81,7 +81,9 @@ async def agents_sdk(example, client) -> float:
     return float(example.answer in str(result.final_output))
 
 
-_kinds = itertools.cycle(["three_turns", "agents_sdk", "rewrite", "retry"])
+#: Three-turn episodes most often: one is trained as a single sequence only when all three of its replies
+#: ended within their budget (a reply cut short does not continue).
+_kinds = itertools.cycle(["three_turns", "agents_sdk", "three_turns", "rewrite", "three_turns", "retry"])
 
 
 async def scripted(example, client) -> float:

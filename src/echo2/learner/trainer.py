@@ -108,8 +108,9 @@ class Rollouts:
     def from_groups(cls, groups: Sequence[Group], tokenizer: PreTrainedTokenizerBase,
                     echo_groups: Sequence[Group] = ()) -> Rollouts:
         every = [*groups, *echo_groups]
-        encode = lambda text: tokenizer(text)["input_ids"]  # noqa: E731
-        return cls(prompts=[ids for g in every for ids in g.prompt_rows(encode)],
+        texts = [g.example.prompt for g in every if g.prompt_ids is None]  # encoded in one batch
+        encoded = iter(tokenizer(texts)["input_ids"] if texts else [])
+        return cls(prompts=[ids for g in every for ids in g.prompt_rows(lambda _: next(encoded))],
                    completions=[tokens for g in every for tokens in g.token_ids],
                    behaviour=[logprobs for g in every for logprobs in g.logprobs],
                    rewards=torch.tensor([g.rewards for g in every], dtype=torch.float32),
