@@ -190,3 +190,12 @@ def test_a_call_no_worker_answers_fails_in_time_and_leaves_the_queue():
     with pytest.raises(CallTimeout, match="agent.call_timeout_s=0.5"):
         desk.complete(episode.key, CompletionRequest(prompt="1+2="))
     assert len(state.books.samples) == 0 and not desk._waiting
+
+
+def test_an_agent_that_cannot_be_imported_or_is_not_async_is_a_one_line_config_error(tmp_path):
+    from echo2.config import ConfigError, load_config
+    from echo2.launch.agents import AgentRun
+
+    for name, said in (("agent:no_such_module:play", "cannot import"), ("agent:json:dumps", "not an async function")):
+        with pytest.raises(ConfigError, match=said):
+            AgentRun(load_config(None, [f"task.name={name}"]), tmp_path)

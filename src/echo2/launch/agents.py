@@ -14,7 +14,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from transformers import PreTrainedTokenizerBase
 
-from echo2.config import Config
+from echo2.config import Config, ConfigError
 from echo2.coordinator.records import Lease
 from echo2.coordinator.state import CoordinatorState
 from echo2.gateway.agents import AGENT_PREFIX, AgentPool, load_agent
@@ -37,7 +37,10 @@ class AgentRun:
 
     def __init__(self, config: Config, run_dir: Path) -> None:
         self.config, self.run_dir = config, run_dir
-        self.function = load_agent(config.task.name)  # an agent that cannot be imported fails before anything starts
+        try:  # an agent that cannot be imported fails before anything starts, in one line
+            self.function = load_agent(config.task.name)
+        except (ValueError, TypeError) as error:
+            raise ConfigError(f"{error} (a module in the current directory needs PYTHONPATH=.)") from None
         self.desk: GatewayDesk | None = None
         self.pool: AgentPool | None = None
 
