@@ -58,8 +58,8 @@ class CallSettings:
 
 @dataclass
 class _Waiting:
-    episode: AgentEpisode
-    work: SampleWork
+    """A call queued for the fleet, until a worker's answer (or its timeout)."""
+
     done: threading.Event = field(default_factory=threading.Event)
     answer: tuple[str, int, SampleResult] | None = None
     """The worker, the lease's version and its result."""
@@ -130,7 +130,7 @@ class GatewayDesk:
         work = SampleWork(call_id, episode.group.version, 1,
                           LeasedSample(slot=0, sampler=BASE_SAMPLER, prompt_ids=ids, num_samples=1, max_tokens=budget,
                                        temperature=self.settings.temperature, stop_strings=stops))
-        waiting = _Waiting(episode, work)
+        waiting = _Waiting()
         with self.state.cond:
             self._waiting[call_id] = waiting
         self._count("render_s", time.perf_counter() - started)

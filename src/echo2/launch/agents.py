@@ -53,13 +53,19 @@ class AgentRun:
         config, agent = self.config, self.config.agent
         book = EpisodeBook(state.parts, config.rollout.group_size, agent.episode_timeout_s)
         state.parts.reapers.append(book.expire)
-        state.parts.reports["agent"] = lambda: {**book.counts, **(self.pool.means() if self.pool else {})}
+        state.parts.reports["agent"] = lambda: {**book.counts, **self._pool_figures()}
         self.desk = GatewayDesk(
             state, book, ChatPrompt(agent.chat_template or config.model.name),
             encode=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True), eos_id=tokenizer.eos_token_id,
             settings=CallSettings(config.rollout.temperature, config.rollout.max_new_tokens, max_context,
                                   agent.call_timeout_s, config.model.name))
+
+    def _pool_figures(self) -> dict[str, float]:
+        """The pool's outcomes (``played``, ``failed``: the agent raised, ``timed_out``) and its means."""
+        if self.pool is None:
+            return {}
+        return {**{f"agent_{name}": count for name, count in self.pool.counts.items()}, **self.pool.means()}
 
     def mount(self, app: FastAPI, run_token: str, base_url: Callable[[], str]) -> None:
         assert self.desk is not None
