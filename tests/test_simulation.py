@@ -3,6 +3,7 @@
 import math
 import random
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,72 @@ def test_centralized_baseline_is_serial_generation_then_training():
     assert baseline.wall_s == pytest.approx(40 * (1.0 + generate + 0.5))
     assert baseline.cost_usd == pytest.approx(2 * 3.6 * baseline.wall_s / 3600)
     assert baseline.utilization == pytest.approx(1.0 / (1.0 + generate + 0.5))
+
+
+STRAGGLER_GROUPS = [[20.0] * 4] * 7 + [[20.0] * 3 + [400.0]]
+"""One group in eight has a response 20 times as long as the others: the straggler."""
+
+
+def _straggler_scenario(lengths: dict | None, **changes):
+    """B = 8 groups of 4 a step, 4 s of training; the learner's one GPU generates 800 tokens/s with
+    32 sequences in flight but a sequence alone only 40/s; six workers on the same curve, async
+    S = 3. A worker submits a lease whole (echo2's engines return a lease's batch together), so a
+    lease holding the straggler keeps that worker for 10 s: within the staleness budget, and the
+    fleet has the headroom to cover it."""
+    return scenario(learner={"train_step_s": 4.0, "price_per_gpu_hour": 3.0, "generation_tokens_per_s_per_gpu": 800.0,
+                             "single_sequence_tokens_per_s": 40.0, "generation_sequences": 32},
+                    workload={"response_tokens": statistics.fmean(x for g in STRAGGLER_GROUPS for x in g),
+                              **({"lengths": lengths} if lengths else {})},
+                    recipe=recipe(steps=60, groups_per_lease=2, staleness=3, heartbeat_interval_s=0.01),
+                    fleet=[{"name": "w", "count": 6, "tokens_per_s": 200.0, "single_sequence_tokens_per_s": 40.0,
+                            "max_sequences": 8, "price_per_hour": 0.1}], **changes)
+
+
+def test_a_long_response_makes_the_centralized_step_wait_and_the_distributed_learner_does_not():
+    """The straggler is drawn into most centralized steps (8 groups a step, one in eight long), and
+    each such step waits for its 400 tokens at single-sequence speed; the distributed learner takes
+    the oldest fresh groups as they arrive, so a worker stuck on the straggler holds up no step."""
+    uneven = simulate(_straggler_scenario({"groups": STRAGGLER_GROUPS}))
+    even = simulate(_straggler_scenario(None))
+    straggler_s = 380 / 40.0  # the last 380 tokens, alone
+    centralized_step = uneven.centralized.generation_s / 60
+    assert centralized_step > 0.5 * straggler_s > even.centralized.generation_s / 60
+    assert uneven.centralized.wall_s > 2 * even.centralized.wall_s
+    distributed_step = uneven.train_wall_s / (uneven.steps - 1)
+    assert distributed_step < 1.1 * 4.0 < 0.5 * (4.0 + centralized_step)
+    assert uneven.utilization > 0.95
+
+
+def test_every_response_at_the_mean_reproduces_the_planner_without_lengths():
+    """Measured lengths all equal to the mean give the same run, both arms, as no distribution."""
+    same = [[33.0] * 4] * 3
+    plain = simulate(scenario(workload__response_tokens=33.0, fleet=[{"name": "w", "count": 2, "tokens_per_s": 4000.0}],
+                              learner={"train_step_s": 1.0, "generation_tokens_per_s_per_gpu": 500.0}))
+    measured = simulate(scenario(workload={"lengths": {"groups": same}},
+                                 fleet=[{"name": "w", "count": 2, "tokens_per_s": 4000.0}],
+                                 learner={"train_step_s": 1.0, "generation_tokens_per_s_per_gpu": 500.0}))
+    assert measured.scenario.workload.response_tokens == 33.0
+    assert measured.wall_s == pytest.approx(plain.wall_s, rel=1e-12)
+    assert measured.centralized.wall_s == pytest.approx(plain.centralized.wall_s, rel=1e-12)
+    assert plain.centralized.generation_s == pytest.approx(40 * 32 * 33.0 / 500.0)
+
+
+def test_the_trainers_memory_shrinks_the_colocated_engines_batch():
+    """80 GB x 0.9 less 16 GB of weights less what the trainer keeps: the KV room, in sequences of
+    prompt + mean response at the model's KV bytes per token."""
+    base = {"train_step_s": 1.0, "generation_tokens_per_s_per_gpu": 8000.0, "single_sequence_tokens_per_s": 150.0,
+            "generation_sequences": 256, "gpu_memory_gb": 80.0}
+    model = {"name": "m", "parameters_b": 8.0, "payload_gb": 0.01, "kv_bytes_per_token": 147456}
+    alone = scenario(learner=base, model=model, workload__response_tokens=2000.0)
+    shared = scenario(learner={**base, "trainer_resident_gb": 16.0}, model=model, workload__response_tokens=2000.0)
+    context = 2000.0
+    room = 0.9 * 80e9 - 16e9
+    assert alone.learner.colocated_curve(alone.model, context).max_sequences == min(256, int(room // (147456 * context)))
+    assert shared.learner.colocated_curve(shared.model, context).max_sequences == int((room - 16e9) // (147456 * context))
+    assert shared.learner.colocated_curve(shared.model, context).tokens_per_s(256) < 0.9 * 8000.0
+    with pytest.raises(ValueError, match="no KV room"):
+        scenario(learner={**base, "trainer_resident_gb": 60.0}, model=model).learner.colocated_curve(
+            alone.model, context)
 
 
 def test_learner_step_time_from_flops():

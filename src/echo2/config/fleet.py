@@ -9,6 +9,8 @@ Shared by the run config (``emulation.fleet``, ``activation``), the ``echo2 plan
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from echo2.config.base import Section
@@ -79,6 +81,15 @@ class WorkerClass(Section):
     ``samples_per_s`` of an ``echo2 worker`` in metrics.jsonl)."""
     throughput_cv: float = Field(0.0, ge=0)
     """Coefficient of variation of one lease's generation time (lognormal; simulator only)."""
+    single_sequence_tokens_per_s: float | None = Field(None, gt=0)
+    """Tokens/s of one sequence decoding alone on this worker: with ``max_sequences``, its rate falls
+    as a lease's batch drains (``planning/engine_curve.py``; simulator only). None: the full rate
+    to the last token."""
+    max_sequences: int | None = Field(None, ge=2)
+    """Sequences its engine runs at once, the batch at which ``tokens_per_s`` holds (simulator only)."""
+    batching: Literal["continuous", "static"] = "continuous"
+    """How its engine batches: ``continuous`` (vLLM: a finished sequence's slot is taken at once) or
+    ``static`` (echo2's own engine: a batch decodes until its longest row is done; simulator only)."""
     upload_mbps: float | None = Field(None, gt=0)
     """Median uplink of one worker, Mbit/s (what it relays weights at); None: unlimited."""
     upload_spread: float = Field(0.0, ge=0)
@@ -108,6 +119,9 @@ class WorkerClass(Section):
     def _one_throughput(self) -> WorkerClass:
         if (self.tokens_per_s is None) == (self.rollouts_per_s is None):
             raise ValueError(f"worker class {self.name!r}: give exactly one of tokens_per_s and rollouts_per_s")
+        if self.single_sequence_tokens_per_s is not None and self.max_sequences is None:
+            raise ValueError(f"worker class {self.name!r}: single_sequence_tokens_per_s needs max_sequences "
+                             f"(the batch its tokens_per_s holds at)")
         return self
 
     def rollout_rate(self, response_tokens: float | None = None) -> float:

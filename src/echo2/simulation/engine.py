@@ -176,8 +176,7 @@ class Simulation:
             self.state.queue.at(max(reply, worker.busy_until), self.lease_loop.refreshed, worker, worker.epoch, action)
             return
         lease = self.state.books.grant(worker, version, answer, now, lambda: None, make=SimLease)
-        generate = lognormal(self.state.rng, len(lease.slots) * self.state.books.group_size / worker.rate,
-                             worker.spec.throughput_cv)
+        generate = lognormal(self.state.rng, worker.curve.drain_s(self._lease_lengths(lease)), worker.spec.throughput_cv)
         start = max(reply, worker.busy_until)
         worker.busy_until = start + generate
         lease.starts_at, lease.ends_at = start, start + generate + worker.rtt_s / 2
@@ -188,6 +187,12 @@ class Simulation:
         self.state.queue.at(lease.ends_at, self._submitted, worker, worker.epoch, lease)
         if lease.ends_at - now > answer.deadline_s:
             self.state.queue.after(answer.deadline_s, self._overdue, lease)
+
+    def _lease_lengths(self, lease: SimLease) -> list[float]:
+        """The lease's responses, tokens: each group's drawn together (their lengths correlate). A
+        lease is one batch to the worker's engine and is submitted whole, when its longest is done."""
+        size = self.state.books.group_size
+        return [length for _ in lease.slots for length in self.state.lengths.group(self.state.lengths_rng, size)]
 
     def _generating(self, worker: SimWorker, epoch: int, lease: SimLease) -> None:
         """The worker starts on ``lease`` (unless it is leaving: it finished the lease in hand); an

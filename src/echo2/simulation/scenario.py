@@ -15,15 +15,21 @@ import copy
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from echo2.config import Config
 from echo2.config.base import ConfigError, Section, apply_override, first_error, merge, read_yaml
 from echo2.config.fleet import ActivationRule, LearnerHardware, WorkerClass
 from echo2.config.moved import move_keys
+from echo2.planning.engine_curve import DecodeCurve
 from echo2.planning.inventory import Inventory
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
+from echo2.planning.lengths import LengthSampler, ResponseLengths
 from echo2.units import GB, MIB
+
+#: Share of a GPU's memory an inference engine takes for itself (vLLM's ``gpu_memory_utilization``
+#: default); the trainer's resident memory and the weights come out of it, the rest is KV room.
+ENGINE_MEMORY_SHARE = 0.9
 
 __all__ = ["ActivationSpec", "BroadcastSpec", "LearnerSpec", "ModelSpec", "Scenario", "WorkerClass", "Workload",
            "dotted_overrides", "load_scenario", "parse_scenario"]
@@ -40,6 +46,14 @@ class ModelSpec(Section):
     """Bytes per parameter on the wire (2 = bf16)."""
     payload_gb: float | None = Field(None, gt=0)
     """Size of one version, GB, overriding parameters x bytes (e.g. a LoRA adapter)."""
+    kv_bytes_per_token: float | None = Field(None, gt=0)
+    """KV cache of one token over every layer, bytes: 2 x layers x KV heads x head dim x 2 (bf16).
+    Sets how many sequences the co-located engine holds beside the trainer."""
+
+    @property
+    def weights_bytes(self) -> float:
+        """The whole model in an inference engine (bf16 by ``bytes_per_parameter``), adapter or not."""
+        return self.parameters_b * GB * self.bytes_per_parameter
 
     @property
     def payload_bytes(self) -> float:
@@ -74,6 +88,39 @@ class LearnerSpec(LearnerHardware):
     weight_sync_s: float = Field(0.0, ge=0)
     """Centralized baseline: seconds per step to hand new weights from the trainer to the
     co-located inference engine."""
+    single_sequence_tokens_per_s: float | None = Field(None, gt=0)
+    """Centralized baseline: tokens/s of one sequence decoding alone on one GPU's engine; with
+    ``generation_sequences`` it makes the engine's throughput fall as a batch drains
+    (:mod:`echo2.planning.engine_curve`). None: ``generation_tokens_per_s_per_gpu`` to the last token."""
+    generation_sequences: int | None = Field(None, ge=2)
+    """Sequences in flight at which ``generation_tokens_per_s_per_gpu`` was measured (the engine's
+    ``max_num_seqs``): the most one GPU's engine runs at once unless memory allows fewer."""
+    gpu_memory_gb: float | None = Field(None, gt=0)
+    """Memory of one learner GPU, GB: with ``trainer_resident_gb`` and the model's
+    ``kv_bytes_per_token``, how many sequences the co-located engine has KV room for."""
+    trainer_resident_gb: float = Field(0.0, ge=0)
+    """What the trainer keeps on each GPU while the co-located engine generates (sharded weights,
+    gradients, optimizer states not offloaded), GB."""
+
+    def colocated_curve(self, model: ModelSpec, context_tokens: float) -> DecodeCurve | None:
+        """One learner GPU's engine as it generates beside the trainer (None: no baseline)."""
+        if self.generation_tokens_per_s_per_gpu is None:
+            return None
+        if self.single_sequence_tokens_per_s is None:
+            return DecodeCurve.flat(self.generation_tokens_per_s_per_gpu)
+        if self.generation_sequences is None:
+            raise ValueError("learner.single_sequence_tokens_per_s needs learner.generation_sequences")
+        fit = None
+        if self.gpu_memory_gb is not None and model.kv_bytes_per_token is not None:
+            room = ENGINE_MEMORY_SHARE * self.gpu_memory_gb * GB - model.weights_bytes - self.trainer_resident_gb * GB
+            fit = int(room // (model.kv_bytes_per_token * context_tokens))
+            if fit < 1:
+                raise ValueError(f"the co-located engine has no KV room: {self.gpu_memory_gb:g} GB x "
+                                 f"{ENGINE_MEMORY_SHARE} - {model.weights_bytes / GB:.1f} GB of weights - "
+                                 f"{self.trainer_resident_gb:g} GB of the trainer's")
+        limit = min(self.generation_sequences, fit) if fit is not None else self.generation_sequences
+        return DecodeCurve.through(self.single_sequence_tokens_per_s, self.generation_tokens_per_s_per_gpu,
+                                   self.generation_sequences, limit)
 
 
 class Workload(Section):
@@ -82,7 +129,27 @@ class Workload(Section):
     prompt_tokens: float = Field(0.0, ge=0)
     """Mean prompt tokens (learner FLOPs only)."""
     response_tokens: float = Field(1.0, gt=0)
-    """Mean completion tokens: converts tokens/s into rollouts/s, and sets the learner FLOPs."""
+    """Mean completion tokens: converts tokens/s into rollouts/s, and sets the learner FLOPs
+    (with measured ``lengths``: their mean, unless given)."""
+    lengths: ResponseLengths | None = None
+    """How lengths spread, per group (:mod:`echo2.planning.lengths`); None: every response
+    ``response_tokens`` long."""
+
+    @model_validator(mode="after")
+    def _measured_mean(self) -> Workload:
+        measured = self.lengths.measured_mean if self.lengths else None
+        if measured is None:
+            return self
+        if "response_tokens" not in self.model_fields_set:
+            self.response_tokens = measured
+        elif abs(self.response_tokens - measured) > 0.02 * measured:
+            raise ValueError(f"response_tokens={self.response_tokens:g} but the measured lengths average "
+                             f"{measured:.1f}: leave response_tokens out")
+        return self
+
+    def sampler(self) -> LengthSampler:
+        """Each group's lengths, drawn (:class:`echo2.planning.lengths.LengthSampler`)."""
+        return LengthSampler(self.lengths, self.response_tokens)
 
 
 class BroadcastSpec(Section):

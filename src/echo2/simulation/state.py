@@ -44,6 +44,10 @@ class SimState:
             worker.protocol = WorkerProtocol(recipe.protocol)
         self.workers_by_id = {w.worker_id: w for w in self.workers}
         self.train_s = scenario.train_step_s()
+        self.lengths = scenario.workload.sampler()
+        """Each leased group's response lengths (:mod:`echo2.planning.lengths`), drawn from their own
+        stream so that a scenario without a distribution draws exactly what it drew before."""
+        self.lengths_rng = random.Random(f"{scenario.seed}:lengths")
         shares = SharePolicy(groups_per_lease=recipe.lease_groups, window_share=recipe.coordinator.window_share,
                              grows_with_delivery=recipe.rollout.groups_per_lease == "device")
         self.books: Books[SimWorker, SimGroup] = Books(

@@ -1,0 +1,103 @@
+"""How long an inference engine takes to generate a batch: its throughput as the batch drains.
+
+A decoding step generates one token for each of the ``n`` sequences in flight, and on a GPU (or
+this CPU) its time grows about linearly with ``n``: ``step(n) = fixed_s + per_sequence_s * n`` —
+the weights are read once per step whatever ``n`` is, each sequence adds its KV-cache reads and
+its share of the compute. So one sequence alone decodes at ``1 / step(1)`` tokens/s and a full
+batch at ``n / step(n)``: a batch's throughput falls as its sequences finish, and a synchronous
+step whose last response is long waits for it at single-sequence speed. Two points fix the line:
+the engine's throughput at a full batch (what benchmarks report) and one sequence alone;
+``echo2 calibrate`` fits it to the shipped engine on this machine.
+
+How sequences share the engine (:attr:`DecodeCurve.continuous`):
+
+* **continuous batching** (vLLM, SGLang): a finished sequence leaves the batch at once and the next
+  waiting one takes its slot, up to ``max_sequences`` (the engine's KV room);
+* **static batching** (echo2's own engine, ``model/sampling.py``): a batch of up to ``max_sequences``
+  rows decodes until its longest row is done, finished rows riding along.
+
+A flat curve (``fixed_s = 0``) keeps its rate to the last token: the planner's assumption before
+lengths were a distribution, which every response equal to the mean reproduces exactly.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DecodeCurve:
+    fixed_s: float
+    """Seconds of one decoding step whatever the batch (weight reads, kernel launches)."""
+    per_sequence_s: float
+    """Seconds each sequence in flight adds to a step."""
+    max_sequences: int | None = None
+    """Sequences in flight at most (the KV room, ``max_num_seqs``); None: unlimited."""
+    continuous: bool = True
+    """Continuous batching (a finished sequence's slot is taken at once); False: static batches."""
+
+    def __post_init__(self) -> None:
+        if self.fixed_s < 0 or self.per_sequence_s <= 0:
+            raise ValueError(f"a decode curve needs fixed_s >= 0 and per_sequence_s > 0, got "
+                             f"{self.fixed_s}, {self.per_sequence_s}")
+        if self.max_sequences is not None and self.max_sequences < 1:
+            raise ValueError(f"max_sequences must be >= 1, got {self.max_sequences}")
+
+    @classmethod
+    def flat(cls, tokens_per_s: float, max_sequences: int | None = None) -> DecodeCurve:
+        """``tokens_per_s`` at any concurrency, to the last token."""
+        return cls(0.0, 1 / tokens_per_s, max_sequences)
+
+    @classmethod
+    def through(cls, single_tokens_per_s: float, full_tokens_per_s: float, full_sequences: int,
+                max_sequences: int | None = None, continuous: bool = True) -> DecodeCurve:
+        """The line through one sequence at ``single_tokens_per_s`` and ``full_sequences`` at
+        ``full_tokens_per_s`` together, cut at ``max_sequences`` (default ``full_sequences``)."""
+        full_step = full_sequences / full_tokens_per_s
+        single_step = 1 / single_tokens_per_s
+        if full_sequences < 2 or full_step < single_step or full_tokens_per_s < single_tokens_per_s:
+            raise ValueError(f"{full_sequences} sequences at {full_tokens_per_s:g} tokens/s and one at "
+                             f"{single_tokens_per_s:g}: a batch must be faster in all and slower per sequence")
+        per_sequence = (full_step - single_step) / (full_sequences - 1)
+        return cls(single_step - per_sequence, per_sequence, max_sequences or full_sequences, continuous)
+
+    def step_s(self, sequences: int) -> float:
+        return self.fixed_s + self.per_sequence_s * sequences
+
+    def tokens_per_s(self, sequences: int) -> float:
+        """Throughput with ``sequences`` in flight (cut at :attr:`max_sequences`)."""
+        n = min(sequences, self.max_sequences or sequences)
+        return n / self.step_s(n)
+
+    def with_limit(self, max_sequences: int | None) -> DecodeCurve:
+        return DecodeCurve(self.fixed_s, self.per_sequence_s, max_sequences, self.continuous)
+
+    def drain_s(self, lengths: Sequence[float]) -> float:
+        """Seconds to generate every one of ``lengths`` (tokens), started together in this order."""
+        if not lengths:
+            return 0.0
+        if not self.continuous:
+            size = self.max_sequences or len(lengths)
+            return sum(max(batch) * self.step_s(len(batch))
+                       for batch in (lengths[i:i + size] for i in range(0, len(lengths), size)))
+        if self.fixed_s == 0:  # a flat curve: the rate never changes, only the tokens count
+            return self.per_sequence_s * math.fsum(lengths)
+        limit = self.max_sequences or len(lengths)
+        waiting = iter(lengths)
+        done_at: list[float] = []  # each sequence in flight: the progress (tokens per sequence) it ends at
+        progress = elapsed = 0.0
+        for length in waiting:
+            heapq.heappush(done_at, length)
+            if len(done_at) == limit:
+                break
+        while done_at:
+            elapsed += (done_at[0] - progress) * self.step_s(len(done_at))
+            progress = heapq.heappop(done_at)
+            while done_at and done_at[0] <= progress:
+                heapq.heappop(done_at)
+            while len(done_at) < limit and (length := next(waiting, None)) is not None:
+                heapq.heappush(done_at, progress + length)
+        return elapsed
