@@ -24,8 +24,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from echo2.config.fleet import WorkerClass
+
+#: Leases drawn to estimate a worker's rate (:func:`lease_rollouts_per_s`): enough for a few percent.
+LEASE_DRAWS = 200
 
 
 @dataclass(frozen=True)
@@ -101,3 +107,23 @@ class DecodeCurve:
             while len(done_at) < limit and (length := next(waiting, None)) is not None:
                 heapq.heappush(done_at, progress + length)
         return elapsed
+
+
+def worker_curve(spec: WorkerClass, response_tokens: float) -> DecodeCurve:
+    """A worker's engine: ``tokens_per_s`` (or ``rollouts_per_s`` of mean-length responses) at its
+    full batch, falling to ``single_sequence_tokens_per_s`` when it is given."""
+    full = spec.tokens_per_s or spec.rollouts_per_s * response_tokens
+    if spec.single_sequence_tokens_per_s is None:
+        return DecodeCurve.flat(full, spec.max_sequences)
+    return DecodeCurve.through(spec.single_sequence_tokens_per_s, full, spec.max_sequences,
+                               continuous=spec.batching == "continuous")
+
+
+def lease_rollouts_per_s(curve: DecodeCurve, group_lengths: Callable[[random.Random], list[float]], groups: int,
+                         seed: int = 0) -> float:
+    """Rollouts/s of a worker generating leases of ``groups`` groups (each drawn by
+    ``group_lengths``) one after another, each submitted when its longest response is done: the
+    mean over :data:`LEASE_DRAWS` drawn leases. What a worker's rate is once its leases drain."""
+    rng = random.Random(seed)
+    leases = [[x for _ in range(groups) for x in group_lengths(rng)] for _ in range(LEASE_DRAWS)]
+    return sum(map(len, leases)) / math.fsum(curve.drain_s(lease) for lease in leases)

@@ -22,7 +22,7 @@ from echo2.core.books import Lease
 from echo2.core.fetch_chain import SourceChain
 from echo2.core.profiling import LeaseCycle
 from echo2.core.worker_protocol import WorkerProtocol
-from echo2.planning.engine_curve import DecodeCurve
+from echo2.planning.engine_curve import DecodeCurve, worker_curve
 from echo2.simulation.dissemination import Flow, Peer, RelayUplink
 from echo2.simulation.scenario import Scenario
 from echo2.units import link_bytes_per_s
@@ -43,8 +43,6 @@ class SimWorker:
     worker_class: str
     spec: WorkerClass = field(repr=False)
     price_per_hour: float
-    rate: float
-    """Mean rollouts/s while generating (responses of the mean length, a full batch)."""
     curve: DecodeCurve = field(repr=False)
     """Its engine's decoding speed as a lease's batch drains."""
     upload: float
@@ -125,31 +123,20 @@ SimGroup = tuple[int, SimWorker]
 """A submitted group, as the simulated books keep it: its version and its worker."""
 
 
-def worker_curve(spec: WorkerClass, response_tokens: float) -> DecodeCurve:
-    """A worker's engine: ``tokens_per_s`` (or ``rollouts_per_s`` of mean-length responses) at its
-    full batch, falling to ``single_sequence_tokens_per_s`` when it is given."""
-    full = spec.tokens_per_s or spec.rollouts_per_s * response_tokens
-    if spec.single_sequence_tokens_per_s is None:
-        return DecodeCurve.flat(full, spec.max_sequences)
-    return DecodeCurve.through(spec.single_sequence_tokens_per_s, full, spec.max_sequences,
-                               continuous=spec.batching == "continuous")
-
-
 def build_fleet(scenario: Scenario, rng: random.Random) -> list[SimWorker]:
     workers = []
     response_tokens = scenario.workload.response_tokens
     interval = scenario.recipe.coordinator.heartbeat_interval_s
     inventory = scenario.inventory()
-    for spec in scenario.fleet:
-        rate, declared = spec.rollout_rate(response_tokens), inventory.throughput(spec)
-        curve = worker_curve(spec, response_tokens)
+    for spec, planned in zip(scenario.fleet, inventory.workers, strict=True):
+        declared, curve = inventory.throughput(planned), worker_curve(spec, response_tokens)
         for index in range(spec.count):
             upload = spec.upload_bytes_per_s * (math.exp(rng.gauss(0, spec.upload_spread)) if spec.upload_spread else 1)
             rtt = spec.rtt_ms / 1000 * (math.exp(rng.gauss(0, spec.rtt_spread)) if spec.rtt_spread else 1)
             name = f"{spec.name}#{index}"
             workers.append(SimWorker(
                 worker_id=name, name=name, worker_class=spec.name, spec=spec, price_per_hour=spec.price_per_hour,
-                rate=rate, curve=curve, upload=upload, download=link_bytes_per_s(spec.download_mbps), rtt_s=rtt,
+                curve=curve, upload=upload, download=link_bytes_per_s(spec.download_mbps), rtt_s=rtt,
                 heartbeat_phase=rng.uniform(0, interval), declared_throughput=declared,
                 peer=Peer(name, upload, link_bytes_per_s(spec.download_mbps), rtt / 2, spec.relay)))
     return workers

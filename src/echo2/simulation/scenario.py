@@ -21,7 +21,7 @@ from echo2.config import Config
 from echo2.config.base import ConfigError, Section, apply_override, first_error, merge, read_yaml
 from echo2.config.fleet import ActivationRule, LearnerHardware, WorkerClass
 from echo2.config.moved import move_keys
-from echo2.planning.engine_curve import DecodeCurve
+from echo2.planning.engine_curve import DecodeCurve, lease_rollouts_per_s, worker_curve
 from echo2.planning.inventory import Inventory
 from echo2.planning.inventory import LearnerSpec as InventoryLearner
 from echo2.planning.lengths import LengthSampler, ResponseLengths
@@ -229,7 +229,19 @@ class Scenario(Section):
             learner=InventoryLearner(price_per_hour=self.learner_price_per_hour, train_step_s=self.train_step_s(),
                                      upload_mbps=learner.upload_mbps, payload_mib=self.model.payload_bytes / MIB,
                                      generation_rollouts_per_s=generation),
-            workers=self.fleet, response_tokens=self.workload.response_tokens)
+            workers=self.lease_rated_fleet(), response_tokens=self.workload.response_tokens)
+
+    def lease_rated_fleet(self) -> list[WorkerClass]:
+        """The fleet at the rates its leases drain at: a class whose engine slows as a batch drains,
+        or any class when lengths vary, at :func:`echo2.planning.engine_curve.lease_rollouts_per_s`
+        of its lease size; the others as declared."""
+        sampler, size = self.workload.sampler(), self.recipe.rollout.group_size
+        return [spec if spec.single_sequence_tokens_per_s is None and not sampler.varies else spec.model_copy(update={
+                    "tokens_per_s": None,
+                    "rollouts_per_s": lease_rollouts_per_s(worker_curve(spec, self.workload.response_tokens),
+                                                           lambda rng: sampler.group(rng, size),
+                                                           self.recipe.lease_groups, self.seed)})
+                for spec in self.fleet]
 
     def inputs(self) -> dict:
         """The scenario as given (the recipe's keys as set, with the staleness it resolves to)."""
