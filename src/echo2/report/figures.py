@@ -177,6 +177,55 @@ def costs(run: RunData) -> Figure | None:
     return fig
 
 
+def draw_payoff_map(ax, points: list[tuple[str, float, float, float]], utilization: float = 1.0) -> None:
+    """The map of :mod:`echo2.planning.payoff` on ``ax``: the dollars ratio (distributed /
+    centralized) at learner utilization ``utilization`` over the workers' price per trained token
+    relative to the co-located learner's (x) and the baseline's share of a step spent generating (y),
+    break-even drawn bold; ``points`` (label, rho, g, simulated ratio) marked on it."""
+    import numpy as np
+
+    from echo2.planning.payoff import cost_ratio
+
+    rho, share = np.meshgrid(np.linspace(0.0, 3.0, 121), np.linspace(0.05, 0.9, 86))
+    ratios = cost_ratio(rho, share, utilization)
+    levels = [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0]
+    from matplotlib.colors import TwoSlopeNorm
+
+    filled = ax.contourf(rho, share, ratios, levels=[0.3, *levels, 10.0], cmap="RdYlGn_r", alpha=0.6, extend="both",
+                         norm=TwoSlopeNorm(vmin=0.3, vcenter=1.0, vmax=3.0))
+    lines = ax.contour(rho, share, ratios, levels=levels, colors="gray", linewidths=0.5)
+    ax.clabel(lines, fmt="%.2g", fontsize=7)
+    ax.contour(rho, share, ratios, levels=[1.0], colors="black", linewidths=1.8)
+    numbered = len(points) > 2  # many labels: numbers on the map, the names in a key beside it
+    for number, (label, x, y, ratio) in enumerate(points, 1):
+        ax.plot(min(x, 2.95), y, "o", color="black", markersize=4)
+        ax.annotate(str(number) if numbered else f"{label} ({ratio:.2f})", (min(x, 2.95), y), fontsize=8,
+                    xytext=(4, 3), textcoords="offset points")
+    if numbered:
+        key = "\n".join(f"{n} {label}: rho {x:.2f}, g {y:.2f}, ratio {ratio:.2f}"
+                        for n, (label, x, y, ratio) in enumerate(points, 1))
+        ax.text(1.24, 1.0, key + "\n(rho past 3 drawn at 3)", transform=ax.transAxes, fontsize=7.5, va="top",
+                family="monospace")
+    ax.set_xlabel("workers' $ per trained token / the co-located learner's (rho)")
+    ax.set_ylabel("baseline's share of a step generating (g)")
+    ax.set_xlim(0, 3.0)
+    ax.set_ylim(0.05, 0.9)
+    ax.figure.colorbar(filled, ax=ax, label=f"distributed / centralized dollars at utilization {utilization:.2f}")
+
+
+def payoff(run: RunData) -> Figure | None:
+    """A simulated run on the map of where distributing pays (:func:`draw_payoff_map`)."""
+    point = (run.simulation or {}).get("payoff")
+    if point is None:
+        return None
+    fig, (ax,) = _axes(1, 1, height=4.6)
+    fig.set_size_inches(7.5, 4.6)
+    draw_payoff_map(ax, [("this run", point["token_price_ratio"], point["generation_share"], point["ratio"])],
+                    utilization=point["utilization"])
+    fig.tight_layout()
+    return fig
+
+
 # ---------------------------------------------------------------- the PNGs a run leaves
 TIMELINE_COLOURS = {"train": "tab:blue", "generate": "tab:green", "fetch": "tab:orange", "disseminate": "tab:purple"}
 TIMELINE_LABELS = {"train": "learner step", "generate": "generation", "fetch": "weight fetch",

@@ -45,6 +45,11 @@ SECTIONS: list[tuple[str, Callable[[RunData], Figure | None], str, str]] = [
      "dissemination.", "no timeline recorded"),
     ("Cost by worker class", figures.costs, "Dollars by worker class and for the learner.",
      "no prices set for this run (activation.learner_price_per_hour, emulation.fleet[].price_per_hour)"),
+    ("Where distributing pays", figures.payoff,
+     "The dollars ratio (distributed / centralized) over the workers' price per trained token relative to the "
+     "co-located learner's and the baseline's share of a step spent generating, at this run's learner "
+     "utilization: (1 - g) / U + rho g (docs/simulation.md). Below the bold line distributing pays.",
+     "a simulated run with a centralized baseline has this map (echo2 simulate)"),
 ]
 
 

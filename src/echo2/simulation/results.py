@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
+from echo2.planning.payoff import PayoffPoint
 from echo2.planning.provision import provision
 from echo2.simulation.centralized import CentralizedResult
 from echo2.simulation.scenario import Scenario
@@ -65,6 +66,18 @@ class SimResult:
     def cost_per_step(self) -> float:
         return self.cost_usd / self.steps
 
+    def payoff(self) -> PayoffPoint | None:
+        """Where the run sits on the map of :mod:`echo2.planning.payoff` (None: no baseline)."""
+        baseline = self.centralized
+        if baseline is None or baseline.generation_s <= 0:
+            return None
+        tokens = self.steps * self.scenario.recipe.rollouts_per_step * self.scenario.workload.response_tokens
+        learner_per_token = baseline.price_per_hour * baseline.generation_s / 3600 / tokens
+        workers_per_token = sum(self.cost_by_class.values()) / tokens
+        return PayoffPoint(token_price_ratio=workers_per_token / learner_per_token,
+                           generation_share=baseline.generation_share, utilization=self.utilization,
+                           ratio=self.cost_usd / baseline.cost_usd)
+
     def summary(self) -> dict:
         latencies = [latency for _, latency in self.dissemination]
         lags = [lag for lag, count in self.staleness.items() for _ in range(count)]
@@ -87,6 +100,9 @@ class SimResult:
                                       "cost_usd": c.cost_usd, "cost_per_step_usd": c.cost_per_step,
                                       "staleness_mean": 0.0, "dissemination_mean_s": 0.0, "rollouts_wasted": 0}
             summary["cost_ratio_vs_centralized"] = self.cost_usd / c.cost_usd
+            summary["centralized"]["generation_share"] = c.generation_share
+            if (point := self.payoff()) is not None:
+                summary["payoff"] = {**asdict(point), "predicted": point.predicted}
         return summary
 
     def lines(self) -> list[str]:
@@ -111,8 +127,13 @@ class SimResult:
         if self.centralized is not None:
             c = self.centralized
             lines.append(f"centralized co-located baseline: {_duration(c.wall_s)}, ${c.cost_usd:,.2f} "
-                         f"(${c.cost_per_step:.4f} per step), training {c.utilization:.1%} of the time | "
-                         f"distributed / centralized cost {self.cost_usd / c.cost_usd:.2f}")
+                         f"(${c.cost_per_step:.4f} per step), training {c.utilization:.1%} of the time, generating "
+                         f"{c.generation_share:.1%} | distributed / centralized cost {self.cost_usd / c.cost_usd:.2f}")
+            if (point := self.payoff()) is not None:
+                lines.append(f"where it sits (echo2.planning.payoff): workers' $ per trained token "
+                             f"{point.token_price_ratio:.2f}x the co-located learner's, generation share "
+                             f"{point.generation_share:.2f}, utilization {point.utilization:.2f} -> "
+                             f"(1 - g)/U + rho g = {point.predicted:.2f}")
         lines.append(f"({self.events:,} events in {self.runtime_s:.1f}s)")
         return lines
 
