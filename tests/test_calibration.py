@@ -145,6 +145,16 @@ def test_calibrate_a_real_run_then_plan_and_simulate_another_config(tmp_path, ca
     last = [r for r in read_jsonl(summary.run_dir / "metrics.jsonl") if "learner_busy_s" in r][-1]
     reported = [v for k, v in last.items() if k.startswith("worker/") and k.endswith("/samples_per_s")]
     assert cal.rollouts_per_s == pytest.approx(2 * sum(reported) / len(reported), rel=0.01)
+    # the run's own lengths, per trained group after warm-up, and the engine's decode curve on this machine
+    config = load_config(str(summary.run_dir / "config.yaml"))
+    assert len(cal.lengths) == (10 - 3) * config.learner.groups_per_step
+    assert all(len(group) == config.rollout.group_size and max(group) <= cal.max_tokens for group in cal.lengths)
+    assert cal.max_tokens == config.rollout.max_new_tokens
+    curve = cal.decode_curve()
+    assert curve is not None and not curve.continuous and curve.step_s(32) > curve.step_s(1) > 0
+    calibrated = scenario_for(load_config(overrides=["workers.count=2"]), cal)
+    assert calibrated.workload.lengths.groups == cal.lengths
+    assert calibrated.fleet[0].batching == "static" and calibrated.fleet[0].max_sequences == config.lease_groups * 8
     capsys.readouterr()
     assert main(["plan", "--calibration", str(out), "activation.enabled=false", "protocol=sync",
                  "workers.count=3"]) == 0

@@ -143,7 +143,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     import yaml
 
-    from echo2.planning.calibration import calibrate_run
+    from echo2.planning.calibration import calibrate_run, with_decode_curve
 
     if args.from_run:
         run_dir = Path(args.from_run)
@@ -153,6 +153,9 @@ def _calibrate(args: argparse.Namespace) -> int:
         interrupts.install()
         run_dir = run_training(load_config(args.config, args.overrides)).run_dir
     calibration = calibrate_run(run_dir)
+    if args.decode_curve:
+        print("timing the engine's decoding steps at 1 to 32 rows (echo2.model.decode_probe) ...", flush=True)
+        calibration = with_decode_curve(calibration, load_config(str(run_dir / "config.yaml")))
     out = Path(args.out) if args.out else run_dir / "calibration.yaml"
     out.write_text(yaml.safe_dump(calibration.model_dump(mode="json"), sort_keys=False))
     print(out.read_text(), end="")
@@ -300,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     calibration.add_argument("--config", help="run config to calibrate on (default: the defaults)")
     calibration.add_argument("--from-run", metavar="RUN_DIR", help="measure this finished run instead of training")
     calibration.add_argument("--out", help="calibration file to write (default RUN_DIR/calibration.yaml)")
+    calibration.add_argument("--no-decode-curve", dest="decode_curve", action="store_false",
+                             help="skip timing the engine's decoding steps against the batch (then predictions take "
+                                  "every response at the mean, at the run's measured rate)")
     calibration.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. run.steps=40")
     calibration.set_defaults(handler=_calibrate)
 

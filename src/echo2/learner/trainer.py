@@ -16,6 +16,7 @@ import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -176,7 +177,7 @@ class Learner:
             self._merged = MergedCopy(self.policy)
         return self._merged.refresh()
 
-    def step(self, groups: list[Group], version: int, echo_groups: Sequence[Group] = ()) -> dict[str, float]:
+    def step(self, groups: list[Group], version: int, echo_groups: Sequence[Group] = ()) -> dict[str, Any]:
         """One learner step on ``groups``, trained at policy ``version``; returns its metrics.
 
         ``echo_groups``: degenerate groups left out of the batch (DAPO's dynamic sampling filtered
@@ -199,7 +200,7 @@ class Learner:
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.optimizer.load_state_dict({**state, "state": place_state(state["state"], parameters, self.shard)})
 
-    def train_step(self, groups: list[Group], version: int, echo_groups: Sequence[Group] = ()) -> dict[str, float]:
+    def train_step(self, groups: list[Group], version: int, echo_groups: Sequence[Group] = ()) -> dict[str, Any]:
         """:meth:`step` on this rank's share of the sequences (every rank calls it). Afterwards
         ``suspects`` maps the index (in ``[*groups, *echo_groups]``) of every group left out of the
         step to why: the caller quarantines their workers."""
@@ -245,6 +246,7 @@ class Learner:
             **({"overlong_penalty_mean": float(penalty[: len(groups)].mean())} if buffer else {}),
             **({"echoclip_clips": len(anchors.clips), "echoclip_tokens": sum(anchors.clips.values())} if echo else {}),
             "response_length": sum(rollouts.model_tokens(i) for i in range(trained)) / trained,
+            "group_lengths": rollouts.lengths[: len(groups)].tolist(),
             "lr": self.scheduler.get_last_lr()[0],
             "trained_sequences": len(active),
             "samples": trained,

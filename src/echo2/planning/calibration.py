@@ -19,7 +19,14 @@ the run's settings:
   without caps: the whole time): the fixed cost of a version, to which a prediction adds the
   transfer its own caps imply (:meth:`Calibration.fixed_dissemination_s`: how soon a worker
   hears of a version depends on the protocol);
-* ``full_bytes`` and ``delta_bytes``: one version on the wire, whole and as a delta.
+* ``full_bytes`` and ``delta_bytes``: one version on the wire, whole and as a delta;
+* ``lengths``: the run's own completion lengths, per trained group (``group_lengths`` of its step
+  records), and the cap they stop at (``max_tokens``): a prediction draws each leased group from
+  them (:mod:`echo2.planning.lengths`), so a task with long tails is timed with its tails;
+* ``decode_fixed_s`` and ``decode_per_sequence_s``: the engine's decoding step as a line in the rows
+  it decodes together, timed on this machine with the workers' threads
+  (:mod:`echo2.model.decode_probe`, :func:`with_decode_curve`): a lease of ``n`` rows of which the
+  longest is ``L`` tokens takes ``L x (fixed + n x per_sequence)`` in echo2's engine (static batches).
 
 Everything else a prediction needs comes from the predicted configuration itself: protocol,
 S, batch, fleet size and speeds (``emulation.fleet[i].throughput_factor``), links, prices.
@@ -40,12 +47,18 @@ from pydantic import Field, ValidationError
 
 from echo2.config import Config, ConfigError, Section, WorkerClass, first_error, load_config, read_yaml
 from echo2.planning.broadcast_time import broadcast_seconds
+from echo2.planning.engine_curve import DecodeCurve
 from echo2.planning.inventory import Inventory, LearnerSpec
+from echo2.planning.lengths import ResponseLengths
 from echo2.telemetry.metrics import read_intervals, read_jsonl
 from echo2.units import MIB, link_bytes_per_s
 
 #: Learner steps left out at the start of a calibration run (first loads, first versions).
 WARMUP_STEPS = 3
+
+#: Trained groups whose lengths a calibration keeps (the newest): enough to draw tails from, few
+#: enough for a readable file.
+LENGTH_GROUPS = 512
 
 #: Requests in one lease cycle of a worker: submit and lease, plus the version check before every
 #: lease in ``sync`` and ``pull``.
@@ -85,6 +98,29 @@ class Calibration(Section):
     """Bytes of one whole version on the wire."""
     delta_bytes: float | None = Field(None, gt=0)
     """Mean bytes of one delta version (None: the run shipped whole versions)."""
+    lengths: list[list[float]] = []
+    """Completion lengths of the run's trained groups after warm-up (the last :data:`LENGTH_GROUPS`),
+    tokens; empty: the run recorded none."""
+    max_tokens: float | None = Field(None, gt=0)
+    """``rollout.max_new_tokens`` of the run: the cap its lengths stop at."""
+    decode_fixed_s: float | None = Field(None, ge=0)
+    """Seconds of one decoding step of the engine whatever the batch (None: not measured)."""
+    decode_per_sequence_s: float | None = Field(None, gt=0)
+    """Seconds each row adds to a decoding step (None: not measured)."""
+
+    def decode_curve(self) -> DecodeCurve | None:
+        """The engine's decoding speed against the rows in flight, static batches (None: not measured)."""
+        if self.decode_fixed_s is None or self.decode_per_sequence_s is None:
+            return None
+        return DecodeCurve(self.decode_fixed_s, self.decode_per_sequence_s, continuous=False)
+
+    def response_lengths(self) -> ResponseLengths | None:
+        """The measured lengths as a scenario's distribution (None: none recorded)."""
+        if not self.lengths:
+            return None
+        capped = self.max_tokens is not None and max(map(max, self.lengths)) <= self.max_tokens
+        return ResponseLengths(source=f"measured: {self.source}", groups=self.lengths,
+                               max_tokens=self.max_tokens if capped else None)  # episodes of several turns exceed it
 
     def step_s(self, steps: int) -> float:
         """Learner seconds per step over a run of ``steps`` steps: the mean of the calibration's own
@@ -152,6 +188,7 @@ def calibrate_run(run_dir: Path) -> Calibration:
     shipped = delta if config.broadcast.encoding == "delta" and delta else full
     workers = len(by_worker)
     spans = [r["dissemination_max_s"] for r in steps[WARMUP_STEPS:] if "dissemination_max_s" in r]
+    lengths = [group for r in steps[WARMUP_STEPS:] for group in r.get("group_lengths", [])][-LENGTH_GROUPS:]
     return Calibration(
         source=str(run_dir), model=config.model.name, model_sha256=model_fingerprint(config.model.name),
         machine=f"{platform.machine()}, {os.cpu_count()} cores", protocol=config.protocol,
@@ -160,8 +197,18 @@ def calibrate_run(run_dir: Path) -> Calibration:
         lease_overhead_s=statistics.quantiles(gaps, n=4)[0],
         fetch_s=max(0.0, statistics.median(fetches) - own_transfer_s(config, shipped, workers)),
         dissemination_s=max(0.0, statistics.median(spans or [0.0]) - dissemination_transfer_s(config, shipped, workers)),
-        full_bytes=full, delta_bytes=delta,
+        full_bytes=full, delta_bytes=delta, lengths=lengths, max_tokens=config.rollout.max_new_tokens,
     )
+
+
+def with_decode_curve(calibration: Calibration, config: Config) -> Calibration:
+    """``calibration`` with the engine's decode curve timed on this machine, with ``config``'s
+    model, dtype and worker threads (loads the model: :mod:`echo2.model.decode_probe`)."""
+    from echo2.model.decode_probe import decode_steps
+
+    curve = DecodeCurve.fitted(decode_steps(config.model.name, config.model.dtype, config.workers.threads),
+                               continuous=False)
+    return calibration.model_copy(update={"decode_fixed_s": curve.fixed_s, "decode_per_sequence_s": curve.per_sequence_s})
 
 
 def worker_factors(config: Config) -> dict[str, float]:

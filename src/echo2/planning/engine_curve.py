@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -69,6 +70,18 @@ class DecodeCurve:
                              f"{single_tokens_per_s:g}: a batch must be faster in all and slower per sequence")
         per_sequence = (full_step - single_step) / (full_sequences - 1)
         return cls(single_step - per_sequence, per_sequence, max_sequences or full_sequences, continuous)
+
+    @classmethod
+    def fitted(cls, steps: Sequence[tuple[int, float]], continuous: bool = True) -> DecodeCurve:
+        """The least-squares line through measured ``(sequences, seconds per decoding step)``."""
+        if len({n for n, _ in steps}) < 2:
+            raise ValueError("a decode curve needs steps measured at two batch sizes at least")
+        mean_n = statistics.fmean(n for n, _ in steps)
+        mean_s = statistics.fmean(s for _, s in steps)
+        slope = (sum((n - mean_n) * (s - mean_s) for n, s in steps) / sum((n - mean_n) ** 2 for n, _ in steps))
+        if slope <= 0:
+            raise ValueError(f"decoding steps did not get slower with the batch ({steps}): nothing to fit")
+        return cls(max(0.0, mean_s - slope * mean_n), slope, continuous=continuous)
 
     def step_s(self, sequences: int) -> float:
         return self.fixed_s + self.per_sequence_s * sequences

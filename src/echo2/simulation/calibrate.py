@@ -11,7 +11,11 @@ the learner's uplink, the activation rule. What nobody can state comes from one 
   calibrated spread of lease times;
 * the round trip of a request: the calibrated lease overhead split over the requests of the
   calibration's lease cycle (the simulator makes as many per cycle as the config's protocol does);
-* the fixed cost of a fetch; the payload: one version as the config's encoding ships it.
+* the fixed cost of a fetch; the payload: one version as the config's encoding ships it;
+* when the calibration has them, the run's own response lengths per group, and the engine's decode
+  curve: each local worker then drains a lease of ``groups_per_lease x G`` rows as echo2's engine
+  does, one static batch until its longest row is done, at its ``throughput_factor`` times the
+  calibrated speed, and the lengths drawn per group carry the task's tails into the prediction.
 """
 
 from __future__ import annotations
@@ -38,12 +42,17 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
         raise ConfigError(f"the calibration measured model {calibration.model!r}, the config runs "
                           f"{config.model.name!r}: calibrate this model first (echo2 calibrate)")
     fleet, specs = [], config.emulation.fleet
+    curve, lengths = calibration.decode_curve(), calibration.response_lengths()
+    rows = config.lease_groups * config.rollout.group_size
     for index in range(config.workers.count):
         spec = specs[index % len(specs)] if specs else None
         factor = spec.throughput_factor if spec else 1.0
+        speed = ({"rollouts_per_s": calibration.rollouts_per_s * factor} if curve is None or rows < 2 else
+                 {"tokens_per_s": factor * curve.tokens_per_s(rows), "max_sequences": rows, "batching": "static",
+                  "single_sequence_tokens_per_s": factor * curve.tokens_per_s(1)})
         fleet.append({
             "name": f"local-{index}", "count": 1, "price_per_hour": spec.price_per_hour if spec else 0.0,
-            "rollouts_per_s": calibration.rollouts_per_s * factor, "throughput_cv": calibration.throughput_cv,
+            **speed, "throughput_cv": 0.0 if lengths and curve else calibration.throughput_cv,
             "rtt_ms": 1000 * calibration.request_s(),
             "upload_mbps": spec.upload_mbps if spec and spec.upload_mbps is not None else config.emulation.worker_upload_mbps,
             "relay": config.workers.relay, "fetch_delay_s": calibration.fetch_s + config.emulation.fetch_delay_s,
@@ -58,6 +67,7 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
                     "upload_mbps": config.emulation.learner_upload_mbps,
                     "price_per_gpu_hour": config.activation.learner_price_per_hour},
         "recipe": config,
+        **({"workload": {"lengths": lengths.model_dump(mode="json")}} if lengths and curve else {}),
         "broadcast": {"mode": config.broadcast.mode, "chunk_mib": config.broadcast.chunk_mib,
                       "fan_out": config.broadcast.fan_out, "learner_fan_out": config.broadcast.learner_fan_out,
                       "stall_s": config.broadcast.stall_s},
