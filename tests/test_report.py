@@ -55,7 +55,10 @@ def images(page: str) -> list[str]:
 def test_real_run_report_embeds_every_figure_and_the_reliability_table(tmp_path):
     out = write_report(real_run_dir(tmp_path / "run"))
     page = out.read_text()
-    assert len(images(page)) == len(SECTIONS)  # every section has its figure
+    # every section has its figure but the map of where distributing pays (a simulation's: a real run
+    # has no centralized baseline of its own)
+    assert len(images(page)) == len(SECTIONS) - 1
+    assert "a simulated run with a centralized baseline has this map" in page
     assert all(len(uri) > 2000 for uri in images(page))
     for row in ("leases_issued", "leases_expired", "groups_rejected: bad_reward", "workers_dead"):
         assert f"<td>{row}</td>" in page
@@ -71,6 +74,7 @@ def test_simulated_run_report_says_what_a_simulation_cannot_show(tmp_path):
     assert "simulated run (echo2 simulate" in page and "a simulation has no model to evaluate" in page
     assert len(images(page)) == len(SECTIONS) - 1
     assert "<td>workers_dead</td>" in page and "centralized baseline at equal steps" in page
+    assert "alt='Where distributing pays'" in page and "(1 - g)/U + rho g" in page
 
 
 def test_missing_pieces_are_reported_not_guessed(tmp_path):
@@ -79,7 +83,7 @@ def test_missing_pieces_are_reported_not_guessed(tmp_path):
     (run / "timeline.jsonl").unlink()
     page = render(load_run(run))
     assert "no reliability.json in this run directory" in page
-    assert len(images(page)) == len(SECTIONS) - 1  # dissemination falls back to the per-step metrics
+    assert len(images(page)) == len(SECTIONS) - 2  # dissemination falls back to the per-step metrics
     assert "no timeline recorded" in page  # the timeline alone has nothing to draw
     with pytest.raises(FileNotFoundError, match="not a run directory"):
         load_run(tmp_path)
@@ -100,7 +104,7 @@ def test_a_poisoned_run_directory_still_renders(tmp_path):
     data = load_run(run)
     assert all(i["who"] != "evil" for i in data.timeline)
     assert data.records[-1] == {"step": 13, "time": 1800000013.0}
-    assert len(images(render(data))) == len(SECTIONS)
+    assert len(images(render(data))) == len(SECTIONS) - 1
 
 
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="headless Chromium is not installed")
