@@ -4,6 +4,7 @@ import inspect
 import itertools
 import math
 import random
+import re
 from dataclasses import replace
 
 import pytest
@@ -224,3 +225,21 @@ def test_inventory_and_scenario_share_one_worker_class():
                                        "workers": [{"name": "x", "count": 4, "tokens_per_s": 100}]})
     assert tokens.throughput(tokens.workers[0]) == 2.0
     assert provision(tokens, rollouts_per_step=16, staleness=1).broadcast_s == 0.0
+
+
+def test_plan_reads_a_scenario_with_its_length_distribution(capsys):
+    """``echo2 plan --scenario``: the fleet at its lease rates, the engine-timed baseline, each
+    class's price per token against the co-located learner's; the lengths are the user's to change."""
+    from echo2.cli import main
+
+    path = "configs/scenarios/qwen3-4b-64w-datacenter.yaml"
+    assert main(["plan", "--scenario", path]) == 0
+    shipped = capsys.readouterr().out
+    assert "centralized co-located baseline" in shipped and "% at the cap" in shipped
+    assert re.search(r"rtx4090-spot\s+[\d.]+\s+[\d.]+\s+[\d.]+", shipped)
+    assert main(["plan", "--scenario", path, "workload.lengths.across_cv=0", "workload.lengths.within_cv=0"]) == 0
+    even = capsys.readouterr().out
+    share = [float(re.search(r"generating ([\d.]+)%", out).group(1)) for out in (shipped, even)]
+    assert share[0] > share[1]  # the tails make the baseline generate longer
+    assert "every response the mean" in even
+    assert main(["plan", "--scenario", path, "workload.lengths.across_cv=-1"]) == 2

@@ -170,6 +170,8 @@ def _plan(args: argparse.Namespace) -> int:
     from echo2.planning.report import plan_lines
     from echo2.simulation.predict import fluid_model_limit, predict_config
 
+    if args.scenario:
+        return _plan_scenario(args)
     config = load_config(args.config, args.overrides)
     try:
         calibration = load_calibration(args.calibration) if args.calibration else None
@@ -182,6 +184,40 @@ def _plan(args: argparse.Namespace) -> int:
     if prediction is not None and prediction.method == "simulated":
         print(f"\nthe config as given is {fluid_model_limit(config)}; simulated instead (echo2 simulate "
               f"--calibration): utilization {100 * prediction.utilization:.1f}%, {prediction.step_s:.2f}s per step")
+    return 0
+
+
+def _plan_scenario(args: argparse.Namespace) -> int:
+    """``echo2 plan --scenario``: the capacity model on a scenario's fleet (each class at the rate its
+    leases drain at, with the scenario's response lengths) and its centralized baseline as engines
+    behave, with each class's price per token against the co-located learner's."""
+    from echo2.planning.payoff import Baseline, baseline_lines
+    from echo2.planning.report import plan_lines
+    from echo2.simulation.centralized import simulate_centralized
+    from echo2.simulation.scenario import dotted_overrides, load_scenario
+
+    if args.config:
+        print("echo2 plan: a scenario carries its own recipe; give overrides such as recipe.staleness=2", file=sys.stderr)
+        return 2
+    try:
+        scenario = load_scenario(args.scenario, dotted_overrides(args.overrides))
+        inventory = scenario.inventory()
+    except ValueError as error:
+        print(f"echo2 plan: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(plan_lines(scenario.recipe, inventory, centralized=False)))
+    centralized = simulate_centralized(scenario)
+    if centralized is not None:
+        tokens = scenario.recipe.run.steps * scenario.recipe.rollouts_per_step * scenario.workload.response_tokens
+        baseline = Baseline(centralized.cost_per_step, centralized.generation_share,
+                            centralized.price_per_hour * centralized.generation_s / 3600 / tokens)
+        per_token = {c.name: c.price_per_hour / 3600 / (c.rollouts_per_s * scenario.workload.response_tokens)
+                     for c in inventory.workers}
+        sampler = scenario.workload.sampler()
+        print(f"\nresponse lengths: mean {scenario.workload.response_tokens:g} tokens, "
+              f"{100 * sampler.capped_share:.1f}% at the cap" if sampler.varies else
+              "\nresponse lengths: every response the mean (no workload.lengths)")
+        print("\n".join(baseline_lines(baseline, per_token)))
     return 0
 
 
@@ -313,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     inputs = plan.add_mutually_exclusive_group(required=True)
     inputs.add_argument("--inventory", help="worker inventory YAML (see configs/inventory.example.yaml)")
     inputs.add_argument("--calibration", help="echo2 calibrate's file: the config's own fleet, timed by it")
+    inputs.add_argument("--scenario", help="a scenario YAML (echo2 simulate's): its fleet at the rate its leases "
+                                           "drain at with its response lengths, and its centralized baseline")
     plan.add_argument("--config", help="run config (default: the defaults)")
     plan.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. staleness=2")
     plan.set_defaults(handler=_plan)

@@ -45,3 +45,27 @@ class PayoffPoint:
     @property
     def predicted(self) -> float:
         return cost_ratio(self.token_price_ratio, self.generation_share, self.utilization)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The centralized co-located baseline per learner step, as ``echo2 plan --scenario`` prints it."""
+
+    cost_per_step: float
+    generation_share: float
+    """``g``."""
+    usd_per_token: float
+    """What one generated token costs on the co-located learner (stragglers and KV room included)."""
+
+
+def baseline_lines(baseline: Baseline, worker_usd_per_token: dict[str, float]) -> list[str]:
+    """The baseline, each worker class's ``rho`` at its lease rate, and the ratio at full utilization."""
+    lines = [f"centralized co-located baseline: ${baseline.cost_per_step:.4f} per step, generating "
+             f"{100 * baseline.generation_share:.1f}% of it at ${1e6 * baseline.usd_per_token:.3f} per million tokens",
+             f"{'worker class':<24}{'$/M tokens':>12}{'rho':>7}{'ratio at U = 1':>16}"]
+    for name, usd in worker_usd_per_token.items():
+        rho = usd / baseline.usd_per_token
+        lines.append(f"{name:<24}{1e6 * usd:>12.3f}{rho:>7.2f}{cost_ratio(rho, baseline.generation_share):>16.2f}")
+    lines.append("(distributed / centralized dollars = (1 - g) / U + rho g; distributing pays where rho < 1 "
+                 "and the learner stays busy: docs/simulation.md)")
+    return lines

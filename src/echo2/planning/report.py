@@ -7,7 +7,10 @@ from echo2.planning.inventory import Inventory
 from echo2.planning.provision import Provision, centralized_cost_per_step, provision
 
 
-def plan_lines(config: Config, inventory: Inventory, other_staleness: range = range(0, 5)) -> list[str]:
+def plan_lines(config: Config, inventory: Inventory, other_staleness: range = range(0, 5),
+               centralized: bool = True) -> list[str]:
+    """``centralized``: print the inventory's flat counterfactual (``learner.generation_rollouts_per_s``);
+    ``echo2 plan --scenario`` prints the engine-timed baseline instead."""
     rollouts = config.learner.groups_per_step * config.rollout.group_size
     mode, chunk = config.broadcast.mode, config.broadcast.chunk_mib
 
@@ -29,10 +32,10 @@ def plan_lines(config: Config, inventory: Inventory, other_staleness: range = ra
                   f"dissemination {chosen.broadcast_s:.2f}s",
               f"predicted learner utilization {100 * chosen.utilization:.1f}%, {chosen.step_s:.2f}s per step",
               f"cost ${chosen.price_per_hour:.2f}/h (learner included), ${chosen.cost_per_step:.4f} per learner step"]
-    centralized = centralized_cost_per_step(inventory, rollouts)
-    if centralized is not None:
-        lines.append(f"centralized counterfactual (learner hardware generates too): ${centralized:.4f} per step "
-                     f"({centralized / chosen.cost_per_step:.2f}x)")
+    counterfactual = centralized_cost_per_step(inventory, rollouts) if centralized else None
+    if counterfactual is not None:
+        lines.append(f"centralized counterfactual (learner hardware generates too): ${counterfactual:.4f} per step "
+                     f"({counterfactual / chosen.cost_per_step:.2f}x)")
     lines += ["", f"{'S':>3}{'workers':>9}{'utilization':>13}{'s/step':>9}{'$/h':>9}{'$/step':>10}"]
     for s in other_staleness:
         other = run(s)
