@@ -284,14 +284,16 @@ def plot_map(rows: list[dict], grid: list[dict], out: Path) -> None:
 
     from echo2.report.figures import draw_payoff_map
 
-    fig, ax = plt.subplots(figsize=(14, 6.5))
+    fig, ax = plt.subplots(figsize=(15, 6.5))
     draw_payoff_map(ax, [(r["scenario"].removeprefix("qwen3-"), r["rho"], r["generation_share"], r["ratio"])
                          for r in rows])
+    from matplotlib.colors import TwoSlopeNorm
+
     ax.scatter([min(r["rho"], 2.95) for r in grid], [r["generation_share"] for r in grid], c=[r["ratio"] for r in grid],
-               cmap="RdYlGn_r", vmin=0.3, vmax=1.7, marker="s", s=40, edgecolors="black",
+               cmap="RdYlGn_r", norm=TwoSlopeNorm(vmin=0.3, vcenter=1.0, vmax=3.0), marker="s", s=40, edgecolors="black",
                label=f"{SWEPT.stem}, prices and learner speed scaled (fill: simulated ratio)")
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title("Where distributing pays: (1 - g) / U + rho g at U = 1 (simulated ratio in brackets)")
+    ax.set_title("Where distributing pays: (1 - g) / U + rho g at U = 1 (the simulated ratios in the key)")
     fig.tight_layout()
     fig.savefig(out / "scenarios-map.png", dpi=110)
     plt.close(fig)
