@@ -179,3 +179,14 @@ def _truncated(run_dir, to):
     steps = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if "learner_busy_s" in line]
     (to / "metrics.jsonl").write_text("\n".join(steps[:4]) + "\n")
     return to
+
+
+def test_a_local_workers_core_share_follows_its_cpus_threads_and_speed():
+    """The decode curve is timed on a core of its own; a prediction gives each local worker its share."""
+    from echo2.simulation.calibrate import core_share
+
+    assert core_share(load_config(overrides=["workers.count=2", "workers.cpus=[1]"])) == 0.5
+    assert core_share(load_config(overrides=["workers.count=2", "workers.cpus=[1]",
+                                             "emulation.fleet=[{throughput_factor: 0.25}]"])) == 1.0
+    assert core_share(load_config(overrides=["workers.count=3", "workers.cpus=[0,1]"])) == pytest.approx(2 / 3)
+    assert core_share(load_config(overrides=["emulation.colocated=true", "protocol=sync", "staleness=0"])) == 1.0

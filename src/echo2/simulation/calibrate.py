@@ -15,11 +15,13 @@ the learner's uplink, the activation rule. What nobody can state comes from one 
 * when the calibration has them, the run's own response lengths per group, and the engine's decode
   curve: each local worker then drains a lease of ``groups_per_lease x G`` rows as echo2's engine
   does, one static batch until its longest row is done, at its ``throughput_factor`` times the
-  calibrated speed, and the lengths drawn per group carry the task's tails into the prediction.
+  curve's speed times its share of a core (:func:`core_share`: the curve was timed on a core of
+  its own), and the lengths drawn per group carry the task's tails into the prediction.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from echo2.config import ActivationRule, Config, ConfigError
@@ -36,6 +38,19 @@ def measured(run_dir: Path) -> dict[str, float]:
             "train_wall_s": last["learner_busy_s"] + last["learner_idle_s"]}
 
 
+def core_share(config: Config) -> float:
+    """The share of a core each local worker's thread gets while it generates: the co-located worker
+    takes turns with the learner on the learner's CPUs (all of it); the others share
+    ``workers.cpus`` (else every CPU), each busy ``throughput_factor`` of the time."""
+    if config.emulation.colocated:
+        return 1.0
+    specs, workers = config.emulation.fleet, config.workers
+    busy = sum(workers.threads * (specs[i % len(specs)].throughput_factor if specs else 1.0)
+               for i in range(workers.count))
+    cpus = len(workers.cpus) if workers.cpus else os.cpu_count() or 1
+    return min(1.0, cpus / busy) if busy else 1.0
+
+
 def scenario_for(config: Config, calibration: Calibration, name: str = "calibrated") -> Scenario:
     """``config`` as the simulator runs it, with the measured figures of ``calibration``."""
     if calibration.model != config.model.name:
@@ -43,13 +58,13 @@ def scenario_for(config: Config, calibration: Calibration, name: str = "calibrat
                           f"{config.model.name!r}: calibrate this model first (echo2 calibrate)")
     fleet, specs = [], config.emulation.fleet
     curve, lengths = calibration.decode_curve(), calibration.response_lengths()
-    rows = config.lease_groups * config.rollout.group_size
+    rows, share = config.lease_groups * config.rollout.group_size, core_share(config)
     for index in range(config.workers.count):
         spec = specs[index % len(specs)] if specs else None
         factor = spec.throughput_factor if spec else 1.0
         speed = ({"rollouts_per_s": calibration.rollouts_per_s * factor} if curve is None or rows < 2 else
-                 {"tokens_per_s": factor * curve.tokens_per_s(rows), "max_sequences": rows, "batching": "static",
-                  "single_sequence_tokens_per_s": factor * curve.tokens_per_s(1)})
+                 {"tokens_per_s": factor * share * curve.tokens_per_s(rows), "max_sequences": rows,
+                  "batching": "static", "single_sequence_tokens_per_s": factor * share * curve.tokens_per_s(1)})
         fleet.append({
             "name": f"local-{index}", "count": 1, "price_per_hour": spec.price_per_hour if spec else 0.0,
             **speed, "throughput_cv": 0.0 if lengths and curve else calibration.throughput_cv,
