@@ -19,8 +19,9 @@ time per version after the first batch, ``echo2.simulation.calibrate.measured``)
 Each held-out config is predicted by ``echo2 simulate --calibration`` (the mean of 5 seeds; the lab's
 links as the emulation's upload caps), twice: with the calibration's lengths and decode curve (a
 lease drains as one static batch until its longest reply), and as the planner did before (every
-reply at the run's mean rate, lease times spread by the measured coefficient of variation). The
-table gives both against the measurement, and the co-located over distributed ratio.
+reply at the run's mean rate, lease times spread by the measured coefficient of variation), and
+with the curve but every reply at the mean length (``mean_lengths``: what the tails add). The
+table gives all three against the measurement, and the co-located over distributed ratio.
 ``--quick``: the shipped tiny model, 6 steps, replies up to 24 tokens (the lab run only as root).
 """
 
@@ -85,8 +86,16 @@ def per_version(results) -> float:
 
 
 def before(calibration):
-    """The calibration as the planner read it before lengths were a distribution."""
+    """The calibration as the planner read it before lengths were a distribution: each worker at the
+    calibration run's measured rate, lease times spread by their measured coefficient of variation."""
     return calibration.model_copy(update={"lengths": [], "decode_fixed_s": None, "decode_per_sequence_s": None})
+
+
+def at_the_mean(calibration):
+    """The calibration with its decode curve but every reply at the measured mean length (what the
+    lengths alone add)."""
+    mean = statistics.fmean(x for group in calibration.lengths for x in group)
+    return calibration.model_copy(update={"lengths": [[mean] * len(group) for group in calibration.lengths]})
 
 
 def main() -> None:
@@ -112,16 +121,17 @@ def main() -> None:
         row = {"config": name, "steps": real["steps"], "s_per_version_measured": real["train_wall_s"] / real["steps"],
                "s_per_version_predicted": per_version(simulated_runs(config, calibration, name)),
                "s_per_version_before": per_version(simulated_runs(config, before(calibration), name)),
+               "s_per_version_mean_lengths": per_version(simulated_runs(config, at_the_mean(calibration), name)),
                "util_measured": real["utilization"]}
-        for key in ("predicted", "before"):
+        for key in ("predicted", "before", "mean_lengths"):
             row[f"error_{key}_pct"] = 100 * (row[f"s_per_version_{key}"] / row["s_per_version_measured"] - 1)
         rows.append(row)
     if len(rows) == 2:
         colocated, distributed = rows
         rows.append({"config": "co-located / distributed", **{
             f"s_per_version_{key}": colocated[f"s_per_version_{key}"] / distributed[f"s_per_version_{key}"]
-            for key in ("measured", "predicted", "before")}})
-        for key in ("predicted", "before"):
+            for key in ("measured", "predicted", "before", "mean_lengths")}})
+        for key in ("predicted", "before", "mean_lengths"):
             rows[-1][f"error_{key}_pct"] = 100 * (rows[-1][f"s_per_version_{key}"] / rows[-1]["s_per_version_measured"] - 1)
     lengths = [x for group in calibration.lengths for x in group]
     cap = calibration.max_tokens
@@ -129,7 +139,8 @@ def main() -> None:
           f"tokens, {100 * sum(x >= cap for x in lengths) / len(lengths):.0f}% at the {cap:g}-token cap; decode step "
           f"{1e3 * calibration.decode_fixed_s:.1f} ms + {1e3 * calibration.decode_per_sequence_s:.2f} ms per row")
     print(format_table(rows, ["config", "steps", "util_measured", "s_per_version_measured", "s_per_version_predicted",
-                              "error_predicted_pct", "s_per_version_before", "error_before_pct"]))
+                              "error_predicted_pct", "s_per_version_mean_lengths", "error_mean_lengths_pct",
+                              "s_per_version_before", "error_before_pct"]))
     path = write_results(out, rows, {"quick": args.quick, "steps": steps, "cap_mbps": args.cap_mbps,
                                      "calibration": calibration.model_dump(mode="json", exclude={"lengths"}),
                                      "mean_reply_tokens": statistics.fmean(lengths),

@@ -183,7 +183,7 @@ def _truncated(run_dir, to):
 
 def test_a_local_workers_core_share_follows_its_cpus_threads_and_speed():
     """The decode curve is timed on a core of its own; a prediction gives each local worker its share."""
-    from echo2.simulation.calibrate import core_share
+    from echo2.planning.calibration import core_share
 
     assert core_share(load_config(overrides=["workers.count=2", "workers.cpus=[1]"])) == 0.5
     assert core_share(load_config(overrides=["workers.count=2", "workers.cpus=[1]",

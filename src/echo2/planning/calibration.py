@@ -24,9 +24,12 @@ the run's settings:
   records), and the cap they stop at (``max_tokens``): a prediction draws each leased group from
   them (:mod:`echo2.planning.lengths`), so a task with long tails is timed with its tails;
 * ``decode_fixed_s`` and ``decode_per_sequence_s``: the engine's decoding step as a line in the rows
-  it decodes together, timed on this machine with the workers' threads
-  (:mod:`echo2.model.decode_probe`, :func:`with_decode_curve`): a lease of ``n`` rows of which the
-  longest is ``L`` tokens takes ``L x (fixed + n x per_sequence)`` in echo2's engine (static batches).
+  it decodes together (:func:`with_decode_curve`): its shape timed on this machine with the workers'
+  threads (:mod:`echo2.model.decode_probe`), its level set so that the calibration run's own leases
+  (``lease_s``), drawn from its lengths at its workers' share of a core, take what they took — the
+  probe decodes a short synthetic prompt, leases prefill real ones and decode at longer contexts.
+  A lease of ``n`` rows of which the longest is ``L`` tokens takes ``L x (fixed + n x per_sequence)``
+  in echo2's engine (static batches).
 
 Everything else a prediction needs comes from the predicted configuration itself: protocol,
 S, batch, fleet size and speeds (``emulation.fleet[i].throughput_factor``), links, prices.
@@ -46,10 +49,11 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from echo2.config import Config, ConfigError, Section, WorkerClass, first_error, load_config, read_yaml
+from echo2.planning import engine_curve
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.planning.engine_curve import DecodeCurve
 from echo2.planning.inventory import Inventory, LearnerSpec
-from echo2.planning.lengths import ResponseLengths
+from echo2.planning.lengths import LengthSampler, ResponseLengths
 from echo2.telemetry.metrics import read_intervals, read_jsonl
 from echo2.units import MIB, link_bytes_per_s
 
@@ -88,6 +92,8 @@ class Calibration(Section):
     """Completions/s of one worker at throughput_factor 1 while it generates."""
     throughput_cv: float = Field(ge=0)
     """Coefficient of variation of one lease's generation time."""
+    lease_s: float | None = Field(None, gt=0)
+    """Mean seconds a worker spent generating one lease (None: an older calibration)."""
     lease_overhead_s: float = Field(ge=0)
     """Seconds between two leases of a worker besides generating (submit, scoring, next lease)."""
     fetch_s: float = Field(ge=0)
@@ -193,7 +199,7 @@ def calibrate_run(run_dir: Path) -> Calibration:
         source=str(run_dir), model=config.model.name, model_sha256=model_fingerprint(config.model.name),
         machine=f"{platform.machine()}, {os.cpu_count()} cores", protocol=config.protocol,
         train_step_s=statistics.fmean(train), train_step_cv=_cv(train), step_seconds=train,
-        rollouts_per_s=statistics.fmean(rates), throughput_cv=_cv(leases),
+        rollouts_per_s=statistics.fmean(rates), throughput_cv=_cv(leases), lease_s=statistics.fmean(leases),
         lease_overhead_s=statistics.quantiles(gaps, n=4)[0],
         fetch_s=max(0.0, statistics.median(fetches) - own_transfer_s(config, shipped, workers)),
         dissemination_s=max(0.0, statistics.median(spans or [0.0]) - dissemination_transfer_s(config, shipped, workers)),
@@ -208,7 +214,27 @@ def with_decode_curve(calibration: Calibration, config: Config) -> Calibration:
 
     curve = DecodeCurve.fitted(decode_steps(config.model.name, config.model.dtype, config.workers.threads),
                                continuous=False)
-    return calibration.model_copy(update={"decode_fixed_s": curve.fixed_s, "decode_per_sequence_s": curve.per_sequence_s})
+    level = 1.0
+    if calibration.lease_s is not None and (lengths := calibration.response_lengths()) is not None:
+        sampler, groups = LengthSampler(lengths, lengths.measured_mean), config.lease_groups
+        speed = core_share(config) * statistics.fmean(worker_factors(config).values() or [1.0])
+        rows_per_s = engine_curve.lease_rollouts_per_s(curve, lambda rng: sampler.group(rng, config.rollout.group_size), groups)
+        level = calibration.lease_s / (groups * config.rollout.group_size / (rows_per_s * speed))
+    return calibration.model_copy(update={"decode_fixed_s": level * curve.fixed_s,
+                                          "decode_per_sequence_s": level * curve.per_sequence_s})
+
+
+def core_share(config: Config) -> float:
+    """The share of a core each local worker's thread gets while it generates: the co-located worker
+    takes turns with the learner on the learner's CPUs (all of it); the others share
+    ``workers.cpus`` (else every CPU), each busy ``throughput_factor`` of the time."""
+    if config.emulation.colocated:
+        return 1.0
+    specs, workers = config.emulation.fleet, config.workers
+    busy = sum(workers.threads * (specs[i % len(specs)].throughput_factor if specs else 1.0)
+               for i in range(workers.count))
+    cpus = len(workers.cpus) if workers.cpus else os.cpu_count() or 1
+    return min(1.0, cpus / busy) if busy else 1.0
 
 
 def worker_factors(config: Config) -> dict[str, float]:

@@ -15,17 +15,16 @@ the learner's uplink, the activation rule. What nobody can state comes from one 
 * when the calibration has them, the run's own response lengths per group, and the engine's decode
   curve: each local worker then drains a lease of ``groups_per_lease x G`` rows as echo2's engine
   does, one static batch until its longest row is done, at its ``throughput_factor`` times the
-  curve's speed times its share of a core (:func:`core_share`: the curve was timed on a core of
-  its own), and the lengths drawn per group carry the task's tails into the prediction.
+  curve's speed times its share of a core (:func:`echo2.planning.calibration.core_share`: the
+  curve stands for a core of its own), and the lengths drawn per group carry the task's tails into the prediction.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from echo2.config import ActivationRule, Config, ConfigError
-from echo2.planning.calibration import Calibration
+from echo2.planning.calibration import Calibration, core_share
 from echo2.simulation.scenario import Scenario, parse_scenario
 from echo2.telemetry.metrics import read_jsonl
 from echo2.units import GB
@@ -36,19 +35,6 @@ def measured(run_dir: Path) -> dict[str, float]:
     last = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "learner_busy_s" in r][-1]
     return {"steps": last["version"], "utilization": last["utilization"],
             "train_wall_s": last["learner_busy_s"] + last["learner_idle_s"]}
-
-
-def core_share(config: Config) -> float:
-    """The share of a core each local worker's thread gets while it generates: the co-located worker
-    takes turns with the learner on the learner's CPUs (all of it); the others share
-    ``workers.cpus`` (else every CPU), each busy ``throughput_factor`` of the time."""
-    if config.emulation.colocated:
-        return 1.0
-    specs, workers = config.emulation.fleet, config.workers
-    busy = sum(workers.threads * (specs[i % len(specs)].throughput_factor if specs else 1.0)
-               for i in range(workers.count))
-    cpus = len(workers.cpus) if workers.cpus else os.cpu_count() or 1
-    return min(1.0, cpus / busy) if busy else 1.0
 
 
 def scenario_for(config: Config, calibration: Calibration, name: str = "calibrated") -> Scenario:
