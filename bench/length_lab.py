@@ -145,7 +145,8 @@ def main() -> None:
                                      "calibration": calibration.model_dump(mode="json", exclude={"lengths"}),
                                      "mean_reply_tokens": statistics.fmean(lengths),
                                      "capped_share": sum(x >= cap for x in lengths) / len(lengths),
-                                     "lengths_per_group": calibration.lengths})
+                                     "lengths_per_group": calibration.lengths},
+                         models=(calibration.model,))
     print(f"wrote {path}")
 
 
