@@ -282,9 +282,10 @@ def test_the_trainers_memory_shrinks_the_colocated_engines_batch():
     assert alone.learner.colocated_curve(alone.model, context).max_sequences == min(256, int(room // (147456 * context)))
     assert shared.learner.colocated_curve(shared.model, context).max_sequences == int((room - 16e9) // (147456 * context))
     assert shared.learner.colocated_curve(shared.model, context).tokens_per_s(256) < 0.9 * 8000.0
-    with pytest.raises(ValueError, match="no KV room"):
-        scenario(learner={**base, "trainer_resident_gb": 60.0}, model=model).learner.colocated_curve(
-            alone.model, context)
+    with pytest.raises(ValueError, match="trainer_resident_gb leaves the co-located engine no KV room: 80 GB x 0.9 - 16.0 GB of weights - 60 GB"):
+        scenario(learner={**base, "trainer_resident_gb": 60.0}, model=model)
+    with pytest.raises(ValueError, match="single_sequence_tokens_per_s needs generation_sequences"):
+        scenario(learner={**base, "generation_sequences": None}, model=model)
 
 
 def test_learner_step_time_from_flops():

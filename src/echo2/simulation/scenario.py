@@ -102,20 +102,25 @@ class LearnerSpec(LearnerHardware):
     """What the trainer keeps on each GPU while the co-located engine generates (sharded weights,
     gradients, optimizer states not offloaded), GB."""
 
+    @model_validator(mode="after")
+    def _curve_points(self) -> LearnerSpec:
+        if self.single_sequence_tokens_per_s is not None and self.generation_sequences is None:
+            raise ValueError("single_sequence_tokens_per_s needs generation_sequences (the batch "
+                             "generation_tokens_per_s_per_gpu holds at)")
+        return self
+
     def colocated_curve(self, model: ModelSpec, context_tokens: float) -> DecodeCurve | None:
         """One learner GPU's engine as it generates beside the trainer (None: no baseline)."""
         if self.generation_tokens_per_s_per_gpu is None:
             return None
         if self.single_sequence_tokens_per_s is None:
             return DecodeCurve.flat(self.generation_tokens_per_s_per_gpu)
-        if self.generation_sequences is None:
-            raise ValueError("learner.single_sequence_tokens_per_s needs learner.generation_sequences")
         fit = None
         if self.gpu_memory_gb is not None and model.kv_bytes_per_token is not None:
             room = ENGINE_MEMORY_SHARE * self.gpu_memory_gb * GB - model.weights_bytes - self.trainer_resident_gb * GB
             fit = int(room // (model.kv_bytes_per_token * context_tokens))
             if fit < 1:
-                raise ValueError(f"the co-located engine has no KV room: {self.gpu_memory_gb:g} GB x "
+                raise ValueError(f"learner.trainer_resident_gb leaves the co-located engine no KV room: {self.gpu_memory_gb:g} GB x "
                                  f"{ENGINE_MEMORY_SHARE} - {model.weights_bytes / GB:.1f} GB of weights - "
                                  f"{self.trainer_resident_gb:g} GB of the trainer's")
         limit = min(self.generation_sequences, fit) if fit is not None else self.generation_sequences
@@ -193,6 +198,12 @@ class Scenario(Section):
     broadcast: BroadcastSpec = BroadcastSpec()
     activation: ActivationSpec = ActivationSpec()
     fleet: list[WorkerClass] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _baseline_fits(self) -> Scenario:
+        """The co-located engine's curve and KV room, checked when the file is read, not mid-run."""
+        self.learner.colocated_curve(self.model, self.workload.prompt_tokens + self.workload.response_tokens)
+        return self
 
     @field_validator("recipe", mode="before")
     @classmethod
