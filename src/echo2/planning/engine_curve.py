@@ -91,9 +91,6 @@ class DecodeCurve:
         n = min(sequences, self.max_sequences or sequences)
         return n / self.step_s(n)
 
-    def with_limit(self, max_sequences: int | None) -> DecodeCurve:
-        return DecodeCurve(self.fixed_s, self.per_sequence_s, max_sequences, self.continuous)
-
     def drain_s(self, lengths: Sequence[float]) -> float:
         """Seconds to generate every one of ``lengths`` (tokens), started together in this order."""
         if not lengths:
