@@ -62,8 +62,9 @@ def test_partitions_drop_silently_or_refuse_and_heal(lab):
 
 
 MAKER = """
-import sys, time
+import signal, sys, time
 from echo2.lab import HostSpec, Lab
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even when started in the background
 lab = Lab([HostSpec("a"), HostSpec("b", 10, 10, nat=True)])
 lab.start()
 lab.popen("a", [sys.executable, "-c", "import time; time.sleep(600)"])
