@@ -10,8 +10,9 @@ at a time so the correlation stays:
 
 * **parametric**: ``log L = A + W``, the group's ``A ~ N(mu, s_a^2)`` (``across_cv``) and each
   response's ``W ~ N(0, s_w^2)`` (``within_cv``), cut at ``max_tokens``. The marginal is lognormal
-  with ``s^2 = s_a^2 + s_w^2``, so ``mu`` is solved in closed form for the capped mean to be the
-  workload's ``response_tokens``; the share at the cap follows (:attr:`LengthSampler.capped_share`).
+  with ``s^2 = s_a^2 + s_w^2``, whose capped mean has a closed form: ``mu`` is solved from it (by
+  bisection) for the capped mean to be the workload's ``response_tokens``; the share at the cap
+  follows (:attr:`LengthSampler.capped_share`).
 * **measured**: ``groups``, a run's own completion lengths per group (``echo2 calibrate`` writes
   them); a group is drawn whole and resampled to the scenario's group size.
 
