@@ -208,9 +208,7 @@ def _plan_scenario(args: argparse.Namespace) -> int:
     print("\n".join(plan_lines(scenario.recipe, inventory, centralized=False)))
     centralized = simulate_centralized(scenario)
     if centralized is not None:
-        tokens = scenario.recipe.run.steps * scenario.recipe.rollouts_per_step * scenario.workload.response_tokens
-        baseline = Baseline(centralized.cost_per_step, centralized.generation_share,
-                            centralized.price_per_hour * centralized.generation_s / 3600 / tokens)
+        baseline = Baseline(centralized.cost_per_step, centralized.generation_share, centralized.usd_per_token)
         per_token = {c.name: c.price_per_hour / 3600 / (c.rollouts_per_s * scenario.workload.response_tokens)
                      for c in inventory.workers}
         sampler = scenario.workload.sampler()

@@ -34,6 +34,8 @@ class CentralizedResult:
     """Time spent training."""
     generation_s: float
     """Time spent generating (the rest of the wall time besides training is the weight hand-over)."""
+    tokens: float
+    """Response tokens generated over the run."""
     price_per_hour: float
 
     @property
@@ -45,6 +47,11 @@ class CentralizedResult:
     def generation_share(self) -> float:
         """Share of the wall time the GPUs generate."""
         return self.generation_s / self.wall_s
+
+    @property
+    def usd_per_token(self) -> float:
+        """What one generated token costs on the co-located learner (its stragglers and KV room included)."""
+        return self.price_per_hour * self.generation_s / 3600 / self.tokens
 
     @property
     def cost_usd(self) -> float:
@@ -83,4 +90,5 @@ def simulate_centralized(scenario: Scenario) -> CentralizedResult | None:
                      for _ in range(steps))
     wall = busy + generation + steps * learner.weight_sync_s
     return CentralizedResult(steps=steps, wall_s=wall, busy_s=busy, generation_s=generation,
+                             tokens=steps * recipe.rollouts_per_step * workload.response_tokens,
                              price_per_hour=scenario.learner_price_per_hour)

@@ -71,10 +71,8 @@ class SimResult:
         baseline = self.centralized
         if baseline is None or baseline.generation_s <= 0:
             return None
-        tokens = self.steps * self.scenario.recipe.rollouts_per_step * self.scenario.workload.response_tokens
-        learner_per_token = baseline.price_per_hour * baseline.generation_s / 3600 / tokens
-        workers_per_token = sum(self.cost_by_class.values()) / tokens
-        return PayoffPoint(token_price_ratio=workers_per_token / learner_per_token,
+        workers_per_token = sum(self.cost_by_class.values()) / baseline.tokens
+        return PayoffPoint(token_price_ratio=workers_per_token / baseline.usd_per_token,
                            generation_share=baseline.generation_share, utilization=self.utilization,
                            ratio=self.cost_usd / baseline.cost_usd)
 
