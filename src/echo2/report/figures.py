@@ -183,14 +183,13 @@ def draw_payoff_map(ax, points: list[tuple[str, float, float, float]], utilizati
     relative to the co-located learner's (x) and the baseline's share of a step spent generating (y),
     break-even drawn bold; ``points`` (label, rho, g, simulated ratio) marked on it."""
     import numpy as np
+    from matplotlib.colors import TwoSlopeNorm
 
     from echo2.planning.payoff import cost_ratio
 
     rho, share = np.meshgrid(np.linspace(0.0, 3.0, 121), np.linspace(0.05, 0.9, 86))
     ratios = cost_ratio(rho, share, utilization)
     levels = [0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0]
-    from matplotlib.colors import TwoSlopeNorm
-
     filled = ax.contourf(rho, share, ratios, levels=[0.3, *levels, 10.0], cmap="RdYlGn_r", alpha=0.6, extend="both",
                          norm=TwoSlopeNorm(vmin=0.3, vcenter=1.0, vmax=3.0))
     lines = ax.contour(rho, share, ratios, levels=levels, colors="gray", linewidths=0.5)
