@@ -141,7 +141,7 @@ def desk_over(state, episodes, call_timeout_s=10.0):
     desk = GatewayDesk(state, episodes, chat=None, encode=encode, decode=decode, eos_id=EOS,
                        settings=CallSettings(temperature=1.0, max_new_tokens=4, max_context=None,
                                              call_timeout_s=call_timeout_s, model_name="m"))
-    state.parts.samples_to = desk.results
+    state.parts.samples_to = desk
     return desk
 
 

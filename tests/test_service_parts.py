@@ -106,6 +106,21 @@ def test_sampling_work_goes_to_workers_holding_its_weights_and_comes_back_first_
     assert queue.drop({"a"}) == 1 and len(queue) == 0
 
 
+def test_a_request_whose_leases_fail_on_two_workers_is_poisoned_and_never_leased_again():
+    queue = SampleQueue()
+    work = SampleWork("poison", min_version=0, rows=1)
+    queue.add(work)
+    assert queue.failed(queue.take(0, most=1), "w1") == [] and len(queue) == 1  # first in line again
+    assert queue.failed(queue.take(0, most=1), "w1") == []  # the same worker twice is one worker
+    assert queue.failed(queue.take(0, most=1), "w2") == [work] and len(queue) == 0
+    other = SampleWork("answered", min_version=0, rows=1)
+    queue.add(other)
+    queue.failed(queue.take(0, most=1), "w1")
+    queue.settled([other])  # answered by another worker: its failure forgotten
+    queue.add(other)
+    assert queue.failed(queue.take(0, most=1), "w2") == []
+
+
 def _sampler(rank: int, seed: int) -> SamplerAdapter:
     generator = torch.Generator().manual_seed(seed)
     return SamplerAdapter(rank=rank, alpha=8.0, tensors={

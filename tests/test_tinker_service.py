@@ -11,6 +11,7 @@ restarted.
 
 import json
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import httpx
 import numpy as np
 import pytest
 import tinker
+import zstandard
 from conftest import wait_for
 from service_support import LosingProxy, Served
 from tinker import types
@@ -126,6 +128,8 @@ def test_a_retried_optim_step_is_applied_once_and_requests_run_in_seq_id_order(s
     backward = http.post("/forward_backward", content=body, headers={"Content-Type": "application/x-protobuf"})
     retried = http.post("/optim_step", json=optim).json()["request_id"]
     assert retried == first
+    conflicting = http.post("/optim_step", json={**optim, "adam_params": {"learning_rate": 0.02}})
+    assert conflicting.status_code == 409 and "another body" in conflicting.json()["detail"]
     assert result(backward.json()["request_id"]).headers["content-type"] == "application/x-protobuf"
     assert result(first).json()["metrics"]["grad_norm:mean"] > 0  # it ran after the gradients it applies
     save = http.post("/save_weights", json={"model_id": model_id, "path": "once", "seq_id": 3}).json()
@@ -135,6 +139,32 @@ def test_a_retried_optim_step_is_applied_once_and_requests_run_in_seq_id_order(s
     assert state["steps"] == 1
     assert http.post("/retrieve_future", json={"request_id": "req-999999"}).status_code == 410
     assert httpx.post(f"{served.url}/api/v1/create_session", json={}, timeout=5).status_code == 401
+
+
+def test_half_written_saves_odd_bodies_and_forged_keys_are_refused_plainly(served):
+    http = httpx.Client(base_url=f"{served.url}/api/v1", headers={"X-API-Key": served.key}, timeout=30)
+    session = http.post("/create_session", json={"tags": [], "user_metadata": None, "sdk_version": "0.38.0"}).json()
+    http.post("/create_model", json={"session_id": session["session_id"], "model_seq_id": 0,
+                                     "base_model": SHIPPED_MODEL, "lora_config": {"rank": 2}}).raise_for_status()
+    model_id = f"{session['session_id']}:train:0"  # the id the SDK derives too
+    refusals = [http.post("/save_weights", json={"model_id": model_id, "path": "x.partial", "seq_id": 1}),
+                http.post("/load_weights", json={"model_id": model_id, "path": f"tinker://{model_id}/weights/x.partial",
+                                                 "seq_id": 2, "optimizer": False}),
+                http.post("/load_weights", json={"model_id": model_id, "path": f"tinker://{model_id}/weights/none",
+                                                 "seq_id": 3, "optimizer": False}),
+                http.post("/weights_info", content=b"[]"), http.post("/weights_info", content=b'{"tinker_path": 5}')]
+    for answer in refusals:
+        assert answer.status_code == 400, answer.text
+        assert str(served.folder) not in answer.text  # no server path in what a client reads
+    assert ".partial" in refusals[0].json()["detail"] and "no checkpoint at" in refusals[2].json()["detail"]
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (80 * 1024 * 1024))
+    exploded = http.post("/forward_backward", content=bomb,
+                         headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "zstd"})
+    assert exploded.status_code == 400 and "decompresses to more than" in exploded.json()["detail"]
+    with socket.create_connection(("127.0.0.1", httpx.URL(served.url).port), timeout=10) as raw:
+        raw.sendall(b"POST /api/v1/forward_backward HTTP/1.1\r\nHost: x\r\nX-API-Key: forged\r\n"
+                    b"Content-Type: application/x-protobuf\r\nContent-Length: 15728640\r\n\r\n")
+        assert raw.recv(64).startswith(b"HTTP/1.1 401")  # answered with no body byte sent
 
 
 def test_the_sdk_sends_an_optim_step_whose_answer_was_lost_again_and_it_is_applied_once(served):
@@ -171,6 +201,27 @@ def test_requests_the_service_cannot_serve_are_refused_with_the_reason(served):
         sampler.sample(types.ModelInput.from_ints([3, 4]), 1, types.SamplingParams(max_tokens=10_000)).result()
     with pytest.raises(tinker.BadRequestError, match="not served here"):
         service.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=2).result()
+
+
+def test_values_no_worker_can_take_are_refused_at_the_door_and_the_fleet_keeps_answering(served):
+    """A seed past 64 bits had killed each worker that took it in turn; a NaN beta or a huge
+    learning rate had made a NaN adapter that failed every worker sampling it."""
+    trainer = served.client().create_lora_training_client(base_model=SHIPPED_MODEL, rank=2)
+    sampler = trainer.save_weights_and_get_sampling_client()
+    prompt = types.ModelInput.from_ints([3, 4])
+    for params, said in ((types.SamplingParams(max_tokens=4, seed=2**70), "seed"),
+                         (types.SamplingParams(max_tokens=4, temperature=0.0), "temperature"),
+                         (types.SamplingParams(max_tokens=4, stop=[f"s{i}" for i in range(17)]), "stop_strings"),
+                         (types.SamplingParams(max_tokens=0), "max_tokens=0")):
+        with pytest.raises(tinker.BadRequestError, match=said):
+            sampler.sample(prompt, 1, params).result()
+    for adam, said in ((types.AdamParams(beta1=float("nan")), "beta1"),
+                       (types.AdamParams(learning_rate=1e30), "service.max_learning_rate")):
+        with pytest.raises(tinker.BadRequestError, match=said):
+            trainer.optim_step(adam).result()
+    answered = sampler.sample(prompt, 2, types.SamplingParams(max_tokens=4, seed=2**63 - 1)).result(timeout=120)
+    assert len(answered.sequences) == 2
+    assert all(w["state"] != "dead" for w in served.dashboard()["workers"])
 
 
 class LyingWorker(RolloutWorker):
@@ -214,6 +265,41 @@ def test_a_lying_workers_samples_are_caught_and_never_returned(tmp_path):
     finally:
         liar.stop.set()
         honest.stop.set()
+        served.close()
+
+
+class FragileWorker(RolloutWorker):
+    """Its engine fails on any request whose prompt starts with token 7 (as a value no engine can take would)."""
+
+    def _generate(self, lease):
+        if any(sample.prompt_ids[0] == 7 for sample in lease.samples):
+            raise RuntimeError("the engine cannot sample this")
+        return super()._generate(lease)
+
+
+def test_a_request_that_fails_on_two_workers_is_refused_and_neither_worker_dies(tmp_path):
+    served = Served(tmp_path, "workers.count=0")
+    workers = [FragileWorker(served.url, served.token, name=f"fragile-{i}", relay=None, give_up_after_s=30)
+               for i in range(2)]
+    try:
+        threads = []
+        for count, worker in enumerate(workers, 1):  # one at a time: transformers loads models thread-unsafely
+            threads.append(run_worker(worker))
+            wait_for(lambda: sum(w["loaded_version"] >= 0 for w in served.dashboard()["workers"]) == count,
+                     timeout_s=60, what=f"worker {count} to load its weights")
+        sampler = served.client().create_sampling_client(base_model=SHIPPED_MODEL)
+        with pytest.raises(Exception, match="failed on two workers.*cannot sample this"):
+            sampler.sample(types.ModelInput.from_ints([7, 4, 5]), 1, types.SamplingParams(max_tokens=4)).result(
+                timeout=120)
+        answered = sampler.sample(types.ModelInput.from_ints([3, 4, 5]), 1, types.SamplingParams(max_tokens=4))
+        assert len(answered.result(timeout=120).sequences) == 1
+        assert all(thread.is_alive() for thread in threads)
+        board = served.dashboard()
+        assert board["service"]["samples_refused"] == 1
+        assert all(w["last_error"].startswith("lease failed: RuntimeError") for w in board["workers"])
+    finally:
+        for worker in workers:
+            worker.stop.set()
         served.close()
 
 

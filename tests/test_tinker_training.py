@@ -29,7 +29,7 @@ from echo2.model.loading import load_model, load_tokenizer
 from echo2.model.lora import add_adapter
 from echo2.model.sources import SHIPPED_MODEL
 from echo2.protocol import AdapterSpec
-from echo2.service.training import TrainingModels
+from echo2.service.training import TrainingModels, adam_problem
 from echo2.service.turns import RequestError
 from echo2.tasks import Example
 
@@ -214,3 +214,28 @@ def test_two_training_clients_on_one_base_model_step_as_each_would_alone(shipped
     theirs = adapter_of(shared.wrapped, second.adapter)
     assert theirs and all(".self_attn." in k for k in theirs)  # train_mlp / train_unembed off: attention only
     assert shared.clients["a"].steps == shared.clients["b"].steps == 2
+
+
+def test_an_optimizer_step_that_would_make_the_adapter_non_finite_is_not_applied(shipped):
+    """Values the door refuses (:func:`adam_problem`), and a step that still overflows put back whole."""
+    base, tokenizer = shipped
+    spec = LossSpec.parse("importance_sampling", None)
+    models = TrainingModels(copy.deepcopy(base), tokenizer, lora_alpha=ALPHA, max_rank=8, micro_batch=64)
+    client = models.create("a", types.LoraConfig(rank=RANK, seed=1))
+    for bad, field in ((dict(beta1=float("nan")), "beta1"), (dict(learning_rate=1e30), "learning_rate"),
+                       (dict(beta2=1.0), "beta2"), (dict(eps=0.0), "eps"), (dict(grad_clip_norm=-1.0), "grad_clip_norm"),
+                       (dict(learning_rate=0.5, weight_decay=1e300), "weight_decay")):
+        with pytest.raises(RequestError, match=f"adam_params.{field}="):
+            adam_problem(types.AdamParams(**bad), max_learning_rate=1.0)
+    batch = datums_of(groups_of(base, tokenizer, noise=0.4, seed=1), tokenizer)
+    models.forward_backward("a", models.rows(batch, spec), spec)
+    models.optim_step("a", types.AdamParams(learning_rate=LR))
+    before = {k: v.clone() for k, v in adapter_of(models.wrapped, client.adapter).items()}
+    moments = copy.deepcopy(client.optimizer.state_dict()["state"])
+    models.forward_backward("a", models.rows(batch, spec), spec)
+    metrics = models.optim_step("a", types.AdamParams(learning_rate=float("inf")))  # past the door
+    assert metrics["update_refused:sum"] == 1.0 and client.steps == 1
+    after = adapter_of(models.wrapped, client.adapter)
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    kept = client.optimizer.state_dict()["state"]
+    assert all(torch.equal(kept[i]["exp_avg"], moments[i]["exp_avg"]) for i in moments)

@@ -30,7 +30,7 @@ from echo2.broadcast.topology import plan_tree
 from echo2.config import BroadcastConfig, dump_config, load_config
 from echo2.coordinator.app import MAX_BODY_BYTES, create_app
 from echo2.coordinator.server import CoordinatorServer
-from echo2.net.guard import broadcast_credential
+from echo2.net.guard import Door, Refusal, broadcast_credential
 from echo2.net.redact import REDACTED, SESSION_CREDENTIAL, redact_logs, remove_redaction
 from echo2.net.serving import BackgroundServer
 from echo2.net.tls import certificate_fingerprint
@@ -130,6 +130,34 @@ def test_anonymous_chunked_body_is_refused_unread(served):
     assert status == 401
     assert server.counted.body_bytes == 0  # refused before the app read a byte
     assert sent < 60 * MIB  # and the answer came before the client could finish sending
+
+
+def test_a_door_checks_its_own_credential_before_a_body_byte_and_caps_its_own_bodies():
+    """The training service's API key and the gateway's episode keys are checked as the workers'
+    credentials are: a forged one is answered 401 before the body is read (a 15 MB chat body had
+    been parsed first), a good one past its door's cap 413."""
+    def check(path, headers):
+        return None if headers.get("x-api-key") == "good" else Refusal(401, "wrong key", "unauthorized")
+
+    app = create_app(make_state(staleness=1), lease_wait_s=0, doors={"/door/": Door(check, 64 * 1024)})
+
+    @app.post("/door/echo")
+    async def echo(request: Request) -> JSONResponse:
+        return JSONResponse({"bytes": len(await request.body())})
+
+    counted = CountingBody(app)
+    server = CoordinatorServer(counted, "127.0.0.1", 0)
+    server.start(10)
+    try:
+        status, sent = send_chunked(server.port, "/door/echo", {"X-API-Key": "forged"}, total=15 * MIB)
+        assert status == 401 and counted.body_bytes == 0 and sent < 15 * MIB
+        status, _ = send_chunked(server.port, "/door/echo", {"X-API-Key": "good"}, total=15 * MIB)
+        assert status == 413 and counted.body_bytes <= 64 * 1024 + 64 * 1024  # cut within a chunk of the cap
+        small = httpx.post(f"http://127.0.0.1:{server.port}/door/echo", content=b"x" * 1000,
+                           headers={"X-API-Key": "good"}, timeout=10)
+        assert small.status_code == 200 and small.json() == {"bytes": 1000}
+    finally:
+        server.stop()
 
 
 def test_oversize_chunked_body_is_cut_at_the_limit(served):

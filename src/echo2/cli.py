@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -41,7 +42,15 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What ``echo2 serve`` needs beyond a base install: the ``service`` extra's packages.
+SERVICE_PACKAGES = ("tinker", "peft")
+
+
 def _serve(args: argparse.Namespace) -> int:
+    if missing := [name for name in SERVICE_PACKAGES if importlib.util.find_spec(name) is None]:
+        print(f"echo2: echo2 serve needs the service extra: pip install 'echo2[service]' "
+              f"(missing: {', '.join(missing)})", file=sys.stderr)
+        return 2
     from echo2.launch.serve import run_service
 
     run_service(load_config(args.config, args.overrides))
@@ -91,7 +100,7 @@ def _worker(args: argparse.Namespace) -> int:
     options = worker_options(args)  # before torch is imported: a wrong option is reported at once
 
     from echo2.rollout.client import CoordinatorUnreachable, RequestRefused
-    from echo2.rollout.options import OPTIONS_ENV, TOKEN_ENV, build_worker
+    from echo2.rollout.options import EXIT_TURNED_AWAY, OPTIONS_ENV, TOKEN_ENV, build_worker
     from echo2.rollout.worker import install_signal_handlers
 
     for name in (OPTIONS_ENV, TOKEN_ENV):  # the token stays with this process, not its children
@@ -101,9 +110,12 @@ def _worker(args: argparse.Namespace) -> int:
     status = 0
     try:
         worker.run()
-    except (CoordinatorUnreachable, RequestRefused) as error:
+    except CoordinatorUnreachable as error:
         print(f"echo2 worker: {error}", file=sys.stderr)
         status = 1
+    except RequestRefused as error:
+        print(f"echo2 worker: {error}", file=sys.stderr)
+        status = EXIT_TURNED_AWAY
     # The worker has deregistered and stopped its relay; leave now rather than wait on threads that
     # libraries leave behind (e.g. a server thread still finishing a peer's long-poll): a preempted
     # worker must be gone within a bounded time.

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: Header carrying the run token (register), the worker's session credential (later calls) or,
 #: to relays and the learner's chunk server, the broadcast credential (:mod:`echo2.net.guard`).
@@ -205,9 +205,22 @@ class LeasedPrompt(Message):
     prompt: str
 
 
+MAX_STOP_STRINGS = 16
+"""Stop texts one sampling request may give (each is searched for in the decoded text at every token)."""
+MAX_STOP_CHARS = 1024
+"""The longest stop text."""
+MAX_SEED = 2**63 - 1
+"""The largest seed a request may give: a signed 64-bit integer (a larger one overflowed
+``torch.Generator.manual_seed`` and took the worker with it)."""
+MAX_TEMPERATURE = 100.0
+"""The highest sampling temperature (past it every distribution is uniform to float precision)."""
+
+
 class LeasedSample(Message):
-    """A training service client's sampling request (``asample``): ``num_samples`` completions of
-    ``prompt_ids`` from the sampler adapter ``sampler`` (in the bundle of the lease's version)."""
+    """A training service client's sampling request (``asample``), or an agent's call: ``num_samples``
+    completions of ``prompt_ids`` from the sampler adapter ``sampler`` (in the bundle of the lease's
+    version). Built by the service and the gateway through :func:`leased_sample`, so that a
+    client's value no worker can take is a clear refusal at the door, never a worker's crash."""
 
     slot: int
     sampler: str = Field(max_length=128)
@@ -215,14 +228,26 @@ class LeasedSample(Message):
     prompt_ids: list[int] = Field(min_length=1)
     num_samples: int = Field(ge=1, le=1024)
     max_tokens: int = Field(ge=1)
-    temperature: float = Field(gt=0)
-    seed: int | None = None
-    stop_ids: list[int] | None = None
+    temperature: float = Field(gt=0, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    stop_ids: list[int] | None = Field(None, max_length=MAX_STOP_STRINGS)
     """Token ids that end a completion (kept in it); None: the model's end-of-sequence token."""
-    stop_strings: list[str] = Field(default_factory=list, max_length=16)
+    stop_strings: list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_STOP_STRINGS)
     """Texts that end a completion once its decoded text contains one (the token completing it kept)."""
     prompt_logprobs: bool = False
     """Also the log-prob of each prompt token after the first."""
+
+
+def leased_sample(**fields: object) -> LeasedSample:
+    """A :class:`LeasedSample` of ``fields``, or a ValueError naming the first field out of bounds
+    and its bounds, in words a client can act on (the service and the gateway answer it with 400)."""
+    try:
+        return LeasedSample(**fields)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"] if not isinstance(part, int)) or "request"
+        raise ValueError(f"{where}: {first['msg']}") from None
 
 
 class LeaseResponse(Message):
@@ -327,6 +352,15 @@ class SubmitRequest(Message):
         if bool(self.groups) == bool(self.samples):
             raise ValueError("a submission carries groups (a task's lease) or samples (a sampling lease), one of them")
         return self
+
+
+class LeaseFailure(Message):
+    """A lease its worker could not carry out, handed back at once with the reason (an engine that
+    raised on one request, say): its work goes to another worker (a sampling request that failed
+    on two is refused to its client instead, :data:`echo2.core.sample_queue.POISON_AFTER`)."""
+
+    lease_id: str
+    reason: str = Field(max_length=2000)
 
 
 class RespondItem(Message):

@@ -19,9 +19,14 @@ class AgentConfig(Section):
     ``task.options``); the agent scores its own episodes."""
     concurrency: int = Field(8, ge=1)
     """Episodes the run's agent pool plays at once (each its own ``openai`` client)."""
-    episode_timeout_s: float = Field(300.0, gt=0)
+    episode_timeout_s: float = Field(120.0, gt=0)
     """An episode not rewarded within this of its opening is dropped, its group with it (counted);
-    the pool's agent function is cancelled at this timeout."""
+    the pool's agent function is cancelled at this timeout. Its group holds a slot of the staleness
+    window until then: a holder of the run token that claimed episodes and never rewarded them
+    stalled the learner this long (300 s before), so keep it near the longest honest episode."""
+    max_claimed: int | None = Field(None, ge=1)
+    """Training episodes claimed and not yet rewarded, at most, over every claimant (None: twice
+    ``concurrency``): past it ``POST /rl/episodes`` answers 204 until one ends."""
     call_timeout_s: float = Field(120.0, gt=0)
     """A model call no worker answered within this fails (504) with that reason."""
     chat_template: str | None = None

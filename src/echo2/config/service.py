@@ -25,6 +25,10 @@ class ServiceConfig(Section):
     max_tokens: int = Field(512, ge=1)
     """The most tokens one sampled completion may ask for (``SamplingParams.max_tokens``; also the
     default when a request gives none)."""
+    max_learning_rate: float = Field(1.0, gt=0)
+    """The highest ``learning_rate`` an ``optim_step`` may carry (LoRA is trained at 1e-5 to 1e-3;
+    an unbounded one made every adapter weight overflow, and the NaN adapter, published for
+    sampling, made every worker that sampled it fail)."""
     max_samples: int = Field(64, ge=1)
     """The most completions one sampling request may ask for (``num_samples``)."""
     session_timeout_s: float = Field(300.0, gt=0)

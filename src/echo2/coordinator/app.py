@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fastapi import FastAPI, Header, Request
@@ -26,12 +26,13 @@ from fastapi.responses import JSONResponse
 from echo2.coordinator import dashboard
 from echo2.coordinator.records import Rejected, WorkerRecord, session_refusal
 from echo2.coordinator.state import CoordinatorState
-from echo2.net.guard import TARPIT_S, Guard, Refusal, unauthorized
+from echo2.net.guard import TARPIT_S, Door, Guard, Refusal, unauthorized
 from echo2.net.ratelimit import RateLimiter
 from echo2.protocol import (
     AUTH_HEADER,
     Heartbeat,
     HeartbeatResponse,
+    LeaseFailure,
     LeaseRequest,
     LeaseResponse,
     RegisterRequest,
@@ -59,14 +60,15 @@ OPEN_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-re
 
 def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_only: bool = False,
                registrations: RateLimiter | None = None, body_timeout_s: float = 60.0,
-               run_dir: Path | None = None, own_credentials: tuple[str, ...] = (),
+               run_dir: Path | None = None, doors: Mapping[str, Door] | None = None,
                service_view: Callable[[], dashboard.ServiceView] | None = None) -> FastAPI:
     """The coordinator's routes on ``state``. ``https_relays_only`` (a run served over TLS): a
     worker registering a plain-HTTP relay is refused, so no chunk request of the run goes in clear.
     ``registrations``: the per-address limit on registrations (none when not given). ``run_dir``:
     where the learner writes its metrics, which the dashboard shows beside the coordinator's books.
-    ``own_credentials``: path prefixes of routes mounted later that check a credential of their own
-    (a training service's API, :mod:`echo2.service.api`); their bodies are capped all the same.
+    ``doors``: routes mounted later, by path prefix, that take a credential of their own (a training
+    service's API, :mod:`echo2.service.api`; an agent run's gateway, :mod:`echo2.gateway.api`),
+    checked before their bodies are read and capped as each door says (:class:`echo2.net.guard.Door`).
     ``service_view``: that service's clients, for the dashboard."""
     app = FastAPI(title="echo2 coordinator", version="1")
     registry = state.registry
@@ -87,7 +89,7 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
 
     def authorize(path: str, credential: str | None, client_host: str) -> Refusal | None:
         """Run before the body is read, without the state's lock (the handlers check the rest)."""
-        if path in OPEN_PATHS or path.startswith(own_credentials or ("\0",)):
+        if path in OPEN_PATHS:
             return None
         if path == "/v1/register":
             if not registry.admits(credential):
@@ -105,7 +107,8 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
         return within_budget(path, record)
 
     dashboard.mount(app, state, run_dir, service_view)
-    app.add_middleware(Guard, authorize=authorize, max_body_bytes=MAX_BODY_BYTES, body_timeout_s=body_timeout_s)
+    app.add_middleware(Guard, authorize=authorize, max_body_bytes=MAX_BODY_BYTES, body_timeout_s=body_timeout_s,
+                       doors=doors)
 
     @app.exception_handler(Rejected)
     async def rejected(_: Request, error: Rejected) -> JSONResponse:
@@ -157,6 +160,11 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
     @app.post("/v1/respond")
     def respond(body: RespondRequest, x_echo2_token: str | None = Header(None)) -> RespondResponse:
         return state.respond(worker(x_echo2_token), body)
+
+    @app.post("/v1/fail")
+    def fail(body: LeaseFailure, x_echo2_token: str | None = Header(None)) -> dict:
+        state.fail(worker(x_echo2_token), body)
+        return {"ok": True}
 
     @app.post("/v1/submit")
     def submit(body: SubmitRequest, x_echo2_token: str | None = Header(None)) -> SubmitResponse:

@@ -19,6 +19,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from echo2.broadcast.topology import Planner, star_plan
 from echo2.coordinator.cursor import CountingStream, TrainedDraws
@@ -30,6 +31,7 @@ from echo2.coordinator.relay_check import RelayChecker
 from echo2.coordinator.scoring import Environment, Scorer, Scoring
 from echo2.coordinator.versions import VersionBook
 from echo2.core.books import Books as RunBooks
+from echo2.core.sample_queue import SampleWork
 from echo2.core.shares import SharePolicy
 from echo2.exchange import Group
 from echo2.planning.activation_rule import ActivationPolicy
@@ -40,9 +42,16 @@ log = logging.getLogger("echo2")
 
 Interval = Callable[[str, str, float, float, int], None]
 """Writes one interval of the run's timeline: who, what, start, end, version."""
-SampleSink = Callable[[str, Lease, list[SampleResult]], None]
-"""Takes a sampling lease's checked results: the worker's id, the lease, the results. Called under the
-books' lock: it only hands them on (the training service audits them on its own thread)."""
+class SampleSink(Protocol):
+    """Where a sampling lease's outcomes go: a training service (it audits results and answers its
+    clients) or an agent run's gateway (it answers the agents' calls). Called under the books'
+    lock: each only hands its outcome on."""
+
+    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
+        """A checked lease's results: the worker's id, the lease, the results."""
+
+    def refused(self, work: SampleWork, why: str) -> None:
+        """A request refused for good (a poison pill: its leases failed on two workers), and why."""
 
 
 class CoordinatorBooks:

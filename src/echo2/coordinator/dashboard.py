@@ -110,6 +110,7 @@ class ServiceView(BaseModel):
     samples_returned: int
     audited: int
     audits_failed: int
+    samples_refused: int = Field(0, description="requests refused after their leases failed on two workers")
     api_requests: int = Field(0, description="requests the Tinker routes handled")
     api_s: float = Field(0.0, description="seconds the routes spent handling them (long-poll waits excluded)")
     training_s: float = Field(0.0, description="seconds of forward-backward and optimizer steps")

@@ -24,6 +24,8 @@ def reliability_report(state: CoordinatorBooks) -> dict[str, int | dict[str, int
         "leases_issued": counters.leases_issued,
         "leases_completed": counters.leases_completed,
         "leases_expired": counters.leases_expired,
+        "leases_failed": counters.leases_failed,
+        "requests_poisoned": counters.requests_poisoned,
         "leases_outstanding": len(state.books.active_leases()),
         "prompts_requeued": ledger.requeued_total,
         "groups_accepted": counters.groups_accepted,

@@ -34,6 +34,7 @@ from echo2.core.shares import delivered
 from echo2.exchange import GiveBack, Group, RunStats
 from echo2.protocol import (
     HeartbeatResponse,
+    LeaseFailure,
     LeaseResponse,
     RespondRequest,
     RespondResponse,
@@ -100,6 +101,9 @@ class CoordinatorState:
 
     def respond(self, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
         return self.work.respond(record, request)
+
+    def fail(self, record: WorkerRecord, failure: LeaseFailure) -> None:
+        self.work.fail(record, failure)
 
     # ---------------------------------------------------------------- the learner's (RolloutSource)
     def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:

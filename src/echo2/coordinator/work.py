@@ -5,6 +5,7 @@ environment's answers between an episode's turns."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from echo2.coordinator.books import CoordinatorBooks
@@ -15,12 +16,15 @@ from echo2.core.leasing import LeaseAnswer
 from echo2.core.shares import on_probation
 from echo2.protocol import (
     LeasedPrompt,
+    LeaseFailure,
     LeaseResponse,
     RespondRequest,
     RespondResponse,
     SubmitRequest,
     SubmitResponse,
 )
+
+log = logging.getLogger("echo2")
 
 #: Lease requests held open at once, over all workers: the HTTP server runs requests on a pool
 #: of 40 threads (anyio's default), and a swarm's long-polls had held all of them, so that honest
@@ -130,9 +134,28 @@ class WorkDesk:
         record.count(request, now - lease.granted_at)
         self.members.record_events(record, request.events)
         assert self.parts.samples_to is not None
-        self.parts.samples_to(record.worker_id, lease, request.samples)
+        self.parts.samples_to.results(record.worker_id, lease, request.samples)
         self.parts.cond.notify_all()
         return SubmitResponse(accepted=len(request.samples))
+
+    def fail(self, record: WorkerRecord, failure: LeaseFailure) -> None:
+        """``record`` hands back its active lease ``failure.lease_id``, which it could not carry out
+        (:meth:`echo2.core.books.Books.failed`): the work goes to another worker; a sampling request
+        that has now failed on two workers is refused to its client with the reason (a poison pill:
+        never re-issued). A lease already ended (expired, submitted) is nothing to hand back."""
+        with self.parts.cond:
+            record.last_seen = time.monotonic()
+            lease = self.parts.leases.get(failure.lease_id)
+            if lease is None or lease.worker_id != record.worker_id:
+                raise Rejected(404, f"lease {failure.lease_id!r} is not one of yours", "unknown_lease")
+            record.last_error = f"lease failed: {failure.reason}"
+            poisoned = self.parts.books.failed(lease, time.monotonic())
+            log.warning("worker %s handed back lease %s (%d slots): %s", record.name, lease.lease_id,
+                        len(lease.slots), failure.reason)
+            for work in poisoned:
+                assert self.parts.samples_to is not None
+                self.parts.samples_to.refused(work, f"it failed on two workers, the last saying: {failure.reason}")
+            self.parts.cond.notify_all()
 
     def respond(self, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
         """The environment's next answers, computed outside the lock and kept on the lease (checked at submission)."""

@@ -47,7 +47,7 @@ WorkKind = Literal["prompt", "sample"]
 """What a lease's slots carry: ``prompt``, a task example whose group the learner trains on;
 ``sample``, a sampling request of a training service's client (:class:`~echo2.core.sample_queue.SampleWork`)."""
 
-LeaseState = Literal["active", "done", "expired"]
+LeaseState = Literal["active", "done", "expired", "failed"]
 
 P = TypeVar("P")
 
@@ -67,6 +67,10 @@ class Counters:
     """Submitted and accepted (delivered only once a group of it is trained)."""
     leases_expired: int = 0
     """Ended unsubmitted: past their deadline, their worker dead, gone or quarantined."""
+    leases_failed: int = 0
+    """Handed back by their worker, which could not carry them out (it said why)."""
+    requests_poisoned: int = 0
+    """Sampling requests refused after their leases failed on two workers (:data:`~echo2.core.sample_queue.POISON_AFTER`)."""
     leases_lost_in_restart: int = 0
     groups_accepted: int = 0
     groups_trained: int = 0
@@ -233,6 +237,7 @@ class Books(Generic[W, G]):
         worker.throughput = worker.cycle.submitted(now, lease.granted_at, rollouts, worker.throughput)
         self.counters.leases_completed += 1
         if lease.kind == "sample":
+            self.samples.settled(lease.slots.values())
             return
         admitted = 0
         for slot, group in groups:
@@ -255,6 +260,30 @@ class Books(Generic[W, G]):
         if missed_deadline and (worker := self.workers.get(lease.worker_id)) is not None:
             if parked_s := missed(self.shares, worker, now, self.lease_timeout_s):
                 self._on_parked(worker, parked_s, f"let {worker.unfulfilled} leases in a row expire")
+
+    def failed(self, lease: Lease, now: float) -> list[Any]:
+        """``lease``'s worker handed it back: it could not carry it out (a request that crashed its
+        engine, say). Its prompts go back to the front of the queue and its sampling requests too,
+        but for those that have now failed on two workers: poisoned, returned for the caller to
+        refuse (:meth:`~echo2.core.sample_queue.SampleQueue.failed`). A task's lease that failed is
+        its worker's miss, as an expiry is (:func:`echo2.core.shares.missed`): the run's own prompts
+        do not break an honest engine, so a worker that fails them is parked, not fed the queue. A
+        sampling lease's failure is not: its request is a client's and may be what failed, and a
+        client sending such requests would otherwise park every worker in turn. Not active
+        (submitted, expired): nothing, ``[]``."""
+        if lease.state != "active":
+            return []
+        self._close(lease, "failed")
+        self.counters.leases_failed += 1
+        if lease.kind == "sample":
+            poisoned = self.samples.failed(lease.slots, lease.worker_id)
+            self.counters.requests_poisoned += len(poisoned)
+            return poisoned
+        self.ledger.release(lease.slots, front=True)
+        if (worker := self.workers.get(lease.worker_id)) is not None:
+            if parked_s := missed(self.shares, worker, now, self.lease_timeout_s):
+                self._on_parked(worker, parked_s, f"failed or let expire {worker.unfulfilled} leases in a row")
+        return []
 
     def _close(self, lease: Lease, state: LeaseState) -> None:
         lease.state = state

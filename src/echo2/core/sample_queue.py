@@ -6,13 +6,22 @@ or a newer one: the service keeps a sampler in every bundle while requests for i
 task's prompts, requests are not paced by the staleness window — each names the weights it wants,
 the client keeps its own staleness — so the queue is first come, first served, and a request whose
 lease expires goes back to the front.
+
+A request whose leases failed on :data:`POISON_AFTER` different workers (each handed its lease back
+with the reason, :meth:`echo2.core.books.Books.failed`) is a poison pill: it is refused to its
+client with that reason and never leased again, so that one client's request cannot take the
+fleet down worker by worker.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+POISON_AFTER = 2
+"""Workers whose leases of one request failed, after which the request is refused, not re-issued."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,8 @@ class SampleQueue:
     def __init__(self) -> None:
         self._waiting: deque[tuple[int, SampleWork]] = deque()
         self._next_slot = 0
+        self._failed_on: dict[str, set[str]] = {}
+        """Request id -> the workers whose leases of it failed (until it is answered, dropped or poisoned)."""
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -59,6 +70,27 @@ class SampleQueue:
         """Requests of a lease that ended unsubmitted: first in line again."""
         self._waiting.extendleft(reversed(list(slots.items())))
 
+    def failed(self, slots: dict[int, SampleWork], worker_id: str) -> list[SampleWork]:
+        """Requests of a lease ``worker_id`` handed back failed: those that have now failed on
+        :data:`POISON_AFTER` workers are returned (poisoned: never leased again), the others are
+        first in line again."""
+        poisoned, again = [], {}
+        for slot, work in slots.items():
+            failed_on = self._failed_on.setdefault(work.request_id, set())
+            failed_on.add(worker_id)
+            if len(failed_on) >= POISON_AFTER:
+                poisoned.append(work)
+                del self._failed_on[work.request_id]
+            else:
+                again[slot] = work
+        self.release(again)
+        return poisoned
+
+    def settled(self, works: Iterable[SampleWork]) -> None:
+        """``works`` were answered: their failures are forgotten."""
+        for work in works:
+            self._failed_on.pop(work.request_id, None)
+
     def add_front(self, works: list[SampleWork]) -> None:
         """Requests whose results were not returned (a failed audit): first in line again, on new slots."""
         slots = range(self._next_slot, self._next_slot + len(works))
@@ -67,6 +99,8 @@ class SampleQueue:
 
     def drop(self, request_ids: set[str]) -> int:
         """Forget waiting requests (their client is gone); how many."""
+        for request_id in request_ids:
+            self._failed_on.pop(request_id, None)
         kept = deque(item for item in self._waiting if item[1].request_id not in request_ids)
         dropped, self._waiting = len(self._waiting) - len(kept), kept
         return dropped

@@ -16,19 +16,25 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pydantic
 from fastapi import APIRouter, Header, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from echo2.coordinator.app import MAX_BODY_BYTES
 from echo2.gateway.desk import CallTimeout, GatewayDesk
 from echo2.gateway.episodes import AgentEpisode, EpisodeGone
 from echo2.gateway.openai_wire import ChatRequest, CompletionRequest, Refused
+from echo2.net.guard import Door, Refusal, unauthorized
 
-#: Path prefixes whose routes check their own credentials (:func:`echo2.coordinator.app.create_app`).
-GATEWAY_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/rl/")
+#: The agents' calls (an episode's key) and the episodes' lifecycle (the run token), by path prefix.
+CALL_PATHS, EPISODE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models"), "/rl/"
+#: A call's body is capped at this many bytes per token of the model's window (JSON-escaped text,
+#: tool schemas and all: a token is a few characters, an escaped one six bytes each), and never
+#: below :data:`MIN_CALL_BODY_BYTES`; the episodes' routes carry a few numbers (:data:`EPISODE_BODY_BYTES`).
+BYTES_PER_WINDOW_TOKEN, MIN_CALL_BODY_BYTES, EPISODE_BODY_BYTES = 32, 256 * 1024, 4096
 
 
 class RewardBody(pydantic.BaseModel):
@@ -45,15 +51,44 @@ def _error(status: int, message: str, kind: str) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
 
 
+def _bearer(authorization: str | None) -> str:
+    return (authorization or "").removeprefix("Bearer ").strip()
+
+
+def _trusted(token: str | None, run_token: str) -> bool:
+    return token is not None and secrets.compare_digest(token.encode(), run_token.encode())
+
+
+def call_body_bytes(max_context: int | None) -> int:
+    """The most bytes a call's body may have: what the model's window can hold, generously."""
+    return max(MIN_CALL_BODY_BYTES, BYTES_PER_WINDOW_TOKEN * (max_context or 0)) if max_context else MAX_BODY_BYTES
+
+
+def gateway_doors(desk: GatewayDesk, run_token: str) -> dict[str, Door]:
+    """The gateway's credentials checked before a body byte is read, its bodies capped
+    (:class:`echo2.net.guard.Door`): a call needs a live episode's key, the episodes' routes the run token."""
+
+    def episode_key(path: str, headers: Mapping[str, str]) -> Refusal | None:  # noqa: ARG001
+        if _bearer(headers.get("authorization")) in desk.book.by_key:  # a dict read: no lock needed
+            return None
+        return Refusal(401, "unknown episode key (Authorization: Bearer <the key POST /rl/episodes gave>)",
+                       "unauthorized")
+
+    def run_token_only(path: str, headers: Mapping[str, str]) -> Refusal | None:  # noqa: ARG001
+        return None if _trusted(headers.get("x-echo2-token"), run_token) else unauthorized("run token")
+
+    calls = Door(episode_key, call_body_bytes(desk.settings.max_context))
+    return {**{path: calls for path in CALL_PATHS}, EPISODE_PATHS: Door(run_token_only, EPISODE_BODY_BYTES)}
+
+
 def gateway_router(desk: GatewayDesk, run_token: str, base_url: Callable[[], str]) -> APIRouter:
     """The routes over ``desk``; ``base_url()``: the coordinator's address, as agents reach it."""
     router = APIRouter()
 
     def trusted(token: str | None) -> bool:
-        return token is not None and secrets.compare_digest(token.encode(), run_token.encode())
+        return _trusted(token, run_token)
 
-    def bearer(authorization: str | None) -> str:
-        return (authorization or "").removeprefix("Bearer ").strip()
+    bearer = _bearer
 
     async def serve(request: Request, model: type[pydantic.BaseModel], authorization: str | None, handler) -> Response:
         try:

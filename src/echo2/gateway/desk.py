@@ -38,7 +38,7 @@ from echo2.gateway.openai_wire import (
 )
 from echo2.gateway.render import Held, prompt_ids
 from echo2.gateway.trajectory import Call
-from echo2.protocol import LeasedSample, SampleResult
+from echo2.protocol import SampleResult, leased_sample
 from echo2.rollout.engines.bundles import BASE_SAMPLER
 from echo2.tasks.chat import ChatPrompt
 
@@ -63,6 +63,8 @@ class _Waiting:
     done: threading.Event = field(default_factory=threading.Event)
     answer: tuple[str, int, SampleResult] | None = None
     """The worker, the lease's version and its result."""
+    refused: str | None = None
+    """Why the fleet refused the call for good (its leases failed on two workers)."""
 
 
 class GatewayDesk:
@@ -127,9 +129,12 @@ class GatewayDesk:
             raise Refused(f"the conversation ({len(ids)} tokens) and max_tokens ({budget}) exceed the model's "
                           f"{window}-token window")
         call_id = f"call-{next(self._ids)}"
-        work = SampleWork(call_id, episode.group.version, 1,
-                          LeasedSample(slot=0, sampler=BASE_SAMPLER, prompt_ids=ids, num_samples=1, max_tokens=budget,
-                                       temperature=self.settings.temperature, stop_strings=stops))
+        try:
+            leased = leased_sample(slot=0, sampler=BASE_SAMPLER, prompt_ids=ids, num_samples=1, max_tokens=budget,
+                                   temperature=self.settings.temperature, stop_strings=stops)
+        except ValueError as error:
+            raise Refused(str(error)) from None
+        work = SampleWork(call_id, episode.group.version, 1, leased)
         waiting = _Waiting()
         with self.state.cond:
             self._waiting[call_id] = waiting
@@ -146,6 +151,8 @@ class GatewayDesk:
                 self._waiting.pop(call_id, None)
             self._count("wait_s", time.perf_counter() - queued)
             self._count("calls", 1)
+        if waiting.refused is not None:
+            raise Refused(f"the fleet could not sample this call: {waiting.refused}")
         assert waiting.answer is not None
         worker_id, version, result = waiting.answer
         sequence = result.sequences[0]
@@ -168,3 +175,11 @@ class GatewayDesk:
             if waiting is not None and not waiting.done.is_set():
                 waiting.answer = (worker_id, lease.version, result)
                 waiting.done.set()
+
+    def refused(self, work: SampleWork, why: str) -> None:
+        """The coordinator's word that a call is a poison pill (called under the books' lock): its
+        caller is answered 400 with the reason."""
+        waiting = self._waiting.get(work.request_id)
+        if waiting is not None and not waiting.done.is_set():
+            waiting.refused = why
+            waiting.done.set()

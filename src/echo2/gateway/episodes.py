@@ -78,8 +78,11 @@ class OpenGroup:
 class EpisodeBook:
     """The run's agent episodes, under the books' lock (``parts.cond``)."""
 
-    def __init__(self, parts: CoordinatorBooks, group_size: int, episode_timeout_s: float) -> None:
+    def __init__(self, parts: CoordinatorBooks, group_size: int, episode_timeout_s: float,
+                 max_claimed: int | None = None) -> None:
         self.parts, self.group_size, self.episode_timeout_s = parts, group_size, episode_timeout_s
+        self.max_claimed = max_claimed
+        """Training episodes claimed and not over, at most (None: unbounded)."""
         self.by_id: dict[str, AgentEpisode] = {}
         self.by_key: dict[str, AgentEpisode] = {}
         self.counts: Counter[str] = Counter()
@@ -101,7 +104,8 @@ class EpisodeBook:
                 self.expire()
                 if self.parts.finished or (stop is not None and stop.is_set()):
                     return None
-                if (episode := self._unclaimed()) is not None or (episode := self._open_group()) is not None:
+                if not self._at_claim_limit() and ((episode := self._unclaimed()) is not None
+                                                   or (episode := self._open_group()) is not None):
                     episode.claimed = True
                     episode.deadline = time.monotonic() + self.episode_timeout_s
                     self.counts["episodes_opened"] += 1
@@ -110,6 +114,13 @@ class EpisodeBook:
                 if remaining <= 0:
                     return None
                 self.parts.cond.wait(min(remaining, 0.5))
+
+    def _at_claim_limit(self) -> bool:
+        """Whether claimed, unended training episodes fill ``max_claimed`` (call locked)."""
+        if self.max_claimed is None:
+            return False
+        held = sum(1 for e in self.by_id.values() if e.claimed and e.over is None and e.group.slot is not None)
+        return held >= self.max_claimed
 
     def evaluation(self, examples: list[Example], version: int) -> list[AgentEpisode]:
         """One claimed episode per held-out example, sampled at ``version`` or newer, never trained."""

@@ -156,7 +156,7 @@ def canonical(message: dict[str, Any], wrap_tool_results: bool = True) -> Messag
     text = _text(message.get("content"))
     if role == "assistant" and message.get("tool_calls"):
         blocks = []
-        for call in message["tool_calls"]:
+        for call in _tool_calls(message["tool_calls"]):
             function = call.get("function") or {}
             try:
                 arguments = json.loads(function.get("arguments") or "{}")
@@ -167,6 +167,16 @@ def canonical(message: dict[str, Any], wrap_tool_results: bool = True) -> Messag
     if role == "tool" and wrap_tool_results:
         text = f"<tool_response>\n{text}\n</tool_response>"
     return {"role": "system" if role == "developer" else role, "content": text}
+
+
+def _tool_calls(calls: Any) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls`` as OpenAI's wire has them, or :class:`Refused`."""
+    if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("function") or {}, dict)
+            and isinstance((c.get("function") or {}).get("arguments") or "{}", str) for c in calls):
+        raise Refused("tool_calls must be a list of objects, each with a function object whose arguments are "
+                      "JSON text ({\"function\": {\"name\": ..., \"arguments\": \"{...}\"}})")
+    return calls
 
 
 def tool_call_text(call: ToolCall) -> str:

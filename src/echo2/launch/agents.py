@@ -17,12 +17,14 @@ from transformers import PreTrainedTokenizerBase
 from echo2.config import Config, ConfigError
 from echo2.coordinator.records import Lease
 from echo2.coordinator.state import CoordinatorState
+from echo2.core.sample_queue import SampleWork
 from echo2.gateway.agents import AGENT_PREFIX, AgentPool, load_agent
-from echo2.gateway.api import gateway_router
+from echo2.gateway.api import gateway_doors, gateway_router
 from echo2.gateway.desk import CallSettings, GatewayDesk
 from echo2.gateway.episodes import EpisodeBook
 from echo2.learner.evaluations import InlineEvaluations
 from echo2.model.evaluation import EvalResult
+from echo2.net.guard import Door
 from echo2.protocol import SampleResult
 from echo2.tasks import Example
 from echo2.tasks.chat import ChatPrompt
@@ -48,10 +50,15 @@ class AgentRun:
         assert self.desk is not None
         self.desk.results(worker_id, lease, results)
 
+    def refused(self, work: SampleWork, why: str) -> None:
+        assert self.desk is not None
+        self.desk.refused(work, why)
+
     def attach(self, state: CoordinatorState, tokenizer: PreTrainedTokenizerBase, max_context: int | None) -> None:
         """The episodes' books over ``state``'s, and the desk that serves their calls."""
         config, agent = self.config, self.config.agent
-        book = EpisodeBook(state.parts, config.rollout.group_size, agent.episode_timeout_s)
+        book = EpisodeBook(state.parts, config.rollout.group_size, agent.episode_timeout_s,
+                           agent.max_claimed or 2 * agent.concurrency)
         state.parts.reapers.append(book.expire)
         state.parts.reports["agent"] = lambda: {**book.counts, **self._pool_figures()}
         self.desk = GatewayDesk(
@@ -66,6 +73,11 @@ class AgentRun:
         if self.pool is None:
             return {}
         return {**{f"agent_{name}": count for name, count in self.pool.counts.items()}, **self.pool.means()}
+
+    def doors(self, run_token: str) -> dict[str, Door]:
+        """The gateway's credentials, checked before a body is read (:func:`~echo2.gateway.api.gateway_doors`)."""
+        assert self.desk is not None
+        return gateway_doors(self.desk, run_token)
 
     def mount(self, app: FastAPI, run_token: str, base_url: Callable[[], str]) -> None:
         assert self.desk is not None

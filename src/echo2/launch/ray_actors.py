@@ -124,6 +124,10 @@ class RayWorkers:
                  options.address or "a local Ray", self.log_dir)
         threading.Thread(target=self._rerun_lost_calls, daemon=True, name="echo2-ray-reruns").start()
 
+    def supervise(self) -> None:
+        """Ray restarts a dead actor itself (``ray.max_restarts``) and :meth:`_rerun_lost_calls`
+        calls it again: nothing more to start (:meth:`LocalWorkers.supervise`'s counterpart)."""
+
     def _rerun_lost_calls(self) -> None:
         """Call ``run`` again on an actor Ray restarted, up to ``ray.max_restarts`` times each.
 

@@ -24,16 +24,18 @@ from echo2.config import Config, dump_config
 from echo2.coordinator.app import create_app
 from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.membership import TRIAL_SEATS
-from echo2.coordinator.records import Limits
+from echo2.coordinator.records import Lease, Limits
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState
+from echo2.core.sample_queue import SampleWork
 from echo2.launch.train import COORDINATOR_FILE, TOKEN_FILE, _write_private, launch_workers, run_spec
 from echo2.model.loading import load_model, load_tokenizer, pin_threads
 from echo2.model.sources import resolve_model_path
 from echo2.net.ratelimit import RateLimiter
 from echo2.net.redact import redact_logs, remove_redaction
 from echo2.planning.activation_rule import ActivationPolicy
-from echo2.service.api import tinker_router
+from echo2.protocol import SampleResult
+from echo2.service.api import PREFIX, tinker_door, tinker_router
 from echo2.service.checkpoints import CheckpointStore
 from echo2.service.sampling import AuditSettings, SamplingDesk, SamplingLimits
 from echo2.service.service import BaseModelInfo, TinkerService
@@ -45,6 +47,20 @@ log = logging.getLogger("echo2")
 API_KEY_FILE = "api_key"
 #: Seconds between the service's own sweeps of its coordinator's books (dead workers, overdue leases).
 REAP_EVERY_S = 1.0
+
+
+class ServiceSink:
+    """The fleet's sampling outcomes, handed to the service's desk (built after the coordinator it is given)."""
+
+    desk: SamplingDesk | None = None
+
+    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
+        assert self.desk is not None
+        self.desk.results(worker_id, lease, results)
+
+    def refused(self, work: SampleWork, why: str) -> None:
+        assert self.desk is not None
+        self.desk.refused(work, why)
 
 
 def _kept(folder: Path, config: Config) -> tuple[int, str, str]:
@@ -74,6 +90,7 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
     redaction = redact_logs(token, publisher.token, api_key)
     pin_threads(config.learner.threads)
     base, tokenizer = load_model(config.model.name, config.model.dtype), load_tokenizer(config.model.name)
+    sink = ServiceSink()
     state = CoordinatorState(
         run_spec(config).model_copy(update={"sampler_bundles": True, "adapter": None}),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.service.max_tokens,
@@ -83,10 +100,10 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
         window_share=config.coordinator.window_share, trial_seats=max(TRIAL_SEATS, config.workers.count),
         check_relays=True, score=_unscored, planner=publisher.planner, replan_every=config.activation.replan_every,
         fleet=Fleet(ActivationPolicy.from_rule(config.activation, rollouts_per_step=1, staleness=config.staleness)),
-        samples_to=lambda worker_id, lease, results: desk.results(worker_id, lease, results))
+        samples_to=sink)
     models = TrainingModels(base, tokenizer, lora_alpha=config.service.lora_alpha,
                             max_rank=config.service.max_lora_rank, micro_batch=config.learner.micro_batch,
-                            compute_dtype=config.model.dtype)
+                            compute_dtype=config.model.dtype, max_learning_rate=config.service.max_learning_rate)
     max_context = getattr(base.config, "max_position_embeddings", None)
     audits = config.verification
     service = TinkerService(
@@ -99,14 +116,14 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
                            config.service.sample_timeout_s, config.service.sampler_idle_s),
             AuditSettings(audits.probation_groups, audits.audit_decay, audits.audit_floor, audits.logprob_tolerance),
             PAYLOAD_DTYPES[config.broadcast.dtype], seed=config.run.seed))
-    desk = service.sampling
+    desk = sink.desk = service.sampling
     assert desk is not None
     desk.publish()  # version 0: the base model's own sampler, what workers fetch first
     coordinator, limits = config.coordinator, config.limits
     app = create_app(state, coordinator.lease_wait_s, https_relays_only=coordinator.tls_certfile is not None,
                      registrations=RateLimiter(max(limits.registrations_burst, config.workers.count),
                                                limits.registrations_per_minute),
-                     body_timeout_s=limits.body_timeout_s, run_dir=folder, own_credentials=("/api/v1/",),
+                     body_timeout_s=limits.body_timeout_s, run_dir=folder, doors={PREFIX: tinker_door(api_key)},
                      service_view=service.view)
     publisher.mount(app)
     app.include_router(tinker_router(service, api_key, wait_s=config.service.poll_s))
@@ -122,6 +139,7 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
           file=sys.stdout, flush=True)
     workers = launch_workers(config, server.url, token, folder / "workers")
     workers.start()
+    workers.supervise()
     service.start_reaper()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)} \
         if threading.current_thread() is threading.main_thread() else {}

@@ -31,7 +31,6 @@ from echo2.coordinator.scoring_processes import ScoringError, ScoringProcesses
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState
 from echo2.core.staleness import versions_in_use
-from echo2.gateway.api import GATEWAY_PATHS
 from echo2.launch.agents import AgentRun, is_agent_run
 from echo2.launch.local import LocalWorkers
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
@@ -267,7 +266,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         fleet=Fleet(ActivationPolicy.from_rule(config.activation,
                                                config.learner.groups_per_step * config.rollout.group_size,
                                                config.staleness)),
-        samples_to=agents.results if agents else None,
+        samples_to=agents,
     )
     if agents:
         agents.attach(state, tokenizer, getattr(model.config, "max_position_embeddings", None))
@@ -279,7 +278,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
                                 limits.registrations_per_minute)
     app = create_app(state, coordinator.lease_wait_s, https_relays_only=coordinator.tls_certfile is not None,
                      registrations=registrations, body_timeout_s=limits.body_timeout_s, run_dir=run_dir,
-                     own_credentials=GATEWAY_PATHS if agents else ())
+                     doors=agents.doors(token) if agents else None)
     publisher.mount(app)
     if agents:
         agents.mount(app, token, lambda: server.url)
@@ -305,6 +304,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         elif config.eval.where != "learner":  # (``process``: it loads its model while the workers start)
             evaluations = ProcessEvaluations(run_dir, deferred=config.eval.where == "after", before_start=state.finish)
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
+        workers.supervise()
         if agents:
             agents.start(server.url)
         loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline,

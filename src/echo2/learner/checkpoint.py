@@ -25,17 +25,39 @@ from echo2.learner.trainer import Learner
 RESUME_FILE = "resume.pt"
 
 
+#: Suffixes of the folders a save is written in (``.partial``) and an older save is set aside as
+#: until the new one is in (``.replaced``): never a save's own name.
+PARTIAL, REPLACED = ".partial", ".replaced"
+
+
 @contextmanager
 def atomic_folder(final: Path) -> Iterator[Path]:
     """A folder to write that appears at ``final`` whole or not at all: written as
-    ``final.partial`` and renamed into place once the block ends without an error (replacing an
-    older ``final``). The learner's checkpoints and the training service's saves both use it."""
-    partial = final.with_name(final.name + ".partial")
+    ``final.partial`` and renamed into place once the block ends without an error. An older
+    ``final`` is renamed aside (``final.replaced``) first and deleted only once the new one is in,
+    so a kill at any point leaves the old save or the new one (:func:`recover`), never neither.
+    The learner's checkpoints and the training service's saves both use it."""
+    partial, aside = final.with_name(final.name + PARTIAL), final.with_name(final.name + REPLACED)
+    recover(final)
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     yield partial
-    shutil.rmtree(final, ignore_errors=True)
+    if final.exists():
+        final.rename(aside)
     partial.rename(final)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def recover(final: Path) -> None:
+    """Put an older save set aside back at ``final`` when a kill came between setting it aside and
+    renaming the new one in (``final`` missing, ``final.replaced`` there); drop one left aside
+    after the new one was in."""
+    aside = final.with_name(final.name + REPLACED)
+    if aside.is_dir():
+        if final.is_dir():
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            aside.rename(final)
 
 
 def save_checkpoint(learner: Learner, run_dir: Path, version: int, resume: dict[str, Any] | None = None) -> Path:
@@ -53,8 +75,10 @@ def save_checkpoint(learner: Learner, run_dir: Path, version: int, resume: dict[
 
 def latest_resumable(run_dir: Path) -> Path:
     """The newest complete checkpoint of ``run_dir`` that holds a resume state."""
+    for aside in (run_dir / "checkpoints").glob(f"step_*{REPLACED}"):
+        recover(aside.with_name(aside.name.removesuffix(REPLACED)))
     candidates = sorted(p for p in (run_dir / "checkpoints").glob("step_*")
-                        if not p.name.endswith(".partial") and (p / RESUME_FILE).exists())
+                        if not p.name.endswith((PARTIAL, REPLACED)) and (p / RESUME_FILE).exists())
     if not candidates:
         raise FileNotFoundError(f"{run_dir} has no resumable checkpoint (checkpoints/step_*/{RESUME_FILE})")
     return candidates[-1]

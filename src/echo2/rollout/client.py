@@ -23,6 +23,7 @@ from echo2.protocol import (
     AUTH_HEADER,
     Heartbeat,
     HeartbeatResponse,
+    LeaseFailure,
     LeaseRequest,
     LeaseResponse,
     RegisterRequest,
@@ -143,6 +144,10 @@ class CoordinatorClient:
 
     def submit(self, request: SubmitRequest) -> SubmitResponse:
         return self._call("/v1/submit", f"submitting lease {request.lease_id}", request, SubmitResponse)
+
+    def fail(self, failure: LeaseFailure) -> None:
+        """Hand a lease back that could not be carried out, saying why."""
+        self._request("POST", "/v1/fail", f"handing back lease {failure.lease_id}", failure)
 
     def deregister(self) -> None:
         """Leave the run (one attempt, short timeout: used while shutting down)."""

@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 OPTIONS_ENV = "ECHO2_WORKER_OPTIONS"
 #: Environment variable holding the run token (for workers started by hand: keeps it off ``ps``).
 TOKEN_ENV = "ECHO2_TOKEN"
+EXIT_TURNED_AWAY = 3
+"""``echo2 worker``'s exit status when the coordinator turned it away (quarantined, or refused its
+requests for good): a launcher must not start it again, or a quarantined worker would come back
+under a new identity. Exit 1: it could not reach the coordinator; any other: it crashed."""
 
 
 class WorkerOptions(BaseModel):

@@ -38,6 +38,7 @@ from echo2.broadcast.throttle import Throttle
 from echo2.model.loading import load_tokenizer, pin_threads
 from echo2.protocol import (
     Heartbeat,
+    LeaseFailure,
     LeaseRequest,
     LeaseResponse,
     RegisterRequest,
@@ -203,12 +204,31 @@ class RolloutWorker:
         except RequestRefused as error:  # e.g. the lease expired mid-episode (the environment's answers)
             log.warning("lease %s refused while generating: %s", lease.lease_id, error.detail)
             return True
+        except CoordinatorUnreachable:  # the worker's own trouble (or the coordinator's), not the lease's
+            raise
+        except Exception as error:  # noqa: BLE001 -- one lease's failure fails that lease, never the worker
+            self._hand_back(lease, error)
+            return True
         with self.weights.changed:
             protocol.generated(seconds)
         ended = time.time()
         self.timeline.record("generate", ended - seconds, ended, self.version)
         self.courier.send(request.model_copy(update={"events": self.timeline.drain()}))
         return True
+
+    def _hand_back(self, lease: LeaseResponse, error: Exception) -> None:
+        """``lease`` could not be carried out (its engine raised on it: a request's values no engine
+        takes, say): hand it back at once with the reason, for another worker or, a request that
+        failed on two, for a refusal to its client (:meth:`echo2.coordinator.work.WorkDesk.fail`);
+        the worker goes on with its next lease. The weights it holds are untouched: an engine loads
+        a version whole or not at all."""
+        reason = f"{type(error).__name__}: {error}"[:2000]
+        log.exception("lease %s failed; handing it back: %s", lease.lease_id, reason)
+        assert lease.lease_id is not None
+        try:
+            self.client.fail(LeaseFailure(lease_id=lease.lease_id, reason=reason))
+        except RequestRefused as refusal:  # expired meanwhile: the coordinator re-issued it already
+            log.warning("lease %s could not be handed back: %s", lease.lease_id, refusal.detail)
 
     def _generate(self, lease: LeaseResponse) -> tuple[SubmitRequest, float]:
         """The lease's submission (its events added after) and the seconds it took."""

@@ -10,9 +10,12 @@ request again (answered with the same request id when it was applied, see :mod:`
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import pydantic
@@ -20,8 +23,10 @@ from fastapi import APIRouter, Depends, Header, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from tinker import types
 
+from echo2.coordinator.app import MAX_BODY_BYTES
+from echo2.net.guard import Door, Refusal
 from echo2.service.service import REFUSALS, TinkerService
-from echo2.service.turns import RequestError
+from echo2.service.turns import ConflictingRetry, RequestError
 from echo2.service.wire import ProtoResult, WireError, forward_backward_request
 
 PROTOBUF = "application/x-protobuf"
@@ -35,19 +40,42 @@ def _future(request_id: str, model_id: str | None = None) -> JSONResponse:
     return _json(types.UntypedAPIFuture(request_id=request_id, model_id=model_id))
 
 
+#: The routes' path prefix, and the one route open without a key.
+PREFIX, HEALTH_PATH = "/api/v1", "/api/v1/healthz"
+KEY_REFUSAL = "X-API-Key is missing or wrong: use the key echo2 serve printed"
+
+
+def _admits(api_key: str, presented: str | None) -> bool:
+    return presented is not None and secrets.compare_digest(presented.encode(), api_key.encode())
+
+
+def tinker_door(api_key: str) -> Door:
+    """The API's key checked before a body byte is read (:class:`echo2.net.guard.Door`)."""
+
+    def check(path: str, headers: Mapping[str, str]) -> Refusal | None:
+        if path == HEALTH_PATH or _admits(api_key, headers.get("x-api-key")):
+            return None
+        return Refusal(401, KEY_REFUSAL, "unauthorized")
+
+    return Door(check, MAX_BODY_BYTES)
+
+
 def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) -> APIRouter:
     """The routes, behind ``api_key``; ``wait_s``: how long one ``retrieve_future`` poll is held open."""
 
     def authorized(x_api_key: str | None = Header(None)) -> None:
-        if x_api_key is None or not secrets.compare_digest(x_api_key.encode(), api_key.encode()):
-            raise HTTPException(401, "X-API-Key is missing or wrong: use the key echo2 serve printed")
+        if not _admits(api_key, x_api_key):
+            raise HTTPException(401, KEY_REFUSAL)
 
-    router = APIRouter(prefix="/api/v1")
+    router = APIRouter(prefix=PREFIX)
     guarded = APIRouter(dependencies=[Depends(authorized)])
 
     async def body(request: Request, model: type[pydantic.BaseModel]) -> Any:
+        """The body as ``model``; its fingerprint (a hash of its bytes) kept for the retry check."""
+        raw = await request.body()
+        request.state.fingerprint = hashlib.sha256(raw).hexdigest()
         try:
-            return model.model_validate_json(await request.body())
+            return model.model_validate_json(raw)
         except pydantic.ValidationError as error:
             raise HTTPException(400, f"{model.__name__}: {_first_error(error)}") from None
 
@@ -57,6 +85,8 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
             started = time.perf_counter()
             try:
                 return await handler(request)
+            except ConflictingRetry as error:
+                raise HTTPException(409, str(error)) from None
             except (*REFUSALS, WireError) as error:
                 raise HTTPException(400, str(error)) from None
             finally:
@@ -113,7 +143,8 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
 
     @post("/create_model")
     async def create_model(request: Request) -> JSONResponse:
-        return _future(service.create_model(await body(request, types.CreateModelRequest)))
+        parsed = await body(request, types.CreateModelRequest)
+        return _future(service.create_model(parsed, request.state.fingerprint))
 
     @post("/get_info")
     async def get_info(request: Request) -> JSONResponse:
@@ -129,14 +160,18 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
     async def forward_backward(request: Request) -> JSONResponse:
         if PROTOBUF not in request.headers.get("content-type", ""):
             raise RequestError(f"forward_backward takes a protobuf body ({PROTOBUF}), as tinker SDK >= 0.22.3 sends")
-        parsed, forward_only = forward_backward_request(await request.body(), request.headers.get("content-encoding"))
-        return _future(service.forward_backward(parsed, forward_only), parsed.model_id)
+        # decompressed and parsed off the event loop (a large body is tens of milliseconds of it)
+        raw = await request.body()
+        parsed, forward_only = await asyncio.to_thread(forward_backward_request, raw,
+                                                       request.headers.get("content-encoding"))
+        fingerprint = hashlib.sha256(raw).hexdigest()
+        return _future(service.forward_backward(parsed, forward_only, fingerprint), parsed.model_id)
 
-    def queued(path: str, request_type: type[pydantic.BaseModel], queue: Callable[[Any], str]) -> None:
+    def queued(path: str, request_type: type[pydantic.BaseModel], queue: Callable[[Any, str], str]) -> None:
         """A training client's request queued in its turn: a future of its model."""
         async def handler(request: Request) -> JSONResponse:
             parsed = await body(request, request_type)
-            return _future(queue(parsed), parsed.model_id)
+            return _future(queue(parsed, request.state.fingerprint), parsed.model_id)
         handler.__name__ = path.strip("/")
         post(path)(handler)
 
@@ -146,7 +181,8 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
 
     @post("/load_weights")
     async def load_weights(request: Request) -> JSONResponse:
-        request_id, model_id = service.load_weights(await body(request, types.LoadWeightsRequest))
+        parsed = await body(request, types.LoadWeightsRequest)
+        request_id, model_id = service.load_weights(parsed, request.state.fingerprint)
         return _future(request_id, model_id)
 
     @post("/create_sampling_session")
@@ -171,13 +207,20 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
 
     @post("/asample")
     async def asample(request: Request) -> JSONResponse:
-        request_id, sequence_ids = service.sample(await body(request, types.SampleRequest))
+        parsed = await body(request, types.SampleRequest)
+        request_id, sequence_ids = service.sample(parsed, request.state.fingerprint)
         return _json(types.UntypedAPIFuture(request_id=request_id, sample_sequence_ids=sequence_ids))
 
     @post("/weights_info")
     async def weights_info(request: Request) -> JSONResponse:
-        payload = await request.json() if await request.body() else {}
-        return _json(service.weights_info(str(payload.get("tinker_path", ""))))
+        raw = await request.body()
+        try:
+            payload = json.loads(raw) if raw else {}
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict) or not isinstance(payload.get("tinker_path", ""), str):
+            raise HTTPException(400, 'weights_info takes a JSON object {"tinker_path": "tinker://..."}')
+        return _json(service.weights_info(payload.get("tinker_path", "")))
 
     @guarded.get("/training_runs/{run_id}")
     async def training_run(run_id: str) -> JSONResponse:

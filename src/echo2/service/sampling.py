@@ -43,12 +43,12 @@ from echo2.learner.logprobs import completion_logprobs
 from echo2.learner.objectives.surrogate import LOG_RATIO_LIMIT
 from echo2.learner.verification import AuditRates
 from echo2.model.sampling import prompt_logprobs
-from echo2.protocol import LeasedSample, SampleResult
+from echo2.protocol import LeasedSample, SampleResult, leased_sample
 from echo2.rollout.engines.bundles import BASE_SAMPLER, SamplerWeights
 from echo2.service.demand import ServiceDemand
-from echo2.service.futures import Futures
+from echo2.service.futures import ErrorCategory, Futures
 from echo2.service.training import TrainingModels
-from echo2.service.turns import RequestError, Turns
+from echo2.service.turns import ConflictingRetry, RequestError, Turns
 from echo2.service.wire import ProtoResult, sample_response
 
 log = logging.getLogger("echo2.service")
@@ -107,8 +107,9 @@ class SamplingDesk:
         self.sessions: dict[str, tuple[str, str]] = {}
         """Sampling session id -> (its client session, its sampler)."""
         self.pending: dict[str, Pending] = {}
-        self._seen: dict[tuple[str, int], tuple[str, list[str]]] = {}
-        """(sampling session, seq_id) -> the request id and sequence ids it was given (a retry gets the same)."""
+        self._seen: dict[tuple[str, int], tuple[str, list[str], str | None]] = {}
+        """(sampling session, seq_id) -> the request id and sequence ids it was given (a retry gets the
+        same) and its fingerprint (a reuse with another body is refused)."""
         self.rates = AuditRates(audit.probation, audit.decay, audit.floor)
         self.rng = random.Random(seed)
         self.demand = ServiceDemand(state)
@@ -119,7 +120,7 @@ class SamplingDesk:
         self._lock = threading.Lock()
         self._auditor = SamplerWeights(copy.deepcopy(models.base).eval())
         """A plain copy of the base model, each audited sampler merged in as workers merge it."""
-        self.counts = {"audited": 0, "audits_failed": 0, "returned": 0, "timed_out": 0}
+        self.counts = {"audited": 0, "audits_failed": 0, "returned": 0, "timed_out": 0, "poisoned": 0}
 
     # ------------------------------------------------------------------ samplers and versions
     def publish(self) -> int:
@@ -166,6 +167,11 @@ class SamplingDesk:
         return self._add(None, adapter, uri)
 
     def _add(self, model_id: str | None, adapter: SamplerAdapter, path: str | None) -> Sampler:
+        """``adapter`` as a new sampler, published; never a non-finite one (every worker that sampled
+        it would fail its lease: the fleet's weights are checked where they are made)."""
+        if bad := [name for name, tensor in adapter.tensors.items() if not bool(torch.isfinite(tensor).all())]:
+            raise RequestError(f"the adapter has non-finite weights ({len(bad)} tensors, e.g. {bad[0]}): "
+                               f"not published for sampling")
         self._names += 1
         sampler = Sampler(f"s{self._names}", model_id, adapter, self.version + 1, path)
         with self._lock:
@@ -194,7 +200,7 @@ class SamplingDesk:
                     and newest.get(s.model_id) != s.name and now - s.last_used > self.limits.sampler_idle_s]
             for sampler in gone:
                 del self.samplers[sampler.name]
-            for key, (request_id, _) in list(self._seen.items()):  # past any retry of theirs: forgotten
+            for key, (request_id, _, _) in list(self._seen.items()):  # past any retry of theirs: forgotten
                 if request_id not in self.pending and not self.futures.known(request_id):
                     del self._seen[key]
         for pending in late:
@@ -214,14 +220,19 @@ class SamplingDesk:
             self._fail(pending, "its session ended")
 
     # ------------------------------------------------------------------ requests
-    def sample(self, request: types.SampleRequest) -> tuple[str, list[str]]:
-        """Queue ``request`` for the fleet: its request id and one sequence id per sample."""
+    def sample(self, request: types.SampleRequest, fingerprint: str | None = None) -> tuple[str, list[str]]:
+        """Queue ``request`` for the fleet: its request id and one sequence id per sample (those it
+        got before when it is a retry of the same ``fingerprint``)."""
         sampling_session = request.sampling_session_id
         if sampling_session is None or sampling_session not in self.sessions:
             raise RequestError(f"no sampling session {sampling_session!r}: create one (create_sampling_client, "
                                f"save_weights_and_get_sampling_client) first")
         if request.seq_id is not None and (sampling_session, request.seq_id) in self._seen:
-            return self._seen[(sampling_session, request.seq_id)]
+            request_id, ids, first = self._seen[(sampling_session, request.seq_id)]
+            if first is not None and fingerprint is not None and first != fingerprint:
+                raise ConflictingRetry(f"seq_id {request.seq_id} of {sampling_session} was sent before with another "
+                                       f"body: a retry must repeat its request exactly")
+            return request_id, ids
         session_id, sampler_name = self.sessions[sampling_session]
         leased = self._leased(request, sampler_name)
         with self._lock:
@@ -235,7 +246,7 @@ class SamplingDesk:
             work = SampleWork(request_id, sampler.version, request.num_samples, leased)
             self.pending[request_id] = Pending(request_id, work, sampler_name, session_id)
             if request.seq_id is not None:
-                self._seen[(sampling_session, request.seq_id)] = (request_id, ids)
+                self._seen[(sampling_session, request.seq_id)] = (request_id, ids, fingerprint)
         self.state.queue_samples([work])
         self.demand.asked(request.num_samples)
         return request_id, ids
@@ -254,10 +265,12 @@ class SamplingDesk:
             raise RequestError(f"not served here: {', '.join(unsupported)} (the fleet samples at a temperature, "
                                f"with stop sequences, seeds and prompt log-probs)")
         prompt = request.prompt.to_ints()
-        max_tokens = params.max_tokens or limits.max_tokens
-        if not prompt or not 1 <= max_tokens <= limits.max_tokens:
-            raise RequestError(f"a request needs a prompt and 1..{limits.max_tokens} max_tokens "
-                               f"(service.max_tokens), got {len(prompt)} prompt tokens and {max_tokens}")
+        max_tokens = limits.max_tokens if params.max_tokens is None else params.max_tokens
+        if not prompt:
+            raise RequestError("the prompt is empty: a request samples a continuation of at least one token")
+        if not 1 <= max_tokens <= limits.max_tokens:
+            raise RequestError(f"sampling_params.max_tokens={max_tokens}: this service samples 1..{limits.max_tokens} "
+                               f"tokens per completion (service.max_tokens)")
         if not 1 <= request.num_samples <= limits.max_samples:
             raise RequestError(f"num_samples must be 1..{limits.max_samples} (service.max_samples)")
         if limits.max_context is not None and len(prompt) + max_tokens > limits.max_context:
@@ -274,10 +287,15 @@ class SamplingDesk:
             stop_strings = list(stop)
         elif stop is not None:
             stop_ids = [int(s) for s in stop]
-        return LeasedSample(slot=0, sampler=sampler, prompt_ids=prompt, num_samples=request.num_samples,
-                            max_tokens=max_tokens, temperature=params.temperature, seed=params.seed,
-                            stop_ids=[] if stop_strings is not None else stop_ids, stop_strings=stop_strings or [],
-                            prompt_logprobs=bool(request.prompt_logprobs))
+            if not all(0 <= t < vocab for t in stop_ids):
+                raise RequestError(f"sampling_params.stop has token ids outside the vocabulary (0..{vocab - 1})")
+        try:
+            return leased_sample(slot=0, sampler=sampler, prompt_ids=prompt, num_samples=request.num_samples,
+                                 max_tokens=max_tokens, temperature=params.temperature, seed=params.seed,
+                                 stop_ids=[] if stop_strings is not None else stop_ids, stop_strings=stop_strings or [],
+                                 prompt_logprobs=bool(request.prompt_logprobs))
+        except ValueError as error:
+            raise RequestError(f"sampling_params.{error}") from None
 
     # ------------------------------------------------------------------ results
     def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
@@ -334,10 +352,19 @@ class SamplingDesk:
                     f"(tolerance {self.audit.tolerance}; {worst:.1f} at the worst token)")
         return None
 
-    def _fail(self, pending: Pending, why: str) -> None:
+    def refused(self, work: SampleWork, why: str) -> None:
+        """The coordinator's word that ``work`` is a poison pill (its leases failed on two workers):
+        its client is told why, as its own request's fault; it is never leased again."""
+        with self._lock:
+            pending = self.pending.get(work.request_id)
+        if pending is not None:
+            self.counts["poisoned"] += 1
+            self._fail(pending, f"refused: {why}", "user")
+
+    def _fail(self, pending: Pending, why: str, category: ErrorCategory = "server") -> None:
         with self._lock:
             self.pending.pop(pending.request_id, None)
-        self.futures.fail(pending.request_id, f"sampling request failed: {why}", "server")
+        self.futures.fail(pending.request_id, f"sampling request failed: {why}", category)
 
 
 def _number(name: str) -> int:

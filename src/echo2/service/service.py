@@ -26,13 +26,13 @@ from echo2.service.checkpoints import CheckpointStore
 from echo2.service.futures import Futures
 from echo2.service.sampling import SamplingDesk
 from echo2.service.sessions import Session, Sessions
-from echo2.service.training import TrainingModels
+from echo2.service.training import TrainingModels, adam_problem
 from echo2.service.turns import RequestError, Turns
 from echo2.service.wire import ProtoResult, forward_backward_output
 
 log = logging.getLogger("echo2.service")
 
-REFUSALS = (RequestError, UnsupportedLoss)
+REFUSALS = (RequestError, UnsupportedLoss)  # ConflictingRetry is a RequestError, answered 409
 """What a request the service cannot serve raises: its client's fault, answered 400 with the reason."""
 
 
@@ -133,7 +133,7 @@ class TinkerService:
         return self.owner[model_id]
 
     # ------------------------------------------------------------------ training clients
-    def create_model(self, request: types.CreateModelRequest) -> str:
+    def create_model(self, request: types.CreateModelRequest, fingerprint: str | None = None) -> str:
         session = self.live_session(request.session_id)
         self._check_base(request.base_model)
         if request.optimizer_config.type != "adamw":
@@ -144,7 +144,7 @@ class TinkerService:
             self.models.create(model_id, request.lora_config)
             return types.CreateModelResponse(model_id=model_id)
 
-        request_id = self.turns.submit(model_id, 0, create)
+        request_id = self.turns.submit(model_id, 0, create, fingerprint)
         if model_id not in self.owner:
             self.owner[model_id] = session.session_id
             session.models.append(model_id)
@@ -176,7 +176,8 @@ class TinkerService:
             model_name=self.base.name, model_data=types.ModelData(arch=self.base.arch, model_name=self.base.name,
                                                                  tokenizer_id=self.base.tokenizer_id))
 
-    def forward_backward(self, request: types.ForwardBackwardRequest, forward_only: bool) -> str:
+    def forward_backward(self, request: types.ForwardBackwardRequest, forward_only: bool,
+                         fingerprint: str | None = None) -> str:
         model_id = request.model_id
         self.model_session(model_id)
         given = request.forward_backward_input
@@ -191,7 +192,7 @@ class TinkerService:
                 outputs, metrics = self.models.forward_backward(model_id, rows, spec, backward=not forward_only)
             return ProtoResult(forward_backward_output(outputs, metrics))
 
-        return self.turns.submit(model_id, request.seq_id, run)
+        return self.turns.submit(model_id, request.seq_id, run, fingerprint)
 
     @contextmanager
     def _training(self) -> Iterator[None]:
@@ -201,13 +202,14 @@ class TinkerService:
         finally:
             self.training_s += time.perf_counter() - started
 
-    def optim_step(self, request: types.OptimStepRequest) -> str:
+    def optim_step(self, request: types.OptimStepRequest, fingerprint: str | None = None) -> str:
         self.model_session(request.model_id)
         params = request.optim_params
         with self._turn_taken_if_refused(request.model_id, request.seq_id):
             if not isinstance(params, types.AdamParams):
                 raise RequestError(f"optimizer {getattr(params, 'type', type(params).__name__)!r} is not served "
                                    f"here: adam_params only")
+            adam_problem(params, self.models.max_learning_rate)
         def step() -> types.OptimStepResponse:
             with self._training():
                 metrics = self.models.optim_step(request.model_id, params)
@@ -216,9 +218,9 @@ class TinkerService:
             self._trained_before_step = self.training_s
             return types.OptimStepResponse(metrics=metrics)
 
-        return self.turns.submit(request.model_id, request.seq_id, step)
+        return self.turns.submit(request.model_id, request.seq_id, step, fingerprint)
 
-    def save_weights(self, request: types.SaveWeightsRequest) -> str:
+    def save_weights(self, request: types.SaveWeightsRequest, fingerprint: str | None = None) -> str:
         self.model_session(request.model_id)
         name = request.path or f"step-{time.strftime('%Y%m%d-%H%M%S')}"
         with self._turn_taken_if_refused(request.model_id, request.seq_id):
@@ -231,9 +233,9 @@ class TinkerService:
             self.models.save(request.model_id, folder, optimizer=True)
             return types.SaveWeightsResponse(path=path.uri)
 
-        return self.turns.submit(request.model_id, request.seq_id, save)
+        return self.turns.submit(request.model_id, request.seq_id, save, fingerprint)
 
-    def load_weights(self, request: types.LoadWeightsRequest) -> tuple[str, str]:
+    def load_weights(self, request: types.LoadWeightsRequest, fingerprint: str | None = None) -> tuple[str, str]:
         """The request id and the model id it loads into: an existing client (``model_id``), or,
         the first request of a new one, ``{session_id}:train:{model_seq_id}`` (the id the SDK derives)."""
         if request.model_id is not None:
@@ -256,7 +258,7 @@ class TinkerService:
             self.models.load(model_id, folder, optimizer=request.optimizer)
             return types.LoadWeightsResponse(path=path.uri, model_id=model_id)
 
-        return self.turns.submit(model_id, seq_id, load), model_id
+        return self.turns.submit(model_id, seq_id, load, fingerprint), model_id
 
     # ------------------------------------------------------------------ sampling clients
     def _desk(self) -> SamplingDesk:
@@ -264,7 +266,7 @@ class TinkerService:
             raise RequestError("this service trains only: it has no fleet to sample with")
         return self.sampling
 
-    def save_for_sampler(self, request: types.SaveWeightsForSamplerRequest) -> str:
+    def save_for_sampler(self, request: types.SaveWeightsForSamplerRequest, fingerprint: str | None = None) -> str:
         """A sampler of the client's adapter as it is after the requests before this one (published
         to the fleet), with a sampling session when ``sampling_session_seq_id`` is given, saved to a
         ``sampler_weights`` path when ``path`` is."""
@@ -284,7 +286,7 @@ class TinkerService:
             return types.SaveWeightsForSamplerResponseInternal(path=path.uri if path else None,
                                                                sampling_session_id=sampling_session)
 
-        return self.turns.submit(request.model_id, request.seq_id, save)
+        return self.turns.submit(request.model_id, request.seq_id, save, fingerprint)
 
     def create_sampling_session(self, request: types.CreateSamplingSessionRequest) -> tuple[str, str]:
         """The sampling session's id and the request id of making it (its sampler loaded and published
@@ -305,8 +307,8 @@ class TinkerService:
 
         return sampling_session, self.turns.submit(f"sampler:{sampling_session}", None, load)
 
-    def sample(self, request: types.SampleRequest) -> tuple[str, list[str]]:
-        return self._desk().sample(request)
+    def sample(self, request: types.SampleRequest, fingerprint: str | None = None) -> tuple[str, list[str]]:
+        return self._desk().sample(request, fingerprint)
 
     def weights_info(self, uri: str) -> types.WeightsInfoResponse:
         path, folder = self.checkpoints.existing(uri)
@@ -344,7 +346,8 @@ class TinkerService:
                            samplers=len(desk.samplers) - 1 if desk is not None else 0,
                            samples_waiting=len(desk.pending) if desk is not None else 0,
                            samples_returned=counts.get("returned", 0), audited=counts.get("audited", 0),
-                           audits_failed=counts.get("audits_failed", 0), api_requests=self.api.requests,
+                           audits_failed=counts.get("audits_failed", 0), samples_refused=counts.get("poisoned", 0),
+                           api_requests=self.api.requests,
                            api_s=self.api.seconds, training_s=self.training_s)
 
     def close(self) -> None:

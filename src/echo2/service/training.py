@@ -15,6 +15,7 @@ Every method runs on the service's one work thread (:mod:`echo2.service.turns`).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -78,8 +79,10 @@ class TrainingModels:
     """The training clients of one base model."""
 
     def __init__(self, base: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, lora_alpha: float,
-                 max_rank: int, micro_batch: int, compute_dtype: str = "float32") -> None:
+                 max_rank: int, micro_batch: int, compute_dtype: str = "float32",
+                 max_learning_rate: float = 1.0) -> None:
         self.base, self.tokenizer = base.requires_grad_(False), tokenizer
+        self.max_learning_rate = max_learning_rate
         self.lora_alpha, self.max_rank, self.micro_batch = lora_alpha, max_rank, micro_batch
         self.precision = ComputePrecision(compute_dtype, next(base.parameters()).device.type)
         self.layers = adaptable_layers(base)
@@ -172,17 +175,28 @@ class TrainingModels:
         return outputs, {"loss:sum": loss_sum, "tokens:sum": float(tokens), "datums:sum": float(len(rows))}
 
     def optim_step(self, model_id: str, params: types.AdamParams) -> dict[str, float]:
-        """Apply the accumulated gradients with ``params``' AdamW settings (echo2's update)."""
+        """Apply the accumulated gradients with ``params``' AdamW settings (echo2's update; checked
+        at the door by :func:`adam_problem`). A step
+        that would leave any adapter weight non-finite is not applied: the adapter and its moments
+        are put back as they were (a NaN adapter, published for sampling, fails every worker that
+        samples it), and the metrics say so (``update_refused:sum``)."""
         client = self.client(model_id)
         settings = AdamSettings(lr=params.learning_rate, betas=(params.beta1, params.beta2), eps=params.eps,
                                 weight_decay=params.weight_decay, grad_clip=params.grad_clip_norm or None)
-        if not all(math.isfinite(v) and v >= 0 for v in (settings.lr, settings.eps, settings.weight_decay)):
-            raise RequestError(f"adam_params must be finite and >= 0: {params}")
         set_adam(client.optimizer, settings)
-        norm = apply_update(client.optimizer, settings.grad_clip)
+        before = _snapshot(client.optimizer)
+        try:
+            norm = apply_update(client.optimizer, settings.grad_clip)
+        except RuntimeError as error:  # torch refused a value midway (a float overflow): nothing of it kept
+            _restore(client.optimizer, before)
+            raise RequestError(f"this optimizer step failed and was not applied: {error}") from None
         if norm is None:
             log.warning("%s: a non-finite gradient; this optimizer step was not applied", model_id)
             return {"grad_norm:mean": float("nan"), "update_refused:sum": 1.0}
+        if not _finite(client.optimizer):
+            _restore(client.optimizer, before)
+            log.warning("%s: this optimizer step would have made the adapter non-finite; not applied", model_id)
+            return {"grad_norm:mean": norm, "update_refused:sum": 1.0}
         client.steps += 1
         return {"grad_norm:mean": norm, "learning_rate:mean": settings.lr}
 
@@ -231,6 +245,43 @@ class TrainingModels:
             client.optimizer.load_state_dict(state)
         client.steps = saved["steps"]
         return client
+
+
+def adam_problem(params: types.AdamParams, max_learning_rate: float) -> None:
+    """:class:`RequestError` naming the first of ``params`` no AdamW step can take safely: every
+    value finite, ``0 <= learning_rate <= max_learning_rate`` (``service.max_learning_rate``),
+    betas in [0, 1) (a beta of 1 or more never forgets, NaN poisons every moment), ``eps > 0``
+    (0 divides a zero moment by zero), ``0 <= learning_rate * weight_decay <= 1``, ``grad_clip_norm`` >= 0."""
+    bounds = (("learning_rate", params.learning_rate, 0.0 <= params.learning_rate <= max_learning_rate,
+               f"in [0, {max_learning_rate:g}] (service.max_learning_rate)"),
+              ("beta1", params.beta1, 0.0 <= params.beta1 < 1.0, "in [0, 1)"),
+              ("beta2", params.beta2, 0.0 <= params.beta2 < 1.0, "in [0, 1)"),
+              ("eps", params.eps, params.eps > 0.0, "> 0"),
+              ("weight_decay", params.weight_decay,
+               params.weight_decay >= 0.0 and params.learning_rate * params.weight_decay <= 1.0,
+               ">= 0, with learning_rate * weight_decay <= 1 (AdamW scales each weight by 1 - lr * wd)"),
+              ("grad_clip_norm", params.grad_clip_norm, params.grad_clip_norm >= 0.0, ">= 0 (0: not clipped)"))
+    for name, value, within, expected in bounds:
+        if not (math.isfinite(value) and within):
+            raise RequestError(f"adam_params.{name}={value!r}: must be finite and {expected}")
+
+
+def _snapshot(optimizer: torch.optim.Optimizer) -> tuple[list[torch.Tensor], dict]:
+    """The optimizer's parameters and state, copied (a LoRA adapter's: small)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return [p.detach().clone() for p in params], copy.deepcopy(optimizer.state_dict())
+
+
+def _finite(optimizer: torch.optim.Optimizer) -> bool:
+    return all(bool(torch.isfinite(p).all()) for group in optimizer.param_groups for p in group["params"])
+
+
+def _restore(optimizer: torch.optim.Optimizer, snapshot: tuple[list[torch.Tensor], dict]) -> None:
+    values, state = snapshot
+    with torch.no_grad():
+        for param, value in zip((p for group in optimizer.param_groups for p in group["params"]), values, strict=True):
+            param.copy_(value)
+    optimizer.load_state_dict(state)
 
 
 @dataclass

@@ -7,7 +7,9 @@ concurrently, and it re-sends a request whose answer it did not get for up to fi
 an ``optim_step`` before the ``forward_backward`` it follows, or apply a re-sent ``optim_step``
 twice (SkyRL#2035). Here a request runs only once every lower ``seq_id`` of its model has been
 queued, and a ``(model_id, seq_id)`` seen before is answered with the request id it was given
-then: a retry is applied once and its client polls the first one's result.
+then: a retry is applied once and its client polls the first one's result. A request that
+reuses a ``(model_id, seq_id)`` with another body (its ``fingerprint``, a hash of what it
+asked) is refused (:class:`ConflictingRetry`, 409) rather than answered with the first's result.
 
 All requests run on one thread, in queue order: every training client shares the one base model
 (its adapter is switched in for its own requests), so they could not run side by side anyway.
@@ -32,6 +34,11 @@ class RequestError(Exception):
     """The request was wrong (its client's fault: sending it again will not help); the message says why."""
 
 
+class ConflictingRetry(RequestError):
+    """A request numbered as one seen before but with another body: answered 409, never applied
+    (its first's result was not what it asked for)."""
+
+
 class Turns:
     """The service's work queue: models' requests in ``seq_id`` order, once each, on one thread."""
 
@@ -39,7 +46,8 @@ class Turns:
         self.futures, self.gap_timeout_s = futures, gap_timeout_s
         self._lock = threading.Lock()
         self._next: dict[str, int] = {}
-        self._seen: dict[tuple[str, int], str] = {}
+        self._seen: dict[tuple[str, int], tuple[str, str | None]] = {}
+        """(model id, seq_id) -> its request id and fingerprint."""
         self._held: dict[str, dict[int, tuple[str, Callable[[], Any], float]]] = {}
         self._queue: queue.Queue[tuple[str, Callable[[], Any]] | None] = queue.Queue()
         self.busy_s = 0.0
@@ -47,22 +55,29 @@ class Turns:
         self._thread = threading.Thread(target=self._run, daemon=True, name="echo2-service-turns")
         self._thread.start()
 
-    def submit(self, model_id: str, seq_id: int | None, work: Callable[[], Any]) -> str:
+    def submit(self, model_id: str, seq_id: int | None, work: Callable[[], Any], fingerprint: str | None = None
+               ) -> str:
         """The request id of ``work`` as request ``seq_id`` of ``model_id``: a new one, queued now
-        or once its turn comes, or the one a request of that ``(model_id, seq_id)`` got before.
-        ``seq_id`` None (a client that does not number its requests) queues it as it comes."""
+        or once its turn comes, or the one a request of that ``(model_id, seq_id)`` and the same
+        ``fingerprint`` got before (:class:`ConflictingRetry` for another fingerprint). ``seq_id``
+        None (a client that does not number its requests) queues it as it comes."""
         with self._lock:
             if seq_id is None:
                 request_id = self.futures.create()
                 self._queue.put((request_id, work))
                 return request_id
             if (model_id, seq_id) in self._seen:
-                return self._seen[(model_id, seq_id)]
+                request_id, first = self._seen[(model_id, seq_id)]
+                if first is not None and fingerprint is not None and first != fingerprint:
+                    raise ConflictingRetry(f"seq_id {seq_id} of {model_id} was sent before with another body: "
+                                           f"a retry must repeat its request exactly")
+                return request_id
             expected = self._next.setdefault(model_id, 0)
             if seq_id < expected:
                 raise RequestError(f"seq_id {seq_id} of {model_id} is behind its turns (the next is {expected}) "
                                    f"and was never seen: it cannot be run in order")
-            request_id = self._seen[(model_id, seq_id)] = self.futures.create()
+            request_id = self.futures.create()
+            self._seen[(model_id, seq_id)] = (request_id, fingerprint)
             self._held.setdefault(model_id, {})[seq_id] = (request_id, work, time.monotonic())
             self._release(model_id)
             return request_id
