@@ -1,6 +1,7 @@
 """The gateway's parts without a run: the OpenAI shape (refusals by name, canonical messages, tool
 calls), the episodes' books over the run's pacing ledger, and the learner's rows of an agent's group."""
 
+import asyncio
 import json
 import time
 
@@ -170,7 +171,7 @@ def test_a_text_call_is_leased_to_a_worker_answered_and_continued_token_for_toke
     for prompt in ("1+2=", "1+2=7+1="):
         worker_thread = threading.Thread(target=lambda: leases.append(answer_one_lease(state, worker, [10, EOS])))
         worker_thread.start()
-        completion = desk.complete(episode.key, CompletionRequest(prompt=prompt, max_tokens=4))
+        completion = asyncio.run(desk.complete(episode.key, CompletionRequest(prompt=prompt, max_tokens=4)))
         worker_thread.join(10)
         assert completion.choices[0].text == "7" and completion.choices[0].finish_reason == "stop"
     assert leases[0].samples[0].prompt_ids == encode("1+2=")
@@ -178,7 +179,7 @@ def test_a_text_call_is_leased_to_a_worker_answered_and_continued_token_for_toke
     (segment,) = episode.trajectory.segments
     assert segment.episode.token_ids == [10, EOS, *encode("+1="), 10, EOS] and segment.episode.mask == [1, 1, 0, 0, 0, 1, 1]
     with pytest.raises(Refused, match="max_tokens=5"):
-        desk.complete(episode.key, CompletionRequest(prompt="1=", max_tokens=5))
+        asyncio.run(desk.complete(episode.key, CompletionRequest(prompt="1=", max_tokens=5)))
 
 
 def test_a_call_no_worker_answers_fails_in_time_and_leaves_the_queue():
@@ -188,8 +189,31 @@ def test_a_call_no_worker_answers_fails_in_time_and_leaves_the_queue():
     desk = desk_over(state, episodes, call_timeout_s=0.5)
     episode = episodes.claim(1.0)
     with pytest.raises(CallTimeout, match="agent.call_timeout_s=0.5"):
-        desk.complete(episode.key, CompletionRequest(prompt="1+2="))
+        asyncio.run(desk.complete(episode.key, CompletionRequest(prompt="1+2=")))
     assert len(state.books.samples) == 0 and not desk._waiting
+
+
+def test_calls_in_flight_are_capped_per_episode_and_per_run_and_free_no_thread():
+    """100 concurrent calls of one episode had held 100 server threads (an honest worker's heartbeat
+    waited 30 s); now each waits on the event loop (all of them here on one thread's loop) and past
+    the cap is refused (429) at once."""
+    from echo2.gateway.desk import CallLimits, CallsBusy, CallTimeout
+
+    state, episodes = book()
+    desk = desk_over(state, episodes, call_timeout_s=0.5)
+    desk.limits = CallLimits(per_episode=2, in_all=3)
+    first, second = episodes.claim(1.0), episodes.claim(1.0)
+
+    async def flood() -> list:
+        calls = [desk.complete(first.key, CompletionRequest(prompt="1+2=")) for _ in range(5)]
+        calls += [desk.complete(second.key, CompletionRequest(prompt="1+2=")) for _ in range(5)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    outcomes = asyncio.run(flood())
+    busy = [o for o in outcomes if isinstance(o, CallsBusy)]
+    assert sum(isinstance(o, CallTimeout) for o in outcomes) == 3 and len(busy) == 7  # 2 of one episode, 1 more in all
+    assert any("episode" in str(b) for b in busy) and any("calls are in flight" in str(b) for b in busy)
+    assert not desk._in_flight and not desk._waiting
 
 
 def test_an_agent_that_cannot_be_imported_or_is_not_async_is_a_one_line_config_error(tmp_path):

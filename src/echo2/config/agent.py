@@ -29,6 +29,11 @@ class AgentConfig(Section):
     ``concurrency``): past it ``POST /rl/episodes`` answers 204 until one ends."""
     call_timeout_s: float = Field(120.0, gt=0)
     """A model call no worker answered within this fails (504) with that reason."""
+    max_calls_per_episode: int = Field(4, ge=1)
+    """Model calls of one episode in flight at once, at most (past it: 429 with ``Retry-After``)."""
+    max_calls_in_flight: int = Field(256, ge=1)
+    """Model calls in flight over the whole run, at most (past it: 429). Calls are awaited on the
+    coordinator's event loop, never on the threads its workers' routes run on."""
     chat_template: str | None = None
     """The model whose chat template renders the calls (None: ``model.name``'s own)."""
     success_reward: float = 1.0

@@ -14,17 +14,18 @@ registered as carrying their own credentials): the calls are the trusted side's,
 
 from __future__ import annotations
 
+import asyncio
 import math
 import secrets
+import time
 from collections.abc import Callable, Mapping
 
 import pydantic
 from fastapi import APIRouter, Header, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from echo2.coordinator.app import MAX_BODY_BYTES
-from echo2.gateway.desk import CallTimeout, GatewayDesk
+from echo2.gateway.desk import CallsBusy, CallTimeout, GatewayDesk
 from echo2.gateway.episodes import AgentEpisode, EpisodeGone
 from echo2.gateway.openai_wire import ChatRequest, CompletionRequest, Refused
 from echo2.net.guard import Door, Refusal, unauthorized
@@ -35,6 +36,8 @@ CALL_PATHS, EPISODE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/mod
 #: tool schemas and all: a token is a few characters, an escaped one six bytes each), and never
 #: below :data:`MIN_CALL_BODY_BYTES`; the episodes' routes carry a few numbers (:data:`EPISODE_BODY_BYTES`).
 BYTES_PER_WINDOW_TOKEN, MIN_CALL_BODY_BYTES, EPISODE_BODY_BYTES = 32, 256 * 1024, 4096
+#: Seconds between two tries of a claim waiting for the pacing window to open a group.
+CLAIM_POLL_S = 0.25
 
 
 class RewardBody(pydantic.BaseModel):
@@ -97,14 +100,26 @@ def gateway_router(desk: GatewayDesk, run_token: str, base_url: Callable[[], str
             first = error.errors()[0]
             return _error(400, f"{'.'.join(map(str, first['loc']))}: {first['msg']}", "invalid_request_error")
         try:
-            answer = await run_in_threadpool(handler, bearer(authorization), body)
+            answer = await handler(bearer(authorization), body)  # awaited on the loop: no server thread held
         except EpisodeGone as error:
             return _error(410 if "over" in str(error) else 401, str(error), "invalid_request_error")
         except Refused as error:
             return _error(400, str(error), "invalid_request_error")
+        except CallsBusy as error:
+            busy = _error(429, str(error), "rate_limit_error")
+            busy.headers["Retry-After"] = "1"
+            return busy
         except CallTimeout as error:
             return _error(504, str(error), "timeout")
         return JSONResponse(answer.model_dump(mode="json", exclude_none=True))
+
+    async def claimed(wait_s: float) -> AgentEpisode | None:
+        """The next episode within ``wait_s``, asked again every :data:`CLAIM_POLL_S` on the loop
+        (a held claim had taken a server thread for up to a minute)."""
+        deadline = time.monotonic() + wait_s
+        while (episode := desk.book.claim(0.0)) is None and time.monotonic() < deadline:
+            await asyncio.sleep(min(CLAIM_POLL_S, max(0.0, deadline - time.monotonic())))
+        return episode
 
     @router.post("/v1/chat/completions")
     async def chat(request: Request, authorization: str | None = Header(None)) -> Response:
@@ -115,7 +130,7 @@ def gateway_router(desk: GatewayDesk, run_token: str, base_url: Callable[[], str
         return await serve(request, CompletionRequest, authorization, desk.complete)
 
     @router.get("/v1/models")
-    def models(authorization: str | None = Header(None)) -> Response:
+    async def models(authorization: str | None = Header(None)) -> Response:
         if bearer(authorization) not in desk.book.by_key:
             return _error(401, "unknown episode key", "invalid_request_error")
         return JSONResponse({"object": "list", "data": [{"id": desk.settings.model_name, "object": "model",
@@ -125,7 +140,7 @@ def gateway_router(desk: GatewayDesk, run_token: str, base_url: Callable[[], str
     async def open_episode(wait_s: float = 30.0, x_echo2_token: str | None = Header(None)) -> Response:
         if not trusted(x_echo2_token):
             return _error(401, "X-Echo2-Token must be the run token", "invalid_request_error")
-        episode = await run_in_threadpool(desk.book.claim, min(max(wait_s, 0.0), 60.0))
+        episode = await claimed(min(max(wait_s, 0.0), 60.0))
         if episode is None:
             return Response(status_code=204, headers={"Retry-After": "1"})
         return JSONResponse(episode_json(episode, base_url()))
@@ -137,7 +152,7 @@ def gateway_router(desk: GatewayDesk, run_token: str, base_url: Callable[[], str
         if not math.isfinite(body.reward):
             return _error(400, "reward must be a finite number", "invalid_request_error")
         try:
-            episode = await run_in_threadpool(desk.book.reward, episode_id, body.reward)
+            episode = await asyncio.to_thread(desk.book.reward, episode_id, body.reward)
         except EpisodeGone as error:
             return _error(410, str(error), "invalid_request_error")
         return JSONResponse({"episode_id": episode.episode_id, "reward": episode.reward})

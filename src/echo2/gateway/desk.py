@@ -15,10 +15,12 @@ re-tokenization of the model's own text.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from openai.types import Completion
@@ -56,37 +58,75 @@ class CallSettings:
     model_name: str
 
 
+class CallsBusy(RuntimeError):
+    """Too many calls of one episode, or of the run, in flight: a 429 (``Retry-After``)."""
+
+
+@dataclass(frozen=True)
+class CallLimits:
+    per_episode: int
+    """Calls of one episode in flight at once, at most (an agent's turns are sequential; a few
+    parallel tool branches are not)."""
+    in_all: int
+    """Calls in flight over the whole run, at most."""
+
+
 @dataclass
 class _Waiting:
-    """A call queued for the fleet, until a worker's answer (or its timeout)."""
+    """A call queued for the fleet, until a worker's answer (or its timeout): an asyncio future of
+    the event loop the call is awaited on, resolved from whichever thread hands the answer over."""
 
-    done: threading.Event = field(default_factory=threading.Event)
-    answer: tuple[str, int, SampleResult] | None = None
-    """The worker, the lease's version and its result."""
-    refused: str | None = None
-    """Why the fleet refused the call for good (its leases failed on two workers)."""
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.future = self.loop.create_future()
+
+    def settle(self, outcome: tuple[str, int, SampleResult] | Refused) -> None:
+        """From any thread: the worker, the lease's version and its result, or why the fleet refused it."""
+        try:
+            self.loop.call_soon_threadsafe(_set_once, self.future, outcome)
+        except RuntimeError:  # its loop is closed: the call gave up meanwhile
+            pass
+
+
+def _set_once(future: asyncio.Future, outcome: object) -> None:
+    if not future.done():
+        future.set_result(outcome)
 
 
 class GatewayDesk:
-    """``encode``/``decode``: the run's tokenizer; ``eos_id``: its end-of-turn token."""
+    """``encode``/``decode``: the run's tokenizer; ``eos_id``: its end-of-turn token.
+
+    A call is awaited on the event loop, never on a thread of the server's pool: those are the
+    workers' routes' (leases, submissions, heartbeats), and 100 concurrent calls of one episode,
+    each holding a pool thread until a worker answered, had delayed an honest worker's heartbeat
+    30 s (declared dead) and the learner to a quarter of its pace. Rendering runs off the loop
+    (:func:`asyncio.to_thread`); calls in flight are capped per episode and per run
+    (:class:`CallLimits`, :class:`CallsBusy`: 429)."""
 
     def __init__(self, state: CoordinatorState, book: EpisodeBook, chat: ChatPrompt, encode: Callable[[str], list[int]],
-                 decode: Callable[[list[int]], str], eos_id: int, settings: CallSettings) -> None:
+                 decode: Callable[[list[int]], str], eos_id: int, settings: CallSettings,
+                 limits: CallLimits = CallLimits(per_episode=4, in_all=256)) -> None:
         self.state, self.book, self.template, self.encode, self.decode = state, book, chat, encode, decode
-        self.eos_id, self.settings = eos_id, settings
+        self.eos_id, self.settings, self.limits = eos_id, settings, limits
         self._waiting: dict[str, _Waiting] = {}
         self._ids = itertools.count()
+        self._in_flight: Counter[str] = Counter()
+        """Calls being served, by episode id (touched on the event loop only)."""
         self.seconds = {"render_s": 0.0, "wait_s": 0.0, "calls": 0}
         """The gateway's own time per call (rendering, recording) apart from the wait for a worker."""
 
     # ------------------------------------------------------------------ the endpoints
-    def chat(self, key: str, request: ChatRequest) -> ChatCompletion:
+    async def chat(self, key: str, request: ChatRequest) -> ChatCompletion:
         started = time.perf_counter()
         episode = self.book.playing(key)
-        budget, stops = request.checked(self.settings.temperature, self.settings.max_new_tokens, request.budget())
-        messages, tools = request.conversation(self.template.renders_tools)
-        ids = prompt_ids(self.template, self.encode, messages, episode.held, tools)
-        call_id, (tokens, logprobs, stopped, worker_id, version) = self._sample(episode, ids, budget, stops, started)
+        with self._admitted(episode):
+            budget, stops = request.checked(self.settings.temperature, self.settings.max_new_tokens, request.budget())
+            messages, tools = request.conversation(self.template.renders_tools)
+            ids = await asyncio.to_thread(prompt_ids, self.template, self.encode, messages, episode.held, tools)
+            call_id, (tokens, logprobs, stopped, worker_id, version) = await self._sample(episode, ids, budget, stops,
+                                                                                       started)
         recorded = time.perf_counter()
         reply = self.decode(tokens)
         message, said = reply_message(reply)
@@ -96,21 +136,39 @@ class GatewayDesk:
         self._count("render_s", time.perf_counter() - recorded)
         return chat_completion(call_id, self.settings.model_name, message, stopped, len(ids), len(tokens))
 
-    def complete(self, key: str, request: CompletionRequest) -> Completion:
+    async def complete(self, key: str, request: CompletionRequest) -> Completion:
         """``/v1/completions``: the prompt text encoded as it is (no template); each call of an episode
         whose prompt extends an earlier call's whole sequence continues its segment token for token."""
         started = time.perf_counter()
         episode = self.book.playing(key)
-        request.check_text()
-        budget, stops = request.checked(self.settings.temperature, self.settings.max_new_tokens)
-        ids = self._text_prompt(episode, request.prompt)
-        call_id, (tokens, logprobs, stopped, worker_id, version) = self._sample(episode, ids, budget, stops, started)
+        with self._admitted(episode):
+            request.check_text()
+            budget, stops = request.checked(self.settings.temperature, self.settings.max_new_tokens)
+            ids = await asyncio.to_thread(self._text_prompt, episode, request.prompt)
+            call_id, (tokens, logprobs, stopped, worker_id, version) = await self._sample(episode, ids, budget, stops,
+                                                                                       started)
         recorded = time.perf_counter()
         text = self.decode(tokens)
         self.book.record(episode, Call(call_id, ids, tokens, logprobs, version), worker_id,
                          Held([{"role": "text", "content": request.prompt + text}], ids + tokens, True))
         self._count("render_s", time.perf_counter() - recorded)
         return text_completion(call_id, self.settings.model_name, text, stopped, len(ids), len(tokens))
+
+    @contextmanager
+    def _admitted(self, episode: AgentEpisode) -> Iterator[None]:
+        """One more call of ``episode`` in flight, within :class:`CallLimits` (else :class:`CallsBusy`)."""
+        mine, everyone = self._in_flight[episode.episode_id], sum(self._in_flight.values())
+        if mine >= self.limits.per_episode or everyone >= self.limits.in_all:
+            which = (f"episode {episode.episode_id} has {mine} calls in flight (at most {self.limits.per_episode})"
+                     if mine >= self.limits.per_episode else f"{everyone} calls are in flight (at most {self.limits.in_all})")
+            raise CallsBusy(f"too many calls at once: {which}; retry when one is answered")
+        self._in_flight[episode.episode_id] += 1
+        try:
+            yield
+        finally:
+            self._in_flight[episode.episode_id] -= 1
+            if not self._in_flight[episode.episode_id]:
+                del self._in_flight[episode.episode_id]
 
     def _text_prompt(self, episode: AgentEpisode, prompt: str) -> list[int]:
         """A text prompt's ids: the longest answered text it extends, its ids kept, the rest encoded."""
@@ -122,8 +180,8 @@ class GatewayDesk:
         return self.encode(prompt)
 
     # ------------------------------------------------------------------ the fleet
-    def _sample(self, episode: AgentEpisode, ids: list[int], budget: int, stops: list[str],
-                started: float) -> tuple[str, tuple[list[int], list[float], bool, str, int]]:
+    async def _sample(self, episode: AgentEpisode, ids: list[int], budget: int, stops: list[str],
+                      started: float) -> tuple[str, tuple[list[int], list[float], bool, str, int]]:
         window = self.settings.max_context
         if window is not None and len(ids) + budget > window:
             raise Refused(f"the conversation ({len(ids)} tokens) and max_tokens ({budget}) exceed the model's "
@@ -135,26 +193,26 @@ class GatewayDesk:
         except ValueError as error:
             raise Refused(str(error)) from None
         work = SampleWork(call_id, episode.group.version, 1, leased)
-        waiting = _Waiting()
+        waiting = _Waiting(asyncio.get_running_loop())
         with self.state.cond:
             self._waiting[call_id] = waiting
         self._count("render_s", time.perf_counter() - started)
         queued = time.perf_counter()
         self.state.queue_samples([work])
         try:
-            if not waiting.done.wait(self.settings.call_timeout_s):
-                self.state.drop_samples({call_id})
-                raise CallTimeout(f"no worker answered within agent.call_timeout_s={self.settings.call_timeout_s:g}s "
-                                  f"(workers at work: {self._at_work()})")
+            outcome = await asyncio.wait_for(waiting.future, self.settings.call_timeout_s)
+        except TimeoutError:
+            self.state.drop_samples({call_id})
+            raise CallTimeout(f"no worker answered within agent.call_timeout_s={self.settings.call_timeout_s:g}s "
+                              f"(workers at work: {self._at_work()})") from None
         finally:
             with self.state.cond:
                 self._waiting.pop(call_id, None)
             self._count("wait_s", time.perf_counter() - queued)
             self._count("calls", 1)
-        if waiting.refused is not None:
-            raise Refused(f"the fleet could not sample this call: {waiting.refused}")
-        assert waiting.answer is not None
-        worker_id, version, result = waiting.answer
+        if isinstance(outcome, Refused):
+            raise outcome
+        worker_id, version, result = outcome
         sequence = result.sequences[0]
         return call_id, (sequence.token_ids, sequence.logprobs, sequence.stop_reason == "stop", worker_id, version)
 
@@ -172,14 +230,12 @@ class GatewayDesk:
         for result in results:
             work = lease.slots[result.slot]
             waiting = self._waiting.get(work.request_id)
-            if waiting is not None and not waiting.done.is_set():
-                waiting.answer = (worker_id, lease.version, result)
-                waiting.done.set()
+            if waiting is not None:
+                waiting.settle((worker_id, lease.version, result))
 
     def refused(self, work: SampleWork, why: str) -> None:
         """The coordinator's word that a call is a poison pill (called under the books' lock): its
         caller is answered 400 with the reason."""
         waiting = self._waiting.get(work.request_id)
-        if waiting is not None and not waiting.done.is_set():
-            waiting.refused = why
-            waiting.done.set()
+        if waiting is not None:
+            waiting.settle(Refused(f"the fleet could not sample this call: {why}"))

@@ -20,7 +20,7 @@ from echo2.coordinator.state import CoordinatorState
 from echo2.core.sample_queue import SampleWork
 from echo2.gateway.agents import AGENT_PREFIX, AgentPool, load_agent
 from echo2.gateway.api import gateway_doors, gateway_router
-from echo2.gateway.desk import CallSettings, GatewayDesk
+from echo2.gateway.desk import CallLimits, CallSettings, GatewayDesk
 from echo2.gateway.episodes import EpisodeBook
 from echo2.learner.evaluations import InlineEvaluations
 from echo2.model.evaluation import EvalResult
@@ -66,7 +66,8 @@ class AgentRun:
             encode=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True), eos_id=tokenizer.eos_token_id,
             settings=CallSettings(config.rollout.temperature, config.rollout.max_new_tokens, max_context,
-                                  agent.call_timeout_s, config.model.name))
+                                  agent.call_timeout_s, config.model.name),
+            limits=CallLimits(agent.max_calls_per_episode, agent.max_calls_in_flight))
 
     def _pool_figures(self) -> dict[str, float]:
         """The pool's outcomes (``played``, ``failed``: the agent raised, ``timed_out``) and its means."""

@@ -116,6 +116,8 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
                            config.service.sample_timeout_s, config.service.sampler_idle_s),
             AuditSettings(audits.probation_groups, audits.audit_decay, audits.audit_floor, audits.logprob_tolerance),
             PAYLOAD_DTYPES[config.broadcast.dtype], seed=config.run.seed))
+    if dropped := service.checkpoints.sweep():
+        log.info("dropped %d half-written save(s) a stopped service left", dropped)
     desk = sink.desk = service.sampling
     assert desk is not None
     desk.publish()  # version 0: the base model's own sampler, what workers fetch first
