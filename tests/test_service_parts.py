@@ -86,7 +86,7 @@ def test_futures_forget_old_results_and_unknown_ids_are_key_errors():
 
 def test_silent_sessions_end_and_heartbeats_of_ended_ones_are_refused():
     sessions = Sessions(timeout_s=30)
-    alive, silent = sessions.create([], "0.38.0", now=0), sessions.create([], "0.38.0", now=0)
+    alive, silent = sessions.create([], "0.38.0", "a", now=0), sessions.create([], "0.38.0", "a", now=0)
     assert sessions.heartbeat(alive.session_id, now=25)
     assert [s.session_id for s in sessions.silent(now=40)] == [silent.session_id]
     assert not sessions.heartbeat(silent.session_id, now=41) and sessions.heartbeat(alive.session_id, now=41)
@@ -178,11 +178,15 @@ def test_a_completion_ends_at_its_first_stop_token_or_string():
     assert stop_length([1, 2], {4}, ["zz"], decode) is None
 
 
-def test_checkpoint_paths_stay_inside_the_service_folder(tmp_path):
+def test_checkpoint_paths_stay_inside_the_service_folder_and_their_tenants(tmp_path):
     store = CheckpointStore(tmp_path)
     path = store.path("session-1:train:0", "weights", "step-3")
     assert path.uri == "tinker://session-1:train:0/weights/step-3"
-    assert TinkerPath.parse(path.uri) == path and store.folder(path).is_relative_to(tmp_path)
+    assert TinkerPath.parse(path.uri) == path and store.folder("alice", path).is_relative_to(tmp_path / "alice")
+    store.folder("alice", path).mkdir(parents=True)
+    assert store.existing("alice", path.uri)[1] == store.folder("alice", path)
+    with pytest.raises(RequestError, match="no checkpoint at"):  # another tenant's save does not exist for bob
+        store.existing("bob", path.uri)
     for bad in ("tinker://x/weights/../../etc", "tinker://../weights/a", "tinker://x/other/a", "s3://x/weights/a",
                 "tinker://x/weights/a/b"):
         with pytest.raises(RequestError, match="not a checkpoint path"):
@@ -190,7 +194,32 @@ def test_checkpoint_paths_stay_inside_the_service_folder(tmp_path):
     with pytest.raises(RequestError, match="checkpoint name"):
         store.path("m", "weights", "../up")
     with pytest.raises(RequestError, match="no checkpoint at"):
-        store.existing("tinker://m/weights/missing")
+        store.existing("alice", "tinker://m/weights/missing")
+    for half in ("x.partial", "x.replaced"):
+        with pytest.raises(RequestError, match="not ending"):
+            store.path("m", "weights", half)
+        with pytest.raises(RequestError, match="not a checkpoint path"):
+            store.existing("alice", f"tinker://m/weights/{half}")
+
+
+def test_a_save_replaced_is_set_aside_until_the_new_one_is_in_and_a_kill_between_loses_neither(tmp_path):
+    from echo2.learner.checkpoint import atomic_folder, recover
+
+    final = tmp_path / "run:1" / "weights" / "x"
+    with atomic_folder(final) as partial:
+        (partial / "v").write_text("1")
+    with pytest.raises(RuntimeError), atomic_folder(final) as partial:  # a save that fails keeps the old one
+        (partial / "v").write_text("2")
+        raise RuntimeError("killed")
+    assert (final / "v").read_text() == "1"
+    final.rename(final.with_name("x.replaced"))  # a kill between setting the old one aside and the rename
+    recover(final)
+    assert (final / "v").read_text() == "1" and not final.with_name("x.replaced").exists()
+    (tmp_path / "run:1" / "weights" / "y.partial").mkdir()  # left by a kill -9 mid-save, and a legacy layout
+    store = CheckpointStore(tmp_path)
+    assert store.sweep("default") == 1
+    assert (tmp_path / "default" / "run:1" / "weights" / "x" / "v").read_text() == "1"
+    assert store.of_run("default", "run:1", "weights") == [tmp_path / "default" / "run:1" / "weights" / "x"]
 
 
 def test_what_a_worker_sends_for_a_sampling_lease_is_refused_when_it_cannot_be_a_sample():

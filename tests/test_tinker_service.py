@@ -135,7 +135,8 @@ def test_a_retried_optim_step_is_applied_once_and_requests_run_in_seq_id_order(s
     save = http.post("/save_weights", json={"model_id": model_id, "path": "once", "seq_id": 3}).json()
     path = result(save["request_id"]).json()["path"]
     run, _, name = path.removeprefix("tinker://").split("/")
-    state = json.loads((served.folder / "checkpoints" / run / "weights" / name / "training_client.json").read_text())
+    state = json.loads((served.folder / "checkpoints" / "default" / run / "weights" / name / "training_client.json"
+                        ).read_text())
     assert state["steps"] == 1
     assert http.post("/retrieve_future", json={"request_id": "req-999999"}).status_code == 410
     assert httpx.post(f"{served.url}/api/v1/create_session", json={}, timeout=5).status_code == 401

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,7 +47,36 @@ def _train(args: argparse.Namespace) -> int:
 SERVICE_PACKAGES = ("tinker", "peft")
 
 
+def _serve_keys(args: argparse.Namespace) -> int:
+    """``echo2 serve keys add NAME | revoke NAME | list [key=value ...]``: the service's tenants
+    (:mod:`echo2.service.keys`), in the folder ``service.dir`` names; a running service sees the
+    change at its next request."""
+    from echo2.service.keys import ApiKeys, KeyStoreError
+
+    words = [w for w in args.overrides[1:] if "=" not in w]
+    config = load_config(args.config, [w for w in args.overrides[1:] if "=" in w])
+    keys = ApiKeys(Path(config.service.dir))
+    action, names = (words[0], words[1:]) if words else ("", [])
+    try:
+        if action == "list" and not names:
+            for entry in keys.listing():
+                revoked = entry.get("revoked_at")
+                print(f"{entry['tenant']}\tissued {time.strftime('%Y-%m-%d %H:%M', time.localtime(entry['issued_at']))}"
+                      f"\t{'revoked' if revoked else 'live'}")
+        elif action == "add" and len(names) == 1:
+            print(keys.issue(names[0]))  # shown once: only its hash is kept
+        elif action == "revoke" and len(names) == 1:
+            print(f"revoked {keys.revoke(names[0])} key(s) of {names[0]} (its saves stay)")
+        else:
+            raise ConfigError("usage: echo2 serve keys add NAME | revoke NAME | list [--config FILE] [service.dir=DIR]")
+    except KeyStoreError as error:
+        raise ConfigError(str(error)) from None
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
+    if args.overrides[:1] == ["keys"]:
+        return _serve_keys(args)
     if missing := [name for name in SERVICE_PACKAGES if importlib.util.find_spec(name) is None]:
         print(f"echo2: echo2 serve needs the service extra: pip install 'echo2[service]' "
               f"(missing: {', '.join(missing)})", file=sys.stderr)
@@ -332,7 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="echo2 as a Tinker-compatible training service (docs/tinker.md): prints TINKER_BASE_URL and "
                     "where the API key is; workers join with echo2 worker as to any run.")
     serve.add_argument("--config", help="YAML config file (model, workers, service.*)")
-    serve.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. model.name=smollm2-135m-instruct")
+    serve.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. model.name=smollm2-135m-instruct; "
+                       "or 'keys add NAME', 'keys revoke NAME', 'keys list': the service's API keys, one per user "
+                       "(each user's sessions, clients and saves are its own)")
     serve.set_defaults(handler=_serve)
 
     worker = commands.add_parser(

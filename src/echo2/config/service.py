@@ -29,6 +29,15 @@ class ServiceConfig(Section):
     """The highest ``learning_rate`` an ``optim_step`` may carry (LoRA is trained at 1e-5 to 1e-3;
     an unbounded one made every adapter weight overflow, and the NaN adapter, published for
     sampling, made every worker that sampled it fail)."""
+    max_sessions_per_key: int = Field(16, ge=1)
+    """Live sessions one API key (tenant) may hold at once (``echo2 serve keys``)."""
+    max_clients_per_key: int = Field(8, ge=1)
+    """Training clients one API key may hold at once."""
+    max_clients: int = Field(64, ge=1)
+    """Training clients the service holds at once, over every key."""
+    memory_budget_gb: float | None = Field(None, gt=0)
+    """The service's resident memory past which no training client is created (each holds its
+    adapter, gradients, AdamW moments and samplers); None: 80% of the machine's memory."""
     max_samples: int = Field(64, ge=1)
     """The most completions one sampling request may ask for (``num_samples``)."""
     session_timeout_s: float = Field(300.0, gt=0)

@@ -41,7 +41,11 @@ def atomic_folder(final: Path) -> Iterator[Path]:
     recover(final)
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    yield partial
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     if final.exists():
         final.rename(aside)
     partial.rename(final)

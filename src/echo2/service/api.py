@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -25,6 +24,7 @@ from tinker import types
 
 from echo2.coordinator.app import MAX_BODY_BYTES
 from echo2.net.guard import Door, Refusal
+from echo2.service.keys import ApiKeys
 from echo2.service.service import REFUSALS, TinkerService
 from echo2.service.turns import ConflictingRetry, RequestError
 from echo2.service.wire import ProtoResult, WireError, forward_backward_request
@@ -42,33 +42,33 @@ def _future(request_id: str, model_id: str | None = None) -> JSONResponse:
 
 #: The routes' path prefix, and the one route open without a key.
 PREFIX, HEALTH_PATH = "/api/v1", "/api/v1/healthz"
-KEY_REFUSAL = "X-API-Key is missing or wrong: use the key echo2 serve printed"
+KEY_REFUSAL = "X-API-Key is missing, wrong or revoked: use the key echo2 serve (or echo2 serve keys add) printed"
 
 
-def _admits(api_key: str, presented: str | None) -> bool:
-    return presented is not None and secrets.compare_digest(presented.encode(), api_key.encode())
-
-
-def tinker_door(api_key: str) -> Door:
-    """The API's key checked before a body byte is read (:class:`echo2.net.guard.Door`)."""
+def tinker_door(keys: ApiKeys) -> Door:
+    """The API's keys checked before a body byte is read (:class:`echo2.net.guard.Door`)."""
 
     def check(path: str, headers: Mapping[str, str]) -> Refusal | None:
-        if path == HEALTH_PATH or _admits(api_key, headers.get("x-api-key")):
+        if path == HEALTH_PATH or keys.tenant_of(headers.get("x-api-key")) is not None:
             return None
         return Refusal(401, KEY_REFUSAL, "unauthorized")
 
     return Door(check, MAX_BODY_BYTES)
 
 
-def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) -> APIRouter:
-    """The routes, behind ``api_key``; ``wait_s``: how long one ``retrieve_future`` poll is held open."""
+def tinker_router(service: TinkerService, keys: ApiKeys, wait_s: float = 30.0) -> APIRouter:
+    """The routes, behind ``keys`` (each request acts as its key's tenant); ``wait_s``: how long one
+    ``retrieve_future`` poll is held open."""
 
-    def authorized(x_api_key: str | None = Header(None)) -> None:
-        if not _admits(api_key, x_api_key):
+    async def tenant(request: Request, x_api_key: str | None = Header(None)) -> None:
+        """The key's tenant, as ``request.state.tenant`` (every route but ``healthz`` acts as one)."""
+        found = keys.tenant_of(x_api_key)
+        if found is None:
             raise HTTPException(401, KEY_REFUSAL)
+        request.state.tenant = found
 
     router = APIRouter(prefix=PREFIX)
-    guarded = APIRouter(dependencies=[Depends(authorized)])
+    guarded = APIRouter(dependencies=[Depends(tenant)])
 
     async def body(request: Request, model: type[pydantic.BaseModel]) -> Any:
         """The body as ``model``; its fingerprint (a hash of its bytes) kept for the retry check."""
@@ -79,12 +79,13 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
         except pydantic.ValidationError as error:
             raise HTTPException(400, f"{model.__name__}: {_first_error(error)}") from None
 
-    def refusing(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-        """A route whose refusals (the request cannot be served) are a 400 naming why."""
+    def refusing(handler: Callable[[Request, str], Awaitable[Response]]) -> Callable[[Request, str], Awaitable[Response]]:
+        """A route whose refusals (the request cannot be served) are a 400 naming why (409: a retry
+        with another body)."""
         async def route(request: Request) -> Response:
             started = time.perf_counter()
             try:
-                return await handler(request)
+                return await handler(request, request.state.tenant)
             except ConflictingRetry as error:
                 raise HTTPException(409, str(error)) from None
             except (*REFUSALS, WireError) as error:
@@ -94,11 +95,11 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
         route.__name__ = handler.__name__
         return route
 
-    async def waited(request: Request, request_id: str):
+    async def waited(request: Request, request_id: str, who: str):
         """The request's outcome within ``wait_s`` (None: not yet); the wait is not the API's own time."""
         started = time.perf_counter()
         try:
-            return await service.futures.wait(request_id, wait_s)
+            return await service.futures.wait(request_id, wait_s, who)
         finally:
             request.state.waited_s = time.perf_counter() - started
 
@@ -110,11 +111,11 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
         return _json(types.HealthResponse(status="ok"))
 
     @post("/client/config")
-    async def client_config(request: Request) -> JSONResponse:
+    async def client_config(request: Request, who: str) -> JSONResponse:
         return _json(types.ClientConfigResponse(pjwt_auth_enabled=False, proto_compress_fwdbwd=False))
 
     @post("/telemetry")
-    async def telemetry(request: Request) -> JSONResponse:
+    async def telemetry(request: Request, who: str) -> JSONResponse:
         return _json(types.TelemetryResponse(status="accepted"))
 
     @guarded.get("/get_server_capabilities")
@@ -125,53 +126,52 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
             sampleable=service.sampling is not None)]))
 
     @post("/create_session")
-    async def create_session(request: Request) -> JSONResponse:
-        session = service.create_session(await body(request, types.CreateSessionRequest))
+    async def create_session(request: Request, who: str) -> JSONResponse:
+        session = service.create_session(await body(request, types.CreateSessionRequest), who)
         return _json(types.CreateSessionResponse(session_id=session.session_id))
 
     @post("/session_heartbeat")
-    async def heartbeat(request: Request) -> JSONResponse:
+    async def heartbeat(request: Request, who: str) -> JSONResponse:
         beat = await body(request, types.SessionHeartbeatRequest)
-        if not service.sessions.heartbeat(beat.session_id):
+        if not service.heartbeat(beat.session_id, who):
             raise HTTPException(410, f"session {beat.session_id} has ended")
         return _json(types.SessionHeartbeatResponse())
 
     @guarded.post("/sessions/{session_id}/finish")
-    async def finish(session_id: str) -> JSONResponse:
-        service.end_session(session_id, "finished by its client")
+    async def finish(session_id: str, request: Request) -> JSONResponse:
+        service.finish(session_id, request.state.tenant)
         return JSONResponse({})
 
     @post("/create_model")
-    async def create_model(request: Request) -> JSONResponse:
+    async def create_model(request: Request, who: str) -> JSONResponse:
         parsed = await body(request, types.CreateModelRequest)
-        return _future(service.create_model(parsed, request.state.fingerprint))
+        return _future(service.create_model(parsed, who, request.state.fingerprint))
 
     @post("/get_info")
-    async def get_info(request: Request) -> JSONResponse:
-        return _json(service.info((await body(request, types.GetInfoRequest)).model_id))
+    async def get_info(request: Request, who: str) -> JSONResponse:
+        return _json(service.info((await body(request, types.GetInfoRequest)).model_id, who))
 
     @post("/unload_model")
-    async def unload_model(request: Request) -> JSONResponse:
+    async def unload_model(request: Request, who: str) -> JSONResponse:
         model_id = (await body(request, types.UnloadModelRequest)).model_id
-        service.model_session(model_id)
-        return _future(service.unload(model_id), model_id)
+        return _future(service.unload_model(model_id, who), model_id)
 
     @post("/forward_backward")
-    async def forward_backward(request: Request) -> JSONResponse:
+    async def forward_backward(request: Request, who: str) -> JSONResponse:
         if PROTOBUF not in request.headers.get("content-type", ""):
             raise RequestError(f"forward_backward takes a protobuf body ({PROTOBUF}), as tinker SDK >= 0.22.3 sends")
-        # decompressed and parsed off the event loop (a large body is tens of milliseconds of it)
         raw = await request.body()
+        # decompressed and parsed off the event loop (a large body is tens of milliseconds of it)
         parsed, forward_only = await asyncio.to_thread(forward_backward_request, raw,
                                                        request.headers.get("content-encoding"))
         fingerprint = hashlib.sha256(raw).hexdigest()
-        return _future(service.forward_backward(parsed, forward_only, fingerprint), parsed.model_id)
+        return _future(service.forward_backward(parsed, forward_only, who, fingerprint), parsed.model_id)
 
-    def queued(path: str, request_type: type[pydantic.BaseModel], queue: Callable[[Any, str], str]) -> None:
+    def queued(path: str, request_type: type[pydantic.BaseModel], queue: Callable[[Any, str, str], str]) -> None:
         """A training client's request queued in its turn: a future of its model."""
-        async def handler(request: Request) -> JSONResponse:
+        async def handler(request: Request, who: str) -> JSONResponse:
             parsed = await body(request, request_type)
-            return _future(queue(parsed, request.state.fingerprint), parsed.model_id)
+            return _future(queue(parsed, who, request.state.fingerprint), parsed.model_id)
         handler.__name__ = path.strip("/")
         post(path)(handler)
 
@@ -180,39 +180,39 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
     queued("/save_weights_for_sampler", types.SaveWeightsForSamplerRequest, service.save_for_sampler)
 
     @post("/load_weights")
-    async def load_weights(request: Request) -> JSONResponse:
+    async def load_weights(request: Request, who: str) -> JSONResponse:
         parsed = await body(request, types.LoadWeightsRequest)
-        request_id, model_id = service.load_weights(parsed, request.state.fingerprint)
+        request_id, model_id = service.load_weights(parsed, who, request.state.fingerprint)
         return _future(request_id, model_id)
 
     @post("/create_sampling_session")
-    async def create_sampling_session(request: Request) -> JSONResponse:
+    async def create_sampling_session(request: Request, who: str) -> JSONResponse:
         sampling_session, request_id = service.create_sampling_session(
-            await body(request, types.CreateSamplingSessionRequest))
-        outcome = await waited(request, request_id)
+            await body(request, types.CreateSamplingSessionRequest), who)
+        outcome = await waited(request, request_id, who)
         if outcome is None or outcome.error is not None:
             raise HTTPException(503 if outcome is None else 400,
                                 "the sampler is still loading: try again" if outcome is None else outcome.error)
         return _json(types.CreateSamplingSessionResponse(sampling_session_id=sampling_session))
 
     @guarded.get("/samplers/{sampler_id}")
-    async def sampler(sampler_id: str) -> JSONResponse:
-        desk = service.sampling
-        if desk is None or sampler_id not in desk.sessions:
-            raise HTTPException(404, f"no sampling session {sampler_id!r}")
-        name = desk.sessions[sampler_id][1]
-        kept = desk.samplers.get(name)
+    async def sampler(sampler_id: str, request: Request) -> JSONResponse:
+        try:
+            name = service.sampling_session(sampler_id, request.state.tenant)
+        except RequestError:
+            raise HTTPException(404, f"no sampling session {sampler_id!r}") from None
+        kept = service.sampling.samplers.get(name) if service.sampling is not None else None
         return _json(types.GetSamplerResponse(sampler_id=sampler_id, base_model=service.base.name,
                                               model_path=kept.path if kept else None))
 
     @post("/asample")
-    async def asample(request: Request) -> JSONResponse:
+    async def asample(request: Request, who: str) -> JSONResponse:
         parsed = await body(request, types.SampleRequest)
-        request_id, sequence_ids = service.sample(parsed, request.state.fingerprint)
+        request_id, sequence_ids = service.sample(parsed, who, request.state.fingerprint)
         return _json(types.UntypedAPIFuture(request_id=request_id, sample_sequence_ids=sequence_ids))
 
     @post("/weights_info")
-    async def weights_info(request: Request) -> JSONResponse:
+    async def weights_info(request: Request, who: str) -> JSONResponse:
         raw = await request.body()
         try:
             payload = json.loads(raw) if raw else {}
@@ -220,20 +220,20 @@ def tinker_router(service: TinkerService, api_key: str, wait_s: float = 30.0) ->
             payload = None
         if not isinstance(payload, dict) or not isinstance(payload.get("tinker_path", ""), str):
             raise HTTPException(400, 'weights_info takes a JSON object {"tinker_path": "tinker://..."}')
-        return _json(service.weights_info(payload.get("tinker_path", "")))
+        return _json(service.weights_info(payload.get("tinker_path", ""), who))
 
     @guarded.get("/training_runs/{run_id}")
-    async def training_run(run_id: str) -> JSONResponse:
+    async def training_run(run_id: str, request: Request) -> JSONResponse:
         try:
-            return _json(service.training_run(run_id))
+            return _json(service.training_run(run_id, request.state.tenant))
         except KeyError:
             raise HTTPException(404, f"no training run {run_id!r}") from None
 
     @post("/retrieve_future")
-    async def retrieve_future(request: Request) -> Response:
+    async def retrieve_future(request: Request, who: str) -> Response:
         asked = await body(request, types.FutureRetrieveRequest)
         try:
-            outcome = await waited(request, asked.request_id)
+            outcome = await waited(request, asked.request_id, who)
         except KeyError:
             raise HTTPException(410, f"request {asked.request_id} is not known here (the service restarted, "
                                      f"or the result was dropped): send the request again") from None

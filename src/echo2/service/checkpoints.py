@@ -2,7 +2,9 @@
 
 A Tinker checkpoint path is ``tinker://<training_run_id>/<weights|sampler_weights>/<name>``
 (the SDK's ``ParsedCheckpointTinkerPath``); here the training run is the client's model id and the
-folder is ``<service dir>/checkpoints/<model id>/<kind>/<name>``. Nothing in a path reaches
+folder is ``<service dir>/checkpoints/<tenant>/<model id>/<kind>/<name>``: a path is resolved
+under the caller's own tenant (:mod:`echo2.service.keys`), so another key's saves do not exist for
+it, whatever it names. Nothing in a path reaches
 outside that tree: a name is one path segment of letters, digits and ``._:-``, and a model id is
 one the service made. Only complete saves are addressable: a name may not end as the folders a
 save is written in or set aside as do (``.partial``, ``.replaced``:
@@ -61,31 +63,36 @@ class CheckpointStore:
                                f"starting with a letter or digit, not ending {PARTIAL} or {REPLACED}")
         return TinkerPath(model_id, kind, name)
 
-    def folder(self, path: TinkerPath) -> Path:
-        return self.root / path.run_id / path.kind / path.name
+    def folder(self, tenant: str, path: TinkerPath) -> Path:
+        return self.root / tenant / path.run_id / path.kind / path.name
 
-    def existing(self, uri: str) -> tuple[TinkerPath, Path]:
-        """A saved checkpoint's path and folder; a clear error when there is none."""
+    def existing(self, tenant: str, uri: str) -> tuple[TinkerPath, Path]:
+        """A saved checkpoint of ``tenant``'s: its path and folder; a clear error when there is none."""
         path = TinkerPath.parse(uri)
-        folder = self.folder(path)
+        folder = self.folder(tenant, path)
         recover(folder)
         if not folder.is_dir():
             raise RequestError(f"no checkpoint at {path.uri}")
         return path, folder
 
-    def sweep(self) -> int:
-        """At start: drop what a killed service left half-written (``*.partial``), put back a save
-        set aside whose replacement never came in; how many folders it dropped."""
+    def sweep(self, legacy_tenant: str) -> int:
+        """At start: move the saves of a service from before tenants (``<model id>/`` at the top:
+        model ids hold a ``:``, tenant names never do) under ``legacy_tenant``, drop what a killed
+        service left half-written (``*.partial``), put back a save set aside whose replacement
+        never came in; how many folders it dropped."""
+        for run in [p for p in self.root.glob("*") if ":" in p.name and p.is_dir()]:
+            (self.root / legacy_tenant).mkdir(parents=True, exist_ok=True)
+            run.rename(self.root / legacy_tenant / run.name)
         dropped = 0
-        for partial in self.root.glob(f"*/*/*{PARTIAL}"):
+        for partial in self.root.glob(f"*/*/*/*{PARTIAL}"):
             shutil.rmtree(partial, ignore_errors=True)
             dropped += 1
-        for aside in self.root.glob(f"*/*/*{REPLACED}"):
+        for aside in self.root.glob(f"*/*/*/*{REPLACED}"):
             recover(aside.with_name(aside.name.removesuffix(REPLACED)))
         return dropped
 
-    def of_run(self, run_id: str, kind: CheckpointKind) -> list[Path]:
-        """The complete saves of one training run, oldest first."""
-        base = self.root / run_id / kind
+    def of_run(self, tenant: str, run_id: str, kind: CheckpointKind) -> list[Path]:
+        """The complete saves of one of ``tenant``'s training runs, oldest first."""
+        base = self.root / tenant / run_id / kind
         found = [p for p in base.glob("*") if p.is_dir() and _segment(p.name)] if base.is_dir() else []
         return sorted(found, key=lambda p: p.stat().st_mtime)

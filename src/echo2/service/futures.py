@@ -41,12 +41,16 @@ class Futures:
         self._ids = itertools.count(1)
         self._pending: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
         self._done: dict[str, Outcome] = {}
+        self._owners: dict[str, str | None] = {}
+        """Request id -> the tenant that may read its outcome (None: any caller)."""
 
-    def create(self) -> str:
-        """A new request id, pending until :meth:`resolve` or :meth:`fail`."""
+    def create(self, owner: str | None = None) -> str:
+        """A new request id, pending until :meth:`resolve` or :meth:`fail`, whose outcome only
+        ``owner`` reads (:meth:`wait`)."""
         with self._lock:
             request_id = f"req-{next(self._ids)}"
             self._pending[request_id] = []
+            self._owners[request_id] = owner
             return request_id
 
     def resolve(self, request_id: str, result: Any) -> None:
@@ -72,6 +76,7 @@ class Futures:
             if now - self._done[oldest].finished_at <= self.keep_s:
                 return
             del self._done[oldest]
+            self._owners.pop(oldest, None)
 
     def known(self, request_id: str) -> bool:
         with self._lock:
@@ -81,11 +86,14 @@ class Futures:
         with self._lock:
             return len(self._pending)
 
-    async def wait(self, request_id: str, wait_s: float) -> Outcome | None:
+    async def wait(self, request_id: str, wait_s: float, owner: str | None = None) -> Outcome | None:
         """The outcome of ``request_id`` once it exists, or None after ``wait_s`` (try again).
-        KeyError: the service does not know (or no longer keeps) that request."""
+        KeyError: the service does not know (or no longer keeps) that request, or it is not
+        ``owner``'s (the same answer: no oracle of another tenant's requests)."""
         loop = asyncio.get_running_loop()
         with self._lock:
+            if self._owners.get(request_id, owner) not in (None, owner):
+                raise KeyError(request_id)
             if request_id in self._done:
                 return self._done[request_id]
             if request_id not in self._pending:

@@ -29,6 +29,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from peft.utils import get_peft_model_state_dict
@@ -84,6 +85,8 @@ class Sampler:
     version: int
     """The first version whose bundle carries it."""
     path: str | None = None
+    folder: Path | None = None
+    """The saved folder it was loaded from (a ``tinker://`` path is its tenant's: the folder says whose)."""
     last_used: float = field(default_factory=time.monotonic)
 
 
@@ -154,26 +157,28 @@ class SamplingDesk:
         adapter = SamplerAdapter(rank=client.lora.rank, alpha=self.models.lora_alpha, tensors=peft_tensors(state))
         return self._add(model_id, adapter, path)
 
-    def from_saved(self, uri: str, folder) -> Sampler:
-        """The sampler of a saved adapter (a path a client names), loaded if no live sampler has it."""
+    def from_saved(self, uri: str, folder: Path) -> Sampler:
+        """The sampler of a saved adapter (a path a client names, resolved under its tenant), loaded
+        if no live sampler has it."""
         for sampler in self.samplers.values():
-            if sampler.path == uri:
+            if sampler.folder == folder:
                 return sampler
         from safetensors.torch import load_file
 
         lora = self.models.saved_lora(folder)
         adapter = SamplerAdapter(rank=lora.rank, alpha=self.models.saved_alpha(folder),
                                  tensors=peft_tensors(load_file(folder / "adapter_model.safetensors")))
-        return self._add(None, adapter, uri)
+        return self._add(None, adapter, uri, folder)
 
-    def _add(self, model_id: str | None, adapter: SamplerAdapter, path: str | None) -> Sampler:
+    def _add(self, model_id: str | None, adapter: SamplerAdapter, path: str | None, folder: Path | None = None
+             ) -> Sampler:
         """``adapter`` as a new sampler, published; never a non-finite one (every worker that sampled
         it would fail its lease: the fleet's weights are checked where they are made)."""
         if bad := [name for name, tensor in adapter.tensors.items() if not bool(torch.isfinite(tensor).all())]:
             raise RequestError(f"the adapter has non-finite weights ({len(bad)} tensors, e.g. {bad[0]}): "
                                f"not published for sampling")
         self._names += 1
-        sampler = Sampler(f"s{self._names}", model_id, adapter, self.version + 1, path)
+        sampler = Sampler(f"s{self._names}", model_id, adapter, self.version + 1, path, folder)
         with self._lock:
             self.samplers[sampler.name] = sampler
         self.publish()
@@ -220,7 +225,8 @@ class SamplingDesk:
             self._fail(pending, "its session ended")
 
     # ------------------------------------------------------------------ requests
-    def sample(self, request: types.SampleRequest, fingerprint: str | None = None) -> tuple[str, list[str]]:
+    def sample(self, request: types.SampleRequest, tenant: str | None = None, fingerprint: str | None = None
+               ) -> tuple[str, list[str]]:
         """Queue ``request`` for the fleet: its request id and one sequence id per sample (those it
         got before when it is a retry of the same ``fingerprint``)."""
         sampling_session = request.sampling_session_id
@@ -241,7 +247,7 @@ class SamplingDesk:
                 raise RequestError(f"the weights of sampling session {sampling_session} are no longer kept "
                                    f"(unused for service.sampler_idle_s): save them for a sampler again")
             sampler.last_used = time.monotonic()
-            request_id = self.futures.create()
+            request_id = self.futures.create(tenant)
             ids = [f"{request_id}:{i}" for i in range(request.num_samples)]
             work = SampleWork(request_id, sampler.version, request.num_samples, leased)
             self.pending[request_id] = Pending(request_id, work, sampler_name, session_id)

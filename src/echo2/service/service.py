@@ -22,6 +22,7 @@ from tinker import types
 from echo2.coordinator.dashboard import ServiceView, SessionRow, TrainingClientRow
 from echo2.learner.objectives.tinker_losses import LossSpec, UnsupportedLoss
 from echo2.rollout.engines.bundles import BASE_SAMPLER
+from echo2.service.budget import MemoryBudget, ServiceLimits
 from echo2.service.checkpoints import CheckpointStore
 from echo2.service.futures import Futures
 from echo2.service.sampling import SamplingDesk
@@ -50,12 +51,19 @@ class BaseModelInfo:
 
 class TinkerService:
     """``sampling(futures, turns)`` builds the fleet's side (:class:`~echo2.service.sampling.SamplingDesk`),
-    handed the service's futures and work queue; None: a service that trains only."""
+    handed the service's futures and work queue; None: a service that trains only.
+
+    Every call names its *tenant* (the key's, :mod:`echo2.service.keys`): sessions are created
+    for one, and whatever hangs off a session — training clients, sampling sessions, their
+    ``seq_id`` turns — is found only under it, saves under its own folder, futures only by it.
+    Another tenant's ids get the refusal an unknown id gets, word for word: no oracle of what
+    exists. ``limits`` and ``budget`` bound what the service holds (:mod:`echo2.service.budget`)."""
 
     def __init__(self, base: BaseModelInfo, models: TrainingModels, checkpoints: CheckpointStore, *,
-                 session_timeout_s: float, gap_timeout_s: float,
+                 session_timeout_s: float, gap_timeout_s: float, limits: ServiceLimits, budget: MemoryBudget,
                  sampling: Callable[[Futures, Turns], SamplingDesk] | None = None) -> None:
         self.base, self.models, self.checkpoints = base, models, checkpoints
+        self.limits, self.budget = limits, budget
         self.futures = Futures()
         self.turns = Turns(self.futures, gap_timeout_s=gap_timeout_s)
         self.sampling = sampling(self.futures, self.turns) if sampling else None
@@ -71,10 +79,21 @@ class TinkerService:
         self._stop = threading.Event()
 
     # ------------------------------------------------------------------ sessions
-    def create_session(self, request: types.CreateSessionRequest) -> Session:
-        session = self.sessions.create(request.tags, request.sdk_version)
-        log.info("session %s opened (tinker SDK %s)", session.session_id, request.sdk_version)
+    def create_session(self, request: types.CreateSessionRequest, tenant: str) -> Session:
+        if (held := sum(s.tenant == tenant for s in self.sessions.live())) >= self.limits.sessions_per_key:
+            raise RequestError(f"this key has {held} live sessions, the most service.max_sessions_per_key allows: "
+                               f"finish one (ServiceClient.close) or wait for a silent one to end")
+        session = self.sessions.create(request.tags, request.sdk_version, tenant)
+        log.info("session %s opened for %s (tinker SDK %s)", session.session_id, tenant, request.sdk_version)
         return session
+
+    def heartbeat(self, session_id: str, tenant: str) -> bool:
+        """Whether ``tenant``'s session ``session_id`` is live (its silence timer restarted)."""
+        return self._owned_session(session_id, tenant) is not None and self.sessions.heartbeat(session_id)
+
+    def finish(self, session_id: str, tenant: str) -> None:
+        if self._owned_session(session_id, tenant) is not None:
+            self.end_session(session_id, "finished by its client")
 
     def end_session(self, session_id: str, why: str) -> None:
         session = self.sessions.end(session_id)
@@ -97,7 +116,12 @@ class TinkerService:
         if self.sampling is not None:
             self.sampling.end_session(session.session_id)
 
-    def unload(self, model_id: str) -> str:
+    def unload_model(self, model_id: str, tenant: str) -> str:
+        """A client's ``unload_model``: ``tenant``'s training client released (the request id)."""
+        self.model_session(model_id, tenant)
+        return self.unload(model_id, tenant)
+
+    def unload(self, model_id: str, tenant: str | None = None) -> str:
         """Release one training client (its adapter and optimizer state; its saves stay): the request id."""
         session = self.sessions.get(self.owner.pop(model_id, ""))
         if session is not None and model_id in session.models:
@@ -108,7 +132,7 @@ class TinkerService:
             self.models.release(model_id)
             return types.UnloadModelResponse(model_id=model_id)
 
-        return self.turns.submit(f"unload:{model_id}", None, release)
+        return self.turns.submit(f"unload:{model_id}", None, release, owner=tenant)
 
     def start_reaper(self, every_s: float = 5.0) -> None:
         """:meth:`reap` every ``every_s`` on a daemon thread, until :meth:`close`."""
@@ -118,23 +142,30 @@ class TinkerService:
 
         threading.Thread(target=loop, daemon=True, name="echo2-service-reaper").start()
 
-    def live_session(self, session_id: str) -> Session:
+    def _owned_session(self, session_id: str, tenant: str) -> Session | None:
+        """``session_id`` if it is live and ``tenant``'s: another key's session is no session at all."""
         session = self.sessions.get(session_id)
+        return session if session is not None and session.tenant == tenant else None
+
+    def live_session(self, session_id: str, tenant: str) -> Session:
+        session = self._owned_session(session_id, tenant)
         if session is None:
             raise RequestError(f"no live session {session_id!r} (finished, silent past "
                                f"{self.sessions.timeout_s:.0f}s, or never opened)")
         return session
 
-    def model_session(self, model_id: str) -> str:
-        """The live session owning ``model_id``; a clear error for an unknown or released one."""
-        if model_id not in self.owner:
+    def model_session(self, model_id: str, tenant: str) -> str:
+        """The live session owning ``model_id``, ``tenant``'s; the same clear error for an unknown,
+        released or another key's one (no oracle of which)."""
+        session = self.sessions.get(self.owner.get(model_id, ""))
+        if session is None or session.tenant != tenant:
             raise RequestError(f"no training client {model_id!r} (released with its session, or never created)")
         self.last_request[model_id] = time.time()
-        return self.owner[model_id]
+        return session.session_id
 
     # ------------------------------------------------------------------ training clients
-    def create_model(self, request: types.CreateModelRequest, fingerprint: str | None = None) -> str:
-        session = self.live_session(request.session_id)
+    def create_model(self, request: types.CreateModelRequest, tenant: str, fingerprint: str | None = None) -> str:
+        session = self.live_session(request.session_id, tenant)
         self._check_base(request.base_model)
         if request.optimizer_config.type != "adamw":
             raise RequestError(f"optimizer {request.optimizer_config.type!r} is not served here: adamw only")
@@ -144,14 +175,29 @@ class TinkerService:
             self.models.create(model_id, request.lora_config)
             return types.CreateModelResponse(model_id=model_id)
 
-        request_id = self.turns.submit(model_id, 0, create, fingerprint)
+        if model_id not in self.owner:
+            self._admit_client(tenant)
+        request_id = self.turns.submit(model_id, 0, create, fingerprint, owner=tenant)
         if model_id not in self.owner:
             self.owner[model_id] = session.session_id
             session.models.append(model_id)
         return request_id
 
+    def _admit_client(self, tenant: str) -> None:
+        """A new training client for ``tenant`` within the limits (per key, in all, and the memory
+        budget: :mod:`echo2.service.budget`), else the refusal naming the limit."""
+        owners = [session for session_id in self.owner.values() if (session := self.sessions.get(session_id))]
+        mine = sum(session.tenant == tenant for session in owners)
+        if mine >= self.limits.clients_per_key:
+            raise RequestError(f"this key has {mine} training clients, the most service.max_clients_per_key "
+                               f"allows: unload one (or end its session) first")
+        if len(owners) >= self.limits.clients:
+            raise RequestError(f"the service holds {len(owners)} training clients, the most service.max_clients "
+                               f"allows: try again when one is released")
+        self.budget.admit()
+
     @contextmanager
-    def _turn_taken_if_refused(self, model_id: str, seq_id: int | None) -> Iterator[None]:
+    def _turn_taken_if_refused(self, model_id: str, seq_id: int | None, tenant: str) -> Iterator[None]:
         """A request refused before it is queued still takes its turn, failed: the SDK has counted
         it (its turn counter moves on whatever the answer), and every later request of the client
         would otherwise wait for it."""
@@ -159,7 +205,7 @@ class TinkerService:
             yield
         except REFUSALS as refusal:
             if seq_id is not None:
-                self.turns.submit(model_id, seq_id, partial(_refused, refusal))
+                self.turns.submit(model_id, seq_id, partial(_refused, refusal), owner=tenant)
             raise
 
     def _check_base(self, name: str | None) -> None:
@@ -168,20 +214,20 @@ class TinkerService:
         if name is not None and name not in (self.base.name, self.base.tokenizer_id):
             raise RequestError(f"base model {name!r} is not served here; this service trains {self.base.name!r}")
 
-    def info(self, model_id: str) -> types.GetInfoResponse:
-        self.model_session(model_id)
+    def info(self, model_id: str, tenant: str) -> types.GetInfoResponse:
+        self.model_session(model_id, tenant)
         client = self.models.clients.get(model_id)
         return types.GetInfoResponse(
             model_id=model_id, is_lora=True, lora_rank=client.lora.rank if client else None,
             model_name=self.base.name, model_data=types.ModelData(arch=self.base.arch, model_name=self.base.name,
                                                                  tokenizer_id=self.base.tokenizer_id))
 
-    def forward_backward(self, request: types.ForwardBackwardRequest, forward_only: bool,
+    def forward_backward(self, request: types.ForwardBackwardRequest, forward_only: bool, tenant: str,
                          fingerprint: str | None = None) -> str:
         model_id = request.model_id
-        self.model_session(model_id)
+        self.model_session(model_id, tenant)
         given = request.forward_backward_input
-        with self._turn_taken_if_refused(model_id, request.seq_id):
+        with self._turn_taken_if_refused(model_id, request.seq_id, tenant):
             spec = LossSpec.parse(given.loss_fn, _numbers(given.loss_fn_config))
             if not given.data:
                 raise RequestError("forward_backward needs at least one datum")
@@ -192,7 +238,7 @@ class TinkerService:
                 outputs, metrics = self.models.forward_backward(model_id, rows, spec, backward=not forward_only)
             return ProtoResult(forward_backward_output(outputs, metrics))
 
-        return self.turns.submit(model_id, request.seq_id, run, fingerprint)
+        return self.turns.submit(model_id, request.seq_id, run, fingerprint, owner=tenant)
 
     @contextmanager
     def _training(self) -> Iterator[None]:
@@ -202,10 +248,10 @@ class TinkerService:
         finally:
             self.training_s += time.perf_counter() - started
 
-    def optim_step(self, request: types.OptimStepRequest, fingerprint: str | None = None) -> str:
-        self.model_session(request.model_id)
+    def optim_step(self, request: types.OptimStepRequest, tenant: str, fingerprint: str | None = None) -> str:
+        self.model_session(request.model_id, tenant)
         params = request.optim_params
-        with self._turn_taken_if_refused(request.model_id, request.seq_id):
+        with self._turn_taken_if_refused(request.model_id, request.seq_id, tenant):
             if not isinstance(params, types.AdamParams):
                 raise RequestError(f"optimizer {getattr(params, 'type', type(params).__name__)!r} is not served "
                                    f"here: adam_params only")
@@ -218,14 +264,14 @@ class TinkerService:
             self._trained_before_step = self.training_s
             return types.OptimStepResponse(metrics=metrics)
 
-        return self.turns.submit(request.model_id, request.seq_id, step, fingerprint)
+        return self.turns.submit(request.model_id, request.seq_id, step, fingerprint, owner=tenant)
 
-    def save_weights(self, request: types.SaveWeightsRequest, fingerprint: str | None = None) -> str:
-        self.model_session(request.model_id)
+    def save_weights(self, request: types.SaveWeightsRequest, tenant: str, fingerprint: str | None = None) -> str:
+        self.model_session(request.model_id, tenant)
         name = request.path or f"step-{time.strftime('%Y%m%d-%H%M%S')}"
-        with self._turn_taken_if_refused(request.model_id, request.seq_id):
+        with self._turn_taken_if_refused(request.model_id, request.seq_id, tenant):
             path = self.checkpoints.path(request.model_id, "weights", name)
-        folder = self.checkpoints.folder(path)
+        folder = self.checkpoints.folder(tenant, path)
 
         def save() -> types.SaveWeightsResponse:
             if folder.exists() and not request.overwrite:
@@ -233,24 +279,26 @@ class TinkerService:
             self.models.save(request.model_id, folder, optimizer=True)
             return types.SaveWeightsResponse(path=path.uri)
 
-        return self.turns.submit(request.model_id, request.seq_id, save, fingerprint)
+        return self.turns.submit(request.model_id, request.seq_id, save, fingerprint, owner=tenant)
 
-    def load_weights(self, request: types.LoadWeightsRequest, fingerprint: str | None = None) -> tuple[str, str]:
+    def load_weights(self, request: types.LoadWeightsRequest, tenant: str, fingerprint: str | None = None
+                     ) -> tuple[str, str]:
         """The request id and the model id it loads into: an existing client (``model_id``), or,
         the first request of a new one, ``{session_id}:train:{model_seq_id}`` (the id the SDK derives)."""
         if request.model_id is not None:
             model_id, seq_id = request.model_id, request.seq_id
-            self.model_session(model_id)
-            with self._turn_taken_if_refused(model_id, seq_id):
-                path, folder = self.checkpoints.existing(request.path)
+            self.model_session(model_id, tenant)
+            with self._turn_taken_if_refused(model_id, seq_id, tenant):
+                path, folder = self.checkpoints.existing(tenant, request.path)
         else:
-            path, folder = self.checkpoints.existing(request.path)
+            path, folder = self.checkpoints.existing(tenant, request.path)
             if request.session_id is None or request.model_seq_id is None:
                 raise RequestError("load_weights needs model_id, or session_id and model_seq_id")
-            session = self.live_session(request.session_id)
+            session = self.live_session(request.session_id, tenant)
             self._check_base(request.base_model)
             model_id, seq_id = f"{session.session_id}:train:{request.model_seq_id}", 0
             if model_id not in self.owner:
+                self._admit_client(tenant)
                 self.owner[model_id] = session.session_id
                 session.models.append(model_id)
 
@@ -258,7 +306,7 @@ class TinkerService:
             self.models.load(model_id, folder, optimizer=request.optimizer)
             return types.LoadWeightsResponse(path=path.uri, model_id=model_id)
 
-        return self.turns.submit(model_id, seq_id, load, fingerprint), model_id
+        return self.turns.submit(model_id, seq_id, load, fingerprint, owner=tenant), model_id
 
     # ------------------------------------------------------------------ sampling clients
     def _desk(self) -> SamplingDesk:
@@ -266,18 +314,19 @@ class TinkerService:
             raise RequestError("this service trains only: it has no fleet to sample with")
         return self.sampling
 
-    def save_for_sampler(self, request: types.SaveWeightsForSamplerRequest, fingerprint: str | None = None) -> str:
+    def save_for_sampler(self, request: types.SaveWeightsForSamplerRequest, tenant: str,
+                         fingerprint: str | None = None) -> str:
         """A sampler of the client's adapter as it is after the requests before this one (published
         to the fleet), with a sampling session when ``sampling_session_seq_id`` is given, saved to a
         ``sampler_weights`` path when ``path`` is."""
-        session_id = self.model_session(request.model_id)
-        with self._turn_taken_if_refused(request.model_id, request.seq_id):
+        session_id = self.model_session(request.model_id, tenant)
+        with self._turn_taken_if_refused(request.model_id, request.seq_id, tenant):
             desk = self._desk()
             path = self.checkpoints.path(request.model_id, "sampler_weights", request.path) if request.path else None
 
         def save() -> types.SaveWeightsForSamplerResponseInternal:
             if path is not None:
-                self.models.save(request.model_id, self.checkpoints.folder(path), optimizer=False)
+                self.models.save(request.model_id, self.checkpoints.folder(tenant, path), optimizer=False)
             sampler = desk.snapshot(request.model_id, path.uri if path else None)
             sampling_session = None
             if request.sampling_session_seq_id is not None:
@@ -286,40 +335,52 @@ class TinkerService:
             return types.SaveWeightsForSamplerResponseInternal(path=path.uri if path else None,
                                                                sampling_session_id=sampling_session)
 
-        return self.turns.submit(request.model_id, request.seq_id, save, fingerprint)
+        return self.turns.submit(request.model_id, request.seq_id, save, fingerprint, owner=tenant)
 
-    def create_sampling_session(self, request: types.CreateSamplingSessionRequest) -> tuple[str, str]:
+    def create_sampling_session(self, request: types.CreateSamplingSessionRequest, tenant: str) -> tuple[str, str]:
         """The sampling session's id and the request id of making it (its sampler loaded and published
         when it names a saved path)."""
-        session, desk = self.live_session(request.session_id), self._desk()
+        session, desk = self.live_session(request.session_id, tenant), self._desk()
         sampling_session = f"{session.session_id}:sample:{request.sampling_session_seq_id}"
         if request.model_path is None:
             self._check_base(request.base_model)
             desk.open_session(session.session_id, sampling_session, BASE_SAMPLER)
-            request_id = self.futures.create()
+            request_id = self.futures.create(tenant)
             self.futures.resolve(request_id, None)
             return sampling_session, request_id
-        _, folder = self.checkpoints.existing(request.model_path)
+        _, folder = self.checkpoints.existing(tenant, request.model_path)
 
         def load() -> None:
             sampler = desk.from_saved(request.model_path, folder)
             desk.open_session(session.session_id, sampling_session, sampler.name)
 
-        return sampling_session, self.turns.submit(f"sampler:{sampling_session}", None, load)
+        return sampling_session, self.turns.submit(f"sampler:{sampling_session}", None, load, owner=tenant)
 
-    def sample(self, request: types.SampleRequest, fingerprint: str | None = None) -> tuple[str, list[str]]:
-        return self._desk().sample(request, fingerprint)
+    def sampling_session(self, sampling_session: str | None, tenant: str) -> str:
+        """``sampling_session``'s sampler, when it is ``tenant``'s; the same refusal as for an unknown one."""
+        desk = self._desk()
+        session_id, sampler = desk.sessions.get(sampling_session or "", ("", ""))
+        if self._owned_session(session_id, tenant) is None:
+            raise RequestError(f"no sampling session {sampling_session!r}: create one (create_sampling_client, "
+                               f"save_weights_and_get_sampling_client) first")
+        return sampler
 
-    def weights_info(self, uri: str) -> types.WeightsInfoResponse:
-        path, folder = self.checkpoints.existing(uri)
+    def sample(self, request: types.SampleRequest, tenant: str, fingerprint: str | None = None
+               ) -> tuple[str, list[str]]:
+        self.sampling_session(request.sampling_session_id, tenant)
+        return self._desk().sample(request, tenant, fingerprint)
+
+    def weights_info(self, uri: str, tenant: str) -> types.WeightsInfoResponse:
+        path, folder = self.checkpoints.existing(tenant, uri)
         lora = self.models.saved_lora(folder)
         return types.WeightsInfoResponse(base_model=self.base.name, is_lora=True, lora_rank=lora.rank,
                                          train_unembed=lora.train_unembed, train_mlp=lora.train_mlp,
                                          train_attn=lora.train_attn)
 
-    def training_run(self, run_id: str) -> types.TrainingRun:
-        saves = self.checkpoints.of_run(run_id, "weights")
-        client = self.models.clients.get(run_id)
+    def training_run(self, run_id: str, tenant: str) -> types.TrainingRun:
+        saves = self.checkpoints.of_run(tenant, run_id, "weights")
+        owner = self.sessions.get(self.owner.get(run_id, ""))
+        client = self.models.clients.get(run_id) if owner is not None and owner.tenant == tenant else None
         if client is None and not saves:
             raise KeyError(run_id)
         lora = client.lora if client else self.models.saved_lora(saves[-1])

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 @dataclass
 class Session:
     session_id: str
+    tenant: str
+    """The key's tenant that opened it (:mod:`echo2.service.keys`): everything the session holds is its."""
     tags: list[str]
     sdk_version: str
     created_at: float
@@ -36,9 +38,9 @@ class Sessions:
         self.ended: set[str] = set()
         """Ids of sessions finished or reaped (a heartbeat for one is told it is gone)."""
 
-    def create(self, tags: list[str], sdk_version: str, now: float | None = None) -> Session:
+    def create(self, tags: list[str], sdk_version: str, tenant: str, now: float | None = None) -> Session:
         now = time.monotonic() if now is None else now
-        session = Session(f"session-{uuid.uuid4().hex[:12]}", list(tags), sdk_version, now, now)
+        session = Session(f"session-{uuid.uuid4().hex[:12]}", tenant, list(tags), sdk_version, now, now)
         with self._lock:
             self._live[session.session_id] = session
         return session

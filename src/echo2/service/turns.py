@@ -55,15 +55,16 @@ class Turns:
         self._thread = threading.Thread(target=self._run, daemon=True, name="echo2-service-turns")
         self._thread.start()
 
-    def submit(self, model_id: str, seq_id: int | None, work: Callable[[], Any], fingerprint: str | None = None
-               ) -> str:
+    def submit(self, model_id: str, seq_id: int | None, work: Callable[[], Any], fingerprint: str | None = None,
+               owner: str | None = None) -> str:
         """The request id of ``work`` as request ``seq_id`` of ``model_id``: a new one, queued now
         or once its turn comes, or the one a request of that ``(model_id, seq_id)`` and the same
         ``fingerprint`` got before (:class:`ConflictingRetry` for another fingerprint). ``seq_id``
-        None (a client that does not number its requests) queues it as it comes."""
+        None (a client that does not number its requests) queues it as it comes. ``owner``: the
+        tenant whose future it is (:meth:`Futures.create`)."""
         with self._lock:
             if seq_id is None:
-                request_id = self.futures.create()
+                request_id = self.futures.create(owner)
                 self._queue.put((request_id, work))
                 return request_id
             if (model_id, seq_id) in self._seen:
@@ -76,7 +77,7 @@ class Turns:
             if seq_id < expected:
                 raise RequestError(f"seq_id {seq_id} of {model_id} is behind its turns (the next is {expected}) "
                                    f"and was never seen: it cannot be run in order")
-            request_id = self.futures.create()
+            request_id = self.futures.create(owner)
             self._seen[(model_id, seq_id)] = (request_id, fingerprint)
             self._held.setdefault(model_id, {})[seq_id] = (request_id, work, time.monotonic())
             self._release(model_id)
