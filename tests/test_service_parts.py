@@ -305,9 +305,11 @@ def test_a_workers_alike_sampling_requests_run_as_one_batch_and_a_seeded_one_alo
 
 
 def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_and_forgets_old_retries():
-    """``SamplingDesk.retire``: a superseded sampler leaves once idle past ``sampler_idle_s`` (the
-    newest of a client, and one a request waits for, stay), a request no worker answered fails at
-    ``sample_timeout_s``, and the retry book forgets a request once its result is forgotten."""
+    """``SamplingDesk.retire``: a sampler idle past ``sampler_idle_s`` leaves the fleet's bundles —
+    a superseded one for good, a client's newest kept aside until a request names it again, one a
+    request waits for not at all — a request no worker answered fails at ``sample_timeout_s``, and
+    the retry book forgets a request once its result is forgotten. Publishes run on the fleet's
+    lane, a burst of saves joining the one queued."""
     from tinker import types
 
     from echo2.broadcast.publisher import Publisher
@@ -336,8 +338,12 @@ def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_a
     models.create("m", types.LoraConfig(rank=2, seed=0))
     try:
         desk.publish()
+        desk.wait_published()
         old, kept, newest = desk.snapshot("m"), desk.snapshot("m"), desk.snapshot("m")
+        desk.wait_published()
+        assert old.version <= kept.version <= newest.version == desk.version <= 3  # saves may join a queued publish
         desk.open_session("c", "c:sample:0", kept.name)
+        desk.open_session("c", "c:sample:1", newest.name)
         asked = types.SampleRequest(sampling_session_id="c:sample:0", seq_id=0, num_samples=1,
                                     prompt=types.ModelInput.from_ints([1, 2, 3]),
                                     sampling_params=types.SamplingParams(max_tokens=2))
@@ -347,16 +353,24 @@ def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_a
         desk.retire(now + 10)
         assert set(desk.samplers) == {BASE_SAMPLER, old.name, kept.name, newest.name}  # none idle yet
         desk.retire(now + 61)
-        assert set(desk.samplers) == {BASE_SAMPLER, kept.name, newest.name}  # waited for, and the newest
+        desk.wait_published()
+        assert set(desk.samplers) == {BASE_SAMPLER, kept.name, newest.name}  # old dropped
+        assert kept.bundled and not newest.bundled  # waited for; the newest kept aside, out of the bundle
         assert outcome(futures, request_id, 0.1) is None
         version = desk.version
         desk.retire(now + 95)
+        desk.wait_published()
         assert desk.version == version  # nothing left: no new version
         assert "sample_timeout_s" in outcome(futures, request_id).error and desk.counts["timed_out"] == 1
         futures.keep_s = 0.0
         futures.resolve(futures.create(), None)  # a result past its keep time is forgotten as the next one is made
         desk.retire(now + 96)
+        desk.wait_published()
         assert not desk._seen and kept.name not in desk.samplers  # the retry book forgot it; kept left too
+        again = desk.sample(asked.model_copy(update={"sampling_session_id": "c:sample:1", "seq_id": 1}))[0]
+        desk.wait_published()
+        assert newest.bundled and newest.version == desk.version > version  # back in the next bundle
+        assert desk.pending[again].work.min_version == newest.version
     finally:
         turns.close()
         publisher.close()

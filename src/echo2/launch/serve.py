@@ -139,6 +139,7 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
     desk = sink.desk = service.sampling
     assert desk is not None
     desk.publish()  # version 0: the base model's own sampler, what workers fetch first
+    desk.wait_published()
     coordinator, limits = config.coordinator, config.limits
     app = create_app(state, coordinator.lease_wait_s, https_relays_only=coordinator.tls_certfile is not None,
                      registrations=RateLimiter(max(limits.registrations_burst, config.workers.count),

@@ -245,7 +245,7 @@ def tinker_router(service: TinkerService, keys: ApiKeys, wait_s: float = 30.0) -
         if isinstance(outcome.result, ProtoResult):
             version = {} if outcome.result.version is None else {"X-Echo2-Version": str(outcome.result.version)}
             return Response(outcome.result.body, media_type=PROTOBUF, headers=version)
-        return _json(outcome.result)
+        return _json(outcome.result) if outcome.result is not None else JSONResponse({})
 
     router.include_router(guarded)
     return router

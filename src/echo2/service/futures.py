@@ -42,7 +42,8 @@ class Futures:
         self._pending: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
         self._done: dict[str, Outcome] = {}
         self._owners: dict[str, str | None] = {}
-        """Request id -> the tenant that may read its outcome (None: any caller)."""
+        """Request id -> the tenant that may read its outcome (None: the service's own work, which
+        only a caller naming no tenant reads)."""
 
     def create(self, owner: str | None = None) -> str:
         """A new request id, pending until :meth:`resolve` or :meth:`fail`, whose outcome only
@@ -92,7 +93,7 @@ class Futures:
         ``owner``'s (the same answer: no oracle of another tenant's requests)."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._owners.get(request_id, owner) not in (None, owner):
+            if self._owners.get(request_id, owner) != owner:  # another tenant's, or the service's own work
                 raise KeyError(request_id)
             if request_id in self._done:
                 return self._done[request_id]

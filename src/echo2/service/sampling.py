@@ -84,6 +84,8 @@ class Sampler:
     adapter: SamplerAdapter | None
     version: int
     """The first version whose bundle carries it."""
+    bundled: bool = True
+    """In the fleet's bundles; False: idle, its tensors kept here only until a request names it again."""
     path: str | None = None
     folder: Path | None = None
     """The saved folder it was loaded from (a ``tinker://`` path is its tenant's: the folder says whose)."""
@@ -105,7 +107,15 @@ class SamplingDesk:
                  seed: int = 0) -> None:
         self.state, self.publisher, self.models, self.turns, self.futures = state, publisher, models, turns, futures
         self.limits, self.audit, self.payload_dtype = limits, audit, payload_dtype
+        self.lane = Turns(futures, name="echo2-service-fleet")
+        """The fleet's own work thread: publishes, audits and retirement, beside the training
+        clients' (``turns``): one client's training no longer waits behind another's publish or
+        the fleet's audits (each has its own copy of what it reads: the auditor its model)."""
         self.version = -1
+        """The newest version published."""
+        self._scheduled: int | None = None
+        """A publish queued on the lane and not yet begun: its version (a save meanwhile joins it)."""
+        self._last_scheduled = -1
         self.samplers: dict[str, Sampler] = {BASE_SAMPLER: Sampler(BASE_SAMPLER, None, None, 0)}
         self.sessions: dict[str, tuple[str, str]] = {}
         """Sampling session id -> (its client session, its sampler)."""
@@ -127,17 +137,36 @@ class SamplingDesk:
 
     # ------------------------------------------------------------------ samplers and versions
     def publish(self) -> int:
-        """A new version: the bundle of the samplers kept now (call on the work thread)."""
-        kept = [s for s in self.samplers.values() if s.adapter is not None]
+        """The version that will carry every sampler in the bundle now: a publish queued on the
+        lane, or the one queued already and not yet begun (a burst of saves is one publish)."""
+        with self._lock:
+            if self._scheduled is None:
+                self._scheduled = self._last_scheduled = self._last_scheduled + 1
+                self.lane.submit("publish", None, self._publish)
+            return self._scheduled
+
+    def _publish(self) -> None:
+        """The queued version: the bundle of the samplers in it now (on the lane)."""
+        with self._lock:
+            version, self._scheduled = self._scheduled, None
+            kept = [s for s in self.samplers.values() if s.adapter is not None and s.bundled]
+        assert version is not None
         adapters = {s.name: s.adapter for s in kept}
-        self.version += 1
+        self.version = version
         info = self.publisher.publish_payload(self.version, bundle_payload(adapters, self.payload_dtype),
                                               self._predecessors(kept))
         self._bundled = {s.name: s.model_id for s in kept}
         self.state.publish(info)
         self._auditor.hold(adapters)
         log.info("version %d: %d sampler(s), %d bytes", self.version, len(adapters), info.size_bytes)
-        return self.version
+
+    def wait_published(self, timeout_s: float = 60.0) -> None:
+        """Until the lane has published what was queued (the service's first version, at start)."""
+        deadline = time.monotonic() + timeout_s
+        while self.version < self._last_scheduled:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"version {self._last_scheduled} was not published within {timeout_s:g}s")
+            time.sleep(0.01)
 
     def _predecessors(self, kept: list[Sampler]) -> dict[str, str]:
         """Each sampler's base in the delta from the bundle before: itself when that bundle had it,
@@ -178,10 +207,10 @@ class SamplingDesk:
             raise RequestError(f"the adapter has non-finite weights ({len(bad)} tensors, e.g. {bad[0]}): "
                                f"not published for sampling")
         self._names += 1
-        sampler = Sampler(f"s{self._names}", model_id, adapter, self.version + 1, path, folder)
+        sampler = Sampler(f"s{self._names}", model_id, adapter, -1, path=path, folder=folder)
         with self._lock:
             self.samplers[sampler.name] = sampler
-        self.publish()
+        sampler.version = self.publish()
         return sampler
 
     def open_session(self, session_id: str, sampling_session_id: str, sampler: str) -> None:
@@ -189,10 +218,13 @@ class SamplingDesk:
             self.sessions[sampling_session_id] = (session_id, sampler)
 
     def retire(self, now: float | None = None) -> None:
-        """Drop the samplers no client will sample from again, the requests nobody answered in time
-        and the retry book's requests whose results are forgotten (:class:`~echo2.service.futures.Futures`
+        """Take the samplers unused for ``sampler_idle_s`` out of the fleet's bundles — each client's
+        newest and those loaded from a save are kept here, out of the bundle, until a request names
+        them again (:meth:`sample`), the rest dropped — and drop the requests nobody answered in
+        time and the retry book's requests whose results are forgotten (:class:`~echo2.service.futures.Futures`
         keeps them an hour, the SDK retries for five minutes); publish the smaller bundle if any
-        sampler left (call on the work thread)."""
+        sampler left it (on the lane). Every bundle had carried every client's newest sampler:
+        publishing took 5-6 s at 130 clients, on the thread that trained them."""
         now = time.monotonic() if now is None else now
         with self._lock:
             late = [p for p in self.pending.values() if now - p.created > self.limits.sample_timeout_s]
@@ -202,9 +234,12 @@ class SamplingDesk:
                     newest[sampler.model_id] = max(newest.get(sampler.model_id, ""), sampler.name, key=_number)
             waiting = {p.sampler for p in self.pending.values()}
             gone = [s for s in self.samplers.values() if s.name != BASE_SAMPLER and s.name not in waiting
-                    and newest.get(s.model_id) != s.name and now - s.last_used > self.limits.sampler_idle_s]
+                    and s.bundled and now - s.last_used > self.limits.sampler_idle_s]
             for sampler in gone:
-                del self.samplers[sampler.name]
+                if newest.get(sampler.model_id) == sampler.name or sampler.folder is not None:
+                    sampler.bundled = False
+                else:
+                    del self.samplers[sampler.name]
             for key, (request_id, _, _) in list(self._seen.items()):  # past any retry of theirs: forgotten
                 if request_id not in self.pending and not self.futures.known(request_id):
                     del self._seen[key]
@@ -247,6 +282,10 @@ class SamplingDesk:
                 raise RequestError(f"the weights of sampling session {sampling_session} are no longer kept "
                                    f"(unused for service.sampler_idle_s): save them for a sampler again")
             sampler.last_used = time.monotonic()
+            back, sampler.bundled = not sampler.bundled, True
+        if back:  # idle and out of the bundles: into the next one, which the request then waits for
+            sampler.version = self.publish()
+        with self._lock:
             request_id = self.futures.create(tenant)
             ids = [f"{request_id}:{i}" for i in range(request.num_samples)]
             work = SampleWork(request_id, sampler.version, request.num_samples, leased)
@@ -305,8 +344,8 @@ class SamplingDesk:
 
     # ------------------------------------------------------------------ results
     def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
-        """The coordinator's sink for a checked sampling lease: audited and answered on the work thread."""
-        self.turns.submit("sampling", None, lambda: self._settle(worker_id, lease, results))
+        """The coordinator's sink for a checked sampling lease: audited and answered on the lane."""
+        self.lane.submit("sampling", None, lambda: self._settle(worker_id, lease, results))
 
     def _settle(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
         works = {slot: work for slot, work in lease.slots.items()}

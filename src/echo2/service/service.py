@@ -107,7 +107,7 @@ class TinkerService:
             self._release(session, f"silent for {self.sessions.timeout_s:.0f}s")
         self.turns.expire_gaps()
         if self.sampling is not None:
-            self.turns.submit("sampling", None, self.sampling.retire)
+            self.sampling.lane.submit("retire", None, self.sampling.retire)
 
     def _release(self, session: Session, why: str) -> None:
         log.info("session %s ended (%s): releasing %d training client(s)", session.session_id, why, len(session.models))
@@ -414,6 +414,8 @@ class TinkerService:
     def close(self) -> None:
         self._stop.set()
         self.turns.close()
+        if self.sampling is not None:
+            self.sampling.lane.close()
 
 
 class ApiClock:

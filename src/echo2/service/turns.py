@@ -42,7 +42,7 @@ class ConflictingRetry(RequestError):
 class Turns:
     """The service's work queue: models' requests in ``seq_id`` order, once each, on one thread."""
 
-    def __init__(self, futures: Futures, gap_timeout_s: float = 300.0) -> None:
+    def __init__(self, futures: Futures, gap_timeout_s: float = 300.0, name: str = "echo2-service-turns") -> None:
         self.futures, self.gap_timeout_s = futures, gap_timeout_s
         self._lock = threading.Lock()
         self._next: dict[str, int] = {}
@@ -52,7 +52,7 @@ class Turns:
         self._queue: queue.Queue[tuple[str, Callable[[], Any]] | None] = queue.Queue()
         self.busy_s = 0.0
         """Seconds the work thread has spent running requests (the training service's share of the time)."""
-        self._thread = threading.Thread(target=self._run, daemon=True, name="echo2-service-turns")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._thread.start()
 
     def submit(self, model_id: str, seq_id: int | None, work: Callable[[], Any], fingerprint: str | None = None,
