@@ -41,8 +41,10 @@ from common import format_table, write_results
 from echo2.broadcast.delta import apply_delta, delta_base, encode_delta
 from echo2.broadcast.payload import serialize_parameters
 from echo2.config import Config, load_config
+from echo2.core.draw_rule import row_key
 from echo2.exchange import Group
 from echo2.learner.trainer import Learner
+from echo2.model.draws import Draws
 from echo2.model.loading import load_model, load_tokenizer
 from echo2.model.sampling import sample
 from echo2.tasks import load_task
@@ -72,7 +74,7 @@ def versions_after_training(config: Config, steps: int) -> dict[str, list[bytes]
     learner_config = config.learner.model_copy(update={"warmup_steps": 0})
     learner = Learner(model, tokenizer, learner_config, config.rollout)
     task = load_task(config.task.name, config.task.options)
-    prompts, generator = task.train_examples(config.run.seed), torch.Generator().manual_seed(0)
+    prompts = task.train_examples(config.run.seed)
     payloads: dict[str, list[bytes]] = {dtype: [] for dtype in WORDS}
     for step in range(steps + 1):
         for dtype in WORDS:
@@ -87,7 +89,7 @@ def versions_after_training(config: Config, steps: int) -> dict[str, list[bytes]
                 drawn = sample(learner.policy, [ids] * config.rollout.group_size,
                                max_new_tokens=config.rollout.max_new_tokens, eos_id=tokenizer.eos_token_id,
                                pad_id=tokenizer.pad_token_id, temperature=config.rollout.temperature,
-                               generator=generator)
+                               draws=Draws([(step, row_key(slot, i)) for i in range(config.rollout.group_size)]))
             texts = tokenizer.batch_decode(drawn.completion_ids, skip_special_tokens=True)
             groups.append(Group(slot=slot, example=example, version=step, worker_id="bench",
                                 token_ids=drawn.completion_ids, logprobs=drawn.logprobs,

@@ -17,9 +17,9 @@ Rows of the table (one ``check`` each):
   ~48-token prompts: ``shared 8x8`` (8 distinct prompts, each the prompt of a group of 8 rows, which
   :func:`echo2.model.tokens.prefill` runs once) vs ``distinct 64`` (no sharing); samples/s and
   generated tokens/s for ``max_new_tokens`` 16 and 256 (16 only with ``--quick``, 8 with
-  ``--quick --tiny``). The RNG is a ``torch.Generator`` on the model's device, as the hf
-  engine makes it (``HfEngine.generator``); on a GPU one extra row draws with a CPU generator
-  instead, as the worker did before (each token's distribution copied to the host).
+  ``--quick --tiny``). Tokens are drawn by the verifiable rule (:mod:`echo2.model.draws`), as the
+  hf engine draws them: one uniform per row and token, computed on the host, the inverse CDF on
+  the device.
 * ``logprobs``: behaviour log-probs from sampling in bf16 (as a worker does) against
   :func:`echo2.learner.logprobs.completion_scores` on the fp32 master copy of the same weights under
   ``ComputePrecision("bfloat16", device)`` autocast (as the learner does): mean and max absolute
@@ -72,9 +72,9 @@ from echo2.learner.logprobs import completion_scores  # noqa: E402
 from echo2.learner.precision import ComputePrecision, hold_master_weights  # noqa: E402
 from echo2.learner.trainer import Learner  # noqa: E402
 from echo2.model.decoding import Decoder, StaticDecoder  # noqa: E402
+from echo2.model.draws import Draws  # noqa: E402
 from echo2.model.lora import add_adapter  # noqa: E402
 from echo2.model.sampling import Samples, sample  # noqa: E402
-from echo2.model.tokens import model_device  # noqa: E402
 from echo2.protocol import AdapterSpec  # noqa: E402
 from echo2.tasks import Example  # noqa: E402
 
@@ -171,10 +171,9 @@ def make_prompts(vocab: int, rows: int) -> list[list[int]]:
 
 def draw(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, seed: int,
          decoder: Decoder | None = None) -> Samples:
-    """Sample with a generator on the model's device (as ``HfEngine.generator``)."""
-    generator = torch.Generator(model_device(model)).manual_seed(seed)
-    return sample(model, prompts, max_new_tokens=new_tokens, eos_id=NO_EOS, pad_id=PAD_ID, generator=generator,
-                  decoder=decoder)
+    """Sample as the hf engine does (the verifiable draws of ``seed``)."""
+    return sample(model, prompts, max_new_tokens=new_tokens, eos_id=NO_EOS, pad_id=PAD_ID,
+                  draws=Draws.seeded(seed, len(prompts)), decoder=decoder)
 
 
 def generation_rows(worker: torch.nn.Module, args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -101,13 +101,13 @@ def train_and_watch(config: str, out: Path) -> tuple[Path, int, float]:
 
 def layout_rows(config_path: str | None, rounds: int, overrides: list[str]) -> list[dict[str, Any]]:
     """Worker generation and learner forward+backward, prompt shared vs not, alternating rounds."""
-    import torch
 
     from echo2.config import load_config
     from echo2.launch.ranks import build_learner, load_policy
     from echo2.launch.train import run_spec
     from echo2.learner.distributed import Shard
     from echo2.learner.logprobs import completion_scores
+    from echo2.model.draws import Draws
     from echo2.model.loading import load_tokenizer, pin_threads
     from echo2.model.sampling import sample
     from echo2.rollout.engines.hf import HfEngine
@@ -127,7 +127,7 @@ def layout_rows(config_path: str | None, rounds: int, overrides: list[str]) -> l
         examples = list(itertools.islice(stream, config.lease_groups))
         prompts = [tokenizer(e.prompt)["input_ids"] for e in examples for _ in range(group)]
         started = time.perf_counter()
-        samples = sample(engine.sampling_model, prompts, generator=torch.Generator().manual_seed(len(prompts)),
+        samples = sample(engine.sampling_model, prompts, draws=Draws.seeded(len(prompts), len(prompts)),
                          share_prompts=share, **common_args)
         generation[share].append((time.perf_counter() - started, len(prompts), samples.num_tokens))
     prompt_tokens, lease_rows = sum(len(p) for p in prompts) / len(prompts), len(prompts)
@@ -136,7 +136,7 @@ def layout_rows(config_path: str | None, rounds: int, overrides: list[str]) -> l
     pin_threads(config.learner.threads)
     examples = list(itertools.islice(stream, config.learner.groups_per_step))
     prompts = [tokenizer(e.prompt)["input_ids"] for e in examples for _ in range(group)]
-    completions = sample(engine.sampling_model, prompts, generator=torch.Generator().manual_seed(0),
+    completions = sample(engine.sampling_model, prompts, draws=Draws.seeded(0, len(prompts)),
                          **common_args).completion_ids
     training: dict[bool, list[float]] = {True: [], False: []}
     for _, share in itertools.product(range(rounds), (True, False)):

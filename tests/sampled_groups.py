@@ -2,9 +2,8 @@
 
 from collections.abc import Callable
 
-import torch
-
 from echo2.exchange import Group
+from echo2.model.draws import Draws
 from echo2.model.sampling import sample
 from echo2.tasks import ArithmeticTask
 
@@ -16,7 +15,7 @@ def sampled_groups(model, tokenizer, n_groups: int, group_size: int,
     examples = [next(stream) for _ in range(n_groups)]
     prompt_ids = [tokenizer(e.prompt)["input_ids"] for e in examples for _ in range(group_size)]
     samples = sample(model, prompt_ids, max_new_tokens=8, eos_id=tokenizer.eos_token_id,
-                     pad_id=tokenizer.pad_token_id, generator=torch.Generator().manual_seed(seed))
+                     pad_id=tokenizer.pad_token_id, draws=Draws.seeded(seed, len(prompt_ids)))
     return [Group(slot=g, example=e, version=version, worker_id="test",
                   token_ids=samples.completion_ids[g * group_size:(g + 1) * group_size],
                   logprobs=samples.logprobs[g * group_size:(g + 1) * group_size], rewards=rewards(g))

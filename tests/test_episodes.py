@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from echo2.model.draws import Draws
 from echo2.model.episodes import run_episodes, segments
 from echo2.model.sampling import Samples
 from echo2.tasks import Example
@@ -28,10 +29,11 @@ class Scripted:
     it records every context it was given."""
 
     def __init__(self, answers: list[list[str]]) -> None:
-        self.answers, self.turn, self.contexts = answers, 0, []
+        self.answers, self.turn, self.contexts, self.draws = answers, 0, [], []
 
-    def __call__(self, contexts: list[list[int]]) -> Samples:
+    def __call__(self, contexts: list[list[int]], draws: Draws | None = None) -> Samples:
         self.contexts.append([list(c) for c in contexts])
+        self.draws.append(draws)
         rows = [a[self.turn] for a in self.answers[: len(contexts)]]
         self.turn += 1
         ids = [encode(r) + [EOS] for r in rows]
@@ -55,7 +57,9 @@ def test_tokens_are_kept_as_sampled_and_inserted_and_the_mask_marks_the_models()
     episode, = run_episodes(
         [encode(example.prompt)], sample=model, encode=encode, decode=decode, max_turns=3,
         respond=lambda rows, replies: [task.respond(example, r) for r in replies],
-        version=lambda: next(versions), between_turns=lambda: swaps.append(1))
+        version=lambda: next(versions), between_turns=lambda: swaps.append(1), draws=Draws([(7, 3)]))
+    # each turn draws on from the model tokens before it: "5"+EOS, then "9"+EOS, each two tokens
+    assert [(list(d.keys), list(d.offsets)) for d in model.draws] == [([(7, 3)], [0]), ([(7, 3)], [2]), ([(7, 3)], [4])]
     expected = encode("5") + [EOS] + encode("+=") + encode("9") + [EOS] + encode("-=") + encode("7") + [EOS]
     assert episode.token_ids == expected
     assert episode.mask == [1, 1, 0, 0, 1, 1, 0, 0, 1, 1]
@@ -89,8 +93,8 @@ def test_episodes_end_where_the_environment_or_the_context_says():
 
 def test_a_turn_cut_off_before_its_end_of_turn_token_ends_the_episode():
     class Truncated(Scripted):
-        def __call__(self, contexts):
-            samples = super().__call__(contexts)
+        def __call__(self, contexts, draws=None):
+            samples = super().__call__(contexts, draws)
             return Samples([ids[:-1] for ids in samples.completion_ids], [lp[:-1] for lp in samples.logprobs])
 
     episodes = run_episodes([encode("3+4=")], sample=Truncated([["12", "7"]]), encode=encode, decode=decode,

@@ -12,6 +12,7 @@ import torch
 from echo2.config import load_config
 from echo2.exchange import Group
 from echo2.learner.trainer import Learner
+from echo2.model.draws import Draws
 from echo2.model.loading import load_model, load_tokenizer
 from echo2.model.sampling import sample
 from echo2.tasks import ArithmeticTask
@@ -28,14 +29,13 @@ def test_grpo_raises_a_learnable_reward():
     model, tokenizer = load_model(config.model.name), load_tokenizer(config.model.name)
     learner = Learner(model, tokenizer, config.learner, config.rollout)
     stream = ArithmeticTask().train_examples(seed=5)
-    generator = torch.Generator().manual_seed(0)
     group_size = config.rollout.group_size
     rewards = []
     for step in range(30):
         examples = [next(stream) for _ in range(config.learner.groups_per_step)]
         prompt_ids = [tokenizer(e.prompt)["input_ids"] for e in examples for _ in range(group_size)]
         samples = sample(model, prompt_ids, max_new_tokens=8, eos_id=tokenizer.eos_token_id,
-                         pad_id=tokenizer.pad_token_id, generator=generator)
+                         pad_id=tokenizer.pad_token_id, draws=Draws.seeded(step, len(prompt_ids)))
         texts = tokenizer.batch_decode(samples.completion_ids, skip_special_tokens=True)
         groups = [
             Group(slot=i, example=e, version=step, worker_id="test",

@@ -47,7 +47,7 @@ class Engine:
         self.asked.append(context_tokens)
         return min(most, self.rows // 4)
 
-    def generate(self, prompt_ids, generator):
+    def generate(self, prompt_ids, draws):
         from echo2.model.sampling import Samples
         return Samples([[1] for _ in prompt_ids], [[-0.1] for _ in prompt_ids])
 
@@ -68,13 +68,13 @@ def test_the_first_lease_asks_one_group_and_its_prompts_size_the_next():
     config = load_config(overrides=["rollout.groups_per_lease=device", "learner.groups_per_step=8",
                                     "rollout.group_size=4", "rollout.max_new_tokens=10"])
     engine = Engine(rows=40)
-    generator = LeaseGenerator(run_spec(config), engine, Tokenizer(), None, client=None, stop=threading.Event())
+    generator = LeaseGenerator(run_spec(config), engine, Tokenizer(), client=None, stop=threading.Event())
     assert generator.lease_groups() == 1 and engine.asked == []  # no prompt seen yet
     lease = LeaseResponse(status="granted", latest_version=0, lease_id="l", version=0,
-                          prompts=[LeasedPrompt(slot=0, prompt="x" * 30)])
+                          prompts=[LeasedPrompt(slot=0, prompt="x" * 30)], draw_seed=1)
     generator.generate(lease, lambda: 0, None)
     assert generator.lease_groups() == 10 and engine.asked == [30 + 10]  # prompt + completion tokens
-    fixed = LeaseGenerator(run_spec(load_config(overrides=["rollout.groups_per_lease=3"])), engine, None, None,
+    fixed = LeaseGenerator(run_spec(load_config(overrides=["rollout.groups_per_lease=3"])), engine, None,
                            client=None, stop=threading.Event())
     assert fixed.lease_groups() == 3
 

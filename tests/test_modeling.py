@@ -4,6 +4,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from echo2.learner.logprobs import completion_logprobs
+from echo2.model.draws import Draws
 from echo2.model.loading import SHIPPED_MODEL_DIR, load_model, load_tokenizer
 from echo2.model.sampling import sample
 
@@ -27,7 +28,7 @@ def test_any_local_model_folder_goes_through_the_same_path(tmp_path):
     model, loaded_tokenizer = load_model(str(tmp_path)), load_tokenizer(str(tmp_path))
     prompts = [loaded_tokenizer(p)["input_ids"] for p in ("1+2=", "30-4+5=")]
     samples = sample(model, prompts, max_new_tokens=5, eos_id=loaded_tokenizer.eos_token_id,
-                     pad_id=loaded_tokenizer.pad_token_id, generator=torch.Generator().manual_seed(0))
+                     pad_id=loaded_tokenizer.pad_token_id, draws=Draws.seeded(0, len(prompts)))
     logprobs, mask = completion_logprobs(model, prompts, samples.completion_ids, pad_id=loaded_tokenizer.pad_token_id)
     for row, behaviour in enumerate(samples.logprobs):
         assert torch.allclose(logprobs[row, : len(behaviour)], torch.tensor(behaviour), atol=1e-4)

@@ -12,6 +12,7 @@ from echo2.config import load_config
 from echo2.exchange import Group
 from echo2.learner.precision import ComputePrecision, hold_master_weights
 from echo2.learner.trainer import Learner
+from echo2.model.draws import Draws
 from echo2.model.loading import load_model, load_tokenizer
 from echo2.model.sampling import sample
 from echo2.tasks import ArithmeticTask
@@ -32,7 +33,7 @@ def one_step(master_dtype: str) -> tuple[dict[str, torch.Tensor], Learner]:
         prompts = [tokenizer(example.prompt)["input_ids"]] * 4
         with learner.precision():
             samples = sample(model, prompts, max_new_tokens=6, eos_id=tokenizer.eos_token_id,
-                             pad_id=tokenizer.pad_token_id, generator=torch.Generator().manual_seed(slot))
+                             pad_id=tokenizer.pad_token_id, draws=Draws.seeded(slot, len(prompts)))
         groups.append(Group(slot=slot, example=example, version=0, worker_id="test",
                             token_ids=samples.completion_ids, logprobs=samples.logprobs,
                             rewards=[1.0, 0.0, 1.0, 0.0]))

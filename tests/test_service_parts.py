@@ -275,12 +275,11 @@ def test_a_workers_alike_sampling_requests_run_as_one_batch_and_a_seeded_one_alo
     class Engine:
         def __init__(self) -> None:
             self.calls: list[list[list[int]]] = []
+            self.draws: list = []
 
-        def generator(self, seed: int) -> str:
-            return f"seeded {seed}"
-
-        def sample_with(self, sampler, prompt_ids, max_new_tokens, temperature, eos_id, generator):
+        def sample_with(self, sampler, prompt_ids, max_new_tokens, temperature, eos_id, draws):
             self.calls.append(prompt_ids)  # each row's completion: its prompt's first token, then the stop (9)
+            self.draws.append(list(draws.keys))
             return SimpleNamespace(completion_ids=[[p[0], 9, 5] for p in prompt_ids],
                                    logprobs=[[-0.1, -0.2, -0.3] for _ in prompt_ids])
 
@@ -289,14 +288,16 @@ def test_a_workers_alike_sampling_requests_run_as_one_batch_and_a_seeded_one_alo
 
     engine = Engine()
     generator = LeaseGenerator(run_spec(load_config(None, [])), engine, SimpleNamespace(eos_token_id=9, decode=str),
-                               "worker", client=None, stop=threading.Event())
+                               client=None, stop=threading.Event())
     alike = dict(sampler="s1", max_tokens=3, temperature=1.0)
     requests = [LeasedSample(slot=4, prompt_ids=[1, 2], num_samples=2, **alike),
                 LeasedSample(slot=5, prompt_ids=[3], num_samples=1, seed=7, **alike),
                 LeasedSample(slot=6, prompt_ids=[4, 4, 4], num_samples=1, prompt_logprobs=True, **alike)]
-    lease = LeaseResponse(status="granted", latest_version=1, lease_id="l", version=1, samples=requests)
+    lease = LeaseResponse(status="granted", latest_version=1, lease_id="l", version=1, samples=requests, draw_seed=99)
     submission, _ = generator.generate(lease, lambda: 1, None)
     assert engine.calls == [[[1, 2], [1, 2], [4, 4, 4]], [[3]]]  # the alike ones in one batch, the seeded alone
+    # rows drawn from the lease's seed by slot, the seeded request from its own seed (any lease, the same draws)
+    assert engine.draws == [[(99, 4 << 20), (99, (4 << 20) | 1), (99, 6 << 20)], [(7, 0)]]
     results = submission.samples
     assert [r.slot for r in results] == [4, 5, 6]  # in the lease's order
     assert [[s.token_ids for s in r.sequences] for r in results] == [[[1, 9], [1, 9]], [[3, 9]], [[4, 9]]]

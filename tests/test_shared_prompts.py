@@ -6,6 +6,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from echo2.learner.logprobs import completion_scores
+from echo2.model.draws import Draws
 from echo2.model.sampling import sample
 from echo2.model.tokens import distinct_prompts
 
@@ -61,7 +62,7 @@ def test_sampler_behaviour_logprobs_match_the_learner_with_groups():
     model = tiny_llama()
     prompts = [[3, 4, 5, 6, 7]] * 4 + [[8, 9]] * 4
     samples = sample(model, prompts, max_new_tokens=6, eos_id=EOS, pad_id=PAD,
-                     generator=torch.Generator().manual_seed(1))
+                     draws=Draws.seeded(1, len(prompts)))
     assert len(samples.completion_ids) == 8
     assert len({tuple(c) for c in samples.completion_ids[:4]}) > 1  # rows of a group sample on their own
     scores = completion_scores(model, prompts, samples.completion_ids, pad_id=PAD)

@@ -11,6 +11,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 
 from echo2.model import decoding
 from echo2.model.decoding import CACHE_BUCKET, StaticDecoder, grouped_decode_attention
+from echo2.model.draws import Draws
 from echo2.model.lora import MergedCopy, add_adapter
 from echo2.model.sampling import Samples, sample
 from echo2.protocol import AdapterSpec
@@ -35,7 +36,7 @@ PROMPTS = [[5, 6, 7], [5, 6, 7], [9, 10, 11, 12, 13], [9, 10, 11, 12, 13], [20],
 def draw(model: torch.nn.Module, decoder: StaticDecoder | None, seed: int = 0, new_tokens: int = 24,
          prompts: list[list[int]] = PROMPTS) -> Samples:
     return sample(model, prompts, max_new_tokens=new_tokens, eos_id=EOS, pad_id=PAD,
-                  generator=torch.Generator().manual_seed(seed), decoder=decoder)
+                  draws=Draws.seeded(seed, len(prompts)), decoder=decoder)
 
 
 def assert_same(fast: Samples, reference: Samples) -> None:
@@ -145,7 +146,7 @@ def test_cuda_graph_replay_samples_what_the_dynamic_decoder_samples():
 
     def on_gpu(decoder, seed):
         return sample(model, PROMPTS, max_new_tokens=24, eos_id=EOS, pad_id=PAD, decoder=decoder,
-                      generator=torch.Generator("cuda").manual_seed(seed))
+                      draws=Draws.seeded(seed, len(PROMPTS)))
 
     for seed in (0, 1):
         fast, reference = on_gpu(decoder, seed), on_gpu(None, seed)

@@ -15,6 +15,7 @@ from echo2.learner.logprobs import completion_scores
 from echo2.learner.trainer import Learner
 from echo2.learner.verification import AuditPolicy, Verifier
 from echo2.learner.version_cache import VersionCache
+from echo2.model.draws import Draws
 from echo2.model.loading import load_model, load_tokenizer
 from echo2.model.sources import SHIPPED_MODEL
 from echo2.protocol import RunSpec
@@ -40,7 +41,7 @@ def worker_samples(shipped):
                    seed=0)
     engine = HfEngine(spec, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
     prompts = [tokenizer(EXAMPLE.prompt)["input_ids"]] * 4
-    return prompts, engine.generate(prompts, engine.generator(3))
+    return prompts, engine.generate(prompts, Draws.seeded(3, len(prompts)))
 
 
 def scores(model, tokenizer, prompts, completions, temperature):

@@ -235,6 +235,16 @@ class LyingWorker(RolloutWorker):
         return request.model_copy(update={"samples": samples}), seconds
 
 
+class ChoosingWorker(RolloutWorker):
+    """Samples honestly, but from randomness of its own choosing (the lease's seed + 1): the text it
+    returns is a real sample of the sampler, with its true log-probs, just not the one the lease's
+    draws pick — as a worker that steers what clients get by choosing among tries would."""
+
+    def _generate(self, lease):
+        request, seconds = super()._generate(lease.model_copy(update={"draw_seed": lease.draw_seed + 1}))
+        return request, seconds
+
+
 def run_worker(worker: RolloutWorker) -> threading.Thread:
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
@@ -301,6 +311,28 @@ def test_a_request_that_fails_on_two_workers_is_refused_and_neither_worker_dies(
     finally:
         for worker in workers:
             worker.stop.set()
+        served.close()
+
+
+def test_a_worker_returning_samples_it_chose_is_caught_though_its_log_probs_are_true(tmp_path):
+    served = Served(tmp_path, "workers.count=0")
+    chooser = ChoosingWorker(served.url, served.token, name="chooser", relay=None, give_up_after_s=30)
+    honest = RolloutWorker(served.url, served.token, name="honest", relay=None, give_up_after_s=30)
+    try:
+        run_worker(chooser)
+        wait_for(lambda: any(w["name"] == "chooser" for w in served.dashboard()["workers"]), timeout_s=60,
+                 what="the chooser to join")
+        sampler = served.client().create_sampling_client(base_model=SHIPPED_MODEL)
+        prompt = types.ModelInput.from_ints([3, 4, 13, 5, 16])
+        pending = sampler.sample(prompt, 4, types.SamplingParams(max_tokens=8))
+        wait_for(lambda: any(w["name"] == "chooser" and w["state"] == "quarantined"
+                             for w in served.dashboard()["workers"]), timeout_s=60, what="the chooser's quarantine")
+        run_worker(honest)  # its log-probs were true: only the draws caught it; the request goes to another worker
+        assert len(pending.result(timeout=120).sequences) == 4
+        assert served.dashboard()["service"]["audits_failed"] == 1
+    finally:
+        chooser.stop.set()
+        honest.stop.set()
         served.close()
 
 

@@ -8,9 +8,12 @@ import torch
 from conftest import make_state, submit_all
 
 from echo2.coordinator.records import Rejected
+from echo2.core.draw_rule import row_key
 from echo2.exchange import Group
+from echo2.learner.logprobs import completion_logprobs
 from echo2.learner.verification import AuditPolicy, AuditRates, AuditResult, Verifier
 from echo2.learner.version_cache import VersionCache
+from echo2.model.draws import Draws
 from echo2.model.loading import SHIPPED_MODEL, load_model, load_tokenizer
 from echo2.model.lora import MergedCopy, add_adapter
 from echo2.model.sampling import sample
@@ -37,12 +40,14 @@ def shipped():
 
 
 def sampled_group(model, tokenizer, version, worker_id, seed=0, example=EXAMPLE):
-    """A group sampled from ``model``, with its behaviour log-probs, claiming ``version``."""
+    """A group sampled from ``model`` with the draws of lease ``seed`` (slot 0), with its behaviour
+    log-probs and its draw keys (as the coordinator records them), claiming ``version``."""
     ids = tokenizer(example.prompt)["input_ids"]
+    keys = [(seed, row_key(0, i)) for i in range(4)]
     samples = sample(model, [ids] * 4, max_new_tokens=8, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                     generator=torch.Generator().manual_seed(seed))
+                     draws=Draws(keys))
     return Group(slot=0, example=example, version=version, worker_id=worker_id, token_ids=samples.completion_ids,
-                 logprobs=samples.logprobs, rewards=[0.0] * 4)
+                 logprobs=samples.logprobs, rewards=[0.0] * 4, turn_draws=[[(*key, 0)] for key in keys])
 
 
 def audit_policy(probation_groups=1000, decay=0.5, floor=0.05):
@@ -91,6 +96,32 @@ def test_one_token_far_from_its_version_fails_an_audit_whose_mean_it_passes(ship
     verifier = Verifier(lax, old, tokenizer, _only(4, old), seed=0)
     suspects = verifier.confirm([poisoned, Group(**{**honest.__dict__, "worker_id": "honest"})])
     assert set(suspects) == {"one-token"} and "at its worst token" in suspects["one-token"]
+
+
+def test_text_chosen_not_sampled_is_caught_even_with_its_true_log_probs(shipped):
+    """A worker that substitutes a completion, repeats one answer G times or returns its pick of
+    several tries reports the true log-probs of what it returns: the log-prob check passes it,
+    the draws do not."""
+    old, _, tokenizer = shipped
+    verifier = Verifier(audit_policy(), old, tokenizer, _only(4, old), seed=0)
+    honest = sampled_group(old, tokenizer, version=4, worker_id="honest", seed=11)
+    other = sampled_group(old, tokenizer, version=4, worker_id="x", seed=12)  # another lease's draws
+
+    def truthful(group, rows, worker):  # ``rows`` returned with the true log-probs, under the lease's draws
+        ids = tokenizer(EXAMPLE.prompt)["input_ids"]
+        logprobs, mask = completion_logprobs(old, [ids] * 4, rows, pad_id=tokenizer.pad_token_id)
+        return Group(**{**group.__dict__, "worker_id": worker, "token_ids": rows,
+                        "logprobs": [logprobs[i, : len(r)].tolist() for i, r in enumerate(rows)]})
+
+    substituted = truthful(honest, [other.token_ids[0], *honest.token_ids[1:]], "substituter")
+    repeated = truthful(honest, [honest.token_ids[0]] * 4, "repeater")
+    picked = truthful(honest, other.token_ids, "cherry-picker")  # a second try's completions in place of the first
+    suspects = verifier.confirm([honest, substituted, repeated, picked])
+    assert set(suspects) == {"substituter", "repeater", "cherry-picker"}
+    assert all("chosen, not sampled" in why for why in suspects.values())
+    assert verifier.totals["draws_failed"] == 3
+    lax = Verifier(AuditPolicy(1000, 0.5, 0.05, 0.2, 1.0, check_draws=False), old, tokenizer, _only(4, old), seed=0)
+    assert lax.confirm([substituted, repeated, picked]) == {}  # the log-prob check alone passed all three
 
 
 def _only(version, model) -> VersionCache:
@@ -288,14 +319,12 @@ def test_an_episode_spanning_two_versions_is_audited_turn_by_turn(shipped):
 
     old, new, tokenizer = shipped
     verifier = learner_at_v5(shipped)
-    generator = torch.Generator().manual_seed(0)
-
     def play(turn_models):
         picks = iter(turn_models)
-        return run_episodes([tokenizer(EXAMPLE.prompt)["input_ids"]] * 4,
-                            sample=lambda contexts: sample(next(picks), contexts, max_new_tokens=6,
-                                                           eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                                                           generator=generator),
+        return run_episodes([tokenizer(EXAMPLE.prompt)["input_ids"]] * 4, draws=Draws.seeded(0, 4),
+                            sample=lambda contexts, draws: sample(next(picks), contexts, max_new_tokens=6,
+                                                                  eos_id=tokenizer.eos_token_id,
+                                                                  pad_id=tokenizer.pad_token_id, draws=draws),
                             respond=lambda rows, replies: ["+="] * len(rows),
                             encode=lambda text: observation_ids(tokenizer, text),
                             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
@@ -342,9 +371,9 @@ def test_an_agents_group_answers_for_each_of_its_workers_apart(shipped):
     _, new, tokenizer = shipped
     verifier = learner_at_v5(shipped)
     prompt = tokenizer(EXAMPLE.prompt)["input_ids"]
-    episodes = run_episodes([prompt] * 2, sample=lambda contexts: sample(
+    episodes = run_episodes([prompt] * 2, draws=Draws.seeded(0, 2), sample=lambda contexts, draws: sample(
         new, contexts, max_new_tokens=6, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-        generator=torch.Generator().manual_seed(0)), respond=lambda rows, replies: ["+="] * len(rows),
+        draws=draws), respond=lambda rows, replies: ["+="] * len(rows),
         encode=lambda text: observation_ids(tokenizer, text),
         decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True), max_turns=2, version=lambda: 5)
     for episode in episodes:  # the liar's turn (the second): reported 1 nat off what it sampled with

@@ -45,6 +45,9 @@ class Group:
     turn_workers: list[list[str]] | None = None
     """Agent episodes: per completion, the worker that sampled each model turn (None: ``worker_id``
     sampled them all). An agent's calls go to whichever worker leases them first."""
+    turn_draws: list[list[tuple[int, int, int]]] | None = None
+    """Per completion, per model turn: the draw key (seed, row) it was sampled from and the position
+    of its first token (:mod:`echo2.core.draw_rule`), what the audit replays; None: not recorded."""
 
     def workers(self) -> list[str]:
         """Every worker that sampled a turn of this group (each once): those its audit answers for."""

@@ -135,6 +135,9 @@ class RunSpec(Message):
     agent_calls: bool = False
     """An agent run (``task.name=agent:...``): leases carry the agents' model calls
     (:mod:`echo2.gateway`), sampled with the run's own weights (the sampler ``""``)."""
+    check_draws: bool = True
+    """Audits check that each token is the one the lease's draws pick (:mod:`echo2.model.draws`):
+    an engine that cannot draw by that rule refuses to start."""
 
     @property
     def serves_requests(self) -> bool:
@@ -262,6 +265,10 @@ class LeaseResponse(Message):
     prompts: list[LeasedPrompt] = Field(default_factory=list)
     samples: list[LeasedSample] = Field(default_factory=list)
     """A training service's sampling requests (a lease carries prompts or samples, never both)."""
+    draw_seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    """The randomness of a granted lease, fixed by the coordinator (:mod:`echo2.model.draws`): every
+    token is drawn from it by the verifiable rule, the row of a group's completion ``i`` being
+    ``row_key(slot, i)`` (a sampling request with a ``seed`` of its own draws from that instead)."""
     retry_after_s: float | None = None
     """``wait`` or ``parked`` answered at once rather than held open (a long-poll): ask again after
     this long (a parked worker, one on probation with its one lease out, a second request of one

@@ -165,6 +165,15 @@ class VerificationConfig(Section):
     """Lowest audit rate a worker's clean record earns it."""
     logprob_tolerance: float = Field(0.2, gt=0)
     """Mean absolute log-prob difference (nats/token) above which a worker is quarantined."""
+    check_draws: bool = True
+    """Also check that each audited token is the one the lease's draws pick (:mod:`echo2.model.draws`):
+    a worker that returns text of its choice, one answer G times or its pick of several tries is
+    quarantined like a log-prob liar. ``rollout.engine=vllm`` does not draw by that rule: turn it off there."""
+    draw_tolerance: float = Field(0.01, gt=0, lt=0.5)
+    """How far (in the cumulative probability the draw is compared on) a token's draw may fall
+    outside its interval before the token counts as chosen, not drawn: the arithmetic of a
+    worker's distribution (bf16 against float32, one device against another) moves the interval's
+    ends by about that much."""
 
 
 class CheckpointConfig(Section):

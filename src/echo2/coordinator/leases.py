@@ -18,6 +18,7 @@ from typing import Any
 
 from echo2.coordinator.records import Lease, Limits, Rejected, WorkerRecord, check_telemetry, session_refusal
 from echo2.coordinator.scoring import Unscorable
+from echo2.core.draw_rule import row_key
 from echo2.exchange import Group
 from echo2.model.episodes import segments
 from echo2.protocol import RespondRequest, SubmitRequest
@@ -216,8 +217,22 @@ def accepted_groups(lease: Lease, worker_id: str, request: SubmitRequest, reward
     return [Group(slot=g.slot, example=lease.slots[g.slot], version=lease.version, worker_id=worker_id,
                   token_ids=[c.token_ids for c in g.completions], logprobs=[c.logprobs for c in g.completions],
                   rewards=group_rewards, masks=_each(g.completions, "mask", lambda c: [1] * len(c.token_ids)),
-                  turn_versions=_each(g.completions, "turn_versions", lambda c: [lease.version]))
+                  turn_versions=_each(g.completions, "turn_versions", lambda c: [lease.version]),
+                  turn_draws=[turn_draws(lease.draw_seed, row_key(g.slot, i), c.mask) for i, c in enumerate(g.completions)])
             for g, group_rewards in zip(request.groups, rewards, strict=True)]
+
+
+def turn_draws(seed: int, row: int, mask: list[int] | None) -> list[tuple[int, int, int]]:
+    """The draw key of each model turn of a completion of row ``row`` in a lease of ``seed``: its
+    tokens draw on from the model tokens before it (:func:`echo2.model.episodes.run_episodes`)."""
+    if mask is None:
+        return [(seed, row, 0)]
+    draws, before = [], 0
+    for start, end, own in segments(mask):
+        if own:
+            draws.append((seed, row, before))
+            before += end - start
+    return draws
 
 
 def _each(completions: list, name: str, default: Callable[[Any], list[int]]) -> list[list[int]] | None:

@@ -6,6 +6,7 @@ Plain records; :mod:`echo2.coordinator.state` owns them and changes them under i
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -176,6 +177,8 @@ class Lease(BookLease[Example]):
     answers: dict[tuple[int, tuple[str, ...]], str | None] = field(default_factory=dict)
     """Episodes: what the environment answered, by (slot, the model's replies so far); a
     submission's inserted tokens must be these answers (:mod:`echo2.coordinator.scoring`)."""
+    draw_seed: int = field(default_factory=lambda: secrets.randbits(63))
+    """The lease's randomness (:mod:`echo2.model.draws`), drawn here: the worker cannot choose it."""
 
 
 @dataclass

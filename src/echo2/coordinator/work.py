@@ -81,13 +81,12 @@ class WorkDesk:
             lease = self.parts.books.grant(record, worker_version, answer, time.monotonic(), lambda: next(self.parts.examples),
                                      make=Lease)
             self.parts.leases.add(lease)
+            granted = dict(status="granted", latest_version=self.parts.version, lease_id=lease.lease_id,
+                           version=worker_version, deadline_s=answer.deadline_s, draw_seed=lease.draw_seed)
             if lease.kind == "sample":
-                return LeaseResponse(status="granted", latest_version=self.parts.version, lease_id=lease.lease_id,
-                                     version=worker_version, deadline_s=answer.deadline_s,
-                                     samples=[w.request.model_copy(update={"slot": s}) for s, w in lease.slots.items()])
-            return LeaseResponse(status="granted", latest_version=self.parts.version, lease_id=lease.lease_id,
-                                 version=worker_version, deadline_s=answer.deadline_s,
-                                 prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in lease.slots.items()])
+                return LeaseResponse(**granted, samples=[w.request.model_copy(update={"slot": s})
+                                                         for s, w in lease.slots.items()])
+            return LeaseResponse(**granted, prompts=[LeasedPrompt(slot=s, prompt=e.prompt) for s, e in lease.slots.items()])
 
     def _may_hold_open(self, record: WorkerRecord, wait_s: float) -> bool:
         """Whether a ``wait`` or ``parked`` answer is held open (a long-poll) rather than given at

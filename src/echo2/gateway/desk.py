@@ -28,6 +28,7 @@ from openai.types.chat import ChatCompletion
 
 from echo2.coordinator.records import Lease
 from echo2.coordinator.state import CoordinatorState
+from echo2.core.draw_rule import request_draw
 from echo2.core.sample_queue import SampleWork
 from echo2.gateway.episodes import AgentEpisode, EpisodeBook
 from echo2.gateway.openai_wire import (
@@ -82,8 +83,9 @@ class _Waiting:
     def __post_init__(self) -> None:
         self.future = self.loop.create_future()
 
-    def settle(self, outcome: tuple[str, int, SampleResult] | Refused) -> None:
-        """From any thread: the worker, the lease's version and its result, or why the fleet refused it."""
+    def settle(self, outcome: tuple[str, int, SampleResult, int] | Refused) -> None:
+        """From any thread: the worker, the lease's version, its result and its draw seed, or why the
+        fleet refused it."""
         try:
             self.loop.call_soon_threadsafe(_set_once, self.future, outcome)
         except RuntimeError:  # its loop is closed: the call gave up meanwhile
@@ -125,13 +127,13 @@ class GatewayDesk:
             budget, stops = request.checked(self.settings.temperature, self.settings.max_new_tokens, request.budget())
             messages, tools = request.conversation(self.template.renders_tools)
             ids = await asyncio.to_thread(prompt_ids, self.template, self.encode, messages, episode.held, tools)
-            call_id, (tokens, logprobs, stopped, worker_id, version) = await self._sample(episode, ids, budget, stops,
-                                                                                       started)
+            call_id, (tokens, logprobs, stopped, worker_id, version, draw) = await self._sample(
+                episode, ids, budget, stops, started)
         recorded = time.perf_counter()
         reply = self.decode(tokens)
         message, said = reply_message(reply)
         ended = bool(tokens) and tokens[-1] == self.eos_id
-        self.book.record(episode, Call(call_id, ids, tokens, logprobs, version), worker_id,
+        self.book.record(episode, Call(call_id, ids, tokens, logprobs, version, draw), worker_id,
                          Held([*messages, said], ids + tokens, ended, tools))
         self._count("render_s", time.perf_counter() - recorded)
         return chat_completion(call_id, self.settings.model_name, message, stopped, len(ids), len(tokens))
@@ -145,11 +147,11 @@ class GatewayDesk:
             request.check_text()
             budget, stops = request.checked(self.settings.temperature, self.settings.max_new_tokens)
             ids = await asyncio.to_thread(self._text_prompt, episode, request.prompt)
-            call_id, (tokens, logprobs, stopped, worker_id, version) = await self._sample(episode, ids, budget, stops,
-                                                                                       started)
+            call_id, (tokens, logprobs, stopped, worker_id, version, draw) = await self._sample(
+                episode, ids, budget, stops, started)
         recorded = time.perf_counter()
         text = self.decode(tokens)
-        self.book.record(episode, Call(call_id, ids, tokens, logprobs, version), worker_id,
+        self.book.record(episode, Call(call_id, ids, tokens, logprobs, version, draw), worker_id,
                          Held([{"role": "text", "content": request.prompt + text}], ids + tokens, True))
         self._count("render_s", time.perf_counter() - recorded)
         return text_completion(call_id, self.settings.model_name, text, stopped, len(ids), len(tokens))
@@ -181,7 +183,7 @@ class GatewayDesk:
 
     # ------------------------------------------------------------------ the fleet
     async def _sample(self, episode: AgentEpisode, ids: list[int], budget: int, stops: list[str],
-                      started: float) -> tuple[str, tuple[list[int], list[float], bool, str, int]]:
+                      started: float) -> tuple[str, tuple[list[int], list[float], bool, str, int, tuple[int, int]]]:
         window = self.settings.max_context
         if window is not None and len(ids) + budget > window:
             raise Refused(f"the conversation ({len(ids)} tokens) and max_tokens ({budget}) exceed the model's "
@@ -212,9 +214,10 @@ class GatewayDesk:
             self._count("calls", 1)
         if isinstance(outcome, Refused):
             raise outcome
-        worker_id, version, result = outcome
+        worker_id, version, result, draw_seed = outcome
         sequence = result.sequences[0]
-        return call_id, (sequence.token_ids, sequence.logprobs, sequence.stop_reason == "stop", worker_id, version)
+        draw = request_draw(None, result.slot, 0, draw_seed)
+        return call_id, (sequence.token_ids, sequence.logprobs, sequence.stop_reason == "stop", worker_id, version, draw)
 
     def _count(self, name: str, amount: float) -> None:
         with self.state.cond:  # calls are served on many threads
@@ -231,7 +234,7 @@ class GatewayDesk:
             work = lease.slots[result.slot]
             waiting = self._waiting.get(work.request_id)
             if waiting is not None:
-                waiting.settle((worker_id, lease.version, result))
+                waiting.settle((worker_id, lease.version, result, lease.draw_seed))
 
     def refused(self, work: SampleWork, why: str) -> None:
         """The coordinator's word that a call is a poison pill (called under the books' lock): its

@@ -224,7 +224,7 @@ class EpisodeBook:
     def group(self, group: OpenGroup) -> Group:
         """The group the learner trains: a completion per segment of each episode (see the module)."""
         rows: dict[str, list] = {name: [] for name in ("prompt_ids", "token_ids", "logprobs", "masks", "turn_versions",
-                                                       "turn_workers", "episodes")}
+                                                       "turn_workers", "turn_draws", "episodes")}
         for index, episode in enumerate(group.episodes):
             for segment in episode.trajectory.segments:
                 rows["prompt_ids"].append(segment.prompt_ids)
@@ -233,7 +233,10 @@ class EpisodeBook:
                 rows["masks"].append(segment.episode.mask)
                 rows["turn_versions"].append(segment.episode.turn_versions)
                 rows["turn_workers"].append([episode.workers[c] for c in segment.calls])
+                rows["turn_draws"].append(list(segment.turn_draws))
                 rows["episodes"].append(index)
+        if any(draw is None for draws in rows["turn_draws"] for draw in draws):
+            rows["turn_draws"] = None  # a call of unknown draws: the group's draws go unchecked
         versions = [v for turns in rows["turn_versions"] for v in turns]
         return Group(slot=group.slot if group.slot is not None else -1, example=group.example, version=min(versions),
                      worker_id=rows["turn_workers"][0][0], rewards=[e.reward for e in group.episodes], **rows)

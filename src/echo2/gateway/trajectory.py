@@ -38,6 +38,9 @@ class Call:
     """The behaviour log-prob of each completion token."""
     version: int
     """The policy version that sampled it."""
+    draw: tuple[int, int] | None = None
+    """The draw key (seed, row) its lease gave it (:mod:`echo2.core.draw_rule`): what the audit
+    replays (None: not known, and the group's draws go unchecked)."""
 
 
 @dataclass
@@ -49,6 +52,8 @@ class Segment:
     calls: list[str] = field(default_factory=list)
     turn_starts: list[int] = field(default_factory=list)
     """Where each call's completion begins in ``episode.token_ids`` (a retry cuts back to one)."""
+    turn_draws: list[tuple[int, int, int] | None] = field(default_factory=list)
+    """Each call's draw key and first position (0: a call draws its completion from its own lease)."""
 
     @property
     def sequence(self) -> list[int]:
@@ -63,6 +68,7 @@ class Segment:
         self.turn_starts.append(len(self.episode.token_ids))
         self.episode.add(call.completion_ids, call.logprobs)
         self.episode.turn_versions.append(call.version)
+        self.turn_draws.append((*call.draw, 0) if call.draw is not None else None)
         self.calls.append(call.call_id)
 
     def cut_before(self, turn: int) -> list[str]:
@@ -71,7 +77,7 @@ class Segment:
         episode = self.episode
         episode.token_ids, episode.logprobs, episode.mask = (episode.token_ids[:start], episode.logprobs[:start],
                                                             episode.mask[:start])
-        del episode.turn_versions[turn:], self.calls[turn:], self.turn_starts[turn:]
+        del episode.turn_versions[turn:], self.calls[turn:], self.turn_starts[turn:], self.turn_draws[turn:]
         return dropped
 
 

@@ -117,6 +117,7 @@ def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
         engine=config.rollout.engine, adapter=adapter_spec(config), max_turns=max_turns,
         swap_between_turns=config.rollout.swap_between_turns,
         size_leases_to_device=config.rollout.groups_per_lease == "device",
+        check_draws=config.verification.check_draws,
     )
 
 

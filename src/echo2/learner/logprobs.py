@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from echo2.model.draws import token_intervals
 from echo2.model.tokens import prefill
 
 
@@ -22,6 +23,9 @@ class CompletionScores:
     entropies: torch.Tensor | None = None
     """Entropy ``-sum_v p(v) log p(v)`` of the distribution each token was drawn from (same
     temperature); None unless asked for."""
+    intervals: tuple[torch.Tensor, torch.Tensor] | None = None
+    """(low, high) float64: the interval of [0, 1) whose uniforms draw each token by the verifiable
+    rule (:func:`echo2.model.draws.token_intervals`); None unless asked for."""
 
 
 def completion_scores(
@@ -32,6 +36,7 @@ def completion_scores(
     pad_id: int,
     temperature: float = 1.0,
     entropies: bool = False,
+    intervals: bool = False,
     share_prompts: bool = True,
 ) -> CompletionScores:
     """Log-probs (and, when ``entropies``, per-token entropies) of each completion.
@@ -63,7 +68,8 @@ def completion_scores(
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
     token_logp = logp_all.gather(-1, tokens[:, :, None]).squeeze(-1) * mask
     token_entropy = -(logp_all.exp() * logp_all).sum(dim=-1) * mask if entropies else None
-    return CompletionScores(token_logp, mask, token_entropy)
+    drawn = token_intervals(logp_all.detach(), tokens) if intervals else None
+    return CompletionScores(token_logp, mask, token_entropy, drawn)
 
 
 def completion_logprobs(
@@ -74,7 +80,7 @@ def completion_logprobs(
     pad_id: int,
     temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(logprobs, mask)`` of :func:`completion_scores`, without entropies."""
+    """``(logprobs, mask)`` of :func:`completion_scores`, without entropies or intervals."""
     scores = completion_scores(model, prompt_ids, completion_ids, pad_id=pad_id, temperature=temperature)
     return scores.logprobs, scores.mask
 

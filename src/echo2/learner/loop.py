@@ -90,7 +90,7 @@ class LearnerLoop:
         audits = config.verification
         self.verifier = Verifier(
             AuditPolicy(audits.probation_groups, audits.audit_decay, audits.audit_floor, audits.logprob_tolerance,
-                        config.rollout.temperature),
+                        config.rollout.temperature, audits.check_draws, audits.draw_tolerance),
             learner.policy, learner.tokenizer,
             VersionCache(versions_trainable(config.staleness), publisher.kind, config.broadcast.dtype),  # what workers were sent
             seed=config.run.seed, dtype=config.model.dtype)

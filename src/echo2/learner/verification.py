@@ -7,7 +7,10 @@ a worker's word: the coordinator computes them from the submitted tokens
 audit recomputes an audited group's log-probs under the policy of the group's own version and
 compares; a mean absolute difference above ``logprob_tolerance`` nats per token, or one token
 beyond ``LOG_RATIO_LIMIT`` nats, means the worker sampled from other weights or at another
-temperature, or made the numbers up. Every version a group may still be trained at (the last
+temperature, or made the numbers up. From the same distributions it checks the draws
+(:mod:`echo2.model.draws`): each audited token must be the one its lease's uniform picks, within
+``draw_tolerance``; else the worker chose the text (substituted, repeated one answer, picked
+among tries) and reported its true log-probs, which the log-prob check alone never caught. Every version a group may still be trained at (the last
 S + 1) is kept by :class:`~echo2.learner.version_cache.VersionCache`, so claiming an older version
 hides nothing.
 
@@ -36,10 +39,12 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from echo2.broadcast.payload import wire_parameters
+from echo2.core.draw_rule import turn_uniforms
 from echo2.exchange import Group
-from echo2.learner.logprobs import completion_logprobs
+from echo2.learner.logprobs import completion_scores
 from echo2.learner.objectives.surrogate import LOG_RATIO_LIMIT
 from echo2.learner.version_cache import VersionCache
+from echo2.model.draws import draw_gaps
 from echo2.model.loading import DTYPES
 from echo2.model.lora import MergedCopy, has_adapter
 
@@ -54,6 +59,8 @@ class AuditPolicy:
     floor: float
     logprob_tolerance: float
     temperature: float
+    check_draws: bool = True
+    draw_tolerance: float = 0.01
 
 
 @dataclass
@@ -164,25 +171,36 @@ class Verifier:
                     self._tally["audited_groups"] += 1
                     self.totals["audited_groups"] += 1
             pieces = [(g, w) for g in drawn[version] for w in g.workers() if w not in suspects]
-            for (group, worker_id), (gap, worst, tokens) in zip(pieces, self._gaps(model, pieces, version)):
+            for (group, worker_id), (gap, worst, tokens, drawn_off) in zip(pieces, self._gaps(model, pieces, version)):
                 if worker_id in suspects or not tokens:
                     continue
+                self.totals["draw_gap_max"] = max(self.totals["draw_gap_max"], drawn_off)
+                self._tally["draw_gap_max"] = max(self._tally["draw_gap_max"], drawn_off)
                 if gap > self.policy.logprob_tolerance or worst > LOG_RATIO_LIMIT:
                     self.totals["audits_failed"] += 1
                     suspects[worker_id] = (
                         f"behaviour log-probs differ by {gap:.3f} nats/token from v{version}'s, the version the "
                         f"group claims (tolerance {self.policy.logprob_tolerance}; {worst:.1f} at its worst token, "
                         f"limit {LOG_RATIO_LIMIT:g})")
+                elif self.policy.check_draws and drawn_off > self.policy.draw_tolerance:
+                    self.totals["audits_failed"] += 1
+                    self.totals["draws_failed"] += 1
+                    suspects[worker_id] = (
+                        f"tokens not drawn from their lease's randomness: a token lies {drawn_off:.3f} outside the "
+                        f"interval its draw picks under v{version} (tolerance {self.policy.draw_tolerance}): "
+                        f"chosen, not sampled")
         return suspects
 
     def pop_metrics(self) -> dict[str, float]:
         """Audit metrics since the last call (one learner step): ``audit_rate_mean`` (the mean
         probability with which the step's groups were audited), ``audited_groups``, ``audit_seconds``,
-        ``groups_unauditable`` (drawn for an audit whose version is not kept: left out)."""
+        ``groups_unauditable`` (drawn for an audit whose version is not kept: left out),
+        ``audit_draw_gap_max`` (the farthest an audited token's draw fell outside its interval: an
+        honest fleet's margin under ``verification.draw_tolerance``)."""
         tally, self._tally = self._tally, Counter()
         return {"audit_rate_mean": tally["rate_sum"] / max(tally["groups"], 1),
                 "audited_groups": tally["audited_groups"], "audit_seconds": tally["audit_seconds"],
-                "groups_unauditable": tally["groups_unauditable"]}
+                "groups_unauditable": tally["groups_unauditable"], "audit_draw_gap_max": tally["draw_gap_max"]}
 
     @torch.no_grad()
     def _audit_model(self, version: int, parameters: dict[str, torch.Tensor]) -> torch.nn.Module:
@@ -208,28 +226,44 @@ class Verifier:
 
     @torch.no_grad()
     def _gaps(self, model: torch.nn.Module, pieces: list[tuple[Group, str]],
-              version: int) -> list[tuple[float, float, int]]:
+              version: int) -> list[tuple[float, float, int, float]]:
         """Per (group, worker): mean and worst |recomputed - reported| log-prob over the tokens of its
         completions that ``version`` sampled on that worker (the model's own, not those an
-        environment inserted), and how many tokens that is."""
+        environment inserted), how many tokens that is, and how far its farthest token lies
+        outside the interval its draw picks (0 when every token is drawn, or no draws are recorded)."""
         encode = lambda text: self.tokenizer(text)["input_ids"]  # noqa: E731
         prompts = {id(g): g.prompt_rows(encode) for g, _ in pieces}
         rows = [(k, g, i) for k, (g, _) in enumerate(pieces) for i in range(len(g.token_ids))]
         gap, tokens, worst = torch.zeros(len(pieces)), torch.zeros(len(pieces)), torch.zeros(len(pieces))
+        drawn_off = torch.zeros(len(pieces), dtype=torch.float64)
+        checks_draws = self.policy.check_draws
         for start in range(0, len(rows), ROWS_PER_PASS):
             chunk = rows[start : start + ROWS_PER_PASS]
-            logprobs, mask = completion_logprobs(model, [prompts[id(g)][i] for _, g, i in chunk],
-                                                 [g.token_ids[i] for _, g, i in chunk], pad_id=self.tokenizer.pad_token_id,
-                                                 temperature=self.policy.temperature)
+            scores = completion_scores(model, [prompts[id(g)][i] for _, g, i in chunk],
+                                       [g.token_ids[i] for _, g, i in chunk], pad_id=self.tokenizer.pad_token_id,
+                                       temperature=self.policy.temperature, intervals=checks_draws)
+            logprobs, mask = scores.logprobs, scores.mask
             reported = torch.zeros_like(logprobs)
+            uniforms = torch.full(logprobs.shape, float("nan"), dtype=torch.float64)
             for row, (k, g, i) in enumerate(chunk):
                 reported[row, : len(g.logprobs[i])] = torch.tensor(g.logprobs[i], dtype=reported.dtype)
                 mask[row, : len(g.logprobs[i])] *= torch.tensor(g.mask_at(i, version, pieces[k][1]), dtype=mask.dtype,
                                                                 device=mask.device)
+                if checks_draws and g.turn_draws is not None:
+                    drawn = turn_uniforms(len(g.token_ids[i]), g.model_mask(i), g.turn_draws[i])
+                    uniforms[row, : len(drawn)] = torch.tensor([float("nan") if u is None else u for u in drawn],
+                                                               dtype=torch.float64)
             token_gaps = ((logprobs - reported).abs() * mask).cpu()
             per_row, counted, row_worst = token_gaps.sum(dim=1), mask.sum(dim=1).cpu(), token_gaps.amax(dim=1)
+            if scores.intervals is not None:
+                low, high = (bound.cpu() for bound in scores.intervals)
+                off = draw_gaps(low, high, uniforms)
+                counted_off = torch.where((mask.cpu() > 0) & ~torch.isnan(off), off, 0.0).amax(dim=1)
             for row, (k, _, _) in enumerate(chunk):
                 gap[k] += per_row[row]
                 tokens[k] += counted[row]
                 worst[k] = torch.maximum(worst[k], row_worst[row])
-        return list(zip((gap / tokens.clamp(min=1)).tolist(), worst.tolist(), tokens.int().tolist()))
+                if scores.intervals is not None:
+                    drawn_off[k] = torch.maximum(drawn_off[k], counted_off[row])
+        return list(zip((gap / tokens.clamp(min=1)).tolist(), worst.tolist(), tokens.int().tolist(),
+                        drawn_off.tolist()))

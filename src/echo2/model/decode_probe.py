@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import time
 
-import torch
-
+from echo2.model.draws import Draws
 from echo2.model.loading import load_model, pin_threads
 from echo2.model.sampling import sample
 
@@ -32,10 +31,9 @@ def decode_steps(model_name: str, dtype: str, threads: int, sizes: tuple[int, ..
     def seconds(rows: int, tokens: int) -> float:
         best = float("inf")
         for repeat in range(repeats):
-            generator = torch.Generator().manual_seed(repeat)
             started = time.perf_counter()
             sample(model, prompt * rows, max_new_tokens=tokens, eos_id=-1, pad_id=0, temperature=1.0,
-                   generator=generator)
+                   draws=Draws.seeded(repeat, rows))
             best = min(best, time.perf_counter() - started)
         return best
 

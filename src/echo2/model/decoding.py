@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface, Cache
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from echo2.model.draws import inverse_cdf
 from echo2.model.tokens import Prefill
 
 log = logging.getLogger(__name__)
@@ -84,17 +85,16 @@ class Choice:
     eos_id: int
     pad_id: int
 
-    def __call__(self, logits: torch.Tensor, noise: torch.Tensor,
+    def __call__(self, logits: torch.Tensor, uniforms: torch.Tensor,
                  finished: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(token, its log-prob under ``softmax(logits / T)``, finished after it) for every row.
 
-        Sampling is the exponential race ``argmax(p / E)`` with ``E ~ Exp(1)`` drawn into ``noise``
-        by the caller: an exact draw from ``p`` and the very computation of ``torch.multinomial(p, 1)``
-        (ATen's one-sample path, so the same generator gives the same tokens), written out so that
-        no random-number call sits inside a captured graph. A finished row emits ``pad_id``.
+        Sampling is the inverse CDF at each row's uniform, put into ``uniforms`` by the caller
+        (:mod:`echo2.model.draws`: the verifiable rule, the same draws on any device), so that no
+        random-number call sits inside a captured graph. A finished row emits ``pad_id``.
         """
         logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-        token = logp.argmax(dim=-1) if self.greedy else (logp.exp() / noise).argmax(dim=-1)
+        token = logp.argmax(dim=-1) if self.greedy else inverse_cdf(logp, uniforms)
         token = torch.where(finished, self.pad_id, token)
         return token, logp.gather(-1, token[:, None]).squeeze(-1), finished | (token == self.eos_id)
 
@@ -102,8 +102,8 @@ class Choice:
 class DecodeSession(Protocol):
     """One call of :func:`~echo2.model.sampling.sample`: a token per row per step, from the prefill on."""
 
-    noise: torch.Tensor
-    """[rows, vocab] float32: the caller fills it with Exp(1) draws before each sampled step."""
+    uniforms: torch.Tensor
+    """[rows] float64: the caller puts each row's draw in it before each sampled step."""
     finished: torch.Tensor
     """[rows] bool: which rows have emitted EOS."""
     check_every: int
@@ -121,8 +121,8 @@ class Decoder(Protocol):
         """A session that continues from ``start`` for up to ``max_new_tokens`` tokens."""
 
 
-def _noise_like(logits: torch.Tensor) -> torch.Tensor:
-    return torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
+def _uniforms_for(logits: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(logits.shape[0], dtype=torch.float64, device=logits.device)
 
 
 class _DynamicSession:
@@ -131,13 +131,13 @@ class _DynamicSession:
     def __init__(self, model: torch.nn.Module, start: Prefill, choice: Choice) -> None:
         self.model, self.choice, self.logits = model, choice, start.next_logits
         self.cache, self.mask, self.position = start.cache, start.attention_mask, start.next_position
-        self.noise = _noise_like(start.next_logits)
+        self.uniforms = _uniforms_for(start.next_logits)
         self.finished = torch.zeros(len(start.next_position), dtype=torch.bool, device=start.next_logits.device)
         self.tokens: list[torch.Tensor] = []
         self.logprobs: list[torch.Tensor] = []
 
     def step(self, last: bool) -> None:
-        token, logprob, self.finished = self.choice(self.logits, self.noise, self.finished)
+        token, logprob, self.finished = self.choice(self.logits, self.uniforms, self.finished)
         self.tokens.append(token)
         self.logprobs.append(logprob)
         if last:
@@ -190,7 +190,7 @@ class _Buffers:
 
     cache: SlotCache
     logits: torch.Tensor  # [rows, vocab] the logits the next token is chosen from
-    noise: torch.Tensor  # [rows, vocab] float32 Exp(1) draws, filled by the caller each step
+    uniforms: torch.Tensor  # [rows] float64 draws (echo2.model.draws), filled by the caller each step
     finished: torch.Tensor  # [rows] bool
     token: torch.Tensor  # [rows, 1] the chosen token, the model's next input
     position: torch.Tensor  # [rows, 1] its position id
@@ -225,7 +225,7 @@ class _StaticSession:
 
     def __init__(self, model: torch.nn.Module, buffers: _Buffers, start: Prefill, choice: Choice) -> None:
         self.model, self.buffers, self.start, self.choice = model, buffers, start, choice
-        self.noise, self.finished = buffers.noise, buffers.finished
+        self.uniforms, self.finished = buffers.uniforms, buffers.finished
         self.steps = 0
         self.reset()
 
@@ -247,7 +247,7 @@ class _StaticSession:
     def run(self) -> None:
         """One whole step on the buffers (what a graph captures): choose, record, run the model, advance."""
         b = self.buffers
-        token, logprob, finished = self.choice(b.logits, b.noise, b.finished)
+        token, logprob, finished = self.choice(b.logits, b.uniforms, b.finished)
         b.finished.copy_(finished)
         b.tokens.index_copy_(1, b.step, token[:, None])
         b.logprobs.index_copy_(1, b.step, logprob[:, None])
@@ -320,7 +320,7 @@ class StaticDecoder:
         buffers = _Buffers(
             cache=SlotCache([k.new_zeros((rows, k.shape[1], length, k.shape[3])) for k, _ in layers],
                             [v.new_zeros((rows, v.shape[1], length, v.shape[3])) for _, v in layers], zeros(1)),
-            logits=torch.zeros_like(logits), noise=_noise_like(logits), finished=zeros(rows, dtype=torch.bool),
+            logits=torch.zeros_like(logits), uniforms=_uniforms_for(logits), finished=zeros(rows, dtype=torch.bool),
             token=zeros(rows, 1), position=zeros(rows, 1), visible=zeros(rows, 1, 1, length, dtype=torch.bool),
             step=zeros(1), tokens=zeros(rows, length), logprobs=zeros(rows, length, dtype=torch.float32))
         self._shapes[key] = buffers

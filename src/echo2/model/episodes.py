@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the coordinator replays episodes and imports no torch
+    from echo2.model.draws import Draws
     from echo2.model.sampling import Samples
 
 #: ``respond(rows, replies)``: for each row still playing, its model replies so far (decoded);
@@ -77,11 +78,16 @@ def segments(mask: Sequence[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
-def run_episodes(prompt_ids: list[list[int]], *, sample: Callable[[list[list[int]]], Samples], respond: Respond,
-                 encode: Callable[[str], list[int]], decode: Callable[[list[int]], str], max_turns: int,
-                 version: Callable[[], int], between_turns: Callable[[], None] | None = None,
-                 max_context: int | None = None, eos_id: int | None = None) -> list[Episode]:
+def run_episodes(prompt_ids: list[list[int]], *, sample: Callable[[list[list[int]], Draws | None], Samples],
+                 respond: Respond, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],
+                 max_turns: int, version: Callable[[], int], between_turns: Callable[[], None] | None = None,
+                 max_context: int | None = None, eos_id: int | None = None, draws: Draws | None = None
+                 ) -> list[Episode]:
     """One episode per row of ``prompt_ids`` (repeat a prompt G times for a group).
+
+    ``draws``: the rows' draw keys (:mod:`echo2.model.draws`; None: ``sample`` draws nothing, greedy):
+    each turn samples its rows' tokens from the positions after their model tokens so far, so
+    an episode's draws run on across its turns as one completion's would.
 
     Every turn samples all rows still playing in one batch; ``respond`` then answers them; a row
     whose answer is None, or whose context with the answer would reach ``max_context`` tokens
@@ -99,7 +105,8 @@ def run_episodes(prompt_ids: list[list[int]], *, sample: Callable[[list[list[int
         if turn and between_turns is not None:
             between_turns()
         sampled_by = version()
-        samples = sample([contexts[row] for row in playing])
+        turn_draws = draws.select(playing, [sum(episodes[row].mask) for row in playing]) if draws else None
+        samples = sample([contexts[row] for row in playing], turn_draws)
         for row, ids, logprobs in zip(playing, samples.completion_ids, samples.logprobs):
             episodes[row].add(ids, logprobs)
             episodes[row].turn_versions.append(sampled_by)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from echo2.model.draws import Draws
 from echo2.model.episodes import Episode, observation_ids, run_episodes
 from echo2.model.sampling import sample
 from echo2.tasks import Example, Task
@@ -75,7 +76,6 @@ def evaluate(
     episode each (a second generation pass over the prompts, as long as the first)."""
     was_training = model.training
     model.eval()
-    generator = torch.Generator().manual_seed(seed)
     correct, first_correct, reward_sum, shown_examples = 0, 0, 0.0, []
     well_formed, well_formed_correct, greedy_tokens, turns = 0, 0, 0, 0
     window = getattr(model.config, "max_position_embeddings", None)
@@ -83,19 +83,20 @@ def evaluate(
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
 
-        def play(sample_kwargs: dict) -> list[Episode]:
+        def play(sample_kwargs: dict, draws: Draws | None = None) -> list[Episode]:
             return run_episodes(
                 [tokenizer(e.prompt)["input_ids"] for e in chunk],
-                sample=lambda contexts: sample(model, contexts, **common, **sample_kwargs),
+                sample=lambda contexts, draws: sample(model, contexts, **common, **sample_kwargs, draws=draws),
                 respond=lambda rows, replies: [task.respond(chunk[row], said) for row, said in zip(rows, replies)],
                 encode=lambda text: observation_ids(tokenizer, text),
                 decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
                 max_turns=task.max_turns, version=lambda: 0,
-                max_context=window - max_new_tokens if window else None, eos_id=tokenizer.eos_token_id)
+                max_context=window - max_new_tokens if window else None, eos_id=tokenizer.eos_token_id,
+                draws=draws)
 
         greedy = play({"greedy": True})
-        temperature_episodes = (play({"temperature": temperature, "generator": generator}) if sampled
-                                else [None] * len(chunk))
+        draws = Draws([(seed, start + row) for row in range(len(chunk))])  # example i: row i of the eval's seed
+        temperature_episodes = (play({"temperature": temperature}, draws) if sampled else [None] * len(chunk))
         for example, episode, sampled_episode in zip(chunk, greedy, temperature_episodes):
             right, formed = task.episode_correct(example, episode.replies), task.is_well_formed(episode.replies[-1])
             correct += right

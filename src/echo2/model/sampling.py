@@ -17,6 +17,7 @@ import torch
 from transformers import PreTrainedModel
 
 from echo2.model.decoding import Choice, Decoder, DynamicDecoder
+from echo2.model.draws import Draws
 from echo2.model.tokens import prefill
 
 
@@ -32,15 +33,6 @@ class Samples:
         return sum(len(c) for c in self.completion_ids)
 
 
-def draw_exponential(noise: torch.Tensor, generator: torch.Generator | None) -> None:
-    """Fill ``noise`` with Exp(1) draws from ``generator``, drawn where the generator lives (a CPU
-    generator for a model on a GPU draws on the host): the same stream on any device."""
-    if generator is None or generator.device.type == noise.device.type:  # "cuda" and "cuda:0" are one device
-        noise.exponential_(generator=generator)
-    else:
-        noise.copy_(torch.empty(noise.shape, dtype=noise.dtype).exponential_(generator=generator))
-
-
 @torch.no_grad()
 def sample(
     model: PreTrainedModel,
@@ -51,13 +43,14 @@ def sample(
     pad_id: int,
     temperature: float = 1.0,
     greedy: bool = False,
-    generator: torch.Generator | None = None,
+    draws: Draws | None = None,
     share_prompts: bool = True,
     decoder: Decoder | None = None,
 ) -> Samples:
-    """Sample one completion for every row of ``prompt_ids`` (repeat a prompt G times for a group).
+    """Sample one completion for every row of ``prompt_ids`` (repeat a prompt G times for a group),
+    each token drawn from ``draws`` by the verifiable rule (:mod:`echo2.model.draws`).
 
-    With ``greedy`` the argmax token is taken and ``logprobs`` are those of the
+    With ``greedy`` the argmax token is taken (no ``draws``) and ``logprobs`` are those of the
     temperature-scaled distribution all the same. ``share_prompts=False`` runs every row's
     prompt on its own (the cost without :func:`~echo2.model.tokens.prefill`'s sharing, for benchmarks).
     ``decoder`` runs the per-token steps (:mod:`echo2.model.decoding`: dynamic by default; a
@@ -65,12 +58,15 @@ def sample(
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not greedy and (draws is None or len(draws.keys) != len(prompt_ids)):
+        raise ValueError(f"sampling {len(prompt_ids)} rows needs one draw key per row (echo2.model.draws.Draws)")
     start = prefill(model, prompt_ids, pad_id, share=share_prompts)
     choice = Choice(temperature=temperature, greedy=greedy, eos_id=eos_id, pad_id=pad_id)
     session = (decoder or DynamicDecoder()).begin(model, start, max_new_tokens, choice)
     for step in range(max_new_tokens):
         if not greedy:
-            draw_exponential(session.noise, generator)
+            assert draws is not None
+            session.uniforms.copy_(draws.at(step))
         session.step(last=step == max_new_tokens - 1)
         if step % session.check_every == session.check_every - 1 and bool(session.finished.all()):
             break

@@ -3,7 +3,10 @@ into the submission (tokens and behaviour log-probs; no reward: the coordinator 
 
 A single-turn task samples once per row; a multi-turn one plays turns, the coordinator's
 environment answering between them (:mod:`echo2.model.episodes`), newer weights swapped in between
-turns when the run allows it (async).
+turns when the run allows it (async). Every token is drawn from the lease's ``draw_seed`` by the
+verifiable rule (:mod:`echo2.model.draws`): completion ``i`` of slot ``s`` is row ``row_key(s, i)``
+(a sampling request's own ``seed``, when it gave one, keys its rows ``0..n-1`` instead, so that a
+client's seed gives the same completions in any lease).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from echo2.core.draw_rule import request_draw, row_key
+from echo2.model.draws import Draws
 from echo2.model.episodes import Episode, observation_ids, run_episodes
 from echo2.model.sampling import stop_length
 from echo2.protocol import (
@@ -37,8 +42,6 @@ class LeaseGenerator:
     engine: Any
     """The worker's engine (:mod:`echo2.rollout.engines`)."""
     tokenizer: Any
-    generator: Any
-    """The worker's sampling generator (seeded per worker: :func:`echo2.rollout.worker.sampling_seed`)."""
     client: CoordinatorClient
     stop: threading.Event
     throughput_factor: float = 1.0
@@ -64,7 +67,9 @@ class LeaseGenerator:
         """The submission of ``lease`` (events left for the caller to add) and the seconds it took;
         ``version``: the weights' version now; ``between_turns``: swaps newer weights in."""
         clock, cpu = time.perf_counter(), time.thread_time()
-        work = ({"samples": self._serve(lease.samples)} if lease.samples
+        if lease.draw_seed is None:
+            raise ValueError(f"lease {lease.lease_id} carries no draw_seed: this coordinator predates verifiable draws")
+        work = ({"samples": self._serve(lease.samples, lease.draw_seed)} if lease.samples
                 else {"groups": self._groups(lease, version, between_turns)})
         seconds = time.perf_counter() - clock
         if self.throughput_factor < 1:
@@ -85,7 +90,7 @@ class LeaseGenerator:
             for e in episodes[index * group_size : (index + 1) * group_size]
         ]) for index, prompt in enumerate(lease.prompts)]
 
-    def _serve(self, requests: list[LeasedSample]) -> list[SampleResult]:
+    def _serve(self, requests: list[LeasedSample], draw_seed: int) -> list[SampleResult]:
         """A training service's requests (in the lease's order): their completions cut at their
         stops, and each prompt's log-probs when asked for.
 
@@ -102,17 +107,17 @@ class LeaseGenerator:
             batches.setdefault(alike, []).append(request)
         results = {}
         for batch in batches.values():
-            results.update(zip((r.slot for r in batch), self._serve_alike(batch)))
+            results.update(zip((r.slot for r in batch), self._serve_alike(batch, draw_seed)))
         return [results[request.slot] for request in requests]
 
-    def _serve_alike(self, batch: list[LeasedSample]) -> list[SampleResult]:
+    def _serve_alike(self, batch: list[LeasedSample], draw_seed: int) -> list[SampleResult]:
         first = batch[0]
-        generator = self.engine.generator(first.seed) if first.seed is not None else self.generator
         eos = self.tokenizer.eos_token_id
         stops = {eos} if first.stop_ids is None else set(first.stop_ids)
+        draws = Draws([request_draw(r.seed, r.slot, i, draw_seed) for r in batch for i in range(r.num_samples)])
         samples = self.engine.sample_with(first.sampler, [r.prompt_ids for r in batch for _ in range(r.num_samples)],
                                           first.max_tokens, first.temperature, eos if first.stop_ids is None else -1,
-                                          generator)
+                                          draws)
         rows = iter(zip(samples.completion_ids, samples.logprobs))
         results = []
         for request in batch:
@@ -139,9 +144,12 @@ class LeaseGenerator:
             return self.client.respond(RespondRequest(lease_id=lease.lease_id, items=items)).observations
 
         window = self.engine.max_context  # a next turn must fit whole in the model's window
-        return run_episodes(prompt_ids, sample=lambda contexts: self.engine.generate(contexts, self.generator),
+        assert lease.draw_seed is not None
+        draws = Draws([(lease.draw_seed, row_key(slot, index % group_size)) for index, slot in enumerate(slots)])
+        return run_episodes(prompt_ids, sample=self.engine.generate, draws=draws,
                             respond=respond, encode=lambda text: observation_ids(tokenizer, text),
                             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
                             max_turns=spec.max_turns, version=version, between_turns=between_turns,
                             max_context=window - spec.max_new_tokens if window else None,
                             eos_id=tokenizer.eos_token_id)
+

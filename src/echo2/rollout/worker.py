@@ -28,7 +28,6 @@ import socket
 import ssl
 import threading
 import time
-import zlib
 
 import torch
 
@@ -56,12 +55,6 @@ from echo2.rollout.timeline import WorkerTimeline
 from echo2.rollout.weights import WorkerWeights
 
 log = logging.getLogger("echo2.worker")
-
-
-def sampling_seed(run_seed: int, worker_id: str) -> int:
-    """The seed of a worker's sampling generator: the run's seed and the worker's id, the same in
-    every process (``zlib.crc32``, not ``hash()``, which changes with ``PYTHONHASHSEED``)."""
-    return run_seed * 1000 + zlib.crc32(worker_id.encode()) % 1000
 
 
 class RolloutWorker:
@@ -112,9 +105,7 @@ class RolloutWorker:
         threading.Thread(target=self._heartbeats, daemon=True, name="echo2-heartbeats").start()
         tokenizer = load_tokenizer(spec.model)
         self.engine = load_engine(spec, tokenizer.eos_token_id, tokenizer.pad_token_id, self.device)
-        self.generation = LeaseGenerator(spec, self.engine, tokenizer,
-                                         self.engine.generator(sampling_seed(spec.seed, registration.worker_id)),
-                                         self.client, self.stop, self.throughput_factor)
+        self.generation = LeaseGenerator(spec, self.engine, tokenizer, self.client, self.stop, self.throughput_factor)
         self._fetch_first_weights()
         return spec
 

@@ -39,10 +39,12 @@ from echo2.broadcast.bundle import SamplerAdapter, bundle_payload, peft_tensors
 from echo2.broadcast.publisher import Publisher
 from echo2.coordinator.records import Lease
 from echo2.coordinator.state import CoordinatorState
+from echo2.core.draw_rule import request_draw, uniform
 from echo2.core.sample_queue import SampleWork
-from echo2.learner.logprobs import completion_logprobs
+from echo2.learner.logprobs import completion_scores
 from echo2.learner.objectives.surrogate import LOG_RATIO_LIMIT
 from echo2.learner.verification import AuditRates
+from echo2.model.draws import draw_gaps
 from echo2.model.sampling import prompt_logprobs
 from echo2.protocol import LeasedSample, SampleResult, leased_sample
 from echo2.rollout.engines.bundles import BASE_SAMPLER, SamplerWeights
@@ -74,6 +76,9 @@ class AuditSettings:
     floor: float
     tolerance: float
     """Mean |recomputed - reported| log-prob per token above which a result is a lie (nats)."""
+    check_draws: bool = True
+    """Also check each token is the one its lease's draws pick (:mod:`echo2.model.draws`)."""
+    draw_tolerance: float = 0.01
 
 
 @dataclass
@@ -134,6 +139,8 @@ class SamplingDesk:
         self._auditor = SamplerWeights(copy.deepcopy(models.base).eval())
         """A plain copy of the base model, each audited sampler merged in as workers merge it."""
         self.counts = {"audited": 0, "audits_failed": 0, "returned": 0, "timed_out": 0, "poisoned": 0}
+        self.draw_gap_max = 0.0
+        """The farthest an audited token's draw fell outside its interval (an honest fleet's margin)."""
 
     # ------------------------------------------------------------------ samplers and versions
     def publish(self) -> int:
@@ -356,7 +363,7 @@ class SamplingDesk:
                 continue
             audited = True
             self.counts["audited"] += 1
-            if (why := self._disagreement(lease.version, work.request, result)) is not None:
+            if (why := self._disagreement(lease.version, work.request, result, lease.draw_seed)) is not None:
                 self.counts["audits_failed"] += 1
                 self.state.quarantine(worker_id, f"sampling results failed their audit: {why}")
                 live = [w for w in works.values() if w.request_id in self.pending]
@@ -377,12 +384,15 @@ class SamplingDesk:
             self.state.delivered(worker_id)
 
     @torch.no_grad()
-    def _disagreement(self, version: int, asked: LeasedSample, result: SampleResult) -> str | None:
-        """Why ``result`` cannot be what sampler ``asked.sampler`` sampled (None: it agrees)."""
+    def _disagreement(self, version: int, asked: LeasedSample, result: SampleResult, draw_seed: int) -> str | None:
+        """Why ``result`` cannot be what sampler ``asked.sampler`` sampled from the lease's draws
+        (None: it agrees): its log-probs are not the sampler's, or a token is not the one its
+        draw picks (:mod:`echo2.model.draws`: text chosen, not sampled)."""
         model = self._auditor.use(asked.sampler)
-        logprobs, mask = completion_logprobs(model, [asked.prompt_ids] * len(result.sequences),
-                                             [s.token_ids for s in result.sequences],
-                                             pad_id=self.models.tokenizer.pad_token_id or 0, temperature=asked.temperature)
+        scores = completion_scores(model, [asked.prompt_ids] * len(result.sequences),
+                                   [s.token_ids for s in result.sequences], pad_id=self.models.tokenizer.pad_token_id or 0,
+                                   temperature=asked.temperature, intervals=self.audit.check_draws)
+        logprobs, mask = scores.logprobs, scores.mask
         reported = torch.zeros_like(logprobs)
         for row, sequence in enumerate(result.sequences):
             reported[row, : len(sequence.logprobs)] = torch.tensor(sequence.logprobs)
@@ -395,6 +405,19 @@ class SamplingDesk:
         if gap > self.audit.tolerance or worst > LOG_RATIO_LIMIT:
             return (f"log-probs differ by {gap:.3f} nats/token from sampler {asked.sampler}'s at v{version} "
                     f"(tolerance {self.audit.tolerance}; {worst:.1f} at the worst token)")
+        if scores.intervals is not None:
+            uniforms = torch.full(logprobs.shape, float("nan"), dtype=torch.float64)
+            for row, sequence in enumerate(result.sequences):
+                seed, key = request_draw(asked.seed, result.slot, row, draw_seed)
+                uniforms[row, : len(sequence.token_ids)] = torch.tensor(
+                    [uniform(seed, key, position) for position in range(len(sequence.token_ids))], dtype=torch.float64)
+            off = draw_gaps(*(bound.cpu() for bound in scores.intervals), uniforms)
+            farthest = float(torch.where(mask.cpu() > 0, off, 0.0).max())
+            self.draw_gap_max = max(self.draw_gap_max, farthest)
+            if farthest > self.audit.draw_tolerance:
+                return (f"tokens not drawn from the lease's randomness: one lies {farthest:.3f} outside the interval "
+                        f"its draw picks under sampler {asked.sampler} at v{version} (tolerance "
+                        f"{self.audit.draw_tolerance}): chosen, not sampled")
         return None
 
     def refused(self, work: SampleWork, why: str) -> None:

@@ -3,17 +3,18 @@
 ``hf`` (the portable default) runs the HF model in the worker process with echo2's own sampler;
 ``vllm`` runs vLLM on a GPU (``pip install 'echo2[vllm]'``); ``rollout.engine=module:Class`` names
 one of your own. Each returns a completion's tokens with the log-prob of each sampled token under
-``softmax(logits / T)`` and loads a version's verified payload in place, so the worker code
-around them is the same: :class:`Engine` is every method and attribute the worker uses.
+``softmax(logits / T)``, each token drawn from the lease's draws by the verifiable rule
+(:mod:`echo2.model.draws`: what the audits replay), and loads a version's verified payload in
+place, so the worker code around them is the same: :class:`Engine` is every method and attribute
+the worker uses.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-import torch
-
 from echo2.config.base import import_path
+from echo2.model.draws import Draws
 from echo2.model.sampling import Samples
 from echo2.protocol import RunSpec
 
@@ -28,11 +29,9 @@ class Engine(Protocol):
     max_context: int | None
     """The model's window in tokens (None: unbounded): an episode whose next turn would not fit ends."""
 
-    def generator(self, seed: int) -> torch.Generator:
-        """A random generator seeded with ``seed``, on the device where this engine draws its samples."""
-
-    def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
-        """One completion per row of ``prompt_ids`` (a prompt repeated G times makes a group)."""
+    def generate(self, prompt_ids: list[list[int]], draws: Draws) -> Samples:
+        """One completion per row of ``prompt_ids`` (a prompt repeated G times makes a group), row
+        ``i``'s tokens drawn from ``draws`` row ``i``."""
 
     def load(self, payload: bytes, sha256: str) -> None:
         """Apply a verified version payload (full weights or a LoRA adapter) in place."""
@@ -48,7 +47,7 @@ class ServingEngine(Engine, Protocol):
     naming one; an agent run's, whose requests name ``""``, the run's own weights."""
 
     def sample_with(self, sampler: str, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
-                    eos_id: int, generator: torch.Generator) -> Samples:
+                    eos_id: int, draws: Draws) -> Samples:
         """One completion per row by sampler ``sampler`` (``eos_id`` -1: no end-of-sequence stop)."""
 
     def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
@@ -65,7 +64,7 @@ def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") ->
     engine = engine_class(spec, eos_id, pad_id, device)
     needed = ServingEngine if spec.serves_requests else Engine
     if not isinstance(engine, needed):
-        names = ("max_context", "generator", "generate", "load", "groups_that_fit",
+        names = ("max_context", "generate", "load", "groups_that_fit",
                  *(("sample_with", "prompt_logprobs") if spec.serves_requests else ()))
         missing = [name for name in names if not hasattr(engine, name)]
         raise TypeError(f"{what} is not an engine {'that serves sampling requests ' if spec.serves_requests else ''}"

@@ -18,6 +18,7 @@ from echo2.broadcast.integrity import sha256 as payload_sha256
 from echo2.broadcast.payload import load_parameters
 from echo2.core.lease_sizing import groups_that_fit
 from echo2.model.decoding import StaticDecoder
+from echo2.model.draws import Draws
 from echo2.model.loading import load_model, resolve_device
 from echo2.model.lora import MergedCopy, add_adapter
 from echo2.model.sampling import Samples, prompt_logprobs, sample
@@ -45,16 +46,9 @@ class HfEngine:
         self.max_context: int | None = getattr(model.config, "max_position_embeddings", None)
         """The model's window: an episode whose next turn would not fit ends (:mod:`echo2.model.episodes`)."""
 
-    def generator(self, seed: int) -> torch.Generator:
-        """On the model's device: a CPU generator would copy every token's distribution to the host
-        and draw there, which made sampling 5.3x slower on an H200 (docs/real-model.md, GPU). The
-        draws then differ between a CPU and a GPU worker of the same seed; each is reproducible."""
-        return torch.Generator(device=model_device(self.sampling_model)).manual_seed(seed)
-
-    def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
+    def generate(self, prompt_ids: list[list[int]], draws: Draws) -> Samples:
         return sample(self.sampling_model, prompt_ids, max_new_tokens=self.spec.max_new_tokens, eos_id=self.eos_id,
-                      pad_id=self.pad_id, temperature=self.spec.temperature, generator=generator,
-                      decoder=self.decoder)
+                      pad_id=self.pad_id, temperature=self.spec.temperature, draws=draws, decoder=self.decoder)
 
     def groups_that_fit(self, context_tokens: int, most: int) -> int:
         """As many groups as the device's free memory holds the decoding of
@@ -74,10 +68,10 @@ class HfEngine:
 
     # ------------------------------------------------------------------ a training service's requests
     def sample_with(self, sampler: str, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
-                    eos_id: int, generator: torch.Generator) -> Samples:
+                    eos_id: int, draws: Draws) -> Samples:
         """Completions of ``prompt_ids`` by sampler ``sampler`` of the bundle held (``eos_id`` -1: none)."""
         return sample(self._sampler(sampler), prompt_ids, max_new_tokens=max_new_tokens, eos_id=eos_id,
-                      pad_id=self.pad_id, temperature=temperature, generator=generator, decoder=self.decoder)
+                      pad_id=self.pad_id, temperature=temperature, draws=draws, decoder=self.decoder)
 
     def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
         return prompt_logprobs(self._sampler(sampler), prompt_ids, temperature)

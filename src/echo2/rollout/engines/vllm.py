@@ -30,6 +30,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save_file
 
 from echo2.broadcast.integrity import CorruptPayload, sha256
+from echo2.model.draws import Draws, splitmix64
 from echo2.model.loading import resolve_model_path
 from echo2.model.sampling import Samples
 from echo2.protocol import AdapterSpec, RunSpec
@@ -85,6 +86,10 @@ def samples_from_outputs(outputs: Iterable[Any]) -> Samples:
 class VllmEngine:
     def __init__(self, spec: RunSpec, eos_id: int, pad_id: int, device: str = "cuda") -> None:
         """``device``: vLLM places itself on the GPU, whatever it says."""
+        if spec.check_draws:
+            raise RuntimeError("rollout.engine=vllm samples with vLLM's own sampler, not echo2's verifiable draws "
+                               "(echo2.model.draws): run it with verification.check_draws=false, or use "
+                               "rollout.engine=hf")
         self.vllm = require_vllm()
         self.spec, self.eos_id, self.pad_id = spec, eos_id, pad_id
         adapter = spec.adapter
@@ -100,12 +105,10 @@ class VllmEngine:
         """Not checked between turns here (as before the Protocol named it): vLLM refuses a prompt
         past its own ``max_model_len``."""
 
-    def generator(self, seed: int) -> torch.Generator:
-        """On the CPU: it only draws each row's vLLM sampling seed."""
-        return torch.Generator().manual_seed(seed)
-
-    def generate(self, prompt_ids: list[list[int]], generator: torch.Generator) -> Samples:
-        seeds = torch.randint(2**31 - 1, (len(prompt_ids),), generator=generator).tolist()
+    def generate(self, prompt_ids: list[list[int]], draws: Draws) -> Samples:
+        """vLLM's own sampler, seeded per row from ``draws``' keys: reproducible, not the verifiable
+        rule (the engine refuses to start in a run that audits draws, see ``__init__``)."""
+        seeds = [splitmix64(seed ^ splitmix64(row)) % (2**31 - 1) for seed, row in draws.keys]
         params = [self.vllm.SamplingParams(temperature=self.spec.temperature, max_tokens=self.spec.max_new_tokens,
                                            logprobs=0, seed=seed, stop_token_ids=[self.eos_id]) for seed in seeds]
         prompts = [{"prompt_token_ids": ids} for ids in prompt_ids]
