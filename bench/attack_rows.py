@@ -10,7 +10,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from attack_runs import AUDIT_KINDS, Attack, Outcome
+from attack_runs import AUDIT_KINDS, CHOOSING_KINDS, Attack, Outcome
 from attackers.session import INVENTED_LOGPROB, MIB
 
 
@@ -45,8 +45,11 @@ def audit_row(run: Outcome, spec: Attack) -> dict[str, Any]:
         "quarantine_reason": q["reason"] if q else None,
     }
     gap = re.search(r"differ by ([0-9.]+) nats/token from v(\d+)'s.*tolerance ([0-9.]+)", q["reason"]) if q else None
+    drawn = re.search(r"lies ([0-9.]+) outside the interval its draw picks under v(\d+) \(tolerance ([0-9.]+)\)",
+                      q["reason"]) if q else None
     caught = (f"audit gap {gap.group(1)} nats/tok vs v{gap.group(2)} (tol {gap.group(3)})" if gap
-              else f"quarantined by the learner's step: {q['reason']}" if q else "never quarantined")
+              else f"draws: a token {drawn.group(1)} outside its interval at v{drawn.group(2)} (tol {drawn.group(3)})"
+              if drawn else f"quarantined by the learner's step: {q['reason']}" if q else "never quarantined")
     if spec.kind == "fabricate_old":
         lags = [e["published"] - e["version"] for e in submitted]
         row["claimed_lag_max"] = max(lags, default=None)
@@ -71,6 +74,8 @@ def audit_row(run: Outcome, spec: Attack) -> dict[str, Any]:
         expected = f"{row['expected_trained_before_catch']:.1f}" if onset else "-"
         row["how"] = (f"honest for {row['honest_groups_before_cheating']} groups (audit rate {rate}, so {expected} "
                       f"groups expected in), then fabricated: {caught}")
+    elif spec.kind in CHOOSING_KINDS:
+        row["how"] = f"real samples, true log-probs, {spec.kind.replace('_', ' ')}: {caught}; 403 after"
     else:
         row["how"] = f"invented log-probs {INVENTED_LOGPROB}/token: {caught}; 403 after"
     return row

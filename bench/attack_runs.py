@@ -51,6 +51,9 @@ ROWS = {
     "hoarder": "13 lease hoarder",
     "telemetry": "14 telemetry + name poison",
     "resume_claim": "15 claims v-1 after a resume",
+    "chooser": "25 samples from its own randomness",
+    "repeater": "26 one answer G times",
+    "cherry_picker": "27 picks G of 2G tries",
     # availability (--availability): each alone in its run, steps/s against avail-clean
     "trickle_relay": "16 trickling relay (1 B/s)",
     "silent_relay": "17 silent relay",
@@ -65,8 +68,11 @@ ROWS = {
 }
 AVAILABILITY_KINDS = ("trickle_relay", "silent_relay", "recycled_hoarders", "hoarding_swarm", "fabricating_swarm",
                       "longpoll_flood", "heartbeat_flood", "events_flood", "wide_interval")
-AUDIT_KINDS = ("fabricate", "late_cheater", "fabricate_old", "replay")
-ENGINE_KINDS = ("reward", "duplicate", "late_cheater", "poison_logprob")
+CHOOSING_KINDS = ("chooser", "repeater", "cherry_picker")
+"""Real samples of the policy with their true log-probs, chosen rather than drawn from the lease's
+randomness (:mod:`echo2.model.draws`): only the draw check catches them."""
+AUDIT_KINDS = ("fabricate", "late_cheater", "fabricate_old", "replay", *CHOOSING_KINDS)
+ENGINE_KINDS = ("reward", "duplicate", "late_cheater", "poison_logprob", *CHOOSING_KINDS)
 """Attackers that run a real RolloutWorker and sample honestly (some of the time): their rows count
 their trained groups, so the learner's first step waits for each one to register."""
 

@@ -154,6 +154,8 @@ answered: slots, versions, statuses.
 
 from __future__ import annotations
 
+import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -163,8 +165,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from attack_rows import make_row, plot
 from attack_runs import AVAILABILITY_KINDS, OBSERVER, ROWS, Attack, Outcome, attack, run_once
 from attackers.run import attacker_main
+from attackers.service import chosen_worker
 from availability_rows import availability_row, plot_availability
 from common import format_table, parse_args, write_results
+from service_rows import service_rows
 
 #: learner steps of a full run (times its ``LENGTH``)
 FULL_STEPS = 300
@@ -194,6 +198,8 @@ FULL_PLAN = {
               ["verification.probation_groups=4", "verification.audit_decay=0.5"]),
     # stopped halfway and resumed: the claim targets the restart
     "resume": ([attack("resume_claim")], []),
+    # real samples with true log-probs, chosen rather than drawn: only the draw check catches them
+    "draws": ([attack("chooser"), attack("repeater"), attack("cherry_picker")], []),
 }
 #: Seconds each availability attack lasts (from when training begins), and each availability
 #: run's steps: long enough to outlast it (a clean run makes about 6 steps a second here).
@@ -229,16 +235,41 @@ def availability_row_of(spec: Attack, run: Outcome, clean: Outcome, probe: Attac
             "step_s_vs_clean": run.step_s / clean.step_s, "steps": run.steps}
 
 
+def service_main(args) -> None:
+    """The training service's rows (``--service``: :mod:`service_rows`)."""
+    started = time.time()
+    rows, meta = service_rows(args.out, args.quick)
+    columns = ["attack", "detected", "seconds_to_quarantine", "chosen_returned_after", "how"]
+    print(f"\necho2 serve, the shipped model, 2 local workers; the honest client: {meta['honest_answered']} of "
+          f"{meta['honest_asked']} requests answered, {meta['workers_alive_at_end']} local workers alive at the end")
+    print(format_table(rows, columns))
+    path = write_results(args.out, rows, {**meta, "quick": args.quick, "wall_s": time.time() - started})
+    print(f"\nwrote {path} ({time.time() - started:.0f}s)")
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--attacker"]:
         attacker_main(sys.argv[2:])
         return
+    if sys.argv[1:2] == ["--service-worker"]:
+        worker = argparse.ArgumentParser()
+        worker.add_argument("kind")
+        worker.add_argument("--coordinator", required=True)
+        worker.add_argument("--name", required=True)
+        chosen = worker.parse_args(sys.argv[2:])
+        chosen_worker(chosen.kind, chosen.coordinator, os.environ["ECHO2_TOKEN"], chosen.name)
+        return
     def options(parser) -> None:
         parser.add_argument("--availability", action="store_true", help="the availability rows (16-24) only, with "
                             "their clean run")
+        parser.add_argument("--service", action="store_true", help="the training service's rows (S1-S9): an "
+                            "echo2 serve under attack")
         parser.add_argument("--runs", help="comma-separated names of the plan's runs to play (default: all)")
 
     args = parse_args(__doc__.splitlines()[0], "bench/out/attacks", options)
+    if args.service:
+        service_main(args)
+        return
     steps = AVAILABILITY_STEPS if args.availability else 60 if args.quick else FULL_STEPS
     plan = AVAILABILITY_PLAN if args.availability else QUICK_PLAN if args.quick else FULL_PLAN
     if args.runs:

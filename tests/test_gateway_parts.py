@@ -193,6 +193,38 @@ def test_a_call_no_worker_answers_fails_in_time_and_leaves_the_queue():
     assert len(state.books.samples) == 0 and not desk._waiting
 
 
+def test_a_call_whose_leases_fail_on_two_workers_is_refused_to_its_agent_and_its_draws_recorded():
+    import threading
+
+    from echo2.protocol import LeaseFailure
+
+    state, episodes = book()
+    state.register("w2")
+    desk = desk_over(state, episodes)
+    first, second = list(state.registry.workers.values())
+    episode = episodes.claim(1.0)
+
+    def fail_on_each() -> None:
+        for worker in (first, second):
+            lease = state.lease(worker, 0, 4, wait_s=5)
+            state.fail(worker, LeaseFailure(lease_id=lease.lease_id, reason="RuntimeError: cannot sample this"))
+
+    failing = threading.Thread(target=fail_on_each)
+    failing.start()
+    with pytest.raises(Refused, match="failed on two workers.*cannot sample this"):
+        asyncio.run(desk.complete(episode.key, CompletionRequest(prompt="1+2=", max_tokens=4)))
+    failing.join(10)
+    assert state.books.counters.requests_poisoned == 1 and len(state.books.samples) == 0
+    assert first.parked_until == 0 and second.parked_until == 0  # a client's request failing parks no worker
+    answered = threading.Thread(target=lambda: answer_one_lease(state, first, [10, 2]))
+    answered.start()
+    asyncio.run(desk.complete(episode.key, CompletionRequest(prompt="1+2=", max_tokens=4)))
+    answered.join(10)
+    (segment,) = episode.trajectory.segments
+    seed, row, position = segment.turn_draws[0]
+    assert position == 0 and row == 1 << 20 and 0 <= seed < 2**63  # slot 1, completion 0: what the audit replays
+
+
 def test_calls_in_flight_are_capped_per_episode_and_per_run_and_free_no_thread():
     """100 concurrent calls of one episode had held 100 server threads (an honest worker's heartbeat
     waited 30 s); now each waits on the event loop (all of them here on one thread's loop) and past

@@ -1,6 +1,8 @@
 """Engine attackers: a real RolloutWorker that samples honestly and misbehaves around its
 submissions (reward claims, the same lease three times, fabricating after an honest start, one
-poisoned log-prob after an honest start)."""
+poisoned log-prob after an honest start), or returns real samples it chose rather than drew
+(from randomness of its own, one answer G times, its pick of two tries), each with its true
+log-probs."""
 
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ def engine_attacker(kind: str, url: str, token: str, name: str, log: EventLog, p
                 AUTH_HEADER: self.client.session_token, "content-type": "application/json"})
 
         def _generate(self, lease):
+            if kind in ("chooser", "repeater", "cherry_picker"):
+                self.malicious = True
+                return chosen(kind, lease, super()._generate, self.spec.group_size)
             if kind == "late_cheater" and self.honest_accepted >= params["honest_groups"]:
                 if not self.malicious:
                     log.emit("cheating_from_now", honest_accepted=self.honest_accepted)
@@ -127,3 +132,28 @@ def engine_attacker(kind: str, url: str, token: str, name: str, log: EventLog, p
                 return True
 
     Attacker().run()
+
+
+#: What a chooser XORs into the lease's draw seed: randomness of its own.
+OWN_RANDOMNESS = 0x5EED
+
+
+def chosen(kind: str, lease: Any, generate: Any, group_size: int) -> tuple[Any, float]:
+    """The submission of a worker that chooses what it returns, every completion a real sample of
+    the policy with its true log-probs: ``chooser`` draws from its own randomness, ``repeater``
+    returns each group's first completion G times, ``cherry_picker`` samples twice (the lease's
+    draws and its own) and returns each group's G shortest of the 2G."""
+    own = lease.model_copy(update={"draw_seed": lease.draw_seed ^ OWN_RANDOMNESS})
+    if kind == "chooser":
+        return generate(own)
+    request, seconds = generate(lease)
+    if kind == "repeater":
+        groups = [g.model_copy(update={"completions": [g.completions[0]] * group_size}) for g in request.groups]
+    else:
+        second, more = generate(own)
+        seconds += more
+        tries = {g.slot: g.completions for g in second.groups}
+        groups = [g.model_copy(update={"completions": sorted(g.completions + tries[g.slot],
+                                                             key=lambda c: len(c.token_ids))[:group_size]})
+                  for g in request.groups]
+    return request.model_copy(update={"groups": groups}), seconds
