@@ -64,10 +64,11 @@ ROWS = {
     "heartbeat_flood": "22 heartbeat flood",
     "events_flood": "23 timeline events flood",
     "wide_interval": "24 a +-86,000 s interval",
+    "call_flood": "28 100 calls at once on one episode key",
     "probe": "heartbeat probe",
 }
 AVAILABILITY_KINDS = ("trickle_relay", "silent_relay", "recycled_hoarders", "hoarding_swarm", "fabricating_swarm",
-                      "longpoll_flood", "heartbeat_flood", "events_flood", "wide_interval")
+                      "longpoll_flood", "heartbeat_flood", "events_flood", "wide_interval", "call_flood")
 CHOOSING_KINDS = ("chooser", "repeater", "cherry_picker")
 """Real samples of the policy with their true log-probs, chosen rather than drawn from the lease's
 randomness (:mod:`echo2.model.draws`): only the draw check catches them."""

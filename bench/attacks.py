@@ -218,12 +218,21 @@ AVAILABILITY_PLAN = {
     "events": ([attack("events_flood", duration_s=AVAILABILITY_S), attack("probe")], []),
     "wide": ([attack("wide_interval", duration_s=AVAILABILITY_S), attack("probe")], []),
 }
+#: An agent run of the shipped model (``--agents``): one completions call per episode through the
+#: gateway (:mod:`attackers.text_agent`), against which a call flood (row 28) is measured.
+AGENT_RUN = ["task.name=agent:attackers.text_agent:play", "agent.examples=arithmetic", "agent.concurrency=16",
+             "rollout.group_size=4"]
+AGENT_PLAN = {
+    "agent-clean": ([attack("probe")], AGENT_RUN),
+    "agent-flood": ([attack("call_flood", duration_s=AVAILABILITY_S), attack("probe")], AGENT_RUN),
+}
 #: run name -> how many times the plan's steps it trains (1 when absent). ``late`` three times: a
 #: third sampler on two cores gets ~2.5% of the leases, 60 groups in 300 steps, short of the 64
 #: honest ones it must deliver before it cheats
 LENGTH = {"late": 3}
 #: run name -> the run its step times are compared with (``clean`` when absent)
-REFERENCE = {"hoard": "hoard-clean", **{name: "avail-clean" for name in AVAILABILITY_PLAN}}
+REFERENCE = {"hoard": "hoard-clean", **{name: "avail-clean" for name in AVAILABILITY_PLAN},
+             **{name: "agent-clean" for name in AGENT_PLAN}}
 #: run name -> the share of its steps after which the learner stops and resumes (``--resume``)
 RESTART = {"resume": 0.5}
 
@@ -264,21 +273,25 @@ def main() -> None:
                             "their clean run")
         parser.add_argument("--service", action="store_true", help="the training service's rows (S1-S9): an "
                             "echo2 serve under attack")
+        parser.add_argument("--agents", action="store_true", help="the gateway's rows (28): an agent run's calls "
+                            "flooded, against a clean agent run")
         parser.add_argument("--runs", help="comma-separated names of the plan's runs to play (default: all)")
 
     args = parse_args(__doc__.splitlines()[0], "bench/out/attacks", options)
     if args.service:
         service_main(args)
         return
-    steps = AVAILABILITY_STEPS if args.availability else 60 if args.quick else FULL_STEPS
-    plan = AVAILABILITY_PLAN if args.availability else QUICK_PLAN if args.quick else FULL_PLAN
+    availability = args.availability or args.agents  # rows measured as availability: steps/s, heartbeats
+    steps = AVAILABILITY_STEPS if availability else 60 if args.quick else FULL_STEPS
+    plan = (AGENT_PLAN if args.agents else AVAILABILITY_PLAN if args.availability else QUICK_PLAN if args.quick
+            else FULL_PLAN)
     if args.runs:
         wanted = args.runs.split(",")
-        plan = {name: plan[name] for name in plan if name in wanted or name == "avail-clean"}
+        plan = {name: plan[name] for name in plan if name in wanted or name in ("avail-clean", "agent-clean")}
     started = time.time()
     OBSERVER.install()
     rows, runs = [], {}
-    if not args.availability:
+    if not availability:
         runs["clean"] = run_once("clean", [], steps, args.out, [])
     for name, (attacks, extra) in plan.items():
         length = steps * LENGTH.get(name, 1)
@@ -288,30 +301,31 @@ def main() -> None:
         probe = next((spec for spec in attacks if spec.kind == "probe"), None)
         rows += [availability_row_of(spec, run, reference, probe) if spec.kind in AVAILABILITY_KINDS
                  else make_row(spec, run, reference) for spec in attacks if spec.kind != "probe"]
-    clean = runs.get("clean") or runs["avail-clean"]
+    clean = runs.get("clean") or runs.get("avail-clean") or runs["agent-clean"]
     order = list(ROWS)
     rows.sort(key=lambda r: order.index(r["kind"]))
     columns = (["attack", "run", "detected", "steps_per_s_vs_clean", "first_minute_vs_clean", "heartbeat_max_s",
                 "attacker_groups_trained_after", "honest_quarantined", "honest_parked_at_end", "final_accuracy",
-                "how"] if args.availability else
+                "how"] if availability else
                ["attack", "run", "detected", "seconds_to_quarantine", "groups_to_quarantine", "attacker_groups_trained",
                 "attacker_groups_trained_after", "final_accuracy", "clean_accuracy", "step_s_vs_clean", "how"])
-    lengths = f"{steps} steps per run" + ("" if args.quick or args.availability else f" ({runs['late'].steps} in row 1b's)")
+    lengths = f"{steps} steps per run" + ("" if args.quick or availability or "late" not in runs
+                                          else f" ({runs['late'].steps} in row 1b's)")
     print(f"\n{lengths}, 8 groups/step, S=1, 2 honest local workers; clean run: "
           f"{clean.step_s:.2f} s/step, accuracy {clean.final_accuracy:.2f}")
     print(format_table(rows, columns))
-    meta = {"quick": args.quick, "availability": args.availability, "steps": steps, "clean_step_s": clean.step_s, "clean_accuracy": clean.final_accuracy,
+    meta = {"quick": args.quick, "availability": availability, "agents": args.agents, "steps": steps, "clean_step_s": clean.step_s, "clean_accuracy": clean.final_accuracy,
             "clean_reliability": clean.reliability, "wall_s": time.time() - started,
             "runs": {name: {"attackers": [a.name for a in run.attacks], "step_s": run.step_s, "steps": run.steps,
                             "final_accuracy": run.final_accuracy, "reliability": run.reliability,
                             "groups_by_worker": run.per_worker(), "quarantines": run.quarantines}
                      for name, run in runs.items()}}
     path = write_results(args.out, rows, meta)
-    if args.availability:
+    if availability:
         plot_availability(rows, args.out)
     else:
         plot(rows, meta["runs"], args.out)
-    figure = args.out / ("availability.png" if args.availability else "attacks.png")
+    figure = args.out / ("availability.png" if availability else "attacks.png")
     print(f"\nwrote {path} and {figure} ({time.time() - started:.0f}s)")
 
 

@@ -102,6 +102,9 @@ def availability_row(run: Outcome, spec: Attack, clean: Outcome, probe: Attack |
                       f"{row['timeline_bytes_per_s']:.0f} B/s; timeline spans {row['timeline_span_s']:.0f} s")
     elif spec.kind in ("longpoll_flood", "heartbeat_flood"):
         row["how"] = f"sent {ended.get('sent', 0)}, refused {ended.get('refused', 0)} (429)"
+    elif spec.kind == "call_flood":
+        row["how"] = (f"{ended.get('sent', 0)} calls sent on one episode key, {ended.get('refused', 0)} refused (429), "
+                      f"{ended.get('answered', 0)} answered")
     else:
         submitted = sum(1 for e in events if e["event"] == "submitted")
         row["how"] = (f"{ended.get('registered', spec.params.get('count'))} identities registered "

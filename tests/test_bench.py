@@ -201,6 +201,15 @@ def test_real_model_bench_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_draws_bench_quick(tmp_path):
+    run_quick("draws", tmp_path)
+    (row,) = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert row["over_tolerance"] == 0 and row["honest_gap_max"] < 0.01  # no honest token taken for a chosen one
+    assert row["chosen_completions"] > 0 and row["chosen_caught"] > 0.9  # a chosen completion: caught but for near-ties
+    assert (tmp_path / "draws.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
 def test_attacks_bench_quick(tmp_path):
     """Misbehaving worker processes against a real run: each is refused at the door or quarantined,
     and nothing of theirs is trained past the defence."""

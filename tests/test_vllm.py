@@ -13,7 +13,9 @@ from echo2.broadcast.payload import serialize_parameters, sha256
 from echo2.config import load_config
 from echo2.launch.ranks import adapter_spec
 from echo2.launch.train import run_spec
+from echo2.model.draws import Draws
 from echo2.rollout.engines import load_engine
+from echo2.rollout.engines import vllm as vllm_engine
 from echo2.rollout.engines.vllm import adapter_folder, require_vllm, samples_from_outputs
 
 GPU_VLLM = pytest.mark.skipif(importlib.util.find_spec("vllm") is None or not torch.cuda.is_available(),
@@ -63,16 +65,26 @@ def test_a_lora_payload_becomes_a_peft_adapter_folder(tmp_path):
         assert torch.allclose(reloaded(input_ids=ids).logits, model.eval()(input_ids=ids).logits, atol=1e-5)
 
 
+def test_vllm_refuses_to_start_in_a_run_that_audits_draws(monkeypatch):
+    """vLLM samples with its own sampler, not the verifiable rule: in a run whose audits check draws,
+    every honest vLLM worker would be quarantined, so it says so before it loads a model."""
+    monkeypatch.setattr(vllm_engine, "require_vllm", lambda: object())  # as if vLLM and a GPU were here
+    spec = run_spec(load_config(overrides=["rollout.engine=vllm"]))
+    with pytest.raises(RuntimeError, match="verification.check_draws=false"):
+        load_engine(spec, eos_id=1, pad_id=0)
+
+
 @GPU_VLLM
 def test_vllm_generates_with_behaviour_logprobs_and_loads_weights_in_place(tmp_path):
     from echo2.learner.logprobs import completion_logprobs
     from echo2.model.loading import load_model, load_tokenizer
 
-    spec = run_spec(load_config(overrides=["rollout.engine=vllm", "rollout.max_new_tokens=8"]))
+    spec = run_spec(load_config(overrides=["rollout.engine=vllm", "rollout.max_new_tokens=8",
+                                           "verification.check_draws=false"]))
     tokenizer = load_tokenizer(spec.model)
     engine = load_engine(spec, tokenizer.eos_token_id, tokenizer.pad_token_id)
     prompts = [tokenizer(p)["input_ids"] for p in ("12+34=", "5-7+80=")] * 4
-    samples = engine.generate(prompts, torch.Generator().manual_seed(0))
+    samples = engine.generate(prompts, Draws.seeded(0, len(prompts)))
     model = load_model(spec.model).cuda()
     logprobs, _ = completion_logprobs(model, prompts, samples.completion_ids, pad_id=tokenizer.pad_token_id)
     for row, behaviour in enumerate(samples.logprobs):
@@ -82,7 +94,7 @@ def test_vllm_generates_with_behaviour_logprobs_and_loads_weights_in_place(tmp_p
             parameter.mul_(0.5)  # another version of the weights
     payload = serialize_parameters(model)
     engine.load(payload, sha256(payload))
-    again = engine.generate(prompts, torch.Generator().manual_seed(0))
+    again = engine.generate(prompts, Draws.seeded(0, len(prompts)))
     logprobs, _ = completion_logprobs(model, prompts, again.completion_ids, pad_id=tokenizer.pad_token_id)
     for row, behaviour in enumerate(again.logprobs):  # the engine now samples from the new weights
         assert torch.allclose(logprobs[row, : len(behaviour)].cpu(), torch.tensor(behaviour), atol=2e-2)

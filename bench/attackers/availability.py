@@ -238,6 +238,40 @@ def attack_flood(url: str, token: str, name: str, log: EventLog, what: str, dura
             run_all(send, range(threads))
 
 
+def attack_call_flood(url: str, token: str, log: EventLog, duration_s: float, calls: int = 100) -> None:
+    """An agent run's episode key holder (the run token's): claims one episode and keeps ``calls``
+    model calls on its key open at once, again and again, never rewarding it. 100 such calls had
+    held 100 server threads until a worker answered each (an honest worker's heartbeat took 30 s)."""
+    import httpx
+
+    counts = {"sent": 0, "refused": 0, "failed": 0, "answered": 0}
+    until = time.monotonic() + duration_s
+    with httpx.Client(base_url=url, limits=httpx.Limits(max_connections=calls + 4), timeout=60.0) as http:
+        opened = http.post("/rl/episodes", params={"wait_s": 30}, headers={"X-Echo2-Token": token})
+        if opened.status_code != 200:
+            log.emit("crashed", error=f"no episode to flood: {opened.status_code} {opened.text[:200]}")
+            return
+        key = opened.json()["key"]
+
+        def send(_: int) -> None:
+            while time.monotonic() < until:
+                try:
+                    status = http.post("/v1/completions", json={"model": "policy", "prompt": "1+1=", "max_tokens": 16},
+                                       headers={"Authorization": f"Bearer {key}"}).status_code
+                except httpx.HTTPError:
+                    counts["failed"] += 1
+                    time.sleep(0.1)
+                    continue
+                counts["sent"] += 1
+                counts["refused"] += status == 429
+                counts["answered"] += status == 200
+                if status == 410:  # the episode was dropped (its deadline): claim no more, the flood is over
+                    return
+
+        with attack_window(log, counts, what="calls"):
+            run_all(send, range(calls))
+
+
 def probe_heartbeats(url: str, token: str, name: str, log: EventLog) -> None:
     """An identity that only heartbeats, twice a second (its only beats: within its budget), and
     logs how long each answer took, until the coordinator says the run is over."""

@@ -12,6 +12,7 @@ from attack_runs import AVAILABILITY_KINDS, ENGINE_KINDS
 
 from attackers.availability import (
     attack_bad_relay,
+    attack_call_flood,
     attack_flood,
     attack_recycled_hoarders,
     attack_swarm,
@@ -83,6 +84,8 @@ def attacker_main(argv: list[str]) -> None:
         elif args.kind in ("longpoll_flood", "heartbeat_flood", "events_flood", "wide_interval"):
             what = {"longpoll_flood": "longpolls", "heartbeat_flood": "heartbeats", "events_flood": "events"}
             attack_flood(url, token, name, log, what.get(args.kind, args.kind), params["duration_s"])
+        elif args.kind == "call_flood":
+            attack_call_flood(url, token, log, params["duration_s"])
         elif args.kind == "probe":
             probe_heartbeats(url, token, name, log)
         elif args.kind == "resume_claim":

@@ -86,11 +86,11 @@ def samples_from_outputs(outputs: Iterable[Any]) -> Samples:
 class VllmEngine:
     def __init__(self, spec: RunSpec, eos_id: int, pad_id: int, device: str = "cuda") -> None:
         """``device``: vLLM places itself on the GPU, whatever it says."""
+        self.vllm = require_vllm()
         if spec.check_draws:
             raise RuntimeError("rollout.engine=vllm samples with vLLM's own sampler, not echo2's verifiable draws "
                                "(echo2.model.draws): run it with verification.check_draws=false, or use "
                                "rollout.engine=hf")
-        self.vllm = require_vllm()
         self.spec, self.eos_id, self.pad_id = spec, eos_id, pad_id
         adapter = spec.adapter
         self.llm = self.vllm.LLM(
