@@ -217,6 +217,11 @@ AVAILABILITY_PLAN = {
     "heartbeats": ([attack("heartbeat_flood", duration_s=AVAILABILITY_S), attack("probe")], []),
     "events": ([attack("events_flood", duration_s=AVAILABILITY_S), attack("probe")], []),
     "wide": ([attack("wide_interval", duration_s=AVAILABILITY_S), attack("probe")], []),
+    # the two rows of the previous round never replayed: every one of 256 identities let in (the
+    # per-address allowance raised past them), and a relay trickling for 400 s (the run four times as long)
+    "swarm256-open": ([attack("hoarding_swarm", count=256, duration_s=AVAILABILITY_S), attack("probe")],
+                      ["limits.registrations_burst=300", "limits.registrations_per_minute=600"]),
+    "trickle400": ([attack("trickle_relay", duration_s=400.0), attack("probe")], []),
 }
 #: An agent run of the shipped model (``--agents``): one completions call per episode through the
 #: gateway (:mod:`attackers.text_agent`), against which a call flood (row 28) is measured.
@@ -229,7 +234,7 @@ AGENT_PLAN = {
 #: run name -> how many times the plan's steps it trains (1 when absent). ``late`` three times: a
 #: third sampler on two cores gets ~2.5% of the leases, 60 groups in 300 steps, short of the 64
 #: honest ones it must deliver before it cheats
-LENGTH = {"late": 3}
+LENGTH = {"late": 3, "trickle400": 4}
 #: run name -> the run its step times are compared with (``clean`` when absent)
 REFERENCE = {"hoard": "hoard-clean", **{name: "avail-clean" for name in AVAILABILITY_PLAN},
              **{name: "agent-clean" for name in AGENT_PLAN}}
