@@ -146,8 +146,8 @@ class Observer:
         def observed_gaps(verifier, model, pieces, version):
             found = gaps(verifier, model, pieces, version)  # per (group, worker): an agent's group has a worker per call
             observer.audited += [{"t": time.time(), "worker_id": worker, "slot": g.slot, "version": version,
-                                  "gap": gap, "worst_token_gap": worst}
-                                 for (g, worker), (gap, worst, _) in zip(pieces, found)]
+                                  "gap": gap, "worst_token_gap": worst, "draw_gap": drawn}
+                                 for (g, worker), (gap, worst, _, drawn) in zip(pieces, found)]
             return found
 
         Verifier._gaps = observed_gaps

@@ -11,7 +11,7 @@ does (a scratch copy in the same dtype, the completions scored whole on their pr
 
 * ``honest_gap_max`` / ``honest_gap_p999``: how far an honest token's draw lies outside its
   interval under the auditor's arithmetic (0: inside); ``over_tolerance``: how many exceed
-  ``verification.draw_tolerance`` (a false quarantine each);
+  ``verification.draw_tolerance`` as a run sets it for that dtype (a false quarantine each);
 * ``chosen_completions`` and ``chosen_caught``: when the same worker returns what it sampled from
   its own randomness instead (true log-probs), how many of its completions differ from the draws'
   (a peaked distribution leaves nothing to choose), and the share of those with a token over the
@@ -35,13 +35,12 @@ from common import format_table, parse_args, write_results  # noqa: E402
 
 from echo2.core.draw_rule import row_key, uniform  # noqa: E402
 from echo2.learner.logprobs import completion_scores  # noqa: E402
-from echo2.model.draws import Draws, draw_gaps  # noqa: E402
+from echo2.model.draws import Draws, draw_gaps, draw_tolerance  # noqa: E402
 from echo2.model.loading import DTYPES, load_model, load_tokenizer, pin_threads  # noqa: E402
 from echo2.model.sampling import sample  # noqa: E402
 from echo2.model.sources import SHIPPED_MODEL  # noqa: E402
 from echo2.tasks import load_task  # noqa: E402
 
-TOLERANCE = 0.01
 SMOLLM2 = "smollm2-135m-instruct"
 
 
@@ -86,17 +85,18 @@ def arm(model_name: str, dtype: str, rows: int, new_tokens: int, seed: int = 7) 
             times.append(time.perf_counter() - started)
         return statistics.median(times)
 
+    tolerance = draw_tolerance(None, dtype)
     (honest_gaps, _), (chosen_gaps, chosen_rows) = gaps(honest.completion_ids), gaps(chosen.completion_ids)
     differ = torch.tensor([a != b for a, b in zip(honest.completion_ids, chosen.completion_ids)])
     tokens = int(honest_gaps.numel())
     plain, checked = audit_seconds(False), audit_seconds(True)
-    row = {"model": model_name, "dtype": dtype, "rows": rows, "tokens": tokens,
+    row = {"model": model_name, "dtype": dtype, "rows": rows, "tokens": tokens, "tolerance": tolerance,
            "honest_gap_max": float(honest_gaps.max()),
            "honest_gap_p999": float(torch.quantile(honest_gaps, 0.999)),
-           "over_tolerance": int((honest_gaps > TOLERANCE).sum()),
-           "chosen_tokens_out": float((chosen_gaps > TOLERANCE).double().mean()),
+           "over_tolerance": int((honest_gaps > tolerance).sum()),
+           "chosen_tokens_out": float((chosen_gaps > tolerance).double().mean()),
            "chosen_completions": int(differ.sum()),
-           "chosen_caught": float((chosen_rows[differ] > TOLERANCE).double().mean()) if differ.any() else None,
+           "chosen_caught": float((chosen_rows[differ] > tolerance).double().mean()) if differ.any() else None,
            "check_s_per_token": (checked - plain) / tokens, "check_cost": checked / plain}
     return row, honest_gaps.tolist(), chosen_gaps.tolist()
 
@@ -114,7 +114,7 @@ def plot(arms: list[tuple[dict, list[float], list[float]]], out: Path) -> Path:
     for axis, (row, honest, chosen) in zip(axes[0], arms):
         axis.hist([[max(g, 1e-12) for g in honest], [max(g, 1e-12) for g in chosen]], bins=bins[1:],
                   label=["honest (lease's draws)", "chosen (own randomness)"], color=["tab:green", "tab:red"])
-        axis.axvline(TOLERANCE, color="black", linestyle="--", label=f"tolerance {TOLERANCE}")
+        axis.axvline(row["tolerance"], color="black", linestyle="--", label=f"tolerance {row['tolerance']}")
         axis.set_xscale("log")
         axis.set_title(f"{row['model']} {row['dtype']}: {row['tokens']} tokens", fontsize=9)
         axis.set_xlabel("draw gap (0 inside the interval: shown at 1e-12)")
@@ -134,11 +134,11 @@ def main() -> None:
         plan += [(SMOLLM2, "bfloat16", 32, 48), (SMOLLM2, "float32", 32, 48)]
     arms = [arm(*entry) for entry in plan]
     rows = [row for row, _, _ in arms]
-    print(f"\nverification.draw_tolerance = {TOLERANCE}; one thread")
-    print(format_table(rows, ["model", "dtype", "tokens", "honest_gap_max", "honest_gap_p999", "over_tolerance",
+    print("\nverification.draw_tolerance by the workers' dtype (echo2.model.draws.DRAW_TOLERANCE); one thread")
+    print(format_table(rows, ["model", "dtype", "tolerance", "tokens", "honest_gap_max", "honest_gap_p999", "over_tolerance",
                               "chosen_completions", "chosen_caught", "chosen_tokens_out", "check_s_per_token",
                               "check_cost"]))
-    path = write_results(args.out, rows, {"quick": args.quick, "tolerance": TOLERANCE, "cpu_flags": cpu_flags(),
+    path = write_results(args.out, rows, {"quick": args.quick, "cpu_flags": cpu_flags(),
                                           "wall_s": time.time() - started},
                          models=sorted({entry[0] for entry in plan}))
     figure = plot(arms, args.out)

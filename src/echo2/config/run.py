@@ -169,11 +169,12 @@ class VerificationConfig(Section):
     """Also check that each audited token is the one the lease's draws pick (:mod:`echo2.model.draws`):
     a worker that returns text of its choice, one answer G times or its pick of several tries is
     quarantined like a log-prob liar. ``rollout.engine=vllm`` does not draw by that rule: turn it off there."""
-    draw_tolerance: float = Field(0.01, gt=0, lt=0.5)
+    draw_tolerance: float | None = Field(None, gt=0, lt=0.5)
     """How far (in the cumulative probability the draw is compared on) a token's draw may fall
     outside its interval before the token counts as chosen, not drawn: the arithmetic of a
-    worker's distribution (bf16 against float32, one device against another) moves the interval's
-    ends by about that much."""
+    worker's distribution (bf16 against float32, a cached decode against a whole forward pass)
+    moves the interval's ends by about that much. None: by ``model.dtype`` (0.01 for float32, 0.2
+    for bfloat16, measured by ``bench/draws.py``)."""
 
 
 class CheckpointConfig(Section):

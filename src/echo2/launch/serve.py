@@ -30,6 +30,7 @@ from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState
 from echo2.core.sample_queue import SampleWork
 from echo2.launch.train import COORDINATOR_FILE, TOKEN_FILE, _write_private, launch_workers, run_spec
+from echo2.model.draws import draw_tolerance
 from echo2.model.loading import load_model, load_tokenizer, pin_threads
 from echo2.model.sources import resolve_model_path
 from echo2.net.ratelimit import RateLimiter
@@ -133,7 +134,7 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
             SamplingLimits(config.service.max_tokens, config.service.max_samples, max_context,
                            config.service.sample_timeout_s, config.service.sampler_idle_s),
             AuditSettings(audits.probation_groups, audits.audit_decay, audits.audit_floor, audits.logprob_tolerance,
-                          audits.check_draws, audits.draw_tolerance),
+                          audits.check_draws, draw_tolerance(audits.draw_tolerance, config.model.dtype)),
             PAYLOAD_DTYPES[config.broadcast.dtype], seed=config.run.seed))
     if dropped := service.checkpoints.sweep(DEFAULT_TENANT):
         log.info("dropped %d half-written save(s) a stopped service left", dropped)

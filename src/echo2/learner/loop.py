@@ -33,6 +33,7 @@ from echo2.learner.evaluations import Evaluated, InlineEvaluations, ProcessEvalu
 from echo2.learner.trainer import Learner, require_finite
 from echo2.learner.verification import AuditPolicy, Verifier
 from echo2.learner.version_cache import VersionCache
+from echo2.model.draws import draw_tolerance
 from echo2.model.evaluation import EvalResult, evaluate
 from echo2.tasks import Example, Task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
@@ -90,7 +91,8 @@ class LearnerLoop:
         audits = config.verification
         self.verifier = Verifier(
             AuditPolicy(audits.probation_groups, audits.audit_decay, audits.audit_floor, audits.logprob_tolerance,
-                        config.rollout.temperature, audits.check_draws, audits.draw_tolerance),
+                        config.rollout.temperature, audits.check_draws,
+                        draw_tolerance(audits.draw_tolerance, config.model.dtype)),
             learner.policy, learner.tokenizer,
             VersionCache(versions_trainable(config.staleness), publisher.kind, config.broadcast.dtype),  # what workers were sent
             seed=config.run.seed, dtype=config.model.dtype)

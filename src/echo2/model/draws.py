@@ -16,8 +16,9 @@ used instead where it gave one), and every engine draws the token at position ``
 The audit, which already recomputes the policy's distribution at the group's version, also
 checks that ``u`` falls in the reported token's interval ``[cdf(t-1), cdf(t))`` (:func:`draw_gaps`);
 a worker whose distribution differs from the auditor's only by arithmetic (bf16 against float32,
-one device against another) moves the interval's ends by about that difference, so a token is
-accepted within ``verification.draw_tolerance`` of its interval (near-ties). A substituted token,
+one device against another, a KV-cached decode against a whole forward pass) moves the interval's
+ends by about that difference, so a token is accepted within ``verification.draw_tolerance`` of its
+interval (near-ties; :data:`DRAW_TOLERANCE` by the workers' dtype when unset). A substituted token,
 one answer repeated in every row of a group, or samples picked from several tries each land
 outside their intervals at once. Greedy decoding (evaluation) draws nothing.
 """
@@ -31,7 +32,8 @@ import torch
 
 from echo2.core.draw_rule import row_key, splitmix64, uniform
 
-__all__ = ["Draws", "draw_gaps", "inverse_cdf", "row_key", "splitmix64", "token_intervals", "uniform"]
+__all__ = ["DRAW_TOLERANCE", "Draws", "draw_gaps", "draw_tolerance", "inverse_cdf", "row_key", "splitmix64",
+           "token_intervals", "uniform"]
 
 @dataclass(frozen=True)
 class Draws:
@@ -56,6 +58,19 @@ class Draws:
         offsets = self.offsets or [0] * len(self.keys)
         values = [uniform(seed, row, offset + step) for (seed, row), offset in zip(self.keys, offsets, strict=True)]
         return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+#: ``verification.draw_tolerance`` when the config leaves it unset, by the workers' ``model.dtype``:
+#: how far an honest worker's draw was measured to fall outside its interval under the auditor's
+#: arithmetic (``bench/draws.py``): float32 at most 4e-7; bfloat16 0.042 over 1,417 tokens of
+#: SmolLM2 and 0.072 in an agent run's longer contexts (a KV-cached decode against one whole
+#: forward pass, in bf16), so three times that.
+DRAW_TOLERANCE = {"float32": 0.01, "bfloat16": 0.2, "float16": 0.2}
+
+
+def draw_tolerance(configured: float | None, dtype: str) -> float:
+    """The tolerance the audits use: ``configured``, else :data:`DRAW_TOLERANCE` for ``dtype``."""
+    return configured if configured is not None else DRAW_TOLERANCE.get(dtype, max(DRAW_TOLERANCE.values()))
 
 
 def inverse_cdf(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
