@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -52,7 +53,8 @@ class Service:
 
     def __init__(self, folder: Path, *overrides: str) -> None:
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)  # an earlier invocation's service: its address and keys are stale
+        folder.mkdir(parents=True)
         self.log = (folder / "serve.out").open("w")
         self.process = subprocess.Popen([sys.executable, "-m", "echo2.cli", "serve", f"service.dir={folder}",
                                          "service.max_tokens=16", *overrides], stdout=self.log, stderr=subprocess.STDOUT,
@@ -202,11 +204,18 @@ def RawClientOf(service: Service, key: str | None = None):  # noqa: N802 -- a co
 
 
 def memory_row(service: Service, budget_gb: float) -> dict[str, Any]:
+    """Each client trained one step (its gradients and AdamW moments allocated, as a client's
+    first step allocates them), as the issue's climb measured it."""
+    from tinker import types
+    from tinker.proto.request_conv import forward_backward_request_to_proto
+
     from echo2.service.keys import ApiKeys
 
     keys = ApiKeys(service.folder)
     created = refused = 0
     peak, said = service.rss(), ""
+    datum = types.Datum(model_input=types.ModelInput.from_ints([3, 4, 5, 6]),
+                        loss_fn_inputs={"target_tokens": [4, 5, 6, 7], "weights": [1.0] * 4})
     for index in range(150):
         if index % 8 == 0:
             raw = RawClientOf(service, keys.issue(f"climber-{index // 8}"))
@@ -219,6 +228,14 @@ def memory_row(service: Service, budget_gb: float) -> dict[str, Any]:
                 said = outcome["error"]
             else:
                 created += 1
+                model_id = f"{session}:train:{index % 8}"
+                body = forward_backward_request_to_proto(types.ForwardBackwardRequest(
+                    forward_backward_input=types.ForwardBackwardInput(data=[datum], loss_fn="cross_entropy"),
+                    model_id=model_id, seq_id=1)).SerializeToString()
+                raw.result(raw.post("/forward_backward", content=body,
+                                    headers={"Content-Type": "application/x-protobuf"}).json()["request_id"])
+                raw.result(raw.post("/optim_step", json={"model_id": model_id, "seq_id": 2,
+                                                         "adam_params": {"learning_rate": 1e-4}}).json()["request_id"])
         else:
             refused += 1
             said = answer.json().get("detail", "")

@@ -204,9 +204,9 @@ class TrainingModels:
         except RuntimeError as error:  # torch refused a value midway (a float overflow): nothing of it kept
             _restore(client.optimizer, before)
             raise RequestError(f"this optimizer step failed and was not applied: {error}") from None
-        if norm is None:
+        if norm is None:  # (no grad_norm in the metrics: it is not finite, and JSON cannot carry NaN)
             log.warning("%s: a non-finite gradient; this optimizer step was not applied", model_id)
-            return {"grad_norm:mean": float("nan"), "update_refused:sum": 1.0}
+            return {"update_refused:sum": 1.0}
         if not _finite(client.optimizer):
             _restore(client.optimizer, before)
             log.warning("%s: this optimizer step would have made the adapter non-finite; not applied", model_id)
