@@ -310,6 +310,7 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
     checkpoints at the step's end, its leases in flight lost) and continue to ``steps`` with
     ``--resume``, as ``echo2 train --resume`` would."""
     from echo2.config import load_config
+    from echo2.launch.agents import is_agent_run
     from echo2.launch.train import reward_scorer, run_training
     from echo2.learner import interrupts
     from echo2.tasks import load_task
@@ -326,7 +327,8 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
     run_dir = Path(config.run.dir) / name
     if run_dir.exists():  # an earlier invocation's run of the same name, under this bench's --out
         shutil.rmtree(run_dir)
-    OBSERVER.reset(reward_scorer(load_task(config.task.name, config.task.options), config.model.name))
+    task_name = config.agent.examples if is_agent_run(config) else config.task.name  # an agent run's examples
+    OBSERVER.reset(reward_scorer(load_task(task_name, config.task.options), config.model.name))
     with Attackers(run_dir, attacks) as attackers:
         OBSERVER.before_first_batch = attackers.wait_until_begun
         if restart_at:
