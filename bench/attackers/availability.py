@@ -256,7 +256,7 @@ def attack_call_flood(url: str, token: str, log: EventLog, duration_s: float, ca
         def send(_: int) -> None:
             while time.monotonic() < until:
                 try:
-                    status = http.post("/v1/completions", json={"model": "policy", "prompt": "1+1=", "max_tokens": 16},
+                    status = http.post("/v1/completions", json={"model": "policy", "prompt": "1+1="},
                                        headers={"Authorization": f"Bearer {key}"}).status_code
                 except httpx.HTTPError:
                     counts["failed"] += 1

@@ -13,5 +13,5 @@ TASK = ArithmeticTask()
 
 
 async def play(example: Example, client: openai.AsyncOpenAI) -> float:
-    answer = await client.completions.create(model="policy", prompt=example.prompt, max_tokens=16)
+    answer = await client.completions.create(model="policy", prompt=example.prompt)  # the run's token budget
     return float(TASK.is_correct(example, answer.choices[0].text))

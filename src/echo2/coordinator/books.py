@@ -54,6 +54,22 @@ class SampleSink(Protocol):
         """A request refused for good (a poison pill: its leases failed on two workers), and why."""
 
 
+class DeskSink:
+    """A :class:`SampleSink` handing each outcome on to ``desk``, which is built after the coordinator
+    it is handed to (a training service's sampling desk, an agent run's gateway: each needs the
+    coordinator first)."""
+
+    desk: SampleSink | None = None
+
+    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
+        assert self.desk is not None, "the sink's desk is set before any worker can submit"
+        self.desk.results(worker_id, lease, results)
+
+    def refused(self, work: SampleWork, why: str) -> None:
+        assert self.desk is not None, "the sink's desk is set before any worker can submit"
+        self.desk.refused(work, why)
+
+
 class CoordinatorBooks:
     """The books of one run, one lock over them (``cond``: every change is made holding it).
     ``examples`` is the task's endless training stream (the data cursor); ``check_relays``: peers

@@ -15,9 +15,8 @@ from fastapi import FastAPI
 from transformers import PreTrainedTokenizerBase
 
 from echo2.config import Config, ConfigError
-from echo2.coordinator.records import Lease
+from echo2.coordinator.books import DeskSink
 from echo2.coordinator.state import CoordinatorState
-from echo2.core.sample_queue import SampleWork
 from echo2.gateway.agents import AGENT_PREFIX, AgentPool, load_agent
 from echo2.gateway.api import gateway_doors, gateway_router
 from echo2.gateway.desk import CallLimits, CallSettings, GatewayDesk
@@ -25,7 +24,6 @@ from echo2.gateway.episodes import EpisodeBook
 from echo2.learner.evaluations import InlineEvaluations
 from echo2.model.evaluation import EvalResult
 from echo2.net.guard import Door
-from echo2.protocol import SampleResult
 from echo2.tasks import Example
 from echo2.tasks.chat import ChatPrompt
 
@@ -34,8 +32,9 @@ def is_agent_run(config: Config) -> bool:
     return config.task.name.startswith(AGENT_PREFIX)
 
 
-class AgentRun:
-    """Built before the coordinator (its sink, :meth:`results`, goes to the state), attached after."""
+class AgentRun(DeskSink):
+    """Built before the coordinator (it is the coordinator's sink of sampling outcomes, handed on to
+    the gateway's desk), attached after."""
 
     def __init__(self, config: Config, run_dir: Path) -> None:
         self.config, self.run_dir = config, run_dir
@@ -45,14 +44,6 @@ class AgentRun:
             raise ConfigError(f"{error} (a module in the current directory needs PYTHONPATH=.)") from None
         self.desk: GatewayDesk | None = None
         self.pool: AgentPool | None = None
-
-    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
-        assert self.desk is not None
-        self.desk.results(worker_id, lease, results)
-
-    def refused(self, work: SampleWork, why: str) -> None:
-        assert self.desk is not None
-        self.desk.refused(work, why)
 
     def attach(self, state: CoordinatorState, tokenizer: PreTrainedTokenizerBase, max_context: int | None) -> None:
         """The episodes' books over ``state``'s, and the desk that serves their calls."""

@@ -23,12 +23,12 @@ from echo2.broadcast.payload import PAYLOAD_DTYPES
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, dump_config
 from echo2.coordinator.app import create_app
+from echo2.coordinator.books import DeskSink
 from echo2.coordinator.fleet import Fleet
 from echo2.coordinator.membership import TRIAL_SEATS
-from echo2.coordinator.records import Lease, Limits
+from echo2.coordinator.records import Limits
 from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.state import CoordinatorState
-from echo2.core.sample_queue import SampleWork
 from echo2.launch.train import COORDINATOR_FILE, TOKEN_FILE, _write_private, launch_workers, run_spec
 from echo2.model.draws import draw_tolerance
 from echo2.model.loading import load_model, load_tokenizer, pin_threads
@@ -36,7 +36,6 @@ from echo2.model.sources import resolve_model_path
 from echo2.net.ratelimit import RateLimiter
 from echo2.net.redact import redact_logs, remove_redaction
 from echo2.planning.activation_rule import ActivationPolicy
-from echo2.protocol import SampleResult
 from echo2.service.api import PREFIX, tinker_door, tinker_router
 from echo2.service.budget import MemoryBudget, ServiceLimits
 from echo2.service.checkpoints import CheckpointStore
@@ -51,20 +50,6 @@ log = logging.getLogger("echo2")
 API_KEY_FILE = "api_key"
 #: Seconds between the service's own sweeps of its coordinator's books (dead workers, overdue leases).
 REAP_EVERY_S = 1.0
-
-
-class ServiceSink:
-    """The fleet's sampling outcomes, handed to the service's desk (built after the coordinator it is given)."""
-
-    desk: SamplingDesk | None = None
-
-    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
-        assert self.desk is not None
-        self.desk.results(worker_id, lease, results)
-
-    def refused(self, work: SampleWork, why: str) -> None:
-        assert self.desk is not None
-        self.desk.refused(work, why)
 
 
 def _kept(folder: Path, config: Config) -> tuple[int, str]:
@@ -106,7 +91,7 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
     redaction = redact_logs(token, publisher.token, *([api_key] if api_key else []))
     pin_threads(config.learner.threads)
     base, tokenizer = load_model(config.model.name, config.model.dtype), load_tokenizer(config.model.name)
-    sink = ServiceSink()
+    sink = DeskSink()  # the fleet's sampling outcomes, for the service's desk (built after the coordinator)
     state = CoordinatorState(
         run_spec(config).model_copy(update={"sampler_bundles": True, "adapter": None}),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.service.max_tokens,
