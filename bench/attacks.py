@@ -227,6 +227,9 @@ AVAILABILITY_PLAN = {
 #: gateway (:mod:`attackers.text_agent`), against which a call flood (row 28) is measured.
 AGENT_RUN = ["task.name=agent:attackers.text_agent:play", "agent.examples=arithmetic", "agent.concurrency=16",
              "rollout.group_size=4"]
+#: An agent run's steps: about 0.8 a second here (a group's four episodes each a gateway call), so
+#: 150 steps outlast the 90 s flood.
+AGENT_STEPS = 150
 AGENT_PLAN = {
     "agent-clean": ([attack("probe")], AGENT_RUN),
     "agent-flood": ([attack("call_flood", duration_s=AVAILABILITY_S), attack("probe")], AGENT_RUN),
@@ -287,7 +290,7 @@ def main() -> None:
         service_main(args)
         return
     availability = args.availability or args.agents  # rows measured as availability: steps/s, heartbeats
-    steps = AVAILABILITY_STEPS if availability else 60 if args.quick else FULL_STEPS
+    steps = AGENT_STEPS if args.agents else AVAILABILITY_STEPS if availability else 60 if args.quick else FULL_STEPS
     plan = (AGENT_PLAN if args.agents else AVAILABILITY_PLAN if args.availability else QUICK_PLAN if args.quick
             else FULL_PLAN)
     if args.runs:
