@@ -375,3 +375,16 @@ def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_a
     finally:
         turns.close()
         publisher.close()
+
+
+def test_echo2_serve_without_its_extra_names_it(monkeypatch, capsys):
+    """A base install has no peft: ``echo2 serve`` says which extra to install, not a raw ImportError."""
+    import importlib.util
+
+    from echo2 import cli
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    assert cli.main(["serve"]) == 2
+    said = capsys.readouterr().err
+    assert "pip install 'echo2[service]'" in said and "missing: peft" in said

@@ -44,7 +44,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 #: What ``echo2 serve`` needs beyond a base install: the ``service`` extra's packages.
-SERVICE_PACKAGES = ("tinker", "peft")
+SERVICE_PACKAGES = ("tinker", "peft", "psutil")
 
 
 def _serve_keys(args: argparse.Namespace) -> int:
