@@ -225,6 +225,26 @@ def test_a_call_whose_leases_fail_on_two_workers_is_refused_to_its_agent_and_its
     assert position == 0 and row == 1 << 20 and 0 <= seed < 2**63  # slot 1, completion 0: what the audit replays
 
 
+def test_an_episode_makes_at_most_its_budget_of_calls():
+    import threading
+
+    from echo2.gateway.desk import CallLimits
+
+    state, episodes = book()
+    desk = desk_over(state, episodes)
+    desk.limits = CallLimits(per_episode=4, in_all=256, per_episode_total=2)
+    worker = state.registry.workers[next(iter(state.registry.workers))]
+    episode = episodes.claim(1.0)
+    for prompt in ("1+2=", "1+2=7+1="):
+        answering = threading.Thread(target=lambda: answer_one_lease(state, worker, [10, 2]))
+        answering.start()
+        asyncio.run(desk.complete(episode.key, CompletionRequest(prompt=prompt, max_tokens=4)))
+        answering.join(10)
+    with pytest.raises(Refused, match="agent.max_calls_per_episode_total=2"):
+        asyncio.run(desk.complete(episode.key, CompletionRequest(prompt="1+2=7+1=3", max_tokens=4)))
+    assert len(state.books.samples) == 0  # refused before it was queued
+
+
 def test_calls_in_flight_are_capped_per_episode_and_per_run_and_free_no_thread():
     """100 concurrent calls of one episode had held 100 server threads (an honest worker's heartbeat
     waited 30 s); now each waits on the event loop (all of them here on one thread's loop) and past

@@ -31,6 +31,9 @@ class AgentConfig(Section):
     """A model call no worker answered within this fails (504) with that reason."""
     max_calls_per_episode: int = Field(4, ge=1)
     """Model calls of one episode in flight at once, at most (past it: 429 with ``Retry-After``)."""
+    max_calls_per_episode_total: int = Field(128, ge=1)
+    """Model calls one episode may make in all (past it: 400): a holder of an episode's key calling
+    on and on had taken the fleet's time from every honest episode."""
     max_calls_in_flight: int = Field(256, ge=1)
     """Model calls in flight over the whole run, at most (past it: 429). Calls are awaited on the
     coordinator's event loop, never on the threads its workers' routes run on."""

@@ -28,7 +28,7 @@ from echo2.coordinator.app import MAX_BODY_BYTES
 from echo2.gateway.desk import CallsBusy, CallTimeout, GatewayDesk
 from echo2.gateway.episodes import AgentEpisode, EpisodeGone
 from echo2.gateway.openai_wire import ChatRequest, CompletionRequest, Refused
-from echo2.net.guard import Door, Refusal, unauthorized
+from echo2.net.guard import TARPIT_S, Door, Refusal, unauthorized
 
 #: The agents' calls (an episode's key) and the episodes' lifecycle (the run token), by path prefix.
 CALL_PATHS, EPISODE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models"), "/rl/"
@@ -106,6 +106,7 @@ def gateway_router(desk: GatewayDesk, run_token: str, base_url: Callable[[], str
         except Refused as error:
             return _error(400, str(error), "invalid_request_error")
         except CallsBusy as error:
+            await asyncio.sleep(TARPIT_S)  # held, as the guard holds its own: a flood goes at the server's pace
             busy = _error(429, str(error), "rate_limit_error")
             busy.headers["Retry-After"] = "1"
             return busy

@@ -70,6 +70,9 @@ class CallLimits:
     parallel tool branches are not)."""
     in_all: int
     """Calls in flight over the whole run, at most."""
+    per_episode_total: int = 128
+    """Calls one episode may make in all (an agent's episode takes a handful; a key holder calling
+    on and on took the fleet's time from every honest episode)."""
 
 
 @dataclass
@@ -159,6 +162,10 @@ class GatewayDesk:
     @contextmanager
     def _admitted(self, episode: AgentEpisode) -> Iterator[None]:
         """One more call of ``episode`` in flight, within :class:`CallLimits` (else :class:`CallsBusy`)."""
+        made = sum(len(segment.calls) for segment in episode.trajectory.segments) + len(episode.trajectory.abandoned)
+        if made + self._in_flight[episode.episode_id] >= self.limits.per_episode_total:
+            raise Refused(f"episode {episode.episode_id} has made {made} calls, the most "
+                          f"agent.max_calls_per_episode_total={self.limits.per_episode_total} allows")
         mine, everyone = self._in_flight[episode.episode_id], sum(self._in_flight.values())
         if mine >= self.limits.per_episode or everyone >= self.limits.in_all:
             which = (f"episode {episode.episode_id} has {mine} calls in flight (at most {self.limits.per_episode})"

@@ -58,7 +58,7 @@ class AgentRun(DeskSink):
             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True), eos_id=tokenizer.eos_token_id,
             settings=CallSettings(config.rollout.temperature, config.rollout.max_new_tokens, max_context,
                                   agent.call_timeout_s, config.model.name),
-            limits=CallLimits(agent.max_calls_per_episode, agent.max_calls_in_flight))
+            limits=CallLimits(agent.max_calls_per_episode, agent.max_calls_in_flight, agent.max_calls_per_episode_total))
 
     def _pool_figures(self) -> dict[str, float]:
         """The pool's outcomes (``played``, ``failed``: the agent raised, ``timed_out``) and its means."""
