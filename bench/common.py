@@ -9,6 +9,7 @@ import platform
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,15 @@ def parse_args(description: str, default_out: str,
     if extra is not None:
         extra(parser)
     return parser.parse_args()
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.2) -> None:
+    """Poll ``predicate`` every ``every_s`` until it holds; TimeoutError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:.0f}s for {what}")
+        time.sleep(every_s)
 
 
 def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

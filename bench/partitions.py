@@ -72,7 +72,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import format_table, ledger, parse_args, write_results  # noqa: E402
+from common import format_table, ledger, parse_args, wait_until, write_results  # noqa: E402
 
 from echo2.config import load_config  # noqa: E402
 from echo2.lab import HostSpec, Lab  # noqa: E402
@@ -171,14 +171,6 @@ class Logs:
 
 def learner_steps(run_dir: Path) -> list[float]:
     return [r["time"] for r in read_jsonl(run_dir / "metrics.jsonl") if "loss" in r]
-
-
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout_s:.0f}s for {what}")
-        time.sleep(0.2)
 
 
 def play(case: Case, lab: Lab, run: LabRun, logs: Logs, outage_s: float, settle_s: float) -> dict:

@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 import psutil
+from common import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE_ROWS = {"fleet_values": "S1 fleet-killing values, NaN adapter", "memory": "S2 150-client memory climb",
@@ -66,7 +67,7 @@ class Service:
             time.sleep(0.2)
         self.url = json.loads((folder / "coordinator.json").read_text())["url"]
         self.key, self.token = (folder / "api_key").read_text().strip(), (folder / "token").read_text().strip()
-        self.wait_for(lambda: len(self.workers()) >= 2, 120, "the local workers")
+        wait_until(lambda: len(self.workers()) >= 2, 120, "the local workers")
 
     def rss(self) -> int:
         return psutil.Process(self.process.pid).memory_info().rss
@@ -80,14 +81,6 @@ class Service:
 
     def workers(self) -> dict[str, dict]:
         return {w["name"]: w for w in self.dashboard()["workers"] if w["loaded_version"] >= 0}
-
-    @staticmethod
-    def wait_for(condition, timeout_s: float, what: str) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"waited {timeout_s:g}s for {what}")
-            time.sleep(0.2)
 
     def close(self) -> None:
         self.process.terminate()
@@ -343,7 +336,7 @@ def chooser_row(service: Service, kind: str, honest: HonestClient) -> dict[str, 
                                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ECHO2_TOKEN": service.token})
     joined = time.time()
     try:
-        service.wait_for(lambda: service.dashboard()["workers"] and any(
+        wait_until(lambda: service.dashboard()["workers"] and any(
             w["name"] == f"attacker-{kind}" and w["state"] == "quarantined" for w in service.dashboard()["workers"]),
             240, f"the {kind}'s quarantine")
         caught = time.time()
