@@ -307,6 +307,27 @@ def resume_row(run: Outcome, spec: Attack) -> dict[str, Any]:
 SUBMISSION_KINDS = (*AUDIT_KINDS, "poison_logprob", "sybil_fabricate", "resume_claim")
 
 
+def call_chooser_row(run: Outcome, spec: Attack) -> dict[str, Any]:
+    """A worker answering agents' calls with samples of its own randomness: quarantined, none of its
+    answers handed to an agent after the catch, no group with one of its turns trained."""
+    wid = run.worker_id(spec)
+    q = run.quarantine(wid)
+    at = q["t"] if q else None
+    answered = sorted(c["t"] for c in run.calls if c["worker_id"] == wid)
+    after = sum(1 for t in answered if at is not None and t >= at)
+    trained = [g for g in run.trained if wid in g.get("workers", [g["worker_id"]])]
+    drawn = re.search(r"lies ([0-9.]+) outside the interval its draw picks", q["reason"]) if q else None
+    caught = f"draws: a token {drawn.group(1)} outside its interval" if drawn else (q["reason"] if q else "never")
+    return {"detected": "yes" if q is not None and after == 0 and not trained else "no",
+            "seconds_to_quarantine": at - answered[0] if at is not None and answered else None,
+            "groups_to_quarantine": None, "attacker_groups_trained": len(trained),
+            "attacker_groups_trained_after": len(trained), "calls_answered_before": len(answered) - after,
+            "calls_answered_after": after,
+            "how": f"{len(answered)} calls answered, quarantined ({caught}) "
+                   f"{'-' if at is None or not answered else f'{at - answered[0]:.1f}s'} after its first; "
+                   f"{after} answered after, {len(trained)} groups with its turns trained"}
+
+
 def attempted(run: Outcome, spec: Attack) -> bool:
     """Whether the attacker made its attack. One that the run never let get that far (starved of
     leases, or still delivering the honest groups it must send first when the run ended) proves
@@ -327,6 +348,8 @@ def make_row(spec: Attack, run: Outcome, clean: Outcome) -> dict[str, Any]:
         row = amplification_row(run, spec, clean)
     elif spec.kind == "hoarder":
         row = hoarder_row(run, spec, clean)
+    elif spec.kind == "call_chooser":
+        row = call_chooser_row(run, spec)
     else:
         row = {"reward": reward_row, "duplicate": duplicate_row, "late_lease": late_lease_row, "relay": relay_row,
                "oversize": oversize_row, "poison_logprob": poison_row, "telemetry": telemetry_row,

@@ -65,6 +65,7 @@ ROWS = {
     "events_flood": "23 timeline events flood",
     "wide_interval": "24 a +-86,000 s interval",
     "call_flood": "28 100 calls at once on one episode key",
+    "call_chooser": "29 samples an agent's calls from its own randomness",
     "probe": "heartbeat probe",
 }
 AVAILABILITY_KINDS = ("trickle_relay", "silent_relay", "recycled_hoarders", "hoarding_swarm", "fabricating_swarm",
@@ -73,7 +74,7 @@ CHOOSING_KINDS = ("chooser", "repeater", "cherry_picker")
 """Real samples of the policy with their true log-probs, chosen rather than drawn from the lease's
 randomness (:mod:`echo2.model.draws`): only the draw check catches them."""
 AUDIT_KINDS = ("fabricate", "late_cheater", "fabricate_old", "replay", *CHOOSING_KINDS)
-ENGINE_KINDS = ("reward", "duplicate", "late_cheater", "poison_logprob", *CHOOSING_KINDS)
+ENGINE_KINDS = ("reward", "duplicate", "late_cheater", "poison_logprob", "call_chooser", *CHOOSING_KINDS)
 """Attackers that run a real RolloutWorker and sample honestly (some of the time): their rows count
 their trained groups, so the learner's first step waits for each one to register."""
 
@@ -84,7 +85,7 @@ def attack(kind: str, **params: Any) -> Attack:
 
 
 class Observer:
-    """Wraps five methods in this process (see the module docstring); what they did is unchanged."""
+    """Wraps six methods in this process (see the module docstring); what they did is unchanged."""
 
     def __init__(self) -> None:
         self.reset(None)
@@ -94,6 +95,7 @@ class Observer:
         self.accepted: list[dict[str, Any]] = []
         self.quarantines: list[dict[str, Any]] = []
         self.audited: list[dict[str, Any]] = []
+        self.calls: list[dict[str, Any]] = []
         self.states: list[Any] = []
         self.score = score
         self.before_first_batch: Callable[[], None] = lambda: None
@@ -102,13 +104,14 @@ class Observer:
         from echo2.coordinator.membership import Membership
         from echo2.coordinator.state import CoordinatorState
         from echo2.coordinator.work import WorkDesk
+        from echo2.gateway.episodes import EpisodeBook
         from echo2.learner.loop import LearnerLoop
         from echo2.learner.verification import Verifier
         from echo2.protocol import Completion
 
         observer = self
         init, quarantine, batch = CoordinatorState.__init__, Membership.quarantine, LearnerLoop._batch
-        submit, gaps = WorkDesk.submit, Verifier._gaps
+        submit, gaps, record_call = WorkDesk.submit, Verifier._gaps, EpisodeBook.record
 
         def observed_init(state, *args, **kwargs):
             init(state, *args, **kwargs)
@@ -138,7 +141,8 @@ class Observer:
                 completions = [Completion(token_ids=t, logprobs=lp) for t, lp in zip(g.token_ids, g.logprobs)]
                 truth = observer.score(g.example, completions, lambda replies: None)
                 observer.trained.append({
-                    "t": now, "step": step, "worker_id": g.worker_id, "slot": g.slot, "version": g.version,
+                    "t": now, "step": step, "worker_id": g.worker_id, "workers": g.workers(), "slot": g.slot,
+                    "version": g.version,
                     "reward_mean": sum(g.rewards) / len(g.rewards), "rewards_match": truth == list(g.rewards),
                     "audit_rate": loop.verifier.rates.rate(g.worker_id)})
             return groups, filtered, counts
@@ -150,7 +154,12 @@ class Observer:
                                  for (g, worker), (gap, worst, _, drawn) in zip(pieces, found)]
             return found
 
+        def observed_call(book, episode, call, worker_id, held):
+            observer.calls.append({"t": time.time(), "worker_id": worker_id})  # its answer goes back to the agent
+            return record_call(book, episode, call, worker_id, held)
+
         Verifier._gaps = observed_gaps
+        EpisodeBook.record = observed_call
         CoordinatorState.__init__ = observed_init
         Membership.quarantine = observed_quarantine  # the learner's give_back and the app's calls alike
         WorkDesk.submit = observed_submit
@@ -238,6 +247,8 @@ class Outcome:
     quarantines: list[dict[str, Any]]
     audited: list[dict[str, Any]]
     """Every group an audit re-scored: worker id, slot, the version it was audited at, its gap."""
+    calls: list[dict[str, Any]]
+    """Every agent call a worker answered (an agent run's): when, and which worker."""
     workers: dict[str, str]  # worker id -> name
     train_log: str
     attacks: list[Attack]
@@ -348,6 +359,7 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
                    step_s=statistics.median(gaps) if gaps else float("nan"), last_step_t=step_times[-1],
                    reliability=summary.reliability,
                    trained=list(OBSERVER.trained), accepted=list(OBSERVER.accepted),
-                   quarantines=list(OBSERVER.quarantines), audited=list(OBSERVER.audited), workers=workers,
+                   quarantines=list(OBSERVER.quarantines), audited=list(OBSERVER.audited),
+                   calls=list(OBSERVER.calls), workers=workers,
                    train_log=(run_dir / "train.log").read_text(), attacks=attacks, records=records,
                    wall_s=summary.result.wall_seconds, honest_parked=parked)

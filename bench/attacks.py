@@ -98,6 +98,10 @@ length as the **clean** run, which has no attackers. Rows:
     version and quarantined, **0 groups trained unaudited after the resume**
     (``trained_unaudited_after_resume``: its trained groups that no audit re-scored), and the
     groups drawn for an audit whose version was lost (``groups_unauditable``, left out) counted.
+25-27. ``chooser``, ``repeater``, ``cherry_picker`` (engine, one run): real samples of the policy
+    with their true log-probs, chosen rather than drawn from the lease's randomness: drawn from
+    randomness of its own, one group's first completion G times, the G shortest of 2G tries.
+    Only the draw check (:mod:`echo2.model.draws`) tells them from honest samples.
 
 Availability rows (``--availability``; ``bench/availability_rows.py``), each alone in its run with
 a heartbeat probe (an identity that only heartbeats, twice a second, timing each answer), against
@@ -118,6 +122,15 @@ requests would slow the learner whatever the coordinator does:
 22. ``heartbeat_flood``: one identity's heartbeats, as fast as 8 threads send them;
 23. ``events_flood``: one identity's heartbeats of 1000 timeline events each;
 24. ``wide_interval``: one ``generate`` interval from 86,000 s ago to 86,000 s ahead.
+
+Agent rows (``--agents``), each in an agent run of the shipped model against ``agent-clean``
+(:data:`AGENT_RUN`: one completions call per episode through the gateway):
+
+28. ``call_flood``: the run token's holder claims one episode and keeps 100 calls on its key open
+    at once, again and again, never rewarding it (measured as an availability row);
+29. ``call_chooser``: a worker of the fleet that answers the agents' calls with samples of its own
+    randomness (true log-probs). Expected: quarantined, none of its answers handed to an agent
+    after the catch (``calls_answered_after``), no group with one of its turns trained.
 
 Rows 8 and 10 need a peer's relay URL. They take the first source in their own version info
 when the plan puts them below a relay; otherwise they read one from the run's train.log.
@@ -142,11 +155,12 @@ How trained groups are attributed. The run directory records quarantines (train.
 ``quarantined worker NAME`` line, ``reliability.json``'s ``workers_quarantined`` and
 ``groups_discarded_quarantined``) and per-worker throughput, but not which worker each trained
 group came from. So the bench, which runs ``run_training`` in its own process as
-``bench/chaos.py`` does, wraps five methods there without changing what they do:
+``bench/chaos.py`` does, wraps six methods there without changing what they do:
 ``LearnerLoop._batch`` logs the worker id, slot, version and rewards of every group handed to
 the optimizer (and recomputes the verifier's rewards for them); ``CoordinatorState.quarantine``
 logs when each worker was quarantined; ``CoordinatorState.submit`` logs each accepted submission;
-``Verifier._gaps`` logs every group an audit re-scored; ``CoordinatorState.__init__`` keeps the
+``Verifier._gaps`` logs every group an audit re-scored; ``EpisodeBook.record`` logs every agent
+call a worker answered, and which; ``CoordinatorState.__init__`` keeps the
 state (two in a resumed run) so that worker names and refusal counts can be read at the end.
 Each attacker also writes its own log (``RUN/attackers/NAME.jsonl``) of what it sent and what was
 answered: slots, versions, statuses.
@@ -233,6 +247,7 @@ AGENT_STEPS = 150
 AGENT_PLAN = {
     "agent-clean": ([attack("probe")], AGENT_RUN),
     "agent-flood": ([attack("call_flood", duration_s=AVAILABILITY_S), attack("probe")], AGENT_RUN),
+    "agent-chooser": ([attack("call_chooser")], AGENT_RUN),
 }
 #: run name -> how many times the plan's steps it trains (1 when absent). ``late`` three times: a
 #: third sampler on two cores gets ~2.5% of the leases, 60 groups in 300 steps, short of the 64

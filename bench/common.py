@@ -68,19 +68,26 @@ def provenance() -> dict[str, Any]:
     if commit and "ECHO2_COMMIT" not in os.environ and git("status", "--porcelain", "--untracked-files=no", "--",
                                                           *CODE_PATHS):
         commit += "+dirty"
-    return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {cpu_model()}"}
+    return {"commit": commit, "machine": f"{platform.machine()}, {os.cpu_count()} cores, {cpu_model()}",
+            "cpu_flags": cpu_info("flags")}
 
 
-def cpu_model() -> str:
-    """The processor's name (Linux ``/proc/cpuinfo``; else what ``platform`` knows): machines of one
-    kind may differ in it, and a run's pace is only comparable on the same one."""
+def cpu_info(field: str) -> str:
+    """A field of Linux's ``/proc/cpuinfo`` ("" elsewhere): the processor's name or its flags. Machines
+    of one kind differ in both (one with AVX-512 and AMX runs bf16 matmuls at four times the pace of
+    one with AVX2 only), so a run's pace is only comparable on the same one."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.split(":", 1)[0].strip() == field:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or "unknown processor"
+    return ""
+
+
+def cpu_model() -> str:
+    """The processor's name (else what ``platform`` knows)."""
+    return cpu_info("model name") or platform.processor() or "unknown processor"
 
 
 def write_results(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any],

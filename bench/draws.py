@@ -44,13 +44,6 @@ from echo2.tasks import load_task  # noqa: E402
 SMOLLM2 = "smollm2-135m-instruct"
 
 
-def cpu_flags() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return line.split(":", 1)[1].strip()
-    return ""
-
-
 def arm(model_name: str, dtype: str, rows: int, new_tokens: int, seed: int = 7) -> tuple[dict, list[float], list[float]]:
     tokenizer = load_tokenizer(model_name)
     worker = load_model(model_name, dtype).eval()
@@ -138,8 +131,7 @@ def main() -> None:
     print(format_table(rows, ["model", "dtype", "tolerance", "tokens", "honest_gap_max", "honest_gap_p999", "over_tolerance",
                               "chosen_completions", "chosen_caught", "chosen_tokens_out", "check_s_per_token",
                               "check_cost"]))
-    path = write_results(args.out, rows, {"quick": args.quick, "cpu_flags": cpu_flags(),
-                                          "wall_s": time.time() - started},
+    path = write_results(args.out, rows, {"quick": args.quick, "wall_s": time.time() - started},
                          models=sorted({entry[0] for entry in plan}))
     figure = plot(arms, args.out)
     print(f"\nwrote {path} and {figure} ({time.time() - started:.0f}s)")

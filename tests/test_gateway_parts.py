@@ -268,6 +268,47 @@ def test_calls_in_flight_are_capped_per_episode_and_per_run_and_free_no_thread()
     assert not desk._in_flight and not desk._waiting
 
 
+def test_a_busy_episode_is_refused_at_the_door_and_its_refusals_held_by_its_own_count():
+    """Past its calls in flight, an episode's next call is refused at the door (before its body is
+    read), each refusal held longer the more of that key's are held (4 a second at most), while
+    another episode's call passes the door."""
+    from echo2.gateway.api import CALL_PATHS, gateway_doors
+    from echo2.gateway.desk import CallLimits, CallTimeout
+
+    state, episodes = book()
+    desk = desk_over(state, episodes, call_timeout_s=0.5)
+    desk.limits = CallLimits(per_episode=2, in_all=8)
+    door = gateway_doors(desk, "token")[CALL_PATHS[1]]
+    flooder, honest = episodes.claim(1.0), episodes.claim(1.0)
+
+    def check(key: str):
+        return door.check(CALL_PATHS[1], {"authorization": f"Bearer {key}"}, "127.0.0.1")
+
+    async def flood() -> tuple[list, list]:
+        calls = [asyncio.ensure_future(desk.complete(flooder.key, CompletionRequest(prompt="1+2="))) for _ in range(2)]
+        await asyncio.sleep(0.05)  # both in flight, waiting for a worker
+        refusals = [check(flooder.key) for _ in range(12)]
+        assert check(honest.key) is None and check("forged").status == 401
+        return refusals, await asyncio.gather(*calls, return_exceptions=True)
+
+    refusals, outcomes = asyncio.run(flood())
+    assert all(isinstance(o, CallTimeout) for o in outcomes)
+    assert {r.status for r in refusals} == {429} and all(r.retry_after_s == 1.0 for r in refusals)
+    assert [r.hold_s for r in refusals] == [max(1.0, n / 4) for n in range(1, 13)]  # 12 held: 3 s for the last
+
+
+def test_the_tarpit_releases_a_callers_count_when_its_hold_is_over():
+    from echo2.net.guard import Tarpit
+
+    async def holds() -> list[float]:
+        tarpit = Tarpit(per_s=20.0, most_s=1.4)
+        first = [tarpit.hold_s("a") for _ in range(30)]
+        await asyncio.sleep(1.5)  # every hold over: the count is back to nothing
+        return [first[0], first[24], first[-1], tarpit.hold_s("a"), tarpit.hold_s("b")]
+
+    assert asyncio.run(holds()) == [1.0, 1.25, 1.4, 1.0, 1.0]  # at least TARPIT_S, at most most_s
+
+
 def test_an_agent_that_cannot_be_imported_or_is_not_async_is_a_one_line_config_error(tmp_path):
     from echo2.config import ConfigError, load_config
     from echo2.launch.agents import AgentRun

@@ -90,7 +90,9 @@ def test_a_relay_at_its_declared_rate_is_kept_though_a_chunk_outlasts_the_stall_
     result = fetch_version(1, [relay.url, root.url], ChunkStore(), stall_s=0.5, poll_s=0.3, timeout_s=20,
                            suspects=suspects, source_rates={relay.url: 128 * KIB}, in_flight=1)
     assert result.stats.chunks_by_source == {relay.url: relay.store.manifest(1).num_chunks}
-    assert result.stats.failovers == []
+    # The manifest (a few hundred bytes) is judged by the stall budget alone, and a busy machine may
+    # hold its answer past 0.8 s; what is judged by rate here is the chunks.
+    assert [failover for failover in result.stats.failovers if " manifest " not in failover] == []
     assert suspects.reports() == {}
 
 

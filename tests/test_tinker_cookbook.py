@@ -19,6 +19,7 @@ import pytest
 from service_support import Served
 
 from echo2.model.sources import ModelSourceError, resolve_model_path
+from echo2.service.keys import DEFAULT_TENANT
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ def test_the_cookbook_arithmetic_recipe_runs_unmodified_against_the_service(smol
         saves = [json.loads(line) for line in (log_path / "checkpoints.jsonl").read_text().splitlines()]
         assert saves and all(s["state_path"].startswith("tinker://") for s in saves)
         run_id = saves[-1]["state_path"].removeprefix("tinker://").split("/")[0]
-        assert (served.folder / "checkpoints" / run_id / "weights").is_dir()
+        assert (served.folder / "checkpoints" / DEFAULT_TENANT / run_id / "weights").is_dir()  # the operator's key
         assert sum(w["groups"] for w in served.dashboard()["workers"]) >= 3 * 2  # sampled by the worker process
     finally:
         served.close()

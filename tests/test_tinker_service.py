@@ -236,13 +236,23 @@ class LyingWorker(RolloutWorker):
 
 
 class ChoosingWorker(RolloutWorker):
-    """Samples honestly, but from randomness of its own choosing (the lease's seed + 1): the text it
-    returns is a real sample of the sampler, with its true log-probs, just not the one the lease's
-    draws pick — as a worker that steers what clients get by choosing among tries would."""
+    """Samples honestly, but returns a try of its own randomness (the lease's seed + 1, + 2, ...):
+    the first whose text is not the one the lease's draws pick (on a peaked distribution one try
+    may pick the same tokens). Each is a real sample of the sampler with its true log-probs — as a
+    worker that steers what clients get by choosing among tries would."""
 
     def _generate(self, lease):
-        request, seconds = super()._generate(lease.model_copy(update={"draw_seed": lease.draw_seed + 1}))
-        return request, seconds
+        drawn, seconds = super()._generate(lease)
+        for shift in range(1, 33):
+            request, more = super()._generate(lease.model_copy(update={"draw_seed": lease.draw_seed + shift}))
+            seconds += more
+            if tokens(request) != tokens(drawn):
+                return request, seconds
+        raise AssertionError("32 tries of other randomness sampled what the draws pick")
+
+
+def tokens(request) -> list[list[int]]:
+    return [sequence.token_ids for result in request.samples for sequence in result.sequences]
 
 
 def run_worker(worker: RolloutWorker) -> threading.Thread:

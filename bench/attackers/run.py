@@ -21,6 +21,7 @@ from attackers.availability import (
 from attackers.engine import engine_attacker
 from attackers.protocol import attack_fabricate, attack_late_lease, attack_replay, attack_sybil_fabricate
 from attackers.relay import attack_relay
+from attackers.service import chosen_worker
 from attackers.session import TOKEN_ENV, EventLog, Session, wait_for_training
 from attackers.trust import attack_hoarder, attack_resume_claim, attack_telemetry
 from attackers.wire import attack_flood as attack_registrations
@@ -68,7 +69,9 @@ def attacker_main(argv: list[str]) -> None:
     wait_for_training(args.run_dir)
     log.emit("start", kind=args.kind)
     try:
-        if args.kind in ENGINE_KINDS:
+        if args.kind == "call_chooser":  # a worker of the fleet, behind the agents' calls
+            chosen_worker("chooser", url, token, name, log)
+        elif args.kind in ENGINE_KINDS:
             engine_attacker(args.kind, url, token, name, log, params)
         elif args.kind == "relay":
             attack_relay(url, token, name, log)

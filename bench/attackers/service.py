@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from attackers.session import EventLog
+
 HEADERS = {"tags": [], "user_metadata": None, "sdk_version": "0.38.0"}
 
 
@@ -73,15 +75,28 @@ def forged_key_body(url: str, path: str, announced: int) -> dict[str, Any]:
     return {"status": status, "body_bytes_sent": sent, "seconds": time.perf_counter() - started}
 
 
-def chosen_worker(kind: str, url: str, token: str, name: str) -> None:
-    """A real worker behind ``asample`` that returns samples it chose: ``chooser`` draws from
-    randomness of its own, ``repeater`` returns a request's first completion for all of them,
-    ``cherry_picker`` samples twice and returns the shortest completions of both tries."""
+def chosen_worker(kind: str, url: str, token: str, name: str, log: EventLog | None = None) -> None:
+    """A real worker behind ``asample`` (or an agent's calls) that returns samples it chose:
+    ``chooser`` draws from randomness of its own, ``repeater`` returns a request's first completion
+    for all of them, ``cherry_picker`` samples twice and returns the shortest completions of both
+    tries. ``log``: where its registration is logged."""
     from echo2.rollout.worker import RolloutWorker
 
     own_randomness = 0x5EED
 
     class Chooser(RolloutWorker):
+        def __init__(self) -> None:
+            super().__init__(url, token, name=name, relay=None, give_up_after_s=60)
+            register = self.client.register
+
+            def registered(request):
+                reply = register(request)
+                if log is not None:
+                    log.emit("registered", worker_id=reply.worker_id, name=name)
+                return reply
+
+            self.client.register = registered
+
         def _generate(self, lease):
             own = lease.model_copy(update={"draw_seed": lease.draw_seed ^ own_randomness, "samples": [
                 s.model_copy(update={"seed": None if s.seed is None else s.seed ^ own_randomness})
@@ -101,4 +116,4 @@ def chosen_worker(kind: str, url: str, token: str, name: str) -> None:
                            for r in request.samples]
             return request.model_copy(update={"samples": samples}), seconds
 
-    Chooser(url, token, name=name, relay=None, give_up_after_s=60).run()
+    Chooser().run()

@@ -28,7 +28,7 @@ from echo2.coordinator.app import MAX_BODY_BYTES
 from echo2.gateway.desk import CallsBusy, CallTimeout, GatewayDesk
 from echo2.gateway.episodes import AgentEpisode, EpisodeGone
 from echo2.gateway.openai_wire import ChatRequest, CompletionRequest, Refused
-from echo2.net.guard import TARPIT_S, Door, Refusal, unauthorized
+from echo2.net.guard import Door, Refusal, unauthorized
 
 #: The agents' calls (an episode's key) and the episodes' lifecycle (the run token), by path prefix.
 CALL_PATHS, EPISODE_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models"), "/rl/"
@@ -71,13 +71,19 @@ def gateway_doors(desk: GatewayDesk, run_token: str) -> dict[str, Door]:
     """The gateway's credentials checked before a body byte is read, its bodies capped
     (:class:`echo2.net.guard.Door`): a call needs a live episode's key, the episodes' routes the run token."""
 
-    def episode_key(path: str, headers: Mapping[str, str]) -> Refusal | None:  # noqa: ARG001
-        if _bearer(headers.get("authorization")) in desk.book.by_key:  # a dict read: no lock needed
+    def episode_key(path: str, headers: Mapping[str, str], client_host: str) -> Refusal | None:  # noqa: ARG001
+        episode = desk.book.by_key.get(_bearer(headers.get("authorization")))  # a dict read: no lock needed
+        if episode is None:
+            return Refusal(401, "unknown episode key (Authorization: Bearer <the key POST /rl/episodes gave>)",
+                           "unauthorized")
+        why = desk.refusal(episode) if path != "/v1/models" and episode.over is None else None
+        if why is None:
             return None
-        return Refusal(401, "unknown episode key (Authorization: Bearer <the key POST /rl/episodes gave>)",
-                       "unauthorized")
+        busy = isinstance(why, CallsBusy)
+        return Refusal(429 if busy else 400, str(why), "rate_limit_error" if busy else "invalid_request_error",
+                       retry_after_s=1.0 if busy else None, hold_s=desk.tarpit.hold_s(episode.key))
 
-    def run_token_only(path: str, headers: Mapping[str, str]) -> Refusal | None:  # noqa: ARG001
+    def run_token_only(path: str, headers: Mapping[str, str], client_host: str) -> Refusal | None:  # noqa: ARG001
         return None if _trusted(headers.get("x-echo2-token"), run_token) else unauthorized("run token")
 
     calls = Door(episode_key, call_body_bytes(desk.settings.max_context))
@@ -105,8 +111,8 @@ def gateway_router(desk: GatewayDesk, run_token: str, base_url: Callable[[], str
             return _error(410 if "over" in str(error) else 401, str(error), "invalid_request_error")
         except Refused as error:
             return _error(400, str(error), "invalid_request_error")
-        except CallsBusy as error:
-            await asyncio.sleep(TARPIT_S)  # held, as the guard holds its own: a flood goes at the server's pace
+        except CallsBusy as error:  # passed the door in the same instant as others: held as the door holds
+            await asyncio.sleep(desk.tarpit.hold_s(bearer(authorization)))
             busy = _error(429, str(error), "rate_limit_error")
             busy.headers["Retry-After"] = "1"
             return busy

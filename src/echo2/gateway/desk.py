@@ -41,6 +41,7 @@ from echo2.gateway.openai_wire import (
 )
 from echo2.gateway.render import Held, prompt_ids
 from echo2.gateway.trajectory import Call
+from echo2.net.guard import Tarpit
 from echo2.protocol import SampleResult, leased_sample
 from echo2.rollout.engines.bundles import BASE_SAMPLER
 from echo2.tasks.chat import ChatPrompt
@@ -108,7 +109,8 @@ class GatewayDesk:
     each holding a pool thread until a worker answered, had delayed an honest worker's heartbeat
     30 s (declared dead) and the learner to a quarter of its pace. Rendering runs off the loop
     (:func:`asyncio.to_thread`); calls in flight are capped per episode and per run
-    (:class:`CallLimits`, :class:`CallsBusy`: 429)."""
+    (:class:`CallLimits`, :class:`CallsBusy`: 429), and refused calls held by their episode's count
+    (:class:`~echo2.net.guard.Tarpit`)."""
 
     def __init__(self, state: CoordinatorState, book: EpisodeBook, chat: ChatPrompt, encode: Callable[[str], list[int]],
                  decode: Callable[[list[int]], str], eos_id: int, settings: CallSettings,
@@ -119,6 +121,8 @@ class GatewayDesk:
         self._ids = itertools.count()
         self._in_flight: Counter[str] = Counter()
         """Calls being served, by episode id (touched on the event loop only)."""
+        self.tarpit = Tarpit()
+        """Holds refused calls by episode key: a flood answered a few times a second."""
         self.seconds = {"render_s": 0.0, "wait_s": 0.0, "calls": 0}
         """The gateway's own time per call (rendering, recording) apart from the wait for a worker."""
 
@@ -159,18 +163,26 @@ class GatewayDesk:
         self._count("render_s", time.perf_counter() - recorded)
         return text_completion(call_id, self.settings.model_name, text, stopped, len(ids), len(tokens))
 
-    @contextmanager
-    def _admitted(self, episode: AgentEpisode) -> Iterator[None]:
-        """One more call of ``episode`` in flight, within :class:`CallLimits` (else :class:`CallsBusy`)."""
+    def refusal(self, episode: AgentEpisode) -> Refused | CallsBusy | None:
+        """Why one more call of ``episode`` may not be made now, within :class:`CallLimits` (its calls
+        spent: :class:`Refused`; too many at once: :class:`CallsBusy`), or None. Asked at the door,
+        before a body byte is read, and again when the call is admitted."""
         made = sum(len(segment.calls) for segment in episode.trajectory.segments) + len(episode.trajectory.abandoned)
         if made + self._in_flight[episode.episode_id] >= self.limits.per_episode_total:
-            raise Refused(f"episode {episode.episode_id} has made {made} calls, the most "
-                          f"agent.max_calls_per_episode_total={self.limits.per_episode_total} allows")
+            return Refused(f"episode {episode.episode_id} has made {made} calls, the most "
+                           f"agent.max_calls_per_episode_total={self.limits.per_episode_total} allows")
         mine, everyone = self._in_flight[episode.episode_id], sum(self._in_flight.values())
         if mine >= self.limits.per_episode or everyone >= self.limits.in_all:
             which = (f"episode {episode.episode_id} has {mine} calls in flight (at most {self.limits.per_episode})"
                      if mine >= self.limits.per_episode else f"{everyone} calls are in flight (at most {self.limits.in_all})")
-            raise CallsBusy(f"too many calls at once: {which}; retry when one is answered")
+            return CallsBusy(f"too many calls at once: {which}; retry when one is answered")
+        return None
+
+    @contextmanager
+    def _admitted(self, episode: AgentEpisode) -> Iterator[None]:
+        """One more call of ``episode`` in flight, within :class:`CallLimits` (else :meth:`refusal`'s error)."""
+        if (why := self.refusal(episode)) is not None:
+            raise why
         self._in_flight[episode.episode_id] += 1
         try:
             yield
