@@ -79,13 +79,18 @@ ENGINE_KINDS = ("reward", "duplicate", "late_cheater", "poison_logprob", "call_c
 their trained groups, so the learner's first step waits for each one to register."""
 
 
+#: The heartbeat probe's worker name (:func:`attackers.availability.probe_heartbeats`).
+PROBE_NAME = "attacker-probe"
+
+
 def attack(kind: str, **params: Any) -> Attack:
     count = f" ({params['count']})" if kind in ("recycled_hoarders", "hoarding_swarm", "fabricating_swarm") else ""
     return Attack(ROWS[kind] + count, kind, params)
 
 
 class Observer:
-    """Wraps six methods in this process (see the module docstring); what they did is unchanged."""
+    """Wraps seven methods in this process (see ``bench/attacks.py``'s docstring); what they did is
+    unchanged but for the heartbeat probe, which is taken for a worker that has delivered."""
 
     def __init__(self) -> None:
         self.reset(None)
@@ -111,6 +116,7 @@ class Observer:
 
         observer = self
         init, quarantine, batch = CoordinatorState.__init__, Membership.quarantine, LearnerLoop._batch
+        register = Membership.register
         submit, gaps, record_call = WorkDesk.submit, Verifier._gaps, EpisodeBook.record
 
         def observed_init(state, *args, **kwargs):
@@ -161,7 +167,14 @@ class Observer:
         Verifier._gaps = observed_gaps
         EpisodeBook.record = observed_call
         CoordinatorState.__init__ = observed_init
+        def observed_register(members, name, *args, **kwargs):
+            record = register(members, name, *args, **kwargs)
+            if name == PROBE_NAME:  # the probe times what a delivering worker's heartbeats take, not a newcomer's
+                record.proven = True
+            return record
+
         Membership.quarantine = observed_quarantine  # the learner's give_back and the app's calls alike
+        Membership.register = observed_register
         WorkDesk.submit = observed_submit
         LearnerLoop._batch = observed_batch
 

@@ -155,12 +155,15 @@ How trained groups are attributed. The run directory records quarantines (train.
 ``quarantined worker NAME`` line, ``reliability.json``'s ``workers_quarantined`` and
 ``groups_discarded_quarantined``) and per-worker throughput, but not which worker each trained
 group came from. So the bench, which runs ``run_training`` in its own process as
-``bench/chaos.py`` does, wraps six methods there without changing what they do:
+``bench/chaos.py`` does, wraps seven methods there, changing what they do for the probe only:
 ``LearnerLoop._batch`` logs the worker id, slot, version and rewards of every group handed to
 the optimizer (and recomputes the verifier's rewards for them); ``CoordinatorState.quarantine``
 logs when each worker was quarantined; ``CoordinatorState.submit`` logs each accepted submission;
 ``Verifier._gaps`` logs every group an audit re-scored; ``EpisodeBook.record`` logs every agent
-call a worker answered, and which; ``CoordinatorState.__init__`` keeps the
+call a worker answered, and which; ``Membership.register`` marks the heartbeat probe as a worker
+that has delivered (it times what a delivering worker's heartbeats take under the attack: a
+newcomer's share the newcomers' budget, :data:`echo2.coordinator.app.NEWCOMERS_REQUESTS`);
+``CoordinatorState.__init__`` keeps the
 state (two in a resumed run) so that worker names and refusal counts can be read at the end.
 Each attacker also writes its own log (``RUN/attackers/NAME.jsonl``) of what it sent and what was
 answered: slots, versions, statuses.

@@ -128,12 +128,13 @@ def summary(rows: list[dict[str, Any]]) -> str:
 
 def plot_availability(rows: list[dict[str, Any]], out: Path) -> None:
     """Steps/s under each attack over the clean run's (whole window, first minute) against the
-    bar, and the probe's slowest heartbeat answer."""
+    bar, and the probe's slowest heartbeat answer (the availability rows of ``rows``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if "steps_per_s_vs_clean" in r]
     labels, x = [r["attack"] for r in rows], range(len(rows))
     fig, (steps, beats) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [2.2, 1]})
     width = 0.4

@@ -42,12 +42,35 @@ def test_requests_of_any_kind_past_a_workers_budget_get_429(monkeypatch):
     state = make_state(staleness=1)
     client = TestClient(create_app(state, lease_wait_s=0))
     flooder = state.register("flooder")
+    flooder.proven = True  # it has delivered: its own budget, not the newcomers' shared one
     flood = [client.get("/v1/version", headers={AUTH_HEADER: flooder.session_token}) for _ in range(WORKER_REQUESTS[0])]
     assert {response.status_code for response in flood} == {200}
     started = time.monotonic()
     refused = client.get("/v1/version", headers={AUTH_HEADER: flooder.session_token})
     assert refused.status_code == 429 and refused.json()["code"] == "rate_limited"
     assert flooder.rate_limited == 1 and time.monotonic() - started >= TARPIT_S  # and held a second
+
+
+def test_workers_that_have_delivered_nothing_share_one_budget_and_a_delivering_one_keeps_its_own(monkeypatch):
+    """Many identities, each within its own budget, had taken the learner to half its steps: all
+    that have delivered nothing share NEWCOMERS_REQUESTS, whoever they are."""
+    monkeypatch.setattr(app_module, "NEWCOMERS_REQUESTS", (app_module.NEWCOMERS_REQUESTS[0], 1.0))
+    state = make_state(staleness=1)
+    client = TestClient(create_app(state, lease_wait_s=0))
+    newcomers = [state.register(f"newcomer-{i}") for i in range(4)]
+    proven = state.register("proven")
+    proven.proven = True
+
+    def ask(record) -> int:
+        return client.get("/v1/version", headers={AUTH_HEADER: record.session_token}).status_code
+
+    burst = app_module.NEWCOMERS_REQUESTS[0]
+    assert [ask(newcomers[i % 4]) for i in range(burst)] == [200] * burst  # ten each: far within their own budgets
+    started = time.monotonic()
+    refused = client.get("/v1/version", headers={AUTH_HEADER: newcomers[0].session_token})
+    assert refused.status_code == 429 and "delivered nothing yet share" in refused.json()["detail"]
+    assert time.monotonic() - started >= TARPIT_S
+    assert ask(proven) == 200 and ask(newcomers[3]) == 429
 
 
 def test_timeline_events_past_a_workers_budget_are_not_drawn_and_intervals_are_clipped():

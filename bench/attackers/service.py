@@ -80,6 +80,7 @@ def chosen_worker(kind: str, url: str, token: str, name: str, log: EventLog | No
     ``chooser`` draws from randomness of its own, ``repeater`` returns a request's first completion
     for all of them, ``cherry_picker`` samples twice and returns the shortest completions of both
     tries. ``log``: where its registration is logged."""
+    from echo2.rollout.client import RequestRefused
     from echo2.rollout.worker import RolloutWorker
 
     own_randomness = 0x5EED
@@ -116,4 +117,10 @@ def chosen_worker(kind: str, url: str, token: str, name: str, log: EventLog | No
                            for r in request.samples]
             return request.model_copy(update={"samples": samples}), seconds
 
-    Chooser().run()
+    try:
+        Chooser().run()
+    except RequestRefused as error:  # its end: quarantined (the coordinator refuses it from now on)
+        if error.status != 403:
+            raise
+        if log is not None:
+            log.emit("lease_refused", status=error.status, detail=error.detail)

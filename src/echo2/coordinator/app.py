@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 from echo2.coordinator import dashboard
 from echo2.coordinator.records import Rejected, WorkerRecord, session_refusal
 from echo2.coordinator.state import CoordinatorState
-from echo2.net.guard import TARPIT_S, Door, Guard, Refusal, unauthorized
+from echo2.net.guard import Door, Guard, Refusal, Tarpit, unauthorized
 from echo2.net.ratelimit import RateLimiter
 from echo2.protocol import (
     AUTH_HEADER,
@@ -53,6 +53,15 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 #: from 3.4 to 1.9 steps/s.
 WORKER_REQUESTS = (200, 3000.0)
 WORKER_HEARTBEATS = (10, 120.0)
+#: The budget every identity that has delivered nothing yet (on trial, or past a trial it missed)
+#: shares with all the others (burst, per minute): 20 requests a second in all, a few each for a
+#: handful of honest newcomers, while a worker that has delivered keeps its own budget whole.
+#: Why: 256 identities from many addresses, each within its own budget (heartbeats, lease asks
+#: refused as early), sent ~200 requests a second, and serving them in the learner's process
+#: (uvicorn's parsing, the routing, a pool thread each, under the interpreter's one lock) took
+#: the learner to half its steps. Past it, 429 held by a :class:`Tarpit` they share: answered at
+#: a few a second in all, however many they are.
+NEWCOMERS_REQUESTS = (40, 1200.0)
 #: Routes anyone may call: liveness, the API's schema (what the fuzz tests read), the dashboard's page.
 OPEN_PATHS = frozenset({"/v1/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc",
                         dashboard.PAGE_PATH})
@@ -73,6 +82,9 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
     app = FastAPI(title="echo2 coordinator", version="1")
     registry = state.registry
     requests, heartbeats = RateLimiter(*WORKER_REQUESTS), RateLimiter(*WORKER_HEARTBEATS)
+    newcomers, tarpit = RateLimiter(*NEWCOMERS_REQUESTS), Tarpit(most_s=10.0)
+    registering = Tarpit()
+    """Refused registrations, held as one caller: a swarm re-registering from many addresses answered a few a second."""
 
     def within_budget(path: str, record: WorkerRecord) -> Refusal | None:
         """A worker's request within its budget (None), or the 429 (counted on its record)."""
@@ -81,11 +93,15 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
             wait_s = heartbeats.take(record.worker_id)
         if wait_s is None and path == "/v1/lease" and (early_s := record.ask_again_at - time.monotonic()) > 0:
             wait_s = early_s  # asked again before the retry_after_s it was told
+        why, hold_s = f"too many requests from worker {record.name}", None
+        if wait_s is None and not record.proven and (wait_s := newcomers.take("")) is not None:
+            why = (f"workers that have delivered nothing yet share {NEWCOMERS_REQUESTS[1] / 60:.0f} requests a "
+                   f"second, all spent")
+            hold_s = tarpit.hold_s("newcomers")
         if wait_s is None:
             return None
         record.rate_limited += 1  # only this thread (the event loop's) writes it
-        return Refusal(429, f"too many requests from worker {record.name}; retry in {wait_s:.1f}s",
-                       "rate_limited", wait_s)
+        return Refusal(429, f"{why}; retry in {wait_s:.1f}s", "rate_limited", wait_s, hold_s)
 
     def authorize(path: str, credential: str | None, client_host: str) -> Refusal | None:
         """Run before the body is read, without the state's lock (the handlers check the rest)."""
@@ -96,7 +112,8 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
                 return unauthorized("run token")
             wait_s = registrations.take(client_host) if registrations is not None else None
             return None if wait_s is None else Refusal(
-                429, f"too many registrations from {client_host}; retry in {wait_s:.0f}s", "rate_limited", wait_s)
+                429, f"too many registrations from {client_host}; retry in {wait_s:.0f}s", "rate_limited", wait_s,
+                registering.hold_s(""))
         if path == dashboard.DATA_PATH:
             admitted = registry.admits_viewer(credential) or registry.admits(credential)
             return None if admitted else unauthorized("viewer credential (the dashboard link's #token) or run token")
@@ -111,9 +128,10 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
                        doors=doors)
 
     @app.exception_handler(Rejected)
-    async def rejected(_: Request, error: Rejected) -> JSONResponse:
+    async def rejected(request: Request, error: Rejected) -> JSONResponse:
         if error.status == 429:  # held as the guard holds its own (a swarm refused a seat on trial re-asked at once)
-            await asyncio.sleep(TARPIT_S)
+            registration = request.url.path == "/v1/register"
+            await asyncio.sleep(registering.hold_s("") if registration else tarpit.hold_s(error.code))
         headers = {"Retry-After": f"{error.retry_after_s:.0f}"} if error.retry_after_s is not None else None
         return JSONResponse({"detail": error.reason, "code": error.code}, status_code=error.status, headers=headers)
 
