@@ -47,9 +47,12 @@ def window(run: Outcome, spec: Attack) -> tuple[float, float]:
 
 
 def ratio(run: Outcome, clean: Outcome, start: float, end: float) -> float:
-    """Steps/s in ``[start, end]`` of ``run`` over the clean run's in the same window after its first step."""
+    """Steps/s in ``[start, end]`` of ``run`` over the clean run's in the same window after its first
+    step, that window ending with the clean run's last step at the latest (a run four times as long
+    as the clean one is compared with the clean run's pace, not with its silence after its end)."""
     offset = first_step_t(clean) - first_step_t(run)
-    return steps_per_s(run, start, end) / max(steps_per_s(clean, start + offset, end + offset), 1e-9)
+    clean_end = min(end + offset, clean.last_step_t)
+    return steps_per_s(run, start, end) / max(steps_per_s(clean, start + offset, clean_end), 1e-9)
 
 
 def probe_max_s(run: Outcome, probe: Attack | None, start: float, end: float) -> float | None:
