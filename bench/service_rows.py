@@ -21,7 +21,12 @@ S7-S9. ``chooser``, ``repeater``, ``cherry_picker`` behind ``asample``: a worker
     samples are real and whose log-probs are true but chosen (its own randomness, one completion
     for all, the shortest of two tries). The honest client's requests are seeded, so the bench
     replays their draws itself: ``chosen_returned_after`` counts returned sequences that are not
-    the draws' after the worker's quarantine. Expected: quarantined, 0 after.
+    the draws' after the worker's quarantine. Expected: quarantined, 0 after;
+S10. ``neighbours`` (full only): not an attack, what one tenant's use costs another's: one client's
+    training step timed alone, then beside 20 clients (on three other keys) saving their samplers
+    and sampling them without a pause. Publishes and audits run on the fleet's lane, training on
+    the work thread: ``step_vs_alone`` is what the neighbours cost (``detected``: every neighbour
+    kept going).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ SERVICE_ROWS = {"fleet_values": "S1 fleet-killing values, NaN adapter", "memory"
                 "tenant": "S3 second tenant on the first's ids", "forged_key": "S4 15 MB body, forged key",
                 "zstd_bomb": "S5 zstd bomb (3 GiB)", "partial_race": "S6 .partial race",
                 "chooser": "S7 asample: own randomness", "repeater": "S8 asample: one answer for all",
-                "cherry_picker": "S9 asample: shortest of 2 tries"}
+                "cherry_picker": "S9 asample: shortest of 2 tries", "neighbours": "S10 training beside 20 publishing"}
 
 
 class Service:
@@ -279,6 +284,72 @@ def tenant_row(service: Service) -> dict[str, Any]:
                    f"{'unchanged' if unchanged else 'CHANGED'}"}
 
 
+#: Row S10's neighbours: training clients on keys of their own, each saving its sampler and sampling
+#: it again and again (a publish and an audit each time), beside the one whose steps are timed.
+NEIGHBOURS, NEIGHBOURS_PER_KEY, TIMED_STEPS = 20, 7, 8
+
+
+def neighbours_row(service: Service) -> dict[str, Any]:
+    """What other tenants' publishes and audits cost one client's training: the median seconds of
+    its step (forward_backward then optim_step, each waited for) alone, then while
+    :data:`NEIGHBOURS` clients save and sample their samplers without a pause. Publishes and audits
+    run on the fleet's lane, training on the work thread; both in one process, on these two cores."""
+    import statistics
+
+    import tinker
+    from tinker import types
+
+    from echo2.service.keys import ApiKeys
+
+    trainer = tinker.ServiceClient(base_url=service.url, api_key=service.key).create_lora_training_client(
+        base_model="echo2/tiny-arith", rank=8).result()
+    datum = types.Datum(model_input=types.ModelInput.from_ints([3, 4, 13, 5, 16, 7, 8, 9]),
+                        loss_fn_inputs={"target_tokens": [4, 13, 5, 16, 7, 8, 9, 12], "weights": [1.0] * 8})
+
+    def step_s(count: int) -> float:
+        seconds = []
+        for _ in range(count):
+            started = time.perf_counter()
+            trainer.forward_backward([datum], "cross_entropy").result(timeout=120)
+            trainer.optim_step(types.AdamParams(learning_rate=1e-4)).result(timeout=120)
+            seconds.append(time.perf_counter() - started)
+        return statistics.median(seconds)
+
+    step_s(2)  # its first steps allocate the optimizer's state
+    alone = step_s(TIMED_STEPS)
+    keys = ApiKeys(service.folder)
+    services = [tinker.ServiceClient(base_url=service.url, api_key=keys.issue(f"neighbours-{i // NEIGHBOURS_PER_KEY}"))
+                for i in range(NEIGHBOURS)]
+    stop, published, failed = threading.Event(), [0], [0]
+    prompt = types.ModelInput.from_ints([3, 4, 13, 5, 16])
+
+    def publish(client: Any) -> None:
+        try:
+            neighbour = client.create_lora_training_client(base_model="echo2/tiny-arith", rank=8).result(timeout=120)
+            while not stop.is_set():
+                sampler = neighbour.save_weights_and_get_sampling_client().result(timeout=120)
+                sampler.sample(prompt, 1, types.SamplingParams(max_tokens=8)).result(timeout=120)
+                published[0] += 1
+        except Exception:  # noqa: BLE001 -- counted: the row says how many neighbours fell over
+            failed[0] += 1
+
+    threads = [threading.Thread(target=publish, args=(client,), daemon=True) for client in services]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: published[0] >= NEIGHBOURS, 300, "every neighbour's first publish")
+    before = published[0]
+    beside = step_s(TIMED_STEPS)
+    during = published[0] - before
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=150)
+    return {"detected": "yes" if not failed[0] else "no", "step_s_alone": alone, "step_s_beside": beside,
+            "step_vs_alone": beside / alone, "publishes_during": during,
+            "how": f"one client's step {alone:.2f}s alone, {beside:.2f}s beside {NEIGHBOURS} clients saving and "
+                   f"sampling ({during} publishes and audits meanwhile, {failed[0]} neighbours failed): "
+                   f"{beside / alone:.2f}x"}
+
+
 def forged_key_row(service: Service) -> dict[str, Any]:
     from attackers.service import forged_key_body
 
@@ -365,6 +436,7 @@ def service_rows(out: Path, quick: bool) -> tuple[list[dict[str, Any]], dict[str
     honest = HonestClient(service)
     try:
         plays = [("fleet_values", lambda: fleet_values_row(service, honest)), ("tenant", lambda: tenant_row(service)),
+                 *([] if quick else [("neighbours", lambda: neighbours_row(service))]),
                  ("forged_key", lambda: forged_key_row(service)), ("zstd_bomb", lambda: zstd_bomb_row(service)),
                  ("partial_race", lambda: partial_race_row(service)),
                  *[(kind, lambda kind=kind: chooser_row(service, kind, honest))

@@ -54,8 +54,10 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 WORKER_REQUESTS = (200, 3000.0)
 WORKER_HEARTBEATS = (10, 120.0)
 #: The budget every identity that has delivered nothing yet (on trial, or past a trial it missed)
-#: shares with all the others (burst, per minute): 20 requests a second in all, a few each for a
-#: handful of honest newcomers, while a worker that has delivered keeps its own budget whole.
+#: shares with all the others (burst, per minute): 20 requests a second in all, while a worker that
+#: has delivered keeps its own budget whole. The trial seats (:data:`~echo2.coordinator.membership.TRIAL_SEATS`,
+#: more as others deliver) admit about 20 newcomers at once, and an honest one sends under one
+#: request a second (a heartbeat every 2 s, a long-polled lease, its first submission).
 #: Why: 256 identities from many addresses, each within its own budget (heartbeats, lease asks
 #: refused as early), sent ~200 requests a second, and serving them in the learner's process
 #: (uvicorn's parsing, the routing, a pool thread each, under the interpreter's one lock) took
