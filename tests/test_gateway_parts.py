@@ -282,7 +282,7 @@ def test_a_busy_episode_is_refused_at_the_door_and_its_refusals_held_by_its_own_
     flooder, honest = episodes.claim(1.0), episodes.claim(1.0)
 
     def check(key: str):
-        return door.check(CALL_PATHS[1], {"authorization": f"Bearer {key}"}, "127.0.0.1")
+        return door.check(CALL_PATHS[1], {"authorization": f"Bearer {key}"})
 
     async def flood() -> tuple[list, list]:
         calls = [asyncio.ensure_future(desk.complete(flooder.key, CompletionRequest(prompt="1+2="))) for _ in range(2)]

@@ -136,7 +136,7 @@ def test_a_door_checks_its_own_credential_before_a_body_byte_and_caps_its_own_bo
     """The training service's API key and the gateway's episode keys are checked as the workers'
     credentials are: a forged one is answered 401 before the body is read (a 15 MB chat body had
     been parsed first), a good one past its door's cap 413."""
-    def check(path, headers, client_host):
+    def check(path, headers):
         return None if headers.get("x-api-key") == "good" else Refusal(401, "wrong key", "unauthorized")
 
     app = create_app(make_state(staleness=1), lease_wait_s=0, doors={"/door/": Door(check, 64 * 1024)})

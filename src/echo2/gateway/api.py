@@ -71,7 +71,7 @@ def gateway_doors(desk: GatewayDesk, run_token: str) -> dict[str, Door]:
     """The gateway's credentials checked before a body byte is read, its bodies capped
     (:class:`echo2.net.guard.Door`): a call needs a live episode's key, the episodes' routes the run token."""
 
-    def episode_key(path: str, headers: Mapping[str, str], client_host: str) -> Refusal | None:  # noqa: ARG001
+    def episode_key(path: str, headers: Mapping[str, str]) -> Refusal | None:
         episode = desk.book.by_key.get(_bearer(headers.get("authorization")))  # a dict read: no lock needed
         if episode is None:
             return Refusal(401, "unknown episode key (Authorization: Bearer <the key POST /rl/episodes gave>)",
@@ -83,7 +83,7 @@ def gateway_doors(desk: GatewayDesk, run_token: str) -> dict[str, Door]:
         return Refusal(429 if busy else 400, str(why), "rate_limit_error" if busy else "invalid_request_error",
                        retry_after_s=1.0 if busy else None, hold_s=desk.tarpit.hold_s(episode.key))
 
-    def run_token_only(path: str, headers: Mapping[str, str], client_host: str) -> Refusal | None:  # noqa: ARG001
+    def run_token_only(path: str, headers: Mapping[str, str]) -> Refusal | None:  # noqa: ARG001
         return None if _trusted(headers.get("x-echo2-token"), run_token) else unauthorized("run token")
 
     calls = Door(episode_key, call_body_bytes(desk.settings.max_context))

@@ -100,11 +100,11 @@ Authorize = Callable[[str, "str | None", str], "Refusal | None"]
 @dataclass(frozen=True)
 class Door:
     """The routes under a path prefix that take a credential of their own (a training service's API
-    key, an agent's episode key), checked by ``check(path, headers, client_host)`` (lower-case header
-    names) before a body byte is read, their bodies capped at ``max_body_bytes``: a caller with a forged key had
+    key, an agent's episode key), checked by ``check(path, headers)`` (lower-case header names) before
+    a body byte is read, their bodies capped at ``max_body_bytes``: a caller with a forged key had
     a 15 MB chat body parsed, 2.8 GB of the learner's process, before its 401."""
 
-    check: Callable[[str, Mapping[str, str], str], "Refusal | None"]
+    check: Callable[[str, Mapping[str, str]], "Refusal | None"]
     max_body_bytes: int
 
 
@@ -162,7 +162,7 @@ class Guard:
         cap = door.max_body_bytes if door is not None else self.max_body_bytes
         if door is not None:
             refusal = door.check(path, {name.decode("latin-1").lower(): value.decode("latin-1")
-                                        for name, value in scope.get("headers", ())}, client[0])
+                                        for name, value in scope.get("headers", ())})
         else:
             refusal = self.authorize(path, credential, client[0])
         if refusal is None and length is not None:

@@ -48,7 +48,7 @@ KEY_REFUSAL = "X-API-Key is missing, wrong or revoked: use the key echo2 serve (
 def tinker_door(keys: ApiKeys) -> Door:
     """The API's keys checked before a body byte is read (:class:`echo2.net.guard.Door`)."""
 
-    def check(path: str, headers: Mapping[str, str], client_host: str) -> Refusal | None:  # noqa: ARG001
+    def check(path: str, headers: Mapping[str, str]) -> Refusal | None:
         if path == HEALTH_PATH or keys.tenant_of(headers.get("x-api-key")) is not None:
             return None
         return Refusal(401, KEY_REFUSAL, "unauthorized")
