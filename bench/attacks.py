@@ -183,7 +183,7 @@ from attack_rows import make_row, plot
 from attack_runs import AVAILABILITY_KINDS, OBSERVER, ROWS, Attack, Outcome, attack, run_once
 from attackers.run import attacker_main
 from attackers.service import chosen_worker
-from availability_rows import availability_row, plot_availability
+from availability_rows import availability_row, plot_availability, probe_max_s
 from common import format_table, parse_args, write_results
 from service_rows import service_rows
 
@@ -337,11 +337,14 @@ def main() -> None:
                 "attacker_groups_trained_after", "final_accuracy", "clean_accuracy", "step_s_vs_clean", "how"])
     lengths = f"{steps} steps per run" + ("" if args.quick or availability or "late" not in runs
                                           else f" ({runs['late'].steps} in row 1b's)")
+    clean_probe = next((spec for spec in clean.attacks if spec.kind == "probe"), None)
+    clean_beats = probe_max_s(clean, clean_probe, float("-inf"), float("inf"))
     print(f"\n{lengths}, 8 groups/step, S=1, 2 honest local workers; clean run: "
-          f"{clean.step_s:.2f} s/step, accuracy {clean.final_accuracy:.2f}")
+          f"{clean.step_s:.2f} s/step, accuracy {clean.final_accuracy:.2f}"
+          + (f", its own heartbeats at most {clean_beats:.2f} s" if clean_beats is not None else ""))
     print(format_table(rows, columns))
     meta = {"quick": args.quick, "availability": availability, "agents": args.agents, "steps": steps, "clean_step_s": clean.step_s, "clean_accuracy": clean.final_accuracy,
-            "clean_reliability": clean.reliability, "wall_s": time.time() - started,
+            "clean_heartbeat_max_s": clean_beats, "clean_reliability": clean.reliability, "wall_s": time.time() - started,
             "runs": {name: {"attackers": [a.name for a in run.attacks], "step_s": run.step_s, "steps": run.steps,
                             "final_accuracy": run.final_accuracy, "reliability": run.reliability,
                             "groups_by_worker": run.per_worker(), "quarantines": run.quarantines}

@@ -43,7 +43,7 @@ def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
             return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
         return "-" if value is None else str(value)
 
-    widths = [max(len(c), *(len(cell(r.get(c))) for r in rows)) for c in columns]
+    widths = [max([len(c)] + [len(cell(r.get(c))) for r in rows]) for c in columns]
     lines = [" | ".join(c.ljust(w) for c, w in zip(columns, widths)), "-+-".join("-" * w for w in widths)]
     lines += [" | ".join(cell(r.get(c)).ljust(w) for c, w in zip(columns, widths)) for r in rows]
     return "\n".join(lines)

@@ -10,7 +10,7 @@ import json
 import threading
 from typing import Any
 
-from attackers.session import EventLog, fabricated_groups
+from attackers.session import EventLog, fabricated_groups, log_registrations
 from attackers.trust import POISON_BELOW_FLOOR, POISON_IMPLAUSIBLE, poisoned
 
 
@@ -26,14 +26,8 @@ def engine_attacker(kind: str, url: str, token: str, name: str, log: EventLog, p
         def __init__(self) -> None:
             super().__init__(url, token, name=name, threads=1, relay=None)
             self.honest_accepted, self.malicious, self.quarantined = 0, False, False
-            self._honest_submit, register = self.client.submit, self.client.register
-
-            def registered(request):
-                reply = register(request)
-                log.emit("registered", worker_id=reply.worker_id, name=name)
-                return reply
-
-            self.client.register, self.client.submit = registered, self._attack_submit
+            self._honest_submit, self.client.submit = self.client.submit, self._attack_submit
+            log_registrations(self.client, log, name)
 
         def _post(self, body: str) -> httpx.Response:
             return self.client.http.post("/v1/submit", content=body, headers={

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from attackers.session import EventLog
+from attackers.session import EventLog, log_registrations
 
 HEADERS = {"tags": [], "user_metadata": None, "sdk_version": "0.38.0"}
 
@@ -88,15 +88,8 @@ def chosen_worker(kind: str, url: str, token: str, name: str, log: EventLog | No
     class Chooser(RolloutWorker):
         def __init__(self) -> None:
             super().__init__(url, token, name=name, relay=None, give_up_after_s=60)
-            register = self.client.register
-
-            def registered(request):
-                reply = register(request)
-                if log is not None:
-                    log.emit("registered", worker_id=reply.worker_id, name=name)
-                return reply
-
-            self.client.register = registered
+            if log is not None:
+                log_registrations(self.client, log, name)
 
         def _generate(self, lease):
             own = lease.model_copy(update={"draw_seed": lease.draw_seed ^ own_randomness, "samples": [

@@ -32,6 +32,19 @@ class EventLog:
             self.file.flush()
 
 
+def log_registrations(client: Any, log: EventLog, name: str) -> None:
+    """Make ``client`` log each registration it makes (the worker id the coordinator gave it), so
+    that the bench can tell which of the coordinator's workers was this attacker."""
+    register = client.register
+
+    def registered(request):
+        reply = register(request)
+        log.emit("registered", worker_id=reply.worker_id, name=name)
+        return reply
+
+    client.register = registered
+
+
 def wait_for_training(run_dir: Path, timeout_s: float = 600.0) -> None:
     """Until the learner has logged its first record (the evaluation before step 0)."""
     metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + timeout_s

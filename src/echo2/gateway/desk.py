@@ -167,7 +167,7 @@ class GatewayDesk:
         """Why one more call of ``episode`` may not be made now, within :class:`CallLimits` (its calls
         spent: :class:`Refused`; too many at once: :class:`CallsBusy`), or None. Asked at the door,
         before a body byte is read, and again when the call is admitted."""
-        made = sum(len(segment.calls) for segment in episode.trajectory.segments) + len(episode.trajectory.abandoned)
+        made = episode.trajectory.calls_made
         if made + self._in_flight[episode.episode_id] >= self.limits.per_episode_total:
             return Refused(f"episode {episode.episode_id} has made {made} calls, the most "
                            f"agent.max_calls_per_episode_total={self.limits.per_episode_total} allows")

@@ -88,12 +88,15 @@ class Trajectory:
         self.segments: list[Segment] = []
         self.abandoned: list[str] = []
         """Calls a retry replaced: served, never trained."""
+        self.calls_made = 0
+        """Every call recorded, kept or abandoned: what an episode's call allowance counts."""
 
     def add(self, call: Call) -> Segment:
         """Record ``call``; the segment it joined (or began)."""
         if len(call.logprobs) != len(call.completion_ids):
             raise ValueError(f"call {call.call_id}: {len(call.logprobs)} log-probs for "
                              f"{len(call.completion_ids)} completion tokens")
+        self.calls_made += 1
         for segment in reversed(self.segments):  # the newest first: an agent most often continues it
             if _starts_with(call.prompt_ids, segment.sequence):
                 segment.extend(call)

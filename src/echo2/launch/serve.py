@@ -19,6 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
+from echo2 import heap
 from echo2.broadcast.payload import PAYLOAD_DTYPES
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, dump_config
@@ -153,8 +154,9 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)} \
         if threading.current_thread() is threading.main_thread() else {}
     try:
-        while not stop.wait(REAP_EVERY_S):
-            state.reap()
+        with heap.settled():
+            while not stop.wait(REAP_EVERY_S):
+                state.reap()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from echo2 import heap
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, ConfigError, LocalWorkerSpec, dump_config
 from echo2.coordinator.app import create_app
@@ -310,7 +311,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
             agents.start(server.url)
         loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline,
                            evaluations)
-        result = loop.run(resume)
+        with heap.settled():
+            result = loop.run(resume)
         stats = state.stats(config.activation.learner_price_per_hour, result.wall_seconds)
     finally:
         if agents:

@@ -31,6 +31,7 @@ import time
 
 import torch
 
+from echo2 import heap
 from echo2.broadcast.relay import RelayOptions, RelayServer
 from echo2.broadcast.suspects import SuspectSources
 from echo2.broadcast.throttle import Throttle
@@ -246,19 +247,24 @@ class RolloutWorker:
         if self.spec.protocol == "async":
             threading.Thread(target=self.weights.background, daemon=True, name="echo2-fetcher").start()
         try:
-            while not self.stop.is_set():
-                try:
-                    if self.session_lost.is_set():
-                        self._register_anew()
-                        self._fetch_first_weights()
-                    if not self._work_once():
-                        break
-                except SessionLost as error:
-                    log.warning("the coordinator forgot this worker (%s); registering again", error.detail)
-                    self.session_lost.set()
+            with heap.settled():
+                self._work()
         finally:
             self._leave()
         log.info("worker %s done at version %d", self.name, self.version)
+
+    def _work(self) -> None:
+        """Take leases until the coordinator says the run is over (or the worker is stopped)."""
+        while not self.stop.is_set():
+            try:
+                if self.session_lost.is_set():
+                    self._register_anew()
+                    self._fetch_first_weights()
+                if not self._work_once():
+                    return
+            except SessionLost as error:
+                log.warning("the coordinator forgot this worker (%s); registering again", error.detail)
+                self.session_lost.set()
 
     def _leave(self) -> None:
         self.stop.set()
