@@ -18,6 +18,7 @@ from echo2.core.draw_rule import request_draw, row_key, splitmix64, turn_uniform
 from echo2.model.draws import Draws, draw_gaps, inverse_cdf, token_intervals
 from echo2.model.sources import SHIPPED_MODEL
 from echo2.protocol import RunSpec
+from echo2.rollout.engines import SamplingParams
 from echo2.rollout.engines.hf import HfEngine
 
 
@@ -68,9 +69,10 @@ def test_the_hf_engine_draws_by_the_rule_and_every_token_lies_in_its_interval(en
 
     prompts = [[2, 3, 4]] * 4
     draws = Draws([(5, row_key(0, i)) for i in range(4)])
-    first, again = engine.generate(prompts, draws), engine.generate(prompts, draws)
+    params = SamplingParams.of_run(engine.spec, 1)
+    first, again = engine.sample("", prompts, params, draws), engine.sample("", prompts, params, draws)
     assert first.completion_ids == again.completion_ids and first.logprobs == again.logprobs
-    other = engine.generate(prompts, Draws([(6, row_key(0, i)) for i in range(4)]))
+    other = engine.sample("", prompts, params, Draws([(6, row_key(0, i)) for i in range(4)]))
     assert other.completion_ids != first.completion_ids
     assert len({tuple(c) for c in first.completion_ids}) > 1  # the rows of a group draw apart
     scores = completion_scores(engine.sampling_model, prompts, first.completion_ids, pad_id=0, intervals=True)

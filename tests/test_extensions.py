@@ -40,10 +40,10 @@ class NotAnEngine:
 class CountingEngine(HfEngine):
     """The shipped engine, writing one line per generation batch where the test reads it."""
 
-    def generate(self, prompt_ids, draws):
+    def sample(self, sampler, prompt_ids, params, draws):
         with open(os.environ["EXTENSION_ENGINE_LOG"], "a") as log:
             log.write(f"{len(prompt_ids)}\\n")
-        return super().generate(prompt_ids, draws)
+        return super().sample(sampler, prompt_ids, params, draws)
 '''
 
 
@@ -90,5 +90,5 @@ def test_a_path_that_names_nothing_or_the_wrong_thing_fails_with_its_key(plugin)
                    heartbeat_interval_s=1.0, seed=0, engine="user_plugin:halved_token_mean")
     with pytest.raises(TypeError, match="is a Objective, not an engine class"):
         load_engine(spec, eos_id=1, pad_id=0)
-    with pytest.raises(TypeError, match="lacks max_context, generate, load, groups_that_fit"):
+    with pytest.raises(TypeError, match="lacks max_context, sample, load, groups_that_fit"):
         load_engine(spec.model_copy(update={"engine": "user_plugin:NotAnEngine"}), eos_id=1, pad_id=0)

@@ -177,7 +177,7 @@ def test_a_retried_call_is_trained_once(agent_run, decode):
     played = episodes_of(agent_run, "retry", decode)
     assert played and all(sum(len(model_turns(g, row)) for g, row in rows) == 2 for rows in played)
     book = agent_run.agents[0].desk.book
-    assert book.counts["calls_abandoned"] >= len(played)
+    assert book.counts.calls_abandoned >= len(played)
 
 
 def test_the_agents_sdk_and_an_external_program_play_episodes_that_are_trained(agent_run, decode):
@@ -185,7 +185,7 @@ def test_the_agents_sdk_and_an_external_program_play_episodes_that_are_trained(a
     assert {"agents_sdk", "three_turns"} <= kinds
     assert agent_run.external["statuses"] == [200, 200]
     book = agent_run.agents[0].desk.book
-    assert book.counts["episodes_rewarded"] >= 8 and book.counts["groups_admitted"] >= 4
+    assert book.counts.episodes_rewarded >= 8 and book.counts.groups_admitted >= 4
 
 
 def test_a_worker_lying_about_its_log_probs_is_caught_and_none_of_its_calls_trained(agent_run):

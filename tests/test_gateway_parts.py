@@ -102,12 +102,23 @@ def test_an_episode_never_rewarded_within_its_deadline_is_dropped_with_its_group
     episodes.reward(first.episode_id, 1.0)
     with state.cond:
         assert episodes.expire(now=time.monotonic() + 6.0) == 1
-    assert episodes.counts["episodes_dropped"] == 1 and episodes.counts["groups_dropped"] == 1
+    assert episodes.counts.episodes_dropped == 1 and episodes.counts.groups_dropped == 1
     assert state.books.ledger.useful_slots == 0 and list(state.books.ledger.requeued) == [first.example]
     with pytest.raises(EpisodeGone, match="dropped"):
         episodes.reward(second.episode_id, 1.0)
     third = episodes.claim(1.0)  # the window is free again, the example first in line
     assert third.example == first.example
+
+
+def test_a_dropped_agent_groups_prompt_returns_at_the_front_of_the_queue_as_a_lost_leases_does():
+    state, episodes = book(groups_per_step=2)
+    a = [episodes.claim(1.0) for _ in range(2)]
+    b = [episodes.claim(1.0) for _ in range(2)]
+    assert a[0].group is not b[0].group
+    episodes.give_up(b[0].episode_id, "its agent raised")
+    episodes.give_up(a[0].episode_id, "its agent raised")
+    assert list(state.books.ledger.requeued) == [a[0].example, b[0].example]  # the latest lost first in line
+    assert episodes.claim(1.0).example == a[0].example
 
 
 def test_an_agents_segments_share_their_episodes_advantage():
@@ -130,7 +141,7 @@ def test_a_group_with_a_call_of_a_worker_quarantined_meanwhile_is_not_admitted()
     state.quarantine(next(iter(state.registry.workers)), "its calls failed their audit")
     episodes.reward(first.episode_id, 1.0)
     episodes.reward(second.episode_id, 0.0)
-    assert len(state.books.ledger) == 0 and episodes.counts["groups_dropped"] == 1
+    assert len(state.books.ledger) == 0 and episodes.counts.groups_dropped == 1
     assert state.books.counters.groups_discarded_quarantined == 1
 
 

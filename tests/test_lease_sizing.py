@@ -47,7 +47,7 @@ class Engine:
         self.asked.append(context_tokens)
         return min(most, self.rows // 4)
 
-    def generate(self, prompt_ids, draws):
+    def sample(self, sampler, prompt_ids, params, draws):
         from echo2.model.sampling import Samples
         return Samples([[1] for _ in prompt_ids], [[-0.1] for _ in prompt_ids])
 

@@ -12,10 +12,11 @@ from echo2.core.pacing import PacingLedger
 from echo2.simulation.engine import simulate
 
 
-def ask(ledger, holder=None, *, version=0, held=0, active=True, others=False, now=0.0, finished=False, group_s=None):
+def ask(ledger, holder=None, *, version=0, held=0, active=True, others=False, now=0.0, finished=False, group_s=None,
+        requests="none"):
     return answer_lease(ledger, POLICY, holder or Holder(), worker_version=version, requested=64, held=held,
                         active=active, others_live=others, now=now, lease_timeout_s=60.0, group_s=group_s,
-                        others_proven=others, finished=finished)
+                        others_proven=others, finished=finished, requests=requests)
 
 
 def test_a_finished_run_stops_everyone_and_a_left_out_or_parked_worker_is_parked_until_its_time():
@@ -38,6 +39,30 @@ def test_the_window_then_the_weights_then_the_share_decide():
     ledger.version = 3  # version 0's weights are now too old for the next slot
     ledger.useful_slots = 8
     assert ask(ledger, version=0) == leasing.LeaseAnswer("refresh") and ask(ledger, version=0).final
+
+
+@pytest.mark.parametrize("prompts", [True, False], ids=["task-run", "service"])
+@pytest.mark.parametrize("case, expected", [
+    # (holder, requests waiting, others proven, active, finished) -> (status, size, kind)
+    (dict(requests="servable"), ("granted", 64, "sample")),  # as many as it asks for, ahead of the task's prompts
+    (dict(requests="newer"), ("refresh", 0, "prompt")),  # those waiting need newer weights than it holds
+    (dict(requests="servable", holder=Holder(proven=False), others=True), ("granted", 1, "sample")),  # on probation
+    (dict(requests="servable", holder=Holder(proven=False)), ("granted", 64, "sample")),  # alone: no probation
+    (dict(requests="servable", active=False), ("parked", 0, "prompt")),  # left out by the activation
+    (dict(requests="servable", holder=Holder(parked_until=5.0)), ("parked", 0, "prompt")),  # parked for misses
+    (dict(requests="servable", finished=True), ("stop", 0, "prompt")),
+])
+def test_sampling_requests_are_answered_by_the_same_rule_ahead_of_any_prompt(prompts, case, expected):
+    ledger = PacingLedger(staleness=1, groups_per_step=4) if prompts else None
+    answer = ask(ledger, **case)
+    assert (answer.status, answer.size, answer.kind) == expected
+    if answer.status == "granted":
+        assert answer.deadline_s > 0
+
+
+def test_with_no_prompts_and_no_requests_a_worker_waits_and_a_finished_run_stops_it():
+    assert ask(None) == leasing.LeaseAnswer("wait") and not ask(None).final
+    assert ask(None, finished=True).status == "stop" and ask(None, active=False).status == "parked"
 
 
 def _live_lease_size() -> int:

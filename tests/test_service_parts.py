@@ -277,8 +277,10 @@ def test_a_workers_alike_sampling_requests_run_as_one_batch_and_a_seeded_one_alo
             self.calls: list[list[list[int]]] = []
             self.draws: list = []
 
-        def sample_with(self, sampler, prompt_ids, max_new_tokens, temperature, eos_id, draws):
-            self.calls.append(prompt_ids)  # each row's completion: its prompt's first token, then the stop (9)
+        max_context = None
+
+        def sample(self, sampler, prompt_ids, params, draws):
+            self.calls.append([list(p) for p in prompt_ids])  # each row's completion: its prompt's first token, then the stop (9)
             self.draws.append(list(draws.keys))
             return SimpleNamespace(completion_ids=[[p[0], 9, 5] for p in prompt_ids],
                                    logprobs=[[-0.1, -0.2, -0.3] for _ in prompt_ids])
@@ -287,7 +289,7 @@ def test_a_workers_alike_sampling_requests_run_as_one_batch_and_a_seeded_one_alo
             return [-1.0] * (len(prompt_ids) - 1)
 
     engine = Engine()
-    generator = LeaseGenerator(run_spec(load_config(None, [])), engine, SimpleNamespace(eos_token_id=9, decode=str),
+    generator = LeaseGenerator(run_spec(load_config(None, [])), engine, SimpleNamespace(eos_token_id=9, decode=lambda ids, **_: str(ids)),
                                client=None, stop=threading.Event())
     alike = dict(sampler="s1", max_tokens=3, temperature=1.0)
     requests = [LeasedSample(slot=4, prompt_ids=[1, 2], num_samples=2, **alike),
@@ -362,7 +364,7 @@ def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_a
         desk.retire(now + 95)
         desk.wait_published()
         assert desk.version == version  # nothing left: no new version
-        assert "sample_timeout_s" in outcome(futures, request_id).error and desk.counts["timed_out"] == 1
+        assert "sample_timeout_s" in outcome(futures, request_id).error and desk.counts.timed_out == 1
         futures.keep_s = 0.0
         futures.resolve(futures.create(), None)  # a result past its keep time is forgotten as the next one is made
         desk.retire(now + 96)

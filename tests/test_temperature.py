@@ -19,6 +19,7 @@ from echo2.model.draws import Draws
 from echo2.model.loading import load_model, load_tokenizer
 from echo2.model.sources import SHIPPED_MODEL
 from echo2.protocol import RunSpec
+from echo2.rollout.engines import SamplingParams
 from echo2.rollout.engines.hf import HfEngine
 from echo2.tasks import Example
 
@@ -41,7 +42,8 @@ def worker_samples(shipped):
                    seed=0)
     engine = HfEngine(spec, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
     prompts = [tokenizer(EXAMPLE.prompt)["input_ids"]] * 4
-    return prompts, engine.generate(prompts, Draws.seeded(3, len(prompts)))
+    params = SamplingParams.of_run(spec, tokenizer.eos_token_id)
+    return prompts, engine.sample("", prompts, params, Draws.seeded(3, len(prompts)))
 
 
 def scores(model, tokenizer, prompts, completions, temperature):

@@ -132,6 +132,9 @@ class RunSpec(Message):
     sampler_bundles: bool = False
     """A training service's fleet (``echo2 serve``): each version is a bundle of the clients'
     sampler adapters (:mod:`echo2.broadcast.bundle`) and leases carry sampling requests."""
+    max_lora_rank: int | None = None
+    """A training service's fleet: the largest rank a sampler of its bundles may have (an engine
+    that serves adapters sizes itself by it)."""
     agent_calls: bool = False
     """An agent run (``task.name=agent:...``): leases carry the agents' model calls
     (:mod:`echo2.gateway`), sampled with the run's own weights (the sampler ``""``)."""

@@ -28,19 +28,17 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from echo2.core.dissemination import DisseminationCensus, Reached
-from echo2.core.leasing import LeaseAnswer, answer_lease
+from echo2.core.leasing import LeaseAnswer, Requests, answer_lease
 from echo2.core.pacing import PacingLedger
 from echo2.core.profiling import LeaseCycle
 from echo2.core.run_clock import RunClock
 from echo2.core.sample_queue import SampleQueue
 from echo2.core.shares import (
     SharePolicy,
-    deadline_s,
     delivered,
     dropped_stale,
     group_seconds,
     missed,
-    on_probation,
 )
 
 WorkKind = Literal["prompt", "sample"]
@@ -195,24 +193,17 @@ class Books(Generic[W, G]):
         others = [w for w in self.workers.values() if w is not worker and w.at_work]
         proven = [w for w in others if w.proven]
         group_s = group_seconds(self.group_size, worker.throughput, [w.throughput for w in proven if w.throughput])
-        if self.samples and not self.finished and worker.active and now >= worker.parked_until:
-            if not self.samples.servable(worker_version):
-                return LeaseAnswer("refresh")
-            probation = on_probation(self.shares, worker, bool(proven))
-            return LeaseAnswer("granted", 1 if probation else requested, kind="sample",
-                               deadline_s=deadline_s(self.lease_timeout_s, probation, worker, group_s))
-        if not self.prompts:
-            return LeaseAnswer("stop" if self.finished else "parked" if not worker.active or now < worker.parked_until
-                               else "wait")
+        requests: Requests = ("none" if not self.samples else "servable" if self.samples.servable(worker_version)
+                              else "newer")
         untrained = 0
         if not worker.proven and proven:
             mine = worker.worker_id
             untrained = (self.ledger.buffered(lambda group: mine in self.workers_of(group))
                          + sum(mine in self.workers_of(group) for group in self.in_training))
-        return answer_lease(self.ledger, self.shares, worker, worker_version=worker_version, requested=requested,
-                            held=held, active=worker.active, others_live=bool(others), now=now,
+        return answer_lease(self.ledger if self.prompts else None, self.shares, worker, worker_version=worker_version,
+                            requested=requested, held=held, active=worker.active, others_live=bool(others), now=now,
                             lease_timeout_s=self.lease_timeout_s, group_s=group_s, others_proven=bool(proven),
-                            finished=self.finished, untrained=untrained)
+                            finished=self.finished, untrained=untrained, requests=requests)
 
     def grant(self, worker: W, worker_version: int, answer: LeaseAnswer, now: float, draw: Callable[[], Any],
               make: Callable[..., L] = Lease) -> L:
@@ -284,6 +275,28 @@ class Books(Generic[W, G]):
             if parked_s := missed(self.shares, worker, now, self.lease_timeout_s):
                 self._on_parked(worker, parked_s, f"failed or let expire {worker.unfulfilled} leases in a row")
         return []
+
+    # ------------------------------------------------------------------ groups played call by call
+    def open_group(self, draw: Callable[[], Any]) -> tuple[int, Any] | None:
+        """One prompt slot for a group that is not leased as a whole (an agent's episodes, each call
+        of them leased on its own): granted at the newest version when the staleness window has room
+        (re-queued prompts first, then ``draw()``), as a lease's slots are; None while it is full."""
+        if self.finished or self.ledger.grantable(self.version) != "granted":
+            return None
+        (slot, prompt), = self.ledger.grant(self.version, 1, draw).items()
+        return slot, prompt
+
+    def admit_group(self, slot: int, version: int, group: G) -> None:
+        """An opened group, played out, enters the learner's buffer as a submitted lease's groups do."""
+        self.ledger.admit(slot, version, group)
+        self.counters.groups_accepted += 1
+
+    def drop_group(self, slot: int, quarantined: bool = False) -> None:
+        """An opened group will not be trained (an episode unrewarded, abandoned, or sampled by a
+        ``quarantined`` worker): its prompt goes back to the front of the queue, as a lost lease's do."""
+        self.ledger.release([slot], front=True)
+        if quarantined:
+            self.counters.groups_discarded_quarantined += 1
 
     def _close(self, lease: Lease, state: LeaseState) -> None:
         lease.state = state

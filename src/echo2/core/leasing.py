@@ -4,7 +4,11 @@ told to refresh or parked exactly when a live one would be.
 
 The order of the questions is the rule: a finished run stops everyone; a worker the activation
 left out, or one parked for letting leases expire (:mod:`~echo2.core.shares`), is ``parked``;
-then the staleness window (:meth:`~echo2.core.pacing.PacingLedger.grantable`): ``wait`` while it
+then sampling requests (a training service's clients, an agent's calls: :mod:`~echo2.core.sample_queue`),
+served first come, first served and ahead of the task's prompts: ``refresh`` when those waiting
+need newer weights than the worker holds, else ``granted`` (one request for a worker on
+probation, as many as it asks for otherwise); then, where the run leases a task's prompts at all,
+the staleness window (:meth:`~echo2.core.pacing.PacingLedger.grantable`): ``wait`` while it
 is full, ``refresh`` when the worker's weights are too old for the next slot; last the worker's
 share of the window: ``wait`` while it holds its share already (its leases still being
 generated or submitted), else ``granted`` with the lease's size (lent slots for a worker on
@@ -22,6 +26,10 @@ from echo2.core.pacing import PacingLedger
 from echo2.core.shares import Holder, SharePolicy, deadline_s, lease_size, on_probation
 
 Status = Literal["granted", "wait", "refresh", "parked", "stop"]
+
+Requests = Literal["none", "servable", "newer"]
+"""The sampling requests waiting, as a worker at a version sees them: none, one it can serve, or
+only requests that need newer weights than it holds (:meth:`~echo2.core.sample_queue.SampleQueue.servable`)."""
 
 ASK_AHEAD_AT = 0.1
 """A lease request's round trip, as a fraction of generating a lease, above which an async worker
@@ -47,12 +55,14 @@ class LeaseAnswer:
         return self.status not in ("wait", "parked")
 
 
-def answer_lease(ledger: PacingLedger[Any, Any], policy: SharePolicy, holder: Holder, *, worker_version: int,
+def answer_lease(ledger: PacingLedger[Any, Any] | None, policy: SharePolicy, holder: Holder, *, worker_version: int,
                  requested: int, held: int, active: bool, others_live: bool, now: float,
                  lease_timeout_s: float, group_s: float | None, others_proven: bool,
-                 finished: bool = False, untrained: int = 0) -> LeaseAnswer:
+                 finished: bool = False, untrained: int = 0, requests: Requests = "none") -> LeaseAnswer:
     """What a worker at ``worker_version`` asking for ``requested`` groups, holding ``held``
-    in-flight slots, is answered at ``now``; ``active``: the activation keeps it working;
+    in-flight slots, is answered at ``now``; ``ledger``: the task's prompts (None: the run leases
+    none, a training service's fleet); ``requests``: the sampling requests waiting, as this worker
+    sees them; ``active``: the activation keeps it working;
     ``others_live``: other active workers could take the work; ``untrained``: the holder's groups
     submitted and not trained yet, while a proven worker is at work; ``others_proven``: another
     worker at work has delivered (probation applies only then; both in
@@ -62,6 +72,14 @@ def answer_lease(ledger: PacingLedger[Any, Any], policy: SharePolicy, holder: Ho
         return LeaseAnswer("stop")
     if not active or now < holder.parked_until:
         return LeaseAnswer("parked")
+    if requests != "none":
+        if requests == "newer":
+            return LeaseAnswer("refresh")
+        probation = on_probation(policy, holder, others_proven)
+        return LeaseAnswer("granted", 1 if probation else requested, kind="sample",
+                           deadline_s=deadline_s(lease_timeout_s, probation, holder, group_s))
+    if ledger is None:
+        return LeaseAnswer("wait")
     status = ledger.grantable(worker_version)
     if status != "granted":
         return LeaseAnswer(status)

@@ -26,8 +26,9 @@ import logging
 import math
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import openai
@@ -59,6 +60,15 @@ def load_agent(name: str) -> AgentFunction:
     return function
 
 
+@dataclass
+class PoolCounts:
+    """The agent function's outcomes: ``played``, ``failed`` (it raised), ``timed_out``."""
+
+    played: int = 0
+    failed: int = 0
+    timed_out: int = 0
+
+
 class AgentPool:
     """Plays ``function`` on the episodes of ``book`` through the gateway at ``base_url``."""
 
@@ -70,8 +80,7 @@ class AgentPool:
         self.recent: deque[dict[str, float]] = deque(maxlen=WINDOW)
         """The numbers of the last rewarded training episodes (reward included)."""
         self.concurrency, self.episode_timeout_s, self.call_timeout_s = concurrency, episode_timeout_s, call_timeout_s
-        self.counts: Counter[str] = Counter()
-        """played, failed (the function raised), timed_out."""
+        self.counts = PoolCounts()
         self._stop = threading.Event()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="echo2-agents", daemon=True)
@@ -135,14 +144,14 @@ class AgentPool:
         try:
             returned = await asyncio.wait_for(self.function(episode.example, client), self.episode_timeout_s)
             outcome = outcome_of(returned)
-            self.counts["played"] += 1
+            self.counts.played += 1
             return outcome
         except TimeoutError:
-            self.counts["timed_out"] += 1
+            self.counts.timed_out += 1
             self.book.give_up(episode.episode_id, f"its agent did not finish within agent.episode_timeout_s="
                                                   f"{self.episode_timeout_s:g}s")
         except Exception as error:  # noqa: BLE001 - the user's agent failing ends its episode, not the run
-            self.counts["failed"] += 1
+            self.counts.failed += 1
             log.warning("agent episode %s failed: %s: %s", episode.episode_id, type(error).__name__, error)
             self.book.give_up(episode.episode_id, f"its agent raised {type(error).__name__}")
         finally:

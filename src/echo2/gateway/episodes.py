@@ -22,7 +22,7 @@ import logging
 import secrets
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from dataclasses import dataclass, field
 
 from echo2.coordinator.books import CoordinatorBooks
@@ -65,6 +65,21 @@ class AgentEpisode:
         return self.group.example
 
 
+@dataclass
+class EpisodeCounts:
+    """What the run's agent episodes came to (typed: a misspelt name fails, where a string key made a new zero)."""
+
+    episodes_opened: int = 0
+    episodes_rewarded: int = 0
+    episodes_dropped: int = 0
+    groups_admitted: int = 0
+    groups_dropped: int = 0
+    calls: int = 0
+    calls_abandoned: int = 0
+    """Calls a retried turn replaced: served, never trained."""
+    segments_trained: int = 0
+
+
 @dataclass(eq=False)
 class OpenGroup:
     slot: int | None
@@ -85,9 +100,7 @@ class EpisodeBook:
         """Training episodes claimed and not over, at most (None: unbounded)."""
         self.by_id: dict[str, AgentEpisode] = {}
         self.by_key: dict[str, AgentEpisode] = {}
-        self.counts: Counter[str] = Counter()
-        """episodes_opened, episodes_rewarded, episodes_dropped, groups_admitted, groups_dropped,
-        calls, calls_abandoned (retried turns), segments_trained."""
+        self.counts = EpisodeCounts()
         self._open: list[OpenGroup] = []
         """Training groups with an episode nobody claimed yet."""
         self._ended: deque[tuple[float, str]] = deque()
@@ -108,7 +121,7 @@ class EpisodeBook:
                                                    or (episode := self._open_group()) is not None):
                     episode.claimed = True
                     episode.deadline = time.monotonic() + self.episode_timeout_s
-                    self.counts["episodes_opened"] += 1
+                    self.counts.episodes_opened += 1
                     return episode
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -142,9 +155,9 @@ class EpisodeBook:
 
     def _open_group(self) -> AgentEpisode | None:
         books = self.parts.books
-        if books.ledger.grantable(books.version) != "granted":
+        if (opened := books.open_group(lambda: next(self.parts.examples))) is None:
             return None
-        (slot, example), = books.ledger.grant(books.version, 1, lambda: next(self.parts.examples)).items()
+        slot, example = opened
         group = OpenGroup(slot, example, books.version)
         for _ in range(self.group_size):
             self._episode(group, claimed=False)
@@ -181,8 +194,8 @@ class EpisodeBook:
             episode.trajectory.add(call)
             episode.workers[call.call_id] = worker_id
             episode.held.append(held)
-            self.counts["calls"] += 1
-            self.counts["calls_abandoned"] += len(episode.trajectory.abandoned) - abandoned
+            self.counts.calls += 1
+            self.counts.calls_abandoned += len(episode.trajectory.abandoned) - abandoned
 
     # ------------------------------------------------------------------ endings
     def reward(self, episode_id: str, reward: float) -> AgentEpisode:
@@ -197,7 +210,7 @@ class EpisodeBook:
                 raise EpisodeGone(f"episode {episode_id} is over ({episode.over}, reward {episode.reward}): "
                                   f"its reward cannot be set again")
             episode.reward, episode.over = reward, "rewarded"
-            self.counts["episodes_rewarded"] += 1
+            self.counts.episodes_rewarded += 1
             group = episode.group
             if group.slot is not None and all(e.over == "rewarded" for e in group.episodes):
                 self._admit(group)
@@ -212,13 +225,11 @@ class EpisodeBook:
         built = self.group(group)
         quarantined = [w for w in built.workers() if (r := self.parts.registry.workers.get(w)) is None or r.quarantined]
         if quarantined:
-            self.parts.books.counters.groups_discarded_quarantined += 1
-            self._drop(group, f"sampled by quarantined worker(s) {', '.join(quarantined)}")
+            self._drop(group, f"sampled by quarantined worker(s) {', '.join(quarantined)}", quarantined=True)
             return
-        self.parts.books.ledger.admit(group.slot, built.version, built)
-        self.parts.books.counters.groups_accepted += 1
-        self.counts["groups_admitted"] += 1
-        self.counts["segments_trained"] += len(built.token_ids)
+        self.parts.books.admit_group(group.slot, built.version, built)
+        self.counts.groups_admitted += 1
+        self.counts.segments_trained += len(built.token_ids)
         self._forget(group)
 
     def group(self, group: OpenGroup) -> Group:
@@ -257,14 +268,14 @@ class EpisodeBook:
             self._drop(group, f"an episode was not rewarded within agent.episode_timeout_s={self.episode_timeout_s:g}s")
         return len(late)
 
-    def _drop(self, group: OpenGroup, why: str) -> None:
+    def _drop(self, group: OpenGroup, why: str, quarantined: bool = False) -> None:
         for episode in group.episodes:
             if episode.over is None:
                 episode.over = "dropped"
-                self.counts["episodes_dropped"] += 1
+                self.counts.episodes_dropped += 1
         if group.slot is not None:
-            self.counts["groups_dropped"] += 1
-            self.parts.books.ledger.release([group.slot])
+            self.counts.groups_dropped += 1
+            self.parts.books.drop_group(group.slot, quarantined)
             log.warning("agent group of slot %d dropped: %s", group.slot, why)
         self._forget(group)
         self.parts.cond.notify_all()

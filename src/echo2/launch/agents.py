@@ -9,6 +9,7 @@ host plays the episodes. Everything else — pacing, leases, audits, the learner
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -51,7 +52,7 @@ class AgentRun(DeskSink):
         book = EpisodeBook(state.parts, config.rollout.group_size, agent.episode_timeout_s,
                            agent.max_claimed or 2 * agent.concurrency)
         state.parts.reapers.append(book.expire)
-        state.parts.reports["agent"] = lambda: {**book.counts, **self._pool_figures()}
+        state.parts.reports["agent"] = lambda: {**asdict(book.counts), **self._pool_figures()}
         self.desk = GatewayDesk(
             state, book, ChatPrompt(agent.chat_template or config.model.name),
             encode=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
@@ -64,7 +65,7 @@ class AgentRun(DeskSink):
         """The pool's outcomes (``played``, ``failed``: the agent raised, ``timed_out``) and its means."""
         if self.pool is None:
             return {}
-        return {**{f"agent_{name}": count for name, count in self.pool.counts.items()}, **self.pool.means()}
+        return {**{f"agent_{name}": count for name, count in asdict(self.pool.counts).items()}, **self.pool.means()}
 
     def doors(self, run_token: str) -> dict[str, Door]:
         """The gateway's credentials, checked before a body is read (:func:`~echo2.gateway.api.gateway_doors`)."""

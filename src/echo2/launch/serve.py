@@ -94,7 +94,8 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
     base, tokenizer = load_model(config.model.name, config.model.dtype), load_tokenizer(config.model.name)
     sink = DeskSink()  # the fleet's sampling outcomes, for the service's desk (built after the coordinator)
     state = CoordinatorState(
-        run_spec(config).model_copy(update={"sampler_bundles": True, "adapter": None}),
+        run_spec(config).model_copy(update={"sampler_bundles": True, "adapter": None,
+                                            "max_lora_rank": config.service.max_lora_rank}),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.service.max_tokens,
                vocab_size=base.get_input_embeddings().num_embeddings),
         iter(()), groups_per_step=config.learner.groups_per_step, run_token=token,

@@ -1,5 +1,7 @@
-"""One lease's generation: G episodes per leased prompt, sampled by the worker's engine, gathered
-into the submission (tokens and behaviour log-probs; no reward: the coordinator scores).
+"""One lease's generation: G episodes per leased prompt, or the completions each sampling request
+asks for, sampled by the worker's engine through one path (:meth:`LeaseGenerator._play`, one
+:meth:`~echo2.rollout.engines.Engine.sample` call per turn), gathered into the submission (tokens
+and behaviour log-probs; no reward: the coordinator scores).
 
 A single-turn task samples once per row; a multi-turn one plays turns, the coordinator's
 environment answering between them (:mod:`echo2.model.episodes`), newer weights swapped in between
@@ -19,7 +21,7 @@ from typing import Any
 
 from echo2.core.draw_rule import request_draw, row_key
 from echo2.model.draws import Draws
-from echo2.model.episodes import Episode, observation_ids, run_episodes
+from echo2.model.episodes import Episode, Respond, observation_ids, run_episodes
 from echo2.model.sampling import stop_length
 from echo2.protocol import (
     Completion,
@@ -34,6 +36,8 @@ from echo2.protocol import (
     SubmitRequest,
 )
 from echo2.rollout.client import CoordinatorClient
+from echo2.rollout.engines import SamplingParams
+from echo2.rollout.engines.bundles import BASE_SAMPLER
 
 
 @dataclass
@@ -69,7 +73,7 @@ class LeaseGenerator:
         clock, cpu = time.perf_counter(), time.thread_time()
         if lease.draw_seed is None:
             raise ValueError(f"lease {lease.lease_id} carries no draw_seed: this coordinator predates verifiable draws")
-        work = ({"samples": self._serve(lease.samples, lease.draw_seed)} if lease.samples
+        work = ({"samples": self._serve(lease.samples, lease.draw_seed, version)} if lease.samples
                 else {"groups": self._groups(lease, version, between_turns)})
         seconds = time.perf_counter() - clock
         if self.throughput_factor < 1:
@@ -82,17 +86,31 @@ class LeaseGenerator:
 
     def _groups(self, lease: LeaseResponse, version: Callable[[], int],
                 between_turns: Callable[[], None] | None) -> list[GroupResult]:
-        group_size, multi_turn = self.spec.group_size, self.spec.max_turns > 1
-        episodes = self._episodes(lease, version, between_turns)
+        """A task's prompts: G episodes per prompt, each turn of all of them one engine call."""
+        group_size, spec, tokenizer = self.spec.group_size, self.spec, self.tokenizer
+        slots = [p.slot for p in lease.prompts for _ in range(group_size)]
+        prompt_ids = [tokenizer(p.prompt)["input_ids"] for p in lease.prompts for _ in range(group_size)]
+        self.longest_prompt = max([self.longest_prompt or 0, *map(len, prompt_ids)])
+
+        def respond(rows: list[int], replies: list[list[str]]) -> list[str | None]:
+            items = [RespondItem(slot=slots[row], replies=said) for row, said in zip(rows, replies)]
+            return self.client.respond(RespondRequest(lease_id=lease.lease_id, items=items)).observations
+
+        assert lease.draw_seed is not None
+        draws = Draws([(lease.draw_seed, row_key(slot, index % group_size)) for index, slot in enumerate(slots)])
+        episodes = self._play(BASE_SAMPLER, SamplingParams.of_run(spec, tokenizer.eos_token_id),
+                              prompt_ids, draws, version, max_turns=spec.max_turns, respond=respond,
+                              between_turns=between_turns)
+        multi_turn = spec.max_turns > 1
         return [GroupResult(slot=prompt.slot, completions=[
             Completion(token_ids=e.token_ids, logprobs=e.logprobs, mask=e.mask if 0 in e.mask else None,
                        turn_versions=e.turn_versions if multi_turn else None)
             for e in episodes[index * group_size : (index + 1) * group_size]
         ]) for index, prompt in enumerate(lease.prompts)]
 
-    def _serve(self, requests: list[LeasedSample], draw_seed: int) -> list[SampleResult]:
-        """A training service's requests (in the lease's order): their completions cut at their
-        stops, and each prompt's log-probs when asked for.
+    def _serve(self, requests: list[LeasedSample], draw_seed: int, version: Callable[[], int]) -> list[SampleResult]:
+        """Sampling requests (a training service's clients', an agent's calls), in the lease's order:
+        their completions cut at their stops, and each prompt's log-probs when asked for.
 
         Requests that sample alike (same sampler, token budget, temperature and stops, no seed) are
         generated as one batch: a client's group often arrives as many one-sample requests (the
@@ -107,22 +125,22 @@ class LeaseGenerator:
             batches.setdefault(alike, []).append(request)
         results = {}
         for batch in batches.values():
-            results.update(zip((r.slot for r in batch), self._serve_alike(batch, draw_seed)))
+            results.update(zip((r.slot for r in batch), self._serve_alike(batch, draw_seed, version)))
         return [results[request.slot] for request in requests]
 
-    def _serve_alike(self, batch: list[LeasedSample], draw_seed: int) -> list[SampleResult]:
+    def _serve_alike(self, batch: list[LeasedSample], draw_seed: int, version: Callable[[], int]) -> list[SampleResult]:
         first = batch[0]
         eos = self.tokenizer.eos_token_id
         stops = {eos} if first.stop_ids is None else set(first.stop_ids)
         draws = Draws([request_draw(r.seed, r.slot, i, draw_seed) for r in batch for i in range(r.num_samples)])
-        samples = self.engine.sample_with(first.sampler, [r.prompt_ids for r in batch for _ in range(r.num_samples)],
-                                          first.max_tokens, first.temperature, eos if first.stop_ids is None else -1,
-                                          draws)
-        rows = iter(zip(samples.completion_ids, samples.logprobs))
+        params = SamplingParams(first.max_tokens, first.temperature, eos if first.stop_ids is None else -1)
+        episodes = iter(self._play(first.sampler, params, [r.prompt_ids for r in batch for _ in range(r.num_samples)],
+                                   draws, version))
         results = []
         for request in batch:
             sequences = []
-            for tokens, logprobs in (next(rows) for _ in range(request.num_samples)):
+            for episode in (next(episodes) for _ in range(request.num_samples)):
+                tokens, logprobs = episode.token_ids, episode.logprobs
                 kept = stop_length(tokens, stops, request.stop_strings, self.tokenizer.decode)
                 end = len(tokens) if kept is None else kept
                 sequences.append(SampledSequence(token_ids=tokens[:end], logprobs=logprobs[:end],
@@ -132,24 +150,22 @@ class LeaseGenerator:
             results.append(SampleResult(slot=request.slot, sequences=sequences, prompt_logprobs=prompt))
         return results
 
-    def _episodes(self, lease: LeaseResponse, version: Callable[[], int],
-                  between_turns: Callable[[], None] | None) -> list[Episode]:
-        group_size, spec, tokenizer = self.spec.group_size, self.spec, self.tokenizer
-        slots = [p.slot for p in lease.prompts for _ in range(group_size)]
-        prompt_ids = [tokenizer(p.prompt)["input_ids"] for p in lease.prompts for _ in range(group_size)]
-        self.longest_prompt = max([self.longest_prompt or 0, *map(len, prompt_ids)])
-
-        def respond(rows: list[int], replies: list[list[str]]) -> list[str | None]:
-            items = [RespondItem(slot=slots[row], replies=said) for row, said in zip(rows, replies)]
-            return self.client.respond(RespondRequest(lease_id=lease.lease_id, items=items)).observations
-
-        window = self.engine.max_context  # a next turn must fit whole in the model's window
-        assert lease.draw_seed is not None
-        draws = Draws([(lease.draw_seed, row_key(slot, index % group_size)) for index, slot in enumerate(slots)])
-        return run_episodes(prompt_ids, sample=self.engine.generate, draws=draws,
-                            respond=respond, encode=lambda text: observation_ids(tokenizer, text),
+    def _play(self, sampler: str, params: SamplingParams, prompt_ids: list[list[int]], draws: Draws,
+              version: Callable[[], int], *, max_turns: int = 1, respond: Respond | None = None,
+              between_turns: Callable[[], None] | None = None) -> list[Episode]:
+        """The one way a worker samples: one episode per row of ``prompt_ids`` by ``sampler``, each
+        turn one :meth:`~echo2.rollout.engines.Engine.sample` call (a request, or a single-turn
+        task: one turn; a multi-turn task: the coordinator's environment ``respond``\ ing between
+        turns, newer weights swapped in by ``between_turns``)."""
+        tokenizer, window = self.tokenizer, self.engine.max_context  # a next turn must fit whole in the window
+        return run_episodes(prompt_ids, sample=lambda rows, turn_draws: self.engine.sample(sampler, rows, params,
+                                                                                            turn_draws),
+                            draws=draws, respond=respond or _no_environment,
+                            encode=lambda text: observation_ids(tokenizer, text),
                             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
-                            max_turns=spec.max_turns, version=version, between_turns=between_turns,
-                            max_context=window - spec.max_new_tokens if window else None,
-                            eos_id=tokenizer.eos_token_id)
+                            max_turns=max_turns, version=version, between_turns=between_turns,
+                            max_context=window - params.max_new_tokens if window else None, eos_id=params.eos_id)
 
+
+def _no_environment(rows: list[int], replies: list[list[str]]) -> list[str | None]:
+    raise AssertionError("a single-turn sample has no environment to answer it")

@@ -106,6 +106,18 @@ class Pending:
     created: float = field(default_factory=time.monotonic)
 
 
+@dataclass
+class DeskCounts:
+    """What became of the fleet's sampling (typed: a misspelt name fails, where a string key made a new zero)."""
+
+    audited: int = 0
+    audits_failed: int = 0
+    returned: int = 0
+    timed_out: int = 0
+    poisoned: int = 0
+    """Requests refused after their leases failed on two workers."""
+
+
 class SamplingDesk:
     def __init__(self, state: CoordinatorState, publisher: Publisher, models: TrainingModels, turns: Turns,
                  futures: Futures, limits: SamplingLimits, audit: AuditSettings, payload_dtype: torch.dtype | None,
@@ -138,7 +150,7 @@ class SamplingDesk:
         self._lock = threading.Lock()
         self._auditor = SamplerWeights(copy.deepcopy(models.base).eval())
         """A plain copy of the base model, each audited sampler merged in as workers merge it."""
-        self.counts = {"audited": 0, "audits_failed": 0, "returned": 0, "timed_out": 0, "poisoned": 0}
+        self.counts = DeskCounts()
         self.draw_gap_max = 0.0
         """The farthest an audited token's draw fell outside its interval (an honest fleet's margin)."""
 
@@ -252,7 +264,7 @@ class SamplingDesk:
                     del self._seen[key]
         for pending in late:
             self._fail(pending, f"no worker answered within service.sample_timeout_s={self.limits.sample_timeout_s:g}s")
-            self.counts["timed_out"] += 1
+            self.counts.timed_out += 1
         if gone:
             self.publish()
 
@@ -362,9 +374,9 @@ class SamplingDesk:
             if self.rng.random() >= self.rates.rate(worker_id):
                 continue
             audited = True
-            self.counts["audited"] += 1
+            self.counts.audited += 1
             if (why := self._disagreement(lease.version, work.request, result, lease.draw_seed)) is not None:
-                self.counts["audits_failed"] += 1
+                self.counts.audits_failed += 1
                 self.state.quarantine(worker_id, f"sampling results failed their audit: {why}")
                 live = [w for w in works.values() if w.request_id in self.pending]
                 self.state.requeue_samples(live)
@@ -379,7 +391,7 @@ class SamplingDesk:
             sequences = [(s.token_ids, s.logprobs, s.stop_reason) for s in result.sequences]
             prompt = None if result.prompt_logprobs is None else [float("nan"), *result.prompt_logprobs]
             self.futures.resolve(work.request_id, ProtoResult(sample_response(sequences, prompt), version=lease.version))
-            self.counts["returned"] += 1
+            self.counts.returned += 1
         if audited:
             self.state.delivered(worker_id)
 
@@ -426,7 +438,7 @@ class SamplingDesk:
         with self._lock:
             pending = self.pending.get(work.request_id)
         if pending is not None:
-            self.counts["poisoned"] += 1
+            self.counts.poisoned += 1
             self._fail(pending, f"refused: {why}", "user")
 
     def _fail(self, pending: Pending, why: str, category: ErrorCategory = "server") -> None:

@@ -25,7 +25,7 @@ from echo2.rollout.engines.bundles import BASE_SAMPLER
 from echo2.service.budget import MemoryBudget, ServiceLimits
 from echo2.service.checkpoints import CheckpointStore
 from echo2.service.futures import Futures
-from echo2.service.sampling import SamplingDesk
+from echo2.service.sampling import DeskCounts, SamplingDesk
 from echo2.service.sessions import Session, Sessions
 from echo2.service.training import TrainingModels, adam_problem
 from echo2.service.turns import RequestError, Turns
@@ -402,12 +402,12 @@ class TinkerService:
                     for s in self.sessions.live()]
         clients = [TrainingClientRow(model_id=c.model_id, lora_rank=c.lora.rank, steps=c.steps)
                    for c in list(self.models.clients.values())]
-        counts = desk.counts if desk is not None else {}
+        counts = desk.counts if desk is not None else DeskCounts()
         return ServiceView(sessions=sessions, training_clients=clients,
                            samplers=len(desk.samplers) - 1 if desk is not None else 0,
                            samples_waiting=len(desk.pending) if desk is not None else 0,
-                           samples_returned=counts.get("returned", 0), audited=counts.get("audited", 0),
-                           audits_failed=counts.get("audits_failed", 0), samples_refused=counts.get("poisoned", 0),
+                           samples_returned=counts.returned, audited=counts.audited,
+                           audits_failed=counts.audits_failed, samples_refused=counts.poisoned,
                            api_requests=self.api.requests,
                            api_s=self.api.seconds, training_s=self.training_s)
 

@@ -6,11 +6,12 @@ one of your own. Each returns a completion's tokens with the log-prob of each sa
 ``softmax(logits / T)``, each token drawn from the lease's draws by the verifiable rule
 (:mod:`echo2.model.draws`: what the audits replay), and loads a version's verified payload in
 place, so the worker code around them is the same: :class:`Engine` is every method and attribute
-the worker uses.
+the worker uses, and one of them, :meth:`Engine.sample`, samples every kind of work.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from echo2.config.base import import_path
@@ -22,36 +23,50 @@ from echo2.protocol import RunSpec
 BUILTIN_ENGINES = {"hf": "echo2.rollout.engines.hf:HfEngine", "vllm": "echo2.rollout.engines.vllm:VllmEngine"}
 
 
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a batch of rows is sampled: every row of one :meth:`Engine.sample` call alike."""
+
+    max_new_tokens: int
+    temperature: float
+    """Each token drawn from ``softmax(logits / temperature)``, its log-prob under the same."""
+    eos_id: int
+    """The token that ends a row (-1: none; a request's own stop tokens are applied by the worker)."""
+
+    @classmethod
+    def of_run(cls, spec: RunSpec, eos_id: int) -> SamplingParams:
+        """A task's rows: the run's token budget and temperature, ended by the model's end of sequence."""
+        return cls(spec.max_new_tokens, spec.temperature, eos_id)
+
+
 @runtime_checkable
 class Engine(Protocol):
-    """An engine is built as ``Class(spec, eos_id, pad_id, device)`` (:func:`load_engine`)."""
+    """An engine is built as ``Class(spec, eos_id, pad_id, device)`` (:func:`load_engine`). Every
+    kind of work is sampled through its one :meth:`sample` (a task's prompts, an agent's calls, a
+    training service's requests): what differs is the sampler named and the parameters."""
 
     max_context: int | None
     """The model's window in tokens (None: unbounded): an episode whose next turn would not fit ends."""
 
-    def generate(self, prompt_ids: list[list[int]], draws: Draws) -> Samples:
+    def sample(self, sampler: str, prompt_ids: list[list[int]], params: SamplingParams, draws: Draws) -> Samples:
         """One completion per row of ``prompt_ids`` (a prompt repeated G times makes a group), row
-        ``i``'s tokens drawn from ``draws`` row ``i``."""
+        ``i``'s tokens drawn from ``draws`` row ``i``; ``sampler``: ``""`` (:data:`~echo2.rollout.engines.bundles.BASE_SAMPLER`), the weights
+        of the version held, or in a training service's fleet a sampler of the bundle held
+        (:mod:`echo2.rollout.engines.bundles`)."""
+
+    def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
+        """The log-prob of each prompt token after the first (asked only by a service's clients)."""
 
     def load(self, payload: bytes, sha256: str) -> None:
-        """Apply a verified version payload (full weights or a LoRA adapter) in place."""
+        """Apply a verified version payload (full weights, a LoRA adapter, or a bundle of samplers) in place."""
 
     def groups_that_fit(self, context_tokens: int, most: int) -> int:
         """Groups of ``context_tokens``-long rows one generation batch can hold now (1 to ``most``)."""
 
 
-@runtime_checkable
-class ServingEngine(Engine, Protocol):
-    """An engine that serves sampling requests: a training service's fleet (``echo2 serve``), whose
-    versions are bundles of sampler adapters (:mod:`echo2.rollout.engines.bundles`), each request
-    naming one; an agent run's, whose requests name ``""``, the run's own weights."""
-
-    def sample_with(self, sampler: str, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
-                    eos_id: int, draws: Draws) -> Samples:
-        """One completion per row by sampler ``sampler`` (``eos_id`` -1: no end-of-sequence stop)."""
-
-    def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
-        """The log-prob of each prompt token after the first."""
+#: What a task's run (which never asks for prompt log-probs) needs of an engine; a fleet that
+#: serves requests needs every member of :class:`Engine`.
+TASK_MEMBERS = ("max_context", "sample", "load", "groups_that_fit")
 
 
 def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") -> Engine:
@@ -62,11 +77,8 @@ def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") ->
     if not isinstance(engine_class, type):
         raise TypeError(f"{what} is a {type(engine_class).__name__}, not an engine class (echo2.rollout.engines.Engine)")
     engine = engine_class(spec, eos_id, pad_id, device)
-    needed = ServingEngine if spec.serves_requests else Engine
-    if not isinstance(engine, needed):
-        names = ("max_context", "generate", "load", "groups_that_fit",
-                 *(("sample_with", "prompt_logprobs") if spec.serves_requests else ()))
-        missing = [name for name in names if not hasattr(engine, name)]
-        raise TypeError(f"{what} is not an engine {'that serves sampling requests ' if spec.serves_requests else ''}"
-                        f"(echo2.rollout.engines.{needed.__name__}): it lacks {', '.join(missing)}")
+    needed = (*TASK_MEMBERS, "prompt_logprobs") if spec.serves_requests else TASK_MEMBERS
+    if missing := [name for name in needed if not hasattr(engine, name)]:
+        raise TypeError(f"{what} is not an engine{' that serves sampling requests' if spec.serves_requests else ''} "
+                        f"(echo2.rollout.engines.Engine): it lacks {', '.join(missing)}")
     return engine

@@ -24,6 +24,7 @@ from echo2.model.lora import MergedCopy, add_adapter
 from echo2.model.sampling import Samples, prompt_logprobs, sample
 from echo2.model.tokens import model_device
 from echo2.protocol import RunSpec
+from echo2.rollout.engines import SamplingParams
 from echo2.rollout.engines.bundles import BASE_SAMPLER, SamplerWeights
 from echo2.rollout.engines.memory import decode_footprint, free_memory_bytes
 from echo2.rollout.weights import payload_kind
@@ -46,9 +47,12 @@ class HfEngine:
         self.max_context: int | None = getattr(model.config, "max_position_embeddings", None)
         """The model's window: an episode whose next turn would not fit ends (:mod:`echo2.model.episodes`)."""
 
-    def generate(self, prompt_ids: list[list[int]], draws: Draws) -> Samples:
-        return sample(self.sampling_model, prompt_ids, max_new_tokens=self.spec.max_new_tokens, eos_id=self.eos_id,
-                      pad_id=self.pad_id, temperature=self.spec.temperature, draws=draws, decoder=self.decoder)
+    def sample(self, sampler: str, prompt_ids: list[list[int]], params: SamplingParams, draws: Draws) -> Samples:
+        return sample(self._sampler(sampler), prompt_ids, max_new_tokens=params.max_new_tokens, eos_id=params.eos_id,
+                      pad_id=self.pad_id, temperature=params.temperature, draws=draws, decoder=self.decoder)
+
+    def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
+        return prompt_logprobs(self._sampler(sampler), prompt_ids, temperature)
 
     def groups_that_fit(self, context_tokens: int, most: int) -> int:
         """As many groups as the device's free memory holds the decoding of
@@ -65,16 +69,6 @@ class HfEngine:
         load_parameters(self.model, payload, sha256, self.kind)
         if self.merged:
             self.merged.refresh()
-
-    # ------------------------------------------------------------------ a training service's requests
-    def sample_with(self, sampler: str, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float,
-                    eos_id: int, draws: Draws) -> Samples:
-        """Completions of ``prompt_ids`` by sampler ``sampler`` of the bundle held (``eos_id`` -1: none)."""
-        return sample(self._sampler(sampler), prompt_ids, max_new_tokens=max_new_tokens, eos_id=eos_id,
-                      pad_id=self.pad_id, temperature=temperature, draws=draws, decoder=self.decoder)
-
-    def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
-        return prompt_logprobs(self._sampler(sampler), prompt_ids, temperature)
 
     def _sampler(self, name: str) -> torch.nn.Module:
         """Sampler ``name`` of the bundle held; in a run's own fleet (an agent's calls), ``""`` is the
