@@ -3,7 +3,7 @@
     python bench/broadcast.py [--quick] [--out DIR] [--cap-mib-s B] [--chunk-kib C] [--sizes-mib M ...]
                               [--receivers N ...] [--latency-ms L]
 
-Every node is a separate OS process (``python -m echo2.broadcast.node``) on loopback: one root
+Every node is a separate OS process (``bench/broadcast_node.py``) on loopback: one root
 source (the learner's role) and up to max(N) receivers, each running a relay and the downloader.
 Every node's upload, the root's included, is capped at the same ``B`` (downloads are not
 capped: the uplink is the bottleneck being studied). Rows: payload ``M``, receivers ``N``, mode
@@ -81,14 +81,14 @@ def parse_args() -> argparse.Namespace:
 
 
 class NodeProcess:
-    """One ``echo2.broadcast.node`` process, spoken to in JSON lines; its stderr goes to a log file."""
+    """One ``bench/broadcast_node.py`` process, spoken to in JSON lines; its stderr goes to a log file."""
 
     def __init__(self, name: str, cap_bytes_s: float | None, latency_s: float, log_dir: Path,
                  lab: Lab | None = None) -> None:
         """``lab``: run on the lab host ``name``, bound to its own address, uncapped (the kernel shapes it)."""
         self.name = name
         self._log = open(log_dir / f"{name}.log", "w")  # noqa: SIM115 - closed in close()
-        command = [sys.executable, "-m", "echo2.broadcast.node", "--latency-s", str(latency_s)]
+        command = [sys.executable, str(Path(__file__).with_name("broadcast_node.py")), "--latency-s", str(latency_s)]
         command += ["--cap-bytes-s", str(cap_bytes_s)] if cap_bytes_s else []
         command += ["--host", lab.own_address(name)] if lab else []
         self.process = (lab.popen if lab else lambda _, argv, **kw: subprocess.Popen(argv, **kw))(

@@ -9,7 +9,7 @@ every projection, each in float32 and bfloat16 on the wire), one row measures
 * ``publish_s``: the learner's :class:`~echo2.broadcast.publisher.Publisher` serialising,
   chunking and hashing the version (the real publisher code);
 * ``broadcast_s``: until the last of N receivers holds the verified payload, over the real
-  relay + downloader code on loopback, each a separate process (``echo2.broadcast.node``), in a
+  relay + downloader code on loopback, each a separate process (``bench/broadcast_node.py``), in a
   pipelined chain, every upload capped at B (as in ``bench/broadcast.py``);
 * ``apply_s``: a worker copying the payload into its model (:func:`load_parameters`; for the
   adapter, into its own base model wrapped in the same adapter).

@@ -43,9 +43,10 @@ def prompt_stream():
 
 
 def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, fleet=None,
-               heartbeat_timeout_s: float = 60, score=SCORE, task=None, on_interval=None) -> CoordinatorState:
+               heartbeat_timeout_s: float = 60, score=SCORE, task=None, on_interval=None, sources=()) -> CoordinatorState:
     """A coordinator over :func:`prompt_stream`; ``task``: an environment task (its scorer, its
-    answers and its turn limit) instead of single-turn arithmetic."""
+    answers and its turn limit) instead of single-turn arithmetic; ``sources``: its work sources
+    (:mod:`echo2.coordinator.sources`)."""
     turns = task.max_turns if task is not None else 1
     spec = RunSpec(model="m", dtype="float32", group_size=2, temperature=1.0,
                    max_new_tokens=4, groups_per_lease=8, protocol="async", staleness=staleness, fetch_delay_s=0.0,
@@ -55,7 +56,7 @@ def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, flee
                              heartbeat_timeout_s=heartbeat_timeout_s,
                              score=task_scorer(task, decode, encode) if task is not None else score,
                              environment=task.respond if task is not None else None, planner=planner, fleet=fleet,
-                             **({"on_interval": on_interval} if on_interval is not None else {}))
+                             sources=sources, **({"on_interval": on_interval} if on_interval is not None else {}))
     publish(state, 0)
     return state
 

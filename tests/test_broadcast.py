@@ -424,6 +424,31 @@ def test_a_relay_that_stalled_is_skipped_by_the_next_fetches_until_its_suspicion
     assert suspects.chain(["http://learner"]) == ["http://learner"]
 
 
+def test_a_relay_that_fails_again_and_again_is_skipped_longer_each_time_until_it_has_been_quiet_a_while():
+    """A relay that takes connections and sends nothing would cost every fetch a stall budget each time
+    its suspicion lapsed; each failure soon after the last doubles its time out, up to ``SLOW_S``."""
+    now = [0.0]
+    suspects = SuspectSources(suspect_s=30.0, clock=lambda: now[0])
+    relay, chain = "http://relay", ["http://relay", "http://learner"]
+    lapses = []
+    for _ in range(6):
+        suspects.failed(relay)
+        suspects.failed(relay)  # another request of the same fetch: one failure
+        started = now[0]
+        while suspects.chain(chain) != chain:
+            now[0] += 1.0
+        lapses.append(now[0] - started)
+        now[0] += 20.0  # the next version's fetch tries it again a while after its time out ended
+    assert lapses == [30.0, 60.0, 120.0, 240.0, 300.0, 300.0]  # capped at SLOW_S
+    now[0] += 301.0  # used for longer than SLOW_S since its time out without failing: a healed link, 30 s again
+    suspects.chain(chain)
+    suspects.failed(relay)
+    started = now[0]
+    while suspects.chain(chain) != chain:
+        now[0] += 1.0
+    assert now[0] - started == 30.0
+
+
 @pytest.mark.integration
 def test_errors_are_bounded_and_say_what_failed():
     with socket.socket() as probe:  # a port nobody listens on

@@ -5,19 +5,14 @@ import asyncio
 import threading
 import time
 
-import numpy as np
 import pytest
-from safetensors.numpy import save as save_numpy
+from test_broadcast import random_payload
 
 from echo2.broadcast.chunk_store import ChunkStore, UnknownVersion, VersionEvicted
 from echo2.broadcast.manifest import build_manifest
 from echo2.broadcast.payload import CorruptPayload
 
 KIB = 1024
-
-
-def random_payload(nbytes: int, seed: int = 0) -> bytes:
-    return save_numpy({"w": np.frombuffer(np.random.default_rng(seed).bytes(nbytes), dtype=np.float32)})
 
 
 def test_store_long_polls_verifies_and_evicts():

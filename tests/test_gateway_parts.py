@@ -9,7 +9,9 @@ import pytest
 import torch
 from conftest import make_state
 
+from echo2.coordinator.sources import DeskSource
 from echo2.exchange import Group
+from echo2.gateway.desk import AGENT_SOURCE
 from echo2.gateway.episodes import EpisodeBook, EpisodeGone
 from echo2.gateway.openai_wire import ChatRequest, CompletionRequest, Refused, canonical, reply_message
 from echo2.gateway.render import Held
@@ -63,7 +65,7 @@ def test_tools_are_described_in_the_system_message_and_tool_calls_parsed_from_th
 
 
 def book(staleness=0, groups_per_step=1, timeout_s=60.0):
-    state = make_state(staleness, groups_per_step=groups_per_step)
+    state = make_state(staleness, groups_per_step=groups_per_step, sources=[DeskSource(AGENT_SOURCE)])
     state.register("w")
     return state, EpisodeBook(state.parts, group_size=2, episode_timeout_s=timeout_s)
 
@@ -153,7 +155,7 @@ def desk_over(state, episodes, call_timeout_s=10.0):
     desk = GatewayDesk(state, episodes, chat=None, encode=encode, decode=decode, eos_id=EOS,
                        settings=CallSettings(temperature=1.0, max_new_tokens=4, max_context=None,
                                              call_timeout_s=call_timeout_s, model_name="m"))
-    state.parts.samples_to = desk
+    state.parts.sources[AGENT_SOURCE].desk = desk  # the calls' outcomes: to this desk
     return desk
 
 

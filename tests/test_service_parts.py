@@ -318,11 +318,12 @@ def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_a
     from echo2.broadcast.publisher import Publisher
     from echo2.config import BroadcastConfig
     from echo2.coordinator.records import Limits
+    from echo2.coordinator.sources import DeskSource
     from echo2.coordinator.state import CoordinatorState
     from echo2.model.loading import load_model, load_tokenizer
     from echo2.model.sources import SHIPPED_MODEL
     from echo2.protocol import RunSpec
-    from echo2.service.sampling import AuditSettings, SamplingDesk, SamplingLimits
+    from echo2.service.sampling import SERVICE_SOURCE, AuditSettings, SamplingDesk, SamplingLimits
     from echo2.service.training import TrainingModels
 
     spec = RunSpec(model="m", dtype="float32", group_size=2, temperature=1.0, max_new_tokens=4, groups_per_lease=8,
@@ -330,7 +331,7 @@ def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_a
                    heartbeat_interval_s=1.0, seed=0, sampler_bundles=True)
     state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20), iter(()), groups_per_step=1,
                              run_token="t", lease_timeout_s=60, heartbeat_timeout_s=60, score=None,
-                             samples_to=lambda *_: None)
+                             sources=[DeskSource(SERVICE_SOURCE)], prompts=False)
     models = TrainingModels(load_model(SHIPPED_MODEL), load_tokenizer(SHIPPED_MODEL), lora_alpha=8, max_rank=4,
                             micro_batch=8)
     publisher = Publisher(BroadcastConfig(encoding="delta"), keep_versions=4, token=None, kind="bundle")

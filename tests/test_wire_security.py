@@ -19,11 +19,11 @@ from conftest import make_state
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
+from test_broadcast import random_payload
 
 from echo2.broadcast.chunk_store import ChunkStore
 from echo2.broadcast.downloader import fetch_version
 from echo2.broadcast.errors import BroadcastError
-from echo2.broadcast.node import random_payload
 from echo2.broadcast.publisher import Publisher
 from echo2.broadcast.relay import RelayServer
 from echo2.broadcast.topology import plan_tree

@@ -8,8 +8,12 @@ outdated before they complete and it loads nothing until the link heals (seen in
 ``bench/partitions.py``'s ``relay_download`` case on a slower machine: a relay's child cut from its
 relay loaded its first version 9.5 s after the heal instead of from the learner during the
 outage). So a relay that failed at the transport level (no answer, no bytes, connection refused or
-reset, a corrupt chunk) is left out of this node's chains for :data:`SUSPECT_S`. The learner, the
-chain's last source, is never left out: it is the source of last resort.
+reset, a corrupt chunk) is left out of this node's chains for :data:`SUSPECT_S`, and each time it
+fails again within :data:`SLOW_S` of its last failure for twice as long (up to :data:`SLOW_S`): a
+relay that accepts connections and sends nothing (``bench/attacks.py``'s silent relay) had cost
+every worker a whole stall budget each time its 30 s lapsed, a stall a minute for the whole run,
+where a healed link is tried again after the first lapse. The learner, the chain's last source, is
+never left out: it is the source of last resort.
 
 A relay left for sending too slowly (:func:`echo2.core.fetch_chain.too_slow`) is skipped longer,
 :data:`SLOW_S`, and reported to the coordinator with the rate measured (the next heartbeat drains
@@ -42,12 +46,21 @@ class SuspectSources:
         self.suspect_s, self.clock = suspect_s, clock
         self._until: dict[str, float] = {}
         self._slow: dict[str, float] = {}  # url -> measured bytes/s, not reported yet
+        self._failures: dict[str, tuple[int, float]] = {}  # url -> (failures in a row, when the last time out ends)
         self._lock = threading.Lock()
 
     def failed(self, url: str) -> None:
-        """``url`` could not be reached: leave it out until ``suspect_s`` from now."""
+        """``url`` could not be reached: leave it out for ``suspect_s``, doubled for each time it
+        failed before within :data:`SLOW_S` of its last time out's end (at most :data:`SLOW_S`);
+        failures while it is left out (a fetch's requests in flight) are one."""
+        url, now = url.rstrip("/"), self.clock()
         with self._lock:
-            self._until[url.rstrip("/")] = self.clock() + self.suspect_s
+            if self._until.get(url, 0.0) > now:
+                return
+            count, ended = self._failures.get(url, (0, float("-inf")))
+            count = count + 1 if now - ended <= SLOW_S else 1
+            until = self._until[url] = now + min(self.suspect_s * 2 ** (count - 1), SLOW_S)
+            self._failures[url] = (count, until)
 
     def too_slow(self, url: str, bytes_per_s: float) -> None:
         """``url`` sent a chunk below its floor, at ``bytes_per_s``: leave it out for :data:`SLOW_S`
@@ -69,4 +82,5 @@ class SuspectSources:
         now = self.clock()
         with self._lock:
             self._until = {url: until for url, until in self._until.items() if until > now}
+            self._failures = {url: (n, end) for url, (n, end) in self._failures.items() if now - end <= SLOW_S}
             return [s for s in sources[:-1] if s.rstrip("/") not in self._until] + sources[-1:]

@@ -18,8 +18,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator, Sequence
 
 from echo2.broadcast.topology import Planner, star_plan
 from echo2.coordinator.cursor import CountingStream, TrainedDraws
@@ -29,51 +28,24 @@ from echo2.coordinator.records import Lease, Limits, WorkerRecord
 from echo2.coordinator.registry import WorkerRegistry
 from echo2.coordinator.relay_check import RelayChecker
 from echo2.coordinator.scoring import Environment, Scorer, Scoring
+from echo2.coordinator.sources import WorkSource
 from echo2.coordinator.versions import VersionBook
 from echo2.core.books import Books as RunBooks
-from echo2.core.sample_queue import SampleWork
 from echo2.core.shares import SharePolicy
 from echo2.exchange import Group
 from echo2.planning.activation_rule import ActivationPolicy
-from echo2.protocol import RunSpec, SampleResult
+from echo2.protocol import RunSpec
 from echo2.tasks import Example
 
 log = logging.getLogger("echo2")
 
 Interval = Callable[[str, str, float, float, int], None]
 """Writes one interval of the run's timeline: who, what, start, end, version."""
-class SampleSink(Protocol):
-    """Where a sampling lease's outcomes go: a training service (it audits results and answers its
-    clients) or an agent run's gateway (it answers the agents' calls). Called under the books'
-    lock: each only hands its outcome on."""
-
-    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
-        """A checked lease's results: the worker's id, the lease, the results."""
-
-    def refused(self, work: SampleWork, why: str) -> None:
-        """A request refused for good (a poison pill: its leases failed on two workers), and why."""
-
-
-class DeskSink:
-    """A :class:`SampleSink` handing each outcome on to ``desk``, which is built after the coordinator
-    it is handed to (a training service's sampling desk, an agent run's gateway: each needs the
-    coordinator first)."""
-
-    desk: SampleSink | None = None
-
-    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
-        assert self.desk is not None, "the sink's desk is set before any worker can submit"
-        self.desk.results(worker_id, lease, results)
-
-    def refused(self, work: SampleWork, why: str) -> None:
-        assert self.desk is not None, "the sink's desk is set before any worker can submit"
-        self.desk.refused(work, why)
-
-
 class CoordinatorBooks:
     """The books of one run, one lock over them (``cond``: every change is made holding it).
-    ``examples`` is the task's endless training stream (the data cursor); ``check_relays``: peers
-    go to a relay only once it answered as its worker (:mod:`.relay_check`)."""
+    ``examples`` is the task's endless training stream (the data cursor), leased only where
+    ``prompts``; ``check_relays``: peers go to a relay only once it answered as its worker
+    (:mod:`.relay_check`)."""
 
     def __init__(
         self,
@@ -92,18 +64,13 @@ class CoordinatorBooks:
         window_share: float = 0.5,
         check_relays: bool = False,
         replan_every: int = 1,
-        samples_to: SampleSink | None = None,
+        sources: Sequence[WorkSource] = (),
+        prompts: bool = True,
     ) -> None:
         self.spec, self.limits = spec, limits
-        self.samples_to = samples_to
-        """Where the results of a sampling lease go once checked (a training service: it audits them and
-        answers its clients; an agent run's gateway: it answers the agents' calls); None: a task's run,
-        which leases prompts only."""
-        self.reapers: list[Callable[[], None]] = []
-        """More to reap with the silent workers (call locked): an agent run's episodes past their deadline."""
-        self.reports: dict[str, Callable[[], dict[str, float]]] = {}
-        """More counts for the reliability report and each step's metrics, by section (call locked):
-        an agent run's episodes (``agent``)."""
+        self.sources: dict[str, WorkSource] = {source.name: source for source in sources}
+        """The run's kinds of sampling work by name (:mod:`~echo2.coordinator.sources`): a training
+        service's clients, an agent run's calls; where a sampling lease's results go once checked."""
         self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.on_interval = on_interval
@@ -122,7 +89,7 @@ class CoordinatorBooks:
             lease_timeout_s=lease_timeout_s, replan_every=replan_every, lease_ids=lambda: secrets.token_hex(8),
             on_parked=lambda record, seconds, why: log.warning("worker %s %s: parked for %.0f s", record.name, why,
                                                                seconds),
-            prompts=samples_to is None)
+            prompts=prompts)
         """The run's books (:class:`echo2.core.books.Books`, the simulator's too), in ``time.monotonic()``
         seconds; a slot carries the task's example, a group is a :class:`Group`."""
         self.relay_checker = RelayChecker(self.registry.broadcast_token, self.relay_verdict) if check_relays else None

@@ -141,8 +141,8 @@ class Membership:
                 overdue = now > lease.deadline
                 if overdue or not self.parts.registry.workers[lease.worker_id].alive:
                     self.parts.expire(lease, missed_deadline=overdue)  # a miss slows its worker, then parks it
-            for reap in self.parts.reapers:
-                reap()
+            for source in self.parts.sources.values():
+                source.reap()
 
     def deregister(self, record: WorkerRecord) -> None:
         """A worker leaving on purpose (preemption): its unfinished leases go back to the queue now."""

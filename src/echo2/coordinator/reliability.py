@@ -46,5 +46,5 @@ def reliability_report(state: CoordinatorBooks) -> dict[str, int | dict[str, int
         "timeline_events_dropped": sum(r.events_dropped for r in state.registry.records()),
         "learner_restarts": counters.learner_restarts,
         "leases_lost_in_restart": counters.leases_lost_in_restart,
-        **{name: report() for name, report in state.reports.items()},
+        **{name: source.report() for name, source in state.sources.items()},
     }

@@ -183,7 +183,7 @@ class CoordinatorState:
                 workers_registered=self.books.counters.workers_registered, activation_need=self.fleet.need,
                 costs=self.fleet.costs(learner_price_per_hour, wall_s),
                 workers=self.registry.stats(), reward_seconds=self.parts.scoring.seconds, disseminated=disseminated,
-                sections={name: report() for name, report in self.parts.reports.items()})
+                sections={name: source.report() for name, source in self.parts.sources.items()})
 
     def _settled(self) -> bool:
         self.parts.time_dissemination()

@@ -20,6 +20,7 @@ from echo2.protocol import (
     LeaseResponse,
     RespondRequest,
     RespondResponse,
+    SampleResult,
     SubmitRequest,
     SubmitResponse,
 )
@@ -126,14 +127,18 @@ class WorkDesk:
 
     def _sampled(self, record: WorkerRecord, lease: Lease, request: SubmitRequest) -> SubmitResponse:
         """A checked sampling lease (call locked): closed in the books, its results handed to the
-        training service (it audits them before any client sees them, see :mod:`echo2.service.sampling`)."""
+        work sources that queued them (:mod:`~echo2.coordinator.sources`: a training service audits
+        them before any client sees them, see :mod:`echo2.service.sampling`)."""
         lease.scoring = False
         now = time.monotonic()
         self.parts.books.submitted(lease, [], sum(len(r.sequences) for r in request.samples), now)
         record.count(request, now - lease.granted_at)
         self.members.record_events(record, request.events)
-        assert self.parts.samples_to is not None
-        self.parts.samples_to.results(record.worker_id, lease, request.samples)
+        by_source: dict[str, list[SampleResult]] = {}
+        for result in request.samples:
+            by_source.setdefault(lease.slots[result.slot].source, []).append(result)
+        for name, results in by_source.items():
+            self.parts.sources[name].results(record.worker_id, lease, results)
         self.parts.cond.notify_all()
         return SubmitResponse(accepted=len(request.samples))
 
@@ -152,8 +157,7 @@ class WorkDesk:
             log.warning("worker %s handed back lease %s (%d slots): %s", record.name, lease.lease_id,
                         len(lease.slots), failure.reason)
             for work in poisoned:
-                assert self.parts.samples_to is not None
-                self.parts.samples_to.refused(work, f"it failed on two workers, the last saying: {failure.reason}")
+                self.parts.sources[work.source].refused(work, f"it failed on two workers, the last saying: {failure.reason}")
             self.parts.cond.notify_all()
 
     def respond(self, record: WorkerRecord, request: RespondRequest) -> RespondResponse:

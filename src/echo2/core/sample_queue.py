@@ -33,6 +33,8 @@ class SampleWork:
     """Completions asked for (its share of a lease: one request counts as one group)."""
     request: Any = None
     """What the lease hands the worker (opaque to the books)."""
+    source: str = ""
+    """The name of the work source that queued it: where its results go (:mod:`echo2.coordinator.sources`)."""
 
 
 class SampleQueue:

@@ -46,6 +46,9 @@ from echo2.protocol import SampleResult, leased_sample
 from echo2.rollout.engines.bundles import BASE_SAMPLER
 from echo2.tasks.chat import ChatPrompt
 
+#: An agent run's calls' work source name (:mod:`echo2.coordinator.sources`).
+AGENT_SOURCE = "agent"
+
 
 class CallTimeout(TimeoutError):
     """No worker answered a call within ``agent.call_timeout_s``: a 504."""
@@ -213,7 +216,7 @@ class GatewayDesk:
                                    temperature=self.settings.temperature, stop_strings=stops)
         except ValueError as error:
             raise Refused(str(error)) from None
-        work = SampleWork(call_id, episode.group.version, 1, leased)
+        work = SampleWork(call_id, episode.group.version, 1, leased, source=AGENT_SOURCE)
         waiting = _Waiting(asyncio.get_running_loop())
         with self.state.cond:
             self._waiting[call_id] = waiting

@@ -77,6 +77,8 @@ class EpisodeCounts:
     calls: int = 0
     calls_abandoned: int = 0
     """Calls a retried turn replaced: served, never trained."""
+    tokens_sampled: int = 0
+    """Completion tokens of every call recorded."""
     segments_trained: int = 0
 
 
@@ -195,6 +197,7 @@ class EpisodeBook:
             episode.workers[call.call_id] = worker_id
             episode.held.append(held)
             self.counts.calls += 1
+            self.counts.tokens_sampled += len(call.completion_ids)
             self.counts.calls_abandoned += len(episode.trajectory.abandoned) - abandoned
 
     # ------------------------------------------------------------------ endings

@@ -16,15 +16,17 @@ from fastapi import FastAPI
 from transformers import PreTrainedTokenizerBase
 
 from echo2.config import Config, ConfigError
-from echo2.coordinator.books import DeskSink
+from echo2.coordinator.records import Lease
 from echo2.coordinator.state import CoordinatorState
+from echo2.core.sample_queue import SampleWork
 from echo2.gateway.agents import AGENT_PREFIX, AgentPool, load_agent
 from echo2.gateway.api import gateway_doors, gateway_router
-from echo2.gateway.desk import CallLimits, CallSettings, GatewayDesk
+from echo2.gateway.desk import AGENT_SOURCE, CallLimits, CallSettings, GatewayDesk
 from echo2.gateway.episodes import EpisodeBook
 from echo2.learner.evaluations import InlineEvaluations
 from echo2.model.evaluation import EvalResult
 from echo2.net.guard import Door
+from echo2.protocol import SampleResult
 from echo2.tasks import Example
 from echo2.tasks.chat import ChatPrompt
 
@@ -33,9 +35,13 @@ def is_agent_run(config: Config) -> bool:
     return config.task.name.startswith(AGENT_PREFIX)
 
 
-class AgentRun(DeskSink):
-    """Built before the coordinator (it is the coordinator's sink of sampling outcomes, handed on to
-    the gateway's desk), attached after."""
+class AgentRun:
+    """An agent run's work source (:mod:`echo2.coordinator.sources`): the agents' calls, sampled by
+    the fleet and answered by the gateway's desk, their episodes reaped and counted. Built before the
+    coordinator (it is one of its sources), attached after (the desk and the episodes' books are
+    built over the coordinator's)."""
+
+    name = AGENT_SOURCE
 
     def __init__(self, config: Config, run_dir: Path) -> None:
         self.config, self.run_dir = config, run_dir
@@ -44,15 +50,14 @@ class AgentRun(DeskSink):
         except (ValueError, TypeError) as error:
             raise ConfigError(f"{error} (a module in the current directory needs PYTHONPATH=.)") from None
         self.desk: GatewayDesk | None = None
+        self.book: EpisodeBook | None = None
         self.pool: AgentPool | None = None
 
     def attach(self, state: CoordinatorState, tokenizer: PreTrainedTokenizerBase, max_context: int | None) -> None:
         """The episodes' books over ``state``'s, and the desk that serves their calls."""
         config, agent = self.config, self.config.agent
-        book = EpisodeBook(state.parts, config.rollout.group_size, agent.episode_timeout_s,
-                           agent.max_claimed or 2 * agent.concurrency)
-        state.parts.reapers.append(book.expire)
-        state.parts.reports["agent"] = lambda: {**asdict(book.counts), **self._pool_figures()}
+        book = self.book = EpisodeBook(state.parts, config.rollout.group_size, agent.episode_timeout_s,
+                                       agent.max_claimed or 2 * agent.concurrency)
         self.desk = GatewayDesk(
             state, book, ChatPrompt(agent.chat_template or config.model.name),
             encode=lambda text: tokenizer(text, add_special_tokens=False)["input_ids"],
@@ -60,6 +65,26 @@ class AgentRun(DeskSink):
             settings=CallSettings(config.rollout.temperature, config.rollout.max_new_tokens, max_context,
                                   agent.call_timeout_s, config.model.name),
             limits=CallLimits(agent.max_calls_per_episode, agent.max_calls_in_flight, agent.max_calls_per_episode_total))
+
+    # ------------------------------------------------------------------ a work source (called locked)
+    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
+        self._attached().results(worker_id, lease, results)
+
+    def refused(self, work: SampleWork, why: str) -> None:
+        self._attached().refused(work, why)
+
+    def reap(self) -> None:
+        """The episodes past their deadline unrewarded, dropped with their groups."""
+        if self.book is not None:
+            self.book.expire()
+
+    def report(self) -> dict[str, float]:
+        """Episodes, calls and groups (:class:`~echo2.gateway.episodes.EpisodeCounts`) and the pool's figures."""
+        return {**(asdict(self.book.counts) if self.book is not None else {}), **self._pool_figures()}
+
+    def _attached(self) -> GatewayDesk:
+        assert self.desk is not None, "the agent run is attached before any worker can submit"
+        return self.desk
 
     def _pool_figures(self) -> dict[str, float]:
         """The pool's outcomes (``played``, ``failed``: the agent raised, ``timed_out``) and its means."""

@@ -36,8 +36,8 @@ class RunSummary:
             *([f"sampled reward {100 * self.sampled_reward_before:.1f}% -> {100 * self.sampled_reward_after:.1f}% "
                "(temperature samples on held-out prompts)"]
               if self.sampled_reward_before is not None and self.sampled_reward_after is not None else []),
-            f"{r.steps} steps in {r.wall_seconds:.0f}s | {r.samples / max(r.wall_seconds, 1e-9):.0f} samples/s "
-            f"end to end | learner utilization {r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
+            f"{r.steps} steps in {r.wall_seconds:.0f}s | {self.throughput()} end to end | learner utilization "
+            f"{r.utilization:.0%} | groups dropped as stale: {self.groups_dropped}",
             *self.format_lines(),
             self.reliability_line(),
             *([self.agent_line()] if agent else []),
@@ -76,6 +76,16 @@ class RunSummary:
                 f"{r['duplicate_submissions']} duplicate / {r['groups_dropped_stale']} stale / "
                 f"{r['groups_discarded_quarantined']} from quarantined workers | workers {r['workers_dead']} dead, "
                 f"{r['workers_left']} left, {r['workers_quarantined']} quarantined")
+
+    def throughput(self) -> str:
+        """The fleet's work per second in its own units: a task's samples, an agent run's episodes,
+        calls and completion tokens (its groups are played call by call, not sampled as samples)."""
+        seconds = max(self.result.wall_seconds, 1e-9)
+        if "agent" not in self.reliability:
+            return f"{self.result.samples / seconds:.0f} samples/s"
+        a = self.reliability["agent"]
+        return (f"{a.get('episodes_rewarded', 0) / seconds:.2f} episodes/s, {a.get('calls', 0) / seconds:.1f} calls/s, "
+                f"{a.get('tokens_sampled', 0) / seconds:.0f} tokens/s")
 
     def agent_line(self) -> str:
         """An agent run's episodes: how many ended how, and what of their calls was trained."""

@@ -268,7 +268,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         fleet=Fleet(ActivationPolicy.from_rule(config.activation,
                                                config.learner.groups_per_step * config.rollout.group_size,
                                                config.staleness)),
-        samples_to=agents,
+        sources=[agents] if agents else [], prompts=agents is None,
     )
     if agents:
         agents.attach(state, tokenizer, getattr(model.config, "max_position_embeddings", None))

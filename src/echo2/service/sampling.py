@@ -118,7 +118,16 @@ class DeskCounts:
     """Requests refused after their leases failed on two workers."""
 
 
+#: The service's requests' work source name (:mod:`echo2.coordinator.sources`).
+SERVICE_SOURCE = "service"
+
+
 class SamplingDesk:
+    """The fleet's side of a training service: its samplers published as bundles, its clients'
+    requests queued as the ``service`` work source's (:class:`~echo2.coordinator.sources.DeskSource`),
+    their results audited and answered."""
+
+    name = SERVICE_SOURCE
     def __init__(self, state: CoordinatorState, publisher: Publisher, models: TrainingModels, turns: Turns,
                  futures: Futures, limits: SamplingLimits, audit: AuditSettings, payload_dtype: torch.dtype | None,
                  seed: int = 0) -> None:
@@ -307,7 +316,7 @@ class SamplingDesk:
         with self._lock:
             request_id = self.futures.create(tenant)
             ids = [f"{request_id}:{i}" for i in range(request.num_samples)]
-            work = SampleWork(request_id, sampler.version, request.num_samples, leased)
+            work = SampleWork(request_id, sampler.version, request.num_samples, leased, source=SERVICE_SOURCE)
             self.pending[request_id] = Pending(request_id, work, sampler_name, session_id)
             if request.seq_id is not None:
                 self._seen[(sampling_session, request.seq_id)] = (request_id, ids, fingerprint)
@@ -363,7 +372,7 @@ class SamplingDesk:
 
     # ------------------------------------------------------------------ results
     def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
-        """The coordinator's sink for a checked sampling lease: audited and answered on the lane."""
+        """A checked sampling lease's results: audited and answered on the lane."""
         self.lane.submit("sampling", None, lambda: self._settle(worker_id, lease, results))
 
     def _settle(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:

@@ -1,6 +1,6 @@
 """A standalone broadcast node (relay + downloader) driven by JSON lines: what the benchmark spawns.
 
-    python -m echo2.broadcast.node [--host H] [--port P] [--cap-bytes-s B] [--latency-s L] [--token T]
+    python bench/broadcast_node.py [--host H] [--port P] [--cap-bytes-s B] [--latency-s L] [--token T]
 
 Each node is its own OS process with its own :class:`ChunkStore`, a :class:`RelayServer` whose
 uploads are capped at ``B`` bytes/s, and the downloader. It prints ``{"event": "ready", "url": ...}``
