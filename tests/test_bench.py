@@ -228,7 +228,11 @@ def test_attacks_bench_quick(tmp_path):
         assert row["groups_to_quarantine"] >= 1 and row["refused_403_after"] >= 1, row
         assert row["attacker_groups_trained"] == 0, row  # still on probation: every group audited
     assert rows["fabricate_old"]["claimed_lag_max"] >= 1  # its groups really claimed an older version
-    assert rows["duplicate"]["attacker_groups_trained"] >= 1, (rows["duplicate"], data["runs"]["attacks"]["reliability"])  # the first copies were trained, once
+    attacked = data["meta"]["runs"]["attacks"]
+    kept = attacked["groups_by_worker"]["attacker-duplicate"]  # the first copy of each lease kept, once
+    assert kept["accepted"] >= 1 and kept["trained"] == rows["duplicate"]["attacker_groups_trained"], rows["duplicate"]
+    # each kept copy trained, or dropped as too old: a quick run's learner can outpace an attacker's first lease
+    assert kept["trained"] + attacked["reliability"]["groups_dropped_stale"] >= kept["accepted"], attacked
     probes = {p["what"]: p for p in rows["oversize"]["probes"]}
     assert probes["coordinator, no credential, Content-Length 64 MiB"]["status"] == 401
     chunked = probes["coordinator, session credential, chunked 64 MiB"]

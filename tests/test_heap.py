@@ -1,8 +1,8 @@
-"""The heap settling around a process's long phase (:mod:`echo2.heap`)."""
+"""The heap settling around a process's long phase (:mod:`echo2.model.heap`)."""
 
 import gc
 
-from echo2 import heap
+from echo2.model import heap
 
 
 class Cycle:

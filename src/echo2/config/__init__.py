@@ -10,6 +10,9 @@ inventory (``echo2 plan``) and the scenario (``echo2 simulate``).
 * :mod:`echo2.config.run` — every other section, :class:`Config`, :func:`load_config`.
 
 Every field is documented where it is declared (the docstring under it becomes its description).
+Also: ``service.py`` (the ``service`` section of ``echo2 serve``), ``agent.py`` (the ``agent``
+section of an agent run), ``moved.py`` (keys that moved, so an older config still loads, with a
+warning) and ``keys.py`` (the keys users set, ``echo2 train --help-config``).
 """
 
 from echo2.config.base import ConfigError, Section, apply_override, first_error, merge, read_yaml

@@ -19,7 +19,6 @@ import sys
 import threading
 from pathlib import Path
 
-from echo2 import heap
 from echo2.broadcast.payload import PAYLOAD_DTYPES
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, dump_config
@@ -31,6 +30,7 @@ from echo2.coordinator.server import CoordinatorServer
 from echo2.coordinator.sources import DeskSource
 from echo2.coordinator.state import CoordinatorState
 from echo2.launch.train import COORDINATOR_FILE, TOKEN_FILE, _write_private, launch_workers, run_spec
+from echo2.model import heap
 from echo2.model.draws import draw_tolerance
 from echo2.model.loading import load_model, load_tokenizer, pin_threads
 from echo2.model.sources import resolve_model_path

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from echo2 import heap
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, ConfigError, LocalWorkerSpec, dump_config
 from echo2.coordinator.app import create_app
@@ -40,6 +39,7 @@ from echo2.learner.checkpoint import latest_resumable, load_resume_state
 from echo2.learner.distributed import Shard, announce, start
 from echo2.learner.evaluations import ProcessEvaluations
 from echo2.learner.loop import LearnerLoop
+from echo2.model import heap
 from echo2.model.episodes import observation_ids
 from echo2.model.evaluation import EvalResult
 from echo2.model.loading import check_cpus, load_tokenizer, pin_threads, pinned_cpus

@@ -31,10 +31,10 @@ import time
 
 import torch
 
-from echo2 import heap
 from echo2.broadcast.relay import RelayOptions, RelayServer
 from echo2.broadcast.suspects import SuspectSources
 from echo2.broadcast.throttle import Throttle
+from echo2.model import heap
 from echo2.model.loading import load_tokenizer, pin_threads
 from echo2.protocol import (
     Heartbeat,

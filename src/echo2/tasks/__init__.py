@@ -2,6 +2,14 @@
 
 Tasks are loaded by name: importing this package imports none of them (some pull in a sandbox,
 a dataset library or a chat template), only the one a run names, when it is built.
+
+* ``base.py`` — the ``Task`` interface (single-turn tasks and environments); ``chat.py`` — prompts
+  and environment turns rendered with a model's chat template;
+* ``arithmetic.py`` (the default, and ``retry_arithmetic``'s feedback episodes), ``jsonl.py``,
+  ``gsm8k.py``, ``reasoning_gym.py``, ``calculator.py`` (a chat task with a tool, ``tools.py``),
+  ``retry.py`` (feedback turns);
+* ``verifiers_env.py`` — a verifiers taskset and its env; ``verifiers_replay.py`` — the env's
+  ``run`` replayed from the model's replies on the coordinator.
 """
 
 from __future__ import annotations

@@ -1,5 +1,12 @@
 """Policy-gradient objectives (GRPO, Dr.GRPO, DAPO, GSPO), the staleness-aware correction and
-EchoClip; see docs/objectives.md for the formulas and the choices made."""
+EchoClip; see docs/objectives.md for the formulas and the choices made.
+
+* ``registry.py`` — the loss registry and an ``Objective`` of the user's own by import path;
+* ``advantages.py`` — group advantages, and which groups are degenerate;
+* ``surrogate.py`` — the clipped surrogates and off-policy corrections;
+* ``echoclip.py`` — EchoClip: a learning signal from advantage-degenerated groups (EchoRL);
+* ``tinker_losses.py`` — the Tinker API's losses, for the training service.
+"""
 
 from echo2.learner.objectives.advantages import (
     Degeneration,

@@ -7,6 +7,10 @@ one of your own. Each returns a completion's tokens with the log-prob of each sa
 (:mod:`echo2.model.draws`: what the audits replay), and loads a version's verified payload in
 place, so the worker code around them is the same: :class:`Engine` is every method and attribute
 the worker uses, and one of them, :meth:`Engine.sample`, samples every kind of work.
+
+* ``hf.py`` — the portable default; ``vllm.py`` — vLLM on a GPU;
+* ``bundles.py`` — a worker's sampler adapters (``echo2 serve``), merged one at a time;
+* ``memory.py`` — a device's free memory and a decoding row's footprint.
 """
 
 from __future__ import annotations
