@@ -83,16 +83,17 @@ def bench_code(script: Path) -> list[str]:
 
 def code_status(commit: str | None, paths: list[str]) -> str:
     """Whether the code a bench ran is today's: ``current code`` when nothing under ``paths``
-    differs between its commit and the working tree (not ``HEAD``: tables regenerated before a
-    change is committed must already say what they will say once it is, or ``--check`` fails on
-    the commit)."""
+    differs between its commit and the working tree, new files not yet added included (not
+    ``HEAD``: tables regenerated before a change is committed must already say what they will say
+    once it is, or ``--check`` fails on the commit)."""
     if not commit:
         return "code unknown"
     if commit.endswith("+dirty"):
         return "uncommitted code"
     if not git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"):
         return "commit not in this history"
-    changed = git("diff", "--name-only", commit, "--", *paths).splitlines()
+    changed = set(git("diff", "--name-only", commit, "--", *paths).splitlines())
+    changed |= set(git("ls-files", "--others", "--exclude-standard", "--", *paths).splitlines())  # new, not yet added
     return f"code changed since ({len(changed)} files)" if changed else "current code"
 
 
