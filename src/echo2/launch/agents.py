@@ -16,9 +16,8 @@ from fastapi import FastAPI
 from transformers import PreTrainedTokenizerBase
 
 from echo2.config import Config, ConfigError
-from echo2.coordinator.records import Lease
+from echo2.coordinator.sources import DeskSource
 from echo2.coordinator.state import CoordinatorState
-from echo2.core.sample_queue import SampleWork
 from echo2.gateway.agents import AGENT_PREFIX, AgentPool, load_agent
 from echo2.gateway.api import gateway_doors, gateway_router
 from echo2.gateway.desk import AGENT_SOURCE, CallLimits, CallSettings, GatewayDesk
@@ -26,7 +25,6 @@ from echo2.gateway.episodes import EpisodeBook
 from echo2.learner.evaluations import InlineEvaluations
 from echo2.model.evaluation import EvalResult
 from echo2.net.guard import Door
-from echo2.protocol import SampleResult
 from echo2.tasks import Example
 from echo2.tasks.chat import ChatPrompt
 
@@ -35,15 +33,14 @@ def is_agent_run(config: Config) -> bool:
     return config.task.name.startswith(AGENT_PREFIX)
 
 
-class AgentRun:
+class AgentRun(DeskSource):
     """An agent run's work source (:mod:`echo2.coordinator.sources`): the agents' calls, sampled by
     the fleet and answered by the gateway's desk, their episodes reaped and counted. Built before the
     coordinator (it is one of its sources), attached after (the desk and the episodes' books are
     built over the coordinator's)."""
 
-    name = AGENT_SOURCE
-
     def __init__(self, config: Config, run_dir: Path) -> None:
+        super().__init__(AGENT_SOURCE)
         self.config, self.run_dir = config, run_dir
         try:  # an agent that cannot be imported fails before anything starts, in one line
             self.function = load_agent(config.task.name)
@@ -66,13 +63,7 @@ class AgentRun:
                                   agent.call_timeout_s, config.model.name),
             limits=CallLimits(agent.max_calls_per_episode, agent.max_calls_in_flight, agent.max_calls_per_episode_total))
 
-    # ------------------------------------------------------------------ a work source (called locked)
-    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
-        self._attached().results(worker_id, lease, results)
-
-    def refused(self, work: SampleWork, why: str) -> None:
-        self._attached().refused(work, why)
-
+    # ------------------------------------------------------------------ its own reaping and counts (called locked)
     def reap(self) -> None:
         """The episodes past their deadline unrewarded, dropped with their groups."""
         if self.book is not None:
@@ -81,10 +72,6 @@ class AgentRun:
     def report(self) -> dict[str, float]:
         """Episodes, calls and groups (:class:`~echo2.gateway.episodes.EpisodeCounts`) and the pool's figures."""
         return {**(asdict(self.book.counts) if self.book is not None else {}), **self._pool_figures()}
-
-    def _attached(self) -> GatewayDesk:
-        assert self.desk is not None, "the agent run is attached before any worker can submit"
-        return self.desk
 
     def _pool_figures(self) -> dict[str, float]:
         """The pool's outcomes (``played``, ``failed``: the agent raised, ``timed_out``) and its means."""
