@@ -121,6 +121,23 @@ def test_a_new_name_gains_a_hoarder_nothing_one_group_then_parked_until_it_deliv
     assert len(state.lease(latecomer, 0, 4096, wait_s=0).prompts) == 8
 
 
+def test_a_proven_worker_that_takes_no_work_does_not_hold_newcomers_to_one_untrained_group():
+    """A newcomer waits for its submitted group to be trained before its next lent group only while
+    a proven worker holds a lease (it could fill the batch meanwhile). One that delivered once and
+    now only heartbeats is no cover: it left two honest newcomers one untrained group each, short
+    of a batch of four, and a run starved at step 0."""
+    state = make_state(staleness=3, groups_per_step=4)
+    newcomer, idle = state.register("newcomer"), state.register("idle")
+    idle.proven = True  # delivered once; holds nothing now
+    submit_all(state, newcomer, state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0))
+    assert not newcomer.proven and len(state.books.ledger) == 1  # accepted, buffered, untrained
+    second = state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0)
+    assert len(second.prompts) == 1
+    submit_all(state, newcomer, second)
+    assert len(state.lease(idle, worker_version=0, max_groups=4, wait_s=0).prompts) == 4  # now it works
+    assert state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).status == "wait"
+
+
 def test_a_newcomers_slot_is_lent_so_the_others_keep_the_whole_window_while_it_holds_it():
     state = make_state(staleness=1, groups_per_step=4)  # a window of 8 slots at version 0
     newcomer, honest = state.register("newcomer"), [state.register("a"), state.register("b")]

@@ -196,7 +196,7 @@ class Books(Generic[W, G]):
         requests: Requests = ("none" if not self.samples else "servable" if self.samples.servable(worker_version)
                               else "newer")
         untrained = 0
-        if not worker.proven and proven:
+        if not worker.proven and any(w.worker_id in self._leases for w in proven):
             mine = worker.worker_id
             untrained = (self.ledger.buffered(lambda group: mine in self.workers_of(group))
                          + sum(mine in self.workers_of(group) for group in self.in_training))
