@@ -79,6 +79,30 @@ def test_a_trickling_relay_is_left_within_the_stall_budget_and_reported(peers, d
 
 
 @pytest.mark.integration
+def test_a_relay_trickling_under_a_high_declared_rate_is_left_long_before_the_stall_budget(peers):
+    """Declaring 1e12 B/s, a 64 KiB chunk is due within the slack of its first byte: left after
+    about 2 s, not the 8 s budget (the trickle attack's one stall had been a sixth of the learner's
+    first minute). Judging it sooner keeps an honest relay: the next test's, at its declared rate."""
+    from echo2.core.fetch_chain import SILENCE_SLACK_S, too_slow
+
+    assert too_slow(100, SILENCE_SLACK_S + 0.01, 1e11, stall_s=8.0, chunk_bytes=64 * KIB)
+    assert not too_slow(100, SILENCE_SLACK_S - 0.01, 1e11, stall_s=8.0, chunk_bytes=64 * KIB)
+    assert not too_slow(100, 7.9, 16_000.0, stall_s=8.0, chunk_bytes=1 << 20)  # the lowest floor: the budget
+    assert not too_slow(100, 60.0, 0.0, stall_s=8.0, chunk_bytes=1 << 20)  # the learner: never by rate
+    payload = random_payload(128 * KIB)
+    root = peers(None)
+    root.store.publish(1, payload, chunk_size=64 * KIB)
+    with TricklingRelay(root.store, bytes_per_tick=1, tick_s=0.5) as trickler:
+        started = time.monotonic()
+        result = fetch_version(1, [trickler, root.url], ChunkStore(), stall_s=8.0, poll_s=0.3, timeout_s=30,
+                               source_rates={trickler: 1e12}, in_flight=1)
+        elapsed = time.monotonic() - started
+    assert result.payload == payload and trickler not in result.stats.chunks_by_source
+    assert any("too slow" in line for line in result.stats.failovers), result.stats.failovers
+    assert elapsed < 6.0, result.stats.failovers
+
+
+@pytest.mark.integration
 def test_a_relay_at_its_declared_rate_is_kept_though_a_chunk_outlasts_the_stall_budget(peers):
     """128 KiB chunks at 128 KiB/s take a second each, twice the stall budget: judged by rate, kept."""
     payload = random_payload(256 * KIB)

@@ -15,8 +15,8 @@ after ``stall_s`` (plus ``poll_s``, its long-poll), a relay sooner where its pla
 no such silence (:func:`echo2.core.fetch_chain.silence_s`): left, suspected a while, not reported
 (a partition between two honest nodes must not cost a relay its place for everyone). A relay that
 sends, but below its floor (:func:`echo2.core.fetch_chain.too_slow`: a fraction of the rate the
-coordinator plans it at, ``source_rates``), is dropped once a chunk's transfer has run ``stall_s``
-from its first byte (an honest throttled relay sends its answer's head and queues the body behind
+coordinator plans it at, ``source_rates``), is dropped once a chunk's transfer has run the chunk's
+time at that floor (``stall_s`` at most) from its first byte (an honest throttled relay sends its answer's head and queues the body behind
 the bodies before it), skipped a while and reported (:meth:`SuspectSources.too_slow`). A source
 that answers "not yet" (with the count of chunks it holds) is kept as the chain's rules say
 (:class:`echo2.core.fetch_chain.SourceChain`, which the simulator follows too). Every wait is
@@ -289,7 +289,7 @@ class _Fetch:
                         self.chain.progressed(level, now)
                     if len(data) > size:
                         raise SourceFailed(f"sent more than the chunk's {size} bytes", suspect=True)
-                    if len(data) < size and too_slow(len(data), now - began, self.floors[level], self.stall_s):
+                    if len(data) < size and too_slow(len(data), now - began, self.floors[level], self.stall_s, size):
                         raise self._too_slow(url, len(data), now - began, self.floors[level])
         except httpx.TransportError as error:
             raise unreachable(error, timeout) from None

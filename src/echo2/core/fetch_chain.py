@@ -7,8 +7,8 @@ and by the simulator (:mod:`echo2.simulation.fetching`: events, simulated time) 
   what was already verified is kept; the last source, the learner, is retried instead: there is
   no further one.
 * A relay that sends, but too slowly, is judged by its rate (:func:`too_slow`): once a chunk's
-  transfer has run ``stall_s``, a rate below the relay's floor (:func:`rate_floor`) fails it like a
-  stall. Bytes alone are no proof of life: a relay trickling one byte a second, declaring 1e12 B/s,
+  transfer has run the time the chunk takes at the relay's floor (:func:`rate_floor`), or
+  ``stall_s`` if sooner, a rate below that floor fails it like a stall. Bytes alone are no proof of life: a relay trickling one byte a second, declaring 1e12 B/s,
   had held its child (and through it every node below) for as long as it liked, then the run.
 * A relay that answers and then sends nothing is left once its silence outlasts what its planned
   rate explains (:func:`silence_s`): the queue of bodies an honest relay may send before it, and
@@ -69,12 +69,20 @@ def silence_s(planned_bytes_per_s: float | None, chunk_bytes: int, stall_s: floa
     return min(stall_s, SILENCE_SLACK_S + QUEUED_CHUNKS * chunk_bytes / planned_bytes_per_s)
 
 
-def too_slow(received: int, elapsed_s: float, floor_bytes_per_s: float, stall_s: float) -> bool:
-    """A chunk transfer that ``received`` bytes in ``elapsed_s`` (since its answer began) is to be
-    given up: it ran the stall budget and its rate stays under the floor. Before ``stall_s`` a
-    transfer is not judged (a round trip, a slow start), so a source is left within
-    ``stall_s`` of its first byte whatever it declared."""
-    return elapsed_s >= stall_s and received < floor_bytes_per_s * elapsed_s
+def too_slow(received: int, elapsed_s: float, floor_bytes_per_s: float, stall_s: float, chunk_bytes: int) -> bool:
+    """A transfer of a ``chunk_bytes`` chunk that ``received`` bytes in ``elapsed_s`` (since its
+    first byte) is to be given up: its rate stays under the floor once it is judged, which is after
+    :data:`SILENCE_SLACK_S` plus the chunk's time at the floor rate, or ``stall_s`` if sooner.
+
+    Why: before that a transfer is not judged (a slow start, a loaded host's scheduling), but no
+    later: from its first byte an honest relay sends the body at its full uplink (bodies go out in
+    order, :mod:`echo2.broadcast.throttle`), so one that has not sent the chunk by then is under its
+    floor, whatever the stall budget allows. A relay trickling a byte every half second while
+    declaring 1e12 B/s held each child the whole stall budget (10 s) at its first visit, a sixth of
+    the learner's first minute of that attack; at its declared rate it is judged after 2 s. A relay
+    whose rate nobody stated has the lowest floor, and with any chunk of size keeps the whole budget."""
+    judged_after_s = min(stall_s, SILENCE_SLACK_S + chunk_bytes / floor_bytes_per_s) if floor_bytes_per_s else stall_s
+    return elapsed_s >= judged_after_s and received < floor_bytes_per_s * elapsed_s
 
 
 def default_patience_s(stall_s: float, poll_s: float = POLL_S) -> float:
