@@ -158,7 +158,7 @@ group came from. So the bench, which runs ``run_training`` in its own process as
 ``bench/chaos.py`` does, wraps seven methods there, changing what they do for the probe only:
 ``LearnerLoop._batch`` logs the worker id, slot, version and rewards of every group handed to
 the optimizer (and recomputes the verifier's rewards for them); ``CoordinatorState.quarantine``
-logs when each worker was quarantined; ``CoordinatorState.submit`` logs each accepted submission;
+logs when each worker was quarantined; ``WorkDesk.submit`` logs each accepted submission;
 ``Verifier._gaps`` logs every group an audit re-scored; ``EpisodeBook.record`` logs every agent
 call a worker answered, and which; ``Membership.register`` marks the heartbeat probe as a worker
 that has delivered (it times what a delivering worker's heartbeats take under the attack: a

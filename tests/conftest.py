@@ -83,7 +83,7 @@ def valid_submission(lease, version=None):
 
 
 def submit_all(state, worker, lease):
-    return state.submit(worker, valid_submission(lease))
+    return state.work.submit(worker, valid_submission(lease))
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> None:

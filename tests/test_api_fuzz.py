@@ -26,7 +26,7 @@ def build_app():
 
 APP, STATE = build_app()
 SCHEMA = schemathesis.openapi.from_asgi("/openapi.json", APP)
-FUZZED = STATE.register("fuzzed")
+FUZZED = STATE.members.register("fuzzed")
 FUZZED.proven = True  # a worker that has delivered: the fuzz reaches the handlers, not the newcomers' shared 429
 SESSION = FUZZED.session_token
 OPEN_ROUTES = {"/v1/health"}

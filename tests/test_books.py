@@ -65,12 +65,12 @@ class Live:
         self.records = []
 
     def join(self, name):
-        record = self.state.register(name)
+        record = self.state.members.register(name)
         self.records.append(record)
         return record
 
     def ask(self, record, version):
-        response = self.state.lease(record, version, 8, wait_s=0)
+        response = self.state.work.lease(record, version, 8, wait_s=0)
         return response if response.status == "granted" else None
 
     def submit(self, record, lease):
@@ -78,7 +78,7 @@ class Live:
 
     def overdue(self, lease):
         self.state.leases.get(lease.lease_id).deadline = 0
-        self.state.reap()
+        self.state.members.reap()
 
     def train(self, step):
         self.state.take_batch(step, timeout_s=1)

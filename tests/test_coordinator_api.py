@@ -114,8 +114,8 @@ def test_trained_rewards_are_the_tasks_verdict_on_the_decoded_tokens():
     """The run's scorer (the shipped tokenizer, then the task) decides every reward."""
     task, tokenizer = ArithmeticTask(), load_tokenizer(SHIPPED_MODEL)
     state = make_state(staleness=1, groups_per_step=2, score=reward_scorer(task, SHIPPED_MODEL))
-    worker = state.register("w")
-    lease = state.lease(worker, 0, 2, wait_s=0)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 2, wait_s=0)
     state.limits.group_size, state.limits.max_new_tokens = 4, 16
     groups = []
     for prompt in lease.prompts:
@@ -124,7 +124,7 @@ def test_trained_rewards_are_the_tasks_verdict_on_the_decoded_tokens():
                      for text in (answer, f"<think>{answer}+0={answer}", str(int(answer) + 1), "=")]
         groups.append(GroupResult(slot=prompt.slot, completions=[Completion(token_ids=ids, logprobs=[-0.5] * len(ids))
                                                                  for ids in token_ids]))
-    state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, groups=groups, generate_seconds=0.1))
+    state.work.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, groups=groups, generate_seconds=0.1))
     for group in state.take_batch(0, timeout_s=1):
         verdict = [task.reward(group.example, tokenizer.decode(ids, skip_special_tokens=True))
                    for ids in group.token_ids]

@@ -89,15 +89,15 @@ def test_an_expired_or_overdue_lease_is_refused():
 
 def test_the_reliability_report_accounts_for_every_prompt_through_expiry_staleness_and_quarantine():
     state = make_state(staleness=0, heartbeat_timeout_s=60)
-    honest, liar = state.register("honest"), state.register("liar")
-    submit_all(state, honest, state.lease(honest, 0, 1, wait_s=0))
-    submit_all(state, liar, state.lease(liar, 0, 1, wait_s=0))
+    honest, liar = state.members.register("honest"), state.members.register("liar")
+    submit_all(state, honest, state.work.lease(honest, 0, 1, wait_s=0))
+    submit_all(state, liar, state.work.lease(liar, 0, 1, wait_s=0))
     state.take_batch(0, timeout_s=1)  # trained
     publish(state, 1)
-    lost = state.lease(honest, 1, 1, wait_s=0)
+    lost = state.work.lease(honest, 1, 1, wait_s=0)
     state.leases.get(lost.lease_id).deadline = 0
-    state.reap()  # expired: re-queued
-    submit_all(state, liar, state.lease(liar, 1, 1, wait_s=0))
+    state.members.reap()  # expired: re-queued
+    submit_all(state, liar, state.work.lease(liar, 1, 1, wait_s=0))
     state.quarantine(state.registry.workers[liar.worker_id].worker_id, "test")  # buffered group discarded
     report = state.reliability()
     assert report["prompts_unaccounted"] == 0 and report["prompts_drawn"] == 3
@@ -114,9 +114,9 @@ def _answers(lease, correct):
 
 def test_the_coordinator_scores_every_group_itself():
     state = make_state(staleness=1)
-    worker = state.register("w")
-    lease = state.lease(worker, 0, 2, wait_s=0)
-    assert state.submit(worker, _answers(lease, [True, False])).accepted == 2
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 2, wait_s=0)
+    assert state.work.submit(worker, _answers(lease, [True, False])).accepted == 2
     assert [g.rewards for g in state.take_batch(0, timeout_s=1)] == [[1.0, 0.0], [1.0, 0.0]]
     assert state.stats(0.0, 1.0).reward_seconds > 0
 
@@ -127,10 +127,10 @@ def test_a_verifier_giving_a_non_finite_reward_refuses_the_submission_and_trains
     non-finite reward into an advantage: the submission is refused as unscorable, nothing enters
     the buffer, and the lease stays open for an honest retry until it expires."""
     state = make_state(staleness=1, score=lambda example, completions, answered: [bad] + [1.0] * (len(completions) - 1))
-    worker = state.register("w")
-    lease = state.lease(worker, 0, 1, wait_s=0)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 1, wait_s=0)
     with pytest.raises(Rejected, match="not one finite reward per completion") as refused:
-        state.submit(worker, _answers(lease, [True, True]))
+        state.work.submit(worker, _answers(lease, [True, True]))
     assert refused.value.status == 422 and refused.value.code == "unscorable"
     assert state.reliability()["groups_accepted"] == 0
     with pytest.raises(TimeoutError):  # nothing was buffered
@@ -155,7 +155,7 @@ def _submit_in_background(state, worker, request):
 
     def run():
         try:
-            outcome["reply"] = state.submit(worker, request)
+            outcome["reply"] = state.work.submit(worker, request)
         except Rejected as refusal:
             outcome["refusal"] = refusal
 
@@ -167,13 +167,13 @@ def _submit_in_background(state, worker, request):
 def test_scoring_runs_outside_the_lock_and_a_copy_sent_meanwhile_is_a_duplicate():
     score = GatedScore()
     state = make_state(staleness=1, score=score)
-    worker, other = state.register("w"), state.register("other")
-    lease = state.lease(worker, 0, 1, wait_s=0)
+    worker, other = state.members.register("w"), state.members.register("other")
+    lease = state.work.lease(worker, 0, 1, wait_s=0)
     thread, outcome = _submit_in_background(state, worker, _answers(lease, [True, True]))
     assert score.entered.wait(10)
     # the lock is free while the first copy is scored: others lease, and a second copy is a duplicate
-    assert state.lease(other, 0, 1, wait_s=0).status == "granted"
-    assert state.submit(worker, _answers(lease, [False, False])).duplicate
+    assert state.work.lease(other, 0, 1, wait_s=0).status == "granted"
+    assert state.work.submit(worker, _answers(lease, [False, False])).duplicate
     score.release.set()
     thread.join(10)
     assert outcome["reply"].accepted == 1 and score.calls == 1
@@ -184,8 +184,8 @@ def test_scoring_runs_outside_the_lock_and_a_copy_sent_meanwhile_is_a_duplicate(
 def test_a_worker_quarantined_while_its_submission_is_scored_is_refused():
     score = GatedScore()
     state = make_state(staleness=1, score=score)
-    worker = state.register("w")
-    lease = state.lease(worker, 0, 2, wait_s=0)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 2, wait_s=0)
     thread, outcome = _submit_in_background(state, worker, _answers(lease, [True, False]))
     assert score.entered.wait(10)
     state.quarantine(worker.worker_id, "failed an audit")  # expires its leases, the one being scored too
@@ -202,8 +202,8 @@ def test_a_verifier_that_fails_refuses_the_submission_and_leaves_the_lease_open(
         raise ZeroDivisionError("verifier bug")
 
     state = make_state(staleness=1, score=broken)
-    worker = state.register("w")
-    lease = state.lease(worker, 0, 1, wait_s=0)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 1, wait_s=0)
     with pytest.raises(Rejected) as refused:
         submit_all(state, worker, lease)
     assert refused.value.code == "unscorable" and len(state.books.ledger) == 0

@@ -41,7 +41,7 @@ def as_viewer(credential: str | None = VIEWER) -> dict[str, str]:
 # ---------------------------------------------------------------------- credentials
 def test_the_viewer_token_and_the_run_token_read_the_dashboard_and_nothing_else():
     state = make_state(staleness=1)
-    worker = state.register("w", price_per_hour=0.5)
+    worker = state.members.register("w", price_per_hour=0.5)
     client = TestClient(create_app(state, lease_wait_s=0))
     assert VIEWER not in (RUN_TOKEN, broadcast_credential(RUN_TOKEN))
     for credential in (VIEWER, RUN_TOKEN):
@@ -63,16 +63,16 @@ def test_the_viewer_token_and_the_run_token_read_the_dashboard_and_nothing_else(
 def test_workers_are_shown_with_their_state_version_price_and_last_error():
     state = make_state(staleness=1)
     names = ["fresh", "behind", "parked", "quarantined", "gone", "refused"]
-    workers = {name: state.register(name, price_per_hour=0.25 * i) for i, name in enumerate(names)}
+    workers = {name: state.members.register(name, price_per_hour=0.25 * i) for i, name in enumerate(names)}
     for version in (1, 2, 3):
         publish(state, version)
     for name, record in workers.items():
-        state.heartbeat(record, 1 if name == "behind" else 3, [])
+        state.members.heartbeat(record, 1 if name == "behind" else 3, [])
     state.quarantine(workers["quarantined"].worker_id, "audit failed")
-    state.deregister(workers["gone"])
+    state.members.deregister(workers["gone"])
     with pytest.raises(Rejected):
         completions = [Completion(token_ids=[3, 1], logprobs=[-0.1, -0.1])] * 2
-        state.submit(workers["refused"], SubmitRequest(lease_id="no-such-lease", version=3, generate_seconds=0.1,
+        state.work.submit(workers["refused"], SubmitRequest(lease_id="no-such-lease", version=3, generate_seconds=0.1,
                                                        groups=[GroupResult(slot=0, completions=completions)]))
     with state.cond:  # as cost-aware activation parks a worker
         workers["parked"].active = False
@@ -150,7 +150,7 @@ def tls_coordinator(tmp_path):
     cert, key = self_signed(tmp_path)
     state = make_state(staleness=1)
     for name in ("gpu-a", "gpu-b"):
-        state.register(name, price_per_hour=1.0)
+        state.members.register(name, price_per_hour=1.0)
     server = CoordinatorServer(create_app(state, lease_wait_s=0), "127.0.0.1", 0, certfile=cert, keyfile=key)
     server.start(10)
     yield server, cert

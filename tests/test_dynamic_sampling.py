@@ -54,22 +54,22 @@ def _submit(state, worker, lease, rewards_by_slot):
     """Completions right or wrong so that the coordinator's verdict is ``rewards_by_slot(slot)``."""
     groups = [GroupResult(slot=p.slot, completions=answering(p.prompt, [r == 1.0 for r in rewards_by_slot(p.slot)]))
               for p in lease.prompts]
-    state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=lease.version, groups=groups,
+    state.work.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=lease.version, groups=groups,
                                        generate_seconds=0.1))
 
 
 def test_filtered_groups_free_their_slots_and_are_accounted():
     # S = 0, B = 2: the window holds 2 slots; slot 0 comes back all-correct and must be replaced
     state = make_state(staleness=0, groups_per_step=2)
-    worker = state.register("w")
-    first = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
+    worker = state.members.register("w")
+    first = state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0)
     assert [p.slot for p in first.prompts] == [0, 1]
     _submit(state, worker, first, lambda slot: ALL_RIGHT if slot == 0 else MIXED)
-    assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "wait"  # window full
+    assert state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "wait"  # window full
 
     def take(count: int) -> list[Group]:
         if not len(state.books.ledger):  # the worker answers the lease the filtered group made room for
-            replacement = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
+            replacement = state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0)
             assert replacement.status == "granted" and len(replacement.prompts) == 1
             _submit(state, worker, replacement, lambda slot: MIXED)
         return state.take_batch(step=0, timeout_s=1, count=count)
@@ -79,4 +79,4 @@ def test_filtered_groups_free_their_slots_and_are_accounted():
     report = state.reliability()
     assert report["groups_filtered_degenerate"] == 1 and report["groups_trained"] == 2
     assert report["prompts_unaccounted"] == 0 and report["prompts_requeued"] == 0
-    assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "wait"  # step 0 is served
+    assert state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "wait"  # step 0 is served

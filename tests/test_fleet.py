@@ -41,22 +41,22 @@ def replan(state, train_s, broadcast_s):
 
 def test_cheap_worker_joining_parks_the_expensive_one_and_a_death_reactivates_it():
     state = make_state(staleness=1, fleet=Fleet(POLICY), heartbeat_timeout_s=0.3)
-    expensive = state.register("expensive", price_per_hour=3.0)
+    expensive = state.members.register("expensive", price_per_hour=3.0)
     measured(state, expensive, 10.0)
     replan(state, train_s=1.0, broadcast_s=0.0)  # the rule asks for 4 rollouts/s
     assert expensive.active  # the only one there is
-    cheap = state.register("cheap", price_per_hour=0.5)
+    cheap = state.members.register("cheap", price_per_hour=0.5)
     assert cheap.active  # on probation until measured
     measured(state, cheap, 5.0)
     replan(state, train_s=1.0, broadcast_s=0.0)
     assert cheap.active and not expensive.active  # 5 >= 4 at a sixth of the price
-    assert state.lease(expensive, worker_version=0, max_groups=2, wait_s=0).status == "parked"
+    assert state.work.lease(expensive, worker_version=0, max_groups=2, wait_s=0).status == "parked"
     # the cheap one goes silent: it is declared dead and the parked one takes over
     expensive.last_seen = time.monotonic() + 10
     time.sleep(0.4)
-    state.reap()
+    state.members.reap()
     assert not cheap.alive and expensive.active
-    assert state.lease(expensive, worker_version=0, max_groups=2, wait_s=0).status == "granted"
+    assert state.work.lease(expensive, worker_version=0, max_groups=2, wait_s=0).status == "granted"
 
 
 def test_probation_ends_for_a_worker_whose_measure_could_not_change_the_choice():
@@ -182,8 +182,8 @@ def test_stale_workers_are_measured_again_one_at_a_time_the_longest_parked_first
 
 def test_the_coordinator_measures_a_long_parked_worker_again():
     state = make_state(staleness=1, fleet=Fleet(POLICY))
-    dear = state.register("dear", price_per_hour=1.0)
-    cheap = state.register("cheap", price_per_hour=0.9)
+    dear = state.members.register("dear", price_per_hour=1.0)
+    cheap = state.members.register("cheap", price_per_hour=0.9)
     measured(state, dear, 10.0)
     measured(state, cheap, 1.0)  # one slow first lease
     replan(state, train_s=1.0, broadcast_s=0.0)
@@ -194,7 +194,7 @@ def test_the_coordinator_measures_a_long_parked_worker_again():
         cheap.parked_at -= POLICY.remeasure_after_s
     replan(state, train_s=1.0, broadcast_s=0.0)
     assert cheap.active and cheap.throughput is None  # on probation, its old estimate forgotten
-    assert state.lease(cheap, worker_version=0, max_groups=2, wait_s=0).status == "granted"
+    assert state.work.lease(cheap, worker_version=0, max_groups=2, wait_s=0).status == "granted"
 
 
 def test_a_lease_cycle_runs_from_submission_to_submission_less_what_is_not_the_workers_doing():
@@ -220,11 +220,11 @@ def test_the_coordinator_restarts_a_workers_cycle_when_it_releases_a_request_it_
     """A parked worker's request is held open (its long-poll); the wait is activation's doing, not
     the worker's, so its next lease is timed from the release, not from its last submission."""
     state = make_state(staleness=1, fleet=Fleet(POLICY))
-    dear = state.register("dear", price_per_hour=3.0)
-    submit_all(state, dear, state.lease(dear, worker_version=0, max_groups=2, wait_s=0))
+    dear = state.members.register("dear", price_per_hour=3.0)
+    submit_all(state, dear, state.work.lease(dear, worker_version=0, max_groups=2, wait_s=0))
     submitted_at = dear.cycle.began_at
     assert submitted_at is not None
-    cheap = state.register("cheap", price_per_hour=0.5)
+    cheap = state.members.register("cheap", price_per_hour=0.5)
     measured(state, cheap, 10.0)
     replan(state, train_s=1.0, broadcast_s=0.0)
     assert cheap.active and not dear.active  # 10 rollouts/s cover the 4 asked at a sixth of the price
@@ -233,12 +233,12 @@ def test_the_coordinator_restarts_a_workers_cycle_when_it_releases_a_request_it_
     def cheap_dies():
         died_at.append(time.monotonic())
         cheap.last_seen = died_at[0] - 1000
-        state.reap()
+        state.members.reap()
 
     timer = threading.Timer(0.5, cheap_dies)
     timer.start()
     try:
-        answer = state.lease(dear, worker_version=0, max_groups=2, wait_s=10)  # held parked until then
+        answer = state.work.lease(dear, worker_version=0, max_groups=2, wait_s=10)  # held parked until then
     finally:
         timer.join()
     assert answer.status == "granted" and dear.active
@@ -268,22 +268,22 @@ def test_billing_counts_each_worker_activated_again():
 
 def test_a_parked_newcomer_is_tried_when_the_measured_set_loses_its_cover():
     state = make_state(staleness=1, fleet=Fleet(POLICY), heartbeat_timeout_s=0.3)
-    first = state.register("first", price_per_hour=1.0)
+    first = state.members.register("first", price_per_hour=1.0)
     measured(state, first, 10.0)
     replan(state, train_s=1.0, broadcast_s=0.0)
-    second = state.register("second", price_per_hour=1.0)
+    second = state.members.register("second", price_per_hour=1.0)
     assert first.active and not second.active  # could not make the choice cheaper: not billed
-    assert state.lease(second, worker_version=0, max_groups=2, wait_s=0).status == "parked"
+    assert state.work.lease(second, worker_version=0, max_groups=2, wait_s=0).status == "parked"
     second.last_seen = time.monotonic() + 10
     time.sleep(0.4)
-    state.reap()  # the measured worker dies: the newcomer is all there is
+    state.members.reap()  # the measured worker dies: the newcomer is all there is
     assert not first.alive and second.active
 
 
 def test_unreachable_target_aims_for_the_knee_instead_of_running_everyone():
     # S = 0 never reaches U = 1; 95% of the best reachable (1 / (1 + 0)) needs 4 / (1/0.95 - 1) = 76 x 1.1 rollouts/s
     state = make_state(staleness=0, fleet=Fleet(ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=0)))
-    workers = [state.register(f"w{i}", price_per_hour=1.0 + i) for i in range(3)]
+    workers = [state.members.register(f"w{i}", price_per_hour=1.0 + i) for i in range(3)]
     for worker in workers:
         measured(state, worker, 100.0)
     replan(state, train_s=1.0, broadcast_s=0.0)
@@ -330,8 +330,8 @@ def test_the_dissemination_times_weighed_are_a_bounded_set_of_quantiles():
 
 def test_throughput_is_profiled_from_submissions_and_cost_is_billed_for_active_time():
     state = make_state(staleness=1, fleet=Fleet(POLICY))
-    worker = state.register("w", price_per_hour=36.0)
-    lease = state.lease(worker, worker_version=0, max_groups=2, wait_s=0)
+    worker = state.members.register("w", price_per_hour=36.0)
+    lease = state.work.lease(worker, worker_version=0, max_groups=2, wait_s=0)
     time.sleep(0.1)
     submit_all(state, worker, lease)
     assert worker.throughput == pytest.approx(4 / 0.1, rel=0.5)  # 4 rollouts in ~0.1 s
@@ -348,14 +348,14 @@ def test_a_quarantined_worker_leaves_activation_billing_the_relay_plan_and_the_c
     short, billed it cost what it could not earn, as a relay it took peers, in the census each
     version's spread waited for it."""
     state = make_state(staleness=1, fleet=Fleet(POLICY))
-    honest, cheat = state.register("honest", price_per_hour=0.5), state.register("cheat", price_per_hour=0.5)
+    honest, cheat = state.members.register("honest", price_per_hour=0.5), state.members.register("cheat", price_per_hour=0.5)
     for record in (honest, cheat):
         measured(state, record, 3.0)  # 4 rollouts/s needed: both
     replan(state, train_s=1.0, broadcast_s=0.0)
     assert honest.active and cheat.active and set(state.fleet.billing.billing) == {honest.worker_id, cheat.worker_id}
 
     def fetched(record, version: int, at: float) -> None:
-        state.heartbeat(record, version, [TimelineEvent(kind="fetch", start=at - 0.5, end=at, version=version)])
+        state.members.heartbeat(record, version, [TimelineEvent(kind="fetch", start=at - 0.5, end=at, version=version)])
 
     now = time.time()
     for record in (honest, cheat):
@@ -374,13 +374,13 @@ def test_a_fetch_reported_to_end_in_the_future_is_timed_when_the_report_arrived(
     """Within the clock-skew allowance a worker could claim a fetch ends a day from now: a version
     then took the fleet a day to get, and the smoothed dissemination time ran every worker."""
     state = make_state(staleness=1, fleet=Fleet(POLICY))
-    honest, liar = state.register("honest"), state.register("liar")
+    honest, liar = state.members.register("honest"), state.members.register("liar")
     for record in (honest, liar):
-        state.heartbeat(record, 0, [TimelineEvent(kind="fetch", start=time.time() - 1, end=time.time(), version=0)])
+        state.members.heartbeat(record, 0, [TimelineEvent(kind="fetch", start=time.time() - 1, end=time.time(), version=0)])
     publish(state, 1)
-    state.heartbeat(honest, 1, [TimelineEvent(kind="fetch", start=time.time() - 0.2, end=time.time(), version=1)])
+    state.members.heartbeat(honest, 1, [TimelineEvent(kind="fetch", start=time.time() - 0.2, end=time.time(), version=1)])
     far = time.time() + 80_000.0  # inside check_telemetry's day
-    state.heartbeat(liar, 1, [TimelineEvent(kind="fetch", start=far - 1, end=far, version=1)])
+    state.members.heartbeat(liar, 1, [TimelineEvent(kind="fetch", start=far - 1, end=far, version=1)])
     assert state.parts.disseminated and state.parts.disseminated[0] < 5.0  # timed at the report, not at its claim
     assert state.books.census.arrival_s[liar.worker_id] < 5.0
 
@@ -393,7 +393,7 @@ def test_a_training_services_client_steps_size_its_fleet_as_a_learners_steps_do(
 
     state = make_state(staleness=1, fleet=Fleet(ActivationPolicy(enabled=True, rollouts_per_step=1, staleness=1,
                                                                  headroom=1.0)))
-    expensive, cheap = state.register("expensive", price_per_hour=3.0), state.register("cheap", price_per_hour=0.5)
+    expensive, cheap = state.members.register("expensive", price_per_hour=3.0), state.members.register("cheap", price_per_hour=0.5)
     measured(state, expensive, 10.0)
     measured(state, cheap, 5.0)
     demand = ServiceDemand(state)

@@ -66,7 +66,7 @@ def test_tools_are_described_in_the_system_message_and_tool_calls_parsed_from_th
 
 def book(staleness=0, groups_per_step=1, timeout_s=60.0):
     state = make_state(staleness, groups_per_step=groups_per_step, sources=[DeskSource(AGENT_SOURCE)])
-    state.register("w")
+    state.members.register("w")
     return state, EpisodeBook(state.parts, group_size=2, episode_timeout_s=timeout_s)
 
 
@@ -163,11 +163,11 @@ def answer_one_lease(state, worker, tokens):
     """The worker's side: lease what waits, answer each call with ``tokens``."""
     from echo2.protocol import SampledSequence, SampleResult, SubmitRequest
 
-    lease = state.lease(worker, 0, 4, wait_s=5)
+    lease = state.work.lease(worker, 0, 4, wait_s=5)
     assert lease.status == "granted" and len(lease.samples) == 1
     results = [SampleResult(slot=s.slot, sequences=[SampledSequence(token_ids=tokens, logprobs=[-0.5] * len(tokens),
                                                                     stop_reason="stop")]) for s in lease.samples]
-    state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, samples=results, generate_seconds=0.1))
+    state.work.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, samples=results, generate_seconds=0.1))
     return lease
 
 
@@ -212,15 +212,15 @@ def test_a_call_whose_leases_fail_on_two_workers_is_refused_to_its_agent_and_its
     from echo2.protocol import LeaseFailure
 
     state, episodes = book()
-    state.register("w2")
+    state.members.register("w2")
     desk = desk_over(state, episodes)
     first, second = list(state.registry.workers.values())
     episode = episodes.claim(1.0)
 
     def fail_on_each() -> None:
         for worker in (first, second):
-            lease = state.lease(worker, 0, 4, wait_s=5)
-            state.fail(worker, LeaseFailure(lease_id=lease.lease_id, reason="RuntimeError: cannot sample this"))
+            lease = state.work.lease(worker, 0, 4, wait_s=5)
+            state.work.fail(worker, LeaseFailure(lease_id=lease.lease_id, reason="RuntimeError: cannot sample this"))
 
     failing = threading.Thread(target=fail_on_each)
     failing.start()

@@ -67,8 +67,8 @@ def test_with_no_prompts_and_no_requests_a_worker_waits_and_a_finished_run_stops
 
 def _live_lease_size() -> int:
     state = make_state(staleness=3, groups_per_step=4)
-    worker = state.register("w")
-    lease = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0)
     submit_all(state, worker, lease)
     return len(lease.prompts)
 

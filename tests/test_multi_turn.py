@@ -29,15 +29,15 @@ def turns(*parts: str, versions: list[int]) -> Completion:
 def playing():
     """A coordinator running the retry task (3 answers, S = 1), a worker and its one-prompt lease."""
     state = make_state(staleness=1, task=RetryArithmeticTask(max_turns=3))
-    worker = state.register("w")
-    lease = state.lease(worker, 0, 1, wait_s=0)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 1, wait_s=0)
     truth = int(lease.prompts[0].prompt.split("+")[0])
     return state, worker, lease, truth
 
 
 def ask(state, worker, lease, *replies: list[str]):
     items = [RespondItem(slot=lease.prompts[0].slot, replies=said) for said in replies]
-    return state.respond(worker, RespondRequest(lease_id=lease.lease_id, items=items)).observations
+    return state.work.respond(worker, RespondRequest(lease_id=lease.lease_id, items=items)).observations
 
 
 def submission(lease, *completions):
@@ -50,7 +50,7 @@ def test_the_environment_answers_and_the_episode_is_scored_on_what_it_answered(p
     assert ask(state, worker, lease, [str(truth + 1)], [str(truth)]) == ["-=", None]
     publish(state, 1)  # the worker swaps weights between its turns
     episode = turns(str(truth + 1), "-=", str(truth), versions=[0, 1])
-    assert state.submit(worker, submission(lease, episode, turns(str(truth), versions=[0]))).accepted == 1
+    assert state.work.submit(worker, submission(lease, episode, turns(str(truth), versions=[0]))).accepted == 1
     group, = state.take_batch(1, timeout_s=1, count=1)
     assert group.rewards == [pytest.approx(0.7), 1.0]  # solved at the second answer, at the first
     assert group.turn_versions == [[0, 1], [0]] and group.version == 0
@@ -66,7 +66,7 @@ def test_inserted_tokens_that_are_not_the_environments_answer_are_refused(playin
     state, worker, lease, truth = playing
     ask(state, worker, lease, [str(truth + 1)])
     with pytest.raises(Rejected) as refused:
-        state.submit(worker, submission(lease, episode(truth), episode(truth)))
+        state.work.submit(worker, submission(lease, episode(truth), episode(truth)))
     assert refused.value.code == "unscorable" and why in refused.value.reason
     assert len(state.books.ledger) == 0
 
@@ -79,7 +79,7 @@ def test_each_turns_version_is_checked(playing, versions, what):
     publish(state, 1)
     episode = turns(str(truth + 1), "-=", str(truth), versions=[0, 1]).model_copy(update={"turn_versions": versions})
     with pytest.raises(Rejected) as refused:
-        state.submit(worker, submission(lease, episode, episode))
+        state.work.submit(worker, submission(lease, episode, episode))
     assert refused.value.code == "bad_version" and what in refused.value.reason
 
 
@@ -89,7 +89,7 @@ def test_staleness_counts_from_the_oldest_turn(playing):
     publish(state, 1)
     publish(state, 2)
     episode = turns(str(truth + 1), "-=", str(truth), versions=[0, 2])  # its last turn is fresh, its first is not
-    state.submit(worker, submission(lease, episode, episode))
+    state.work.submit(worker, submission(lease, episode, episode))
     with pytest.raises(TimeoutError):
         state.take_batch(2, timeout_s=0.3, count=1)  # S = 1: a v0 group is too old for step 2
     assert state.books.ledger.dropped_stale == 1
@@ -97,14 +97,14 @@ def test_staleness_counts_from_the_oldest_turn(playing):
 
 def test_respond_is_only_for_the_workers_own_playing_lease_and_within_the_turn_limit(playing):
     state, worker, lease, truth = playing
-    other = state.register("other")
+    other = state.members.register("other")
     with pytest.raises(Rejected) as foreign:
         ask(state, other, lease, ["1"])
     assert foreign.value.status == 404
     with pytest.raises(Rejected) as too_many:
         ask(state, worker, lease, ["1", "2", "3"])
     assert too_many.value.code == "too_many_turns"
-    state.submit(worker, submission(lease, turns(str(truth), versions=[0]), turns(str(truth), versions=[0])))
+    state.work.submit(worker, submission(lease, turns(str(truth), versions=[0]), turns(str(truth), versions=[0])))
     with pytest.raises(Rejected) as done:
         ask(state, worker, lease, ["1"])
     assert done.value.status == 409
@@ -184,5 +184,5 @@ def test_a_submission_must_hold_every_turn_the_environment_answered(playing):
     ask(state, worker, lease, [str(truth + 10), str(truth + 5)])  # episode 1 probes on
     shown = turns(str(truth + 10), "-=", str(truth), versions=[0, 0])  # but shows only its first answer
     with pytest.raises(Rejected) as refused:
-        state.submit(worker, submission(lease, shown, turns(str(truth), versions=[0])))
+        state.work.submit(worker, submission(lease, shown, turns(str(truth), versions=[0])))
     assert refused.value.code == "unscorable" and "in no submitted episode" in refused.value.reason

@@ -136,7 +136,7 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
     sim = Simulation(scenario(recipe__staleness=staleness, recipe__learner__groups_per_step=3))
     assert type(sim.state.books.ledger) is type(state.books.ledger)
     oracle = Oracle(staleness, 3)
-    worker = state.register("w")
+    worker = state.members.register("w")
     live_leases, sim_leases, step = [], [], 0
     decisions = 0
     for _ in range(400):
@@ -144,7 +144,7 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
         if event == "lease":
             version = rng.randint(max(0, state.version - staleness - 1), state.version)
             wanted = rng.randint(1, 4)
-            live = state.lease(worker, version, wanted, wait_s=0)
+            live = state.work.lease(worker, version, wanted, wait_s=0)
             status = sim.state.books.ledger.grantable(version)
             slots = list(sim.state.books.ledger.grant(version, wanted, lambda: None)) if status == "granted" else []
             assert live.status == status == oracle.status(version)
@@ -163,7 +163,7 @@ def test_the_coordinator_and_the_simulator_make_every_pacing_decision_alike(stal
                     oracle.buffer.append((version, slot))
             else:
                 state.leases.get(live.lease_id).deadline = 0
-                state.reap()
+                state.members.reap()
                 sim.state.books.ledger.release(slots, front=True)
                 oracle.useful -= len(slots)
                 worker.unfulfilled, worker.parked_until = 0, 0.0  # pacing alone: shares are tested apart

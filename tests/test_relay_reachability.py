@@ -92,10 +92,10 @@ def test_the_plan_waits_for_the_check():
     """A registered relay is a leaf until its check passes; without a checker (tests, the
     simulator) a relay is taken at its word."""
     state = make_state(staleness=1)
-    trusted = state.register("w", relay_url="http://10.0.0.2:9000", site="10.0.0.2")
+    trusted = state.members.register("w", relay_url="http://10.0.0.2:9000", site="10.0.0.2")
     assert trusted.relay_reachable is True
     state.parts.relay_checker = RecordingChecker()
-    checked = state.register("v", relay_url="http://10.0.0.3:9000", site="10.0.0.3")
+    checked = state.members.register("v", relay_url="http://10.0.0.3:9000", site="10.0.0.3")
     assert state.parts.relay_checker.asked == [(checked.worker_id, "http://10.0.0.3:9000")]
     assert checked.relay_reachable is None
     assert not {n.id: n for n in state.registry.plan_nodes()}[checked.worker_id].reachable
@@ -127,16 +127,16 @@ def test_a_relay_a_peer_left_for_its_rate_leaves_every_chain_and_the_plan_a_whil
     from echo2.protocol import SlowSource
 
     state = make_state(staleness=1, planner=lambda nodes, incumbent: plan_tree(nodes, incumbent=incumbent))
-    liar = state.register("liar", relay_url="http://10.9.9.9:7000", upload_bytes_per_s=1e12)
-    child = state.register("child", relay_url="http://10.9.9.8:7000", upload_bytes_per_s=1e6)
-    other = state.register("other", relay_url="http://10.9.9.7:7000", upload_bytes_per_s=1e5)
+    liar = state.members.register("liar", relay_url="http://10.9.9.9:7000", upload_bytes_per_s=1e12)
+    child = state.members.register("child", relay_url="http://10.9.9.8:7000", upload_bytes_per_s=1e6)
+    other = state.members.register("other", relay_url="http://10.9.9.7:7000", upload_bytes_per_s=1e5)
     publish(state, 1)
     assert state.version_info(child).sources[0] == liar.relay_url
     assert state.version_info(child).source_rates[liar.relay_url] == 1e12
     # a worker whose chains do not name the relay is not taken at its word
-    state.heartbeat(liar, 1, [], slow_sources=[SlowSource(url=other.relay_url, bytes_per_s=1.0)])
+    state.members.heartbeat(liar, 1, [], slow_sources=[SlowSource(url=other.relay_url, bytes_per_s=1.0)])
     assert not other.relay_demoted(time.monotonic())
-    state.heartbeat(child, 1, [], slow_sources=[SlowSource(url=liar.relay_url, bytes_per_s=300.0)])
+    state.members.heartbeat(child, 1, [], slow_sources=[SlowSource(url=liar.relay_url, bytes_per_s=300.0)])
     assert liar.relay_url not in state.version_info(child).sources  # at once, not from the next version
     assert liar.relay_url not in state.version_info(other).sources
     nodes = {node.id: node for node in state.registry.plan_nodes()}

@@ -20,12 +20,12 @@ SMALL = ["eval.size=20", "eval.every=2", "learner.groups_per_step=8", "rollout.g
 
 def test_snapshot_keeps_every_prompt_and_continues_the_stream():
     state = make_state(staleness=1)
-    worker = state.register("w")
-    submit_all(state, worker, state.lease(worker, 0, 2, wait_s=0))  # 2 groups buffered
+    worker = state.members.register("w")
+    submit_all(state, worker, state.work.lease(worker, 0, 2, wait_s=0))  # 2 groups buffered
     state.take_batch(0, timeout_s=1)  # ... and trained
-    submit_all(state, worker, state.lease(worker, 0, 2, wait_s=0))  # 2 more buffered
+    submit_all(state, worker, state.work.lease(worker, 0, 2, wait_s=0))  # 2 more buffered
     publish(state, 1)
-    in_flight = state.lease(worker, 1, 2, wait_s=0)  # 2 prompts out at the snapshot
+    in_flight = state.work.lease(worker, 1, 2, wait_s=0)  # 2 prompts out at the snapshot
     saved = json.loads(json.dumps(state.resume_snapshot()))  # plain data
 
     fresh = make_state(staleness=1)

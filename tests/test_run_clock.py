@@ -38,7 +38,7 @@ def test_dissemination_samples_the_slowest_version_of_each_report():
 
 def _step(state, worker, version: int, seconds: float) -> None:
     """The learner's step: take the batch of version - 1, train ``seconds``, publish ``version``."""
-    lease = state.lease(worker, worker_version=version - 1, max_groups=2, wait_s=0)
+    lease = state.work.lease(worker, worker_version=version - 1, max_groups=2, wait_s=0)
     submit_all(state, worker, lease)
     state.take_batch(version - 1, timeout_s=1)
     time.sleep(seconds)
@@ -50,13 +50,13 @@ def test_the_coordinator_keeps_the_clock_replans_with_it_and_reports_disseminati
     intervals = []
     state = make_state(staleness=1, fleet=Fleet(ActivationPolicy(enabled=True, rollouts_per_step=4, staleness=1)),
                        on_interval=lambda *line: intervals.append(line))
-    worker = state.register("w")
+    worker = state.members.register("w")
     worker.throughput = 100.0
     _step(state, worker, 1, 0.2)
     assert 0.2 <= state.books.clock.train_s < 1.0
     assert state.fleet.need is not None  # re-planned with the step it timed (replan_every = 1)
     fetched = time.time()  # a fetch ends before its report arrives (a later end counts as the arrival)
-    state.heartbeat(worker, 1, [TimelineEvent(kind="fetch", start=fetched - 0.5, end=fetched, version=1)])
+    state.members.heartbeat(worker, 1, [TimelineEvent(kind="fetch", start=fetched - 0.5, end=fetched, version=1)])
     [(who, kind, start, end, version)] = [line for line in intervals if line[0] == "broadcast"]
     assert (kind, version, end) == ("disseminate", 1, fetched)
     [latency] = state.stats(0.0, 1.0).disseminated
@@ -78,7 +78,7 @@ def _slow_clock(published):
 def test_a_wrong_rule_in_the_clock_changes_the_coordinators_plan_and_the_simulated_one(monkeypatch):
     def coordinator_train_s() -> float:
         state = make_state(staleness=1)
-        worker = state.register("w")
+        worker = state.members.register("w")
         _step(state, worker, 1, 0.1)
         return state.books.clock.train_s
 

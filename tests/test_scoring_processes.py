@@ -120,22 +120,22 @@ def test_a_submission_whose_verdict_stalls_is_refused_and_the_next_one_is_scored
     ``scoring_timeout_s``; the lease stays open for its prompts, nothing is trained on, and the
     coordinator scores the next submission as before."""
     state = make_state(staleness=1, score=task_scorer(processes, decode, encode))
-    worker = state.register("w")
-    lease = state.lease(worker, 0, 1, wait_s=0)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 1, wait_s=0)
     (prompt,) = lease.prompts
     stalled = [Completion(token_ids=encode(STALLS) + [EOS], logprobs=[-0.1] * 3), *answering(prompt.prompt, [True])]
     started = time.monotonic()
     with pytest.raises(Rejected, match="ran past coordinator.scoring_timeout_s") as refused:
-        state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, generate_seconds=0.1,
+        state.work.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, generate_seconds=0.1,
                                            groups=[GroupResult(slot=prompt.slot, completions=stalled)]))
     assert time.monotonic() - started < 10
     assert refused.value.code == "scoring_overrun" and len(state.books.ledger) == 0
     assert state.reliability()["groups_rejected"] == {"scoring_overrun": 1}  # told apart from a failing verifier
     assert state.leases.get(lease.lease_id).state == "active"
     publish(state, 1)
-    honest = state.lease(worker, 1, 1, wait_s=0)
+    honest = state.work.lease(worker, 1, 1, wait_s=0)
     (prompt,) = honest.prompts
-    state.submit(worker, SubmitRequest(lease_id=honest.lease_id, version=1, generate_seconds=0.1,
+    state.work.submit(worker, SubmitRequest(lease_id=honest.lease_id, version=1, generate_seconds=0.1,
                                        groups=[GroupResult(slot=prompt.slot,
                                                            completions=answering(prompt.prompt, [True, False]))]))
     assert [g.rewards for g in state.take_batch(1, timeout_s=1, count=1)] == [[1.0, 0.0]]
@@ -167,26 +167,26 @@ def test_a_worker_whose_submissions_overrun_is_slowed_then_parked_like_a_hoarder
     gets one group a lease after its first, and is parked after its second — each overrun costs
     the coordinator one bound, and the worker ever longer waits."""
     state = make_state(staleness=1, score=task_scorer(processes, decode, encode))
-    worker, other = state.register("w"), state.register("other")  # another live worker: shares apply
+    worker, other = state.members.register("w"), state.members.register("other")  # another live worker: shares apply
     other.proven = True  # it has delivered: probation applies to the newcomer
     record = state.registry.workers[worker.worker_id]
 
     def submit_stalling() -> int:
         """A lease answered with completions that stall the verifier, then let expire: its size."""
-        lease = state.lease(worker, 0, 4, wait_s=0)
+        lease = state.work.lease(worker, 0, 4, wait_s=0)
         groups = [GroupResult(slot=p.slot, completions=[Completion(token_ids=encode(STALLS) + [EOS],
                                                                    logprobs=[-0.1] * 3)] * 2) for p in lease.prompts]
         with pytest.raises(Rejected, match="ran past"):
-            state.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, generate_seconds=0.1,
+            state.work.submit(worker, SubmitRequest(lease_id=lease.lease_id, version=0, generate_seconds=0.1,
                                                groups=groups))
         state.leases.get(lease.lease_id).deadline = 0
-        state.reap()  # its lease expires unfulfilled
+        state.members.reap()  # its lease expires unfulfilled
         assert state.leases.get(lease.lease_id).state == "expired"
         return len(lease.prompts)
 
-    first = state.lease(worker, 0, 1, wait_s=0)  # on trial: one group, delivered honestly
+    first = state.work.lease(worker, 0, 1, wait_s=0)  # on trial: one group, delivered honestly
     (prompt,) = first.prompts
-    state.submit(worker, SubmitRequest(lease_id=first.lease_id, version=0, generate_seconds=0.1,
+    state.work.submit(worker, SubmitRequest(lease_id=first.lease_id, version=0, generate_seconds=0.1,
                                        groups=[GroupResult(slot=prompt.slot,
                                                            completions=answering(prompt.prompt, [True, False]))]))
     assert not record.proven  # accepted; it delivers once the group is trained
@@ -196,5 +196,5 @@ def test_a_worker_whose_submissions_overrun_is_slowed_then_parked_like_a_hoarder
     first_size, second_size = submit_stalling(), submit_stalling()
     assert first_size > 1 and second_size == 1  # proven (its share of the window), then slowed to one group
     assert record.unfulfilled == 2 and record.parked_until > time.monotonic() + 30
-    assert state.lease(worker, 0, 4, wait_s=0).status == "parked"
+    assert state.work.lease(worker, 0, 4, wait_s=0).status == "parked"
     assert state.reliability()["groups_rejected"] == {"scoring_overrun": 2}

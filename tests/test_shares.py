@@ -81,18 +81,18 @@ def test_a_lent_lease_expires_within_a_few_group_times_of_the_slowest_measured_w
 
 def test_the_coordinator_grants_a_newcomer_a_short_lease_beside_a_measured_worker():
     state = make_state(staleness=3, groups_per_step=4)  # leases time out after 60 s
-    newcomer, other = state.register("newcomer"), state.register("other")
+    newcomer, other = state.members.register("newcomer"), state.members.register("other")
     other.proven, other.throughput = True, 4.0  # group_size 2: half a second a group
-    trial = state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0)
+    trial = state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0)
     assert trial.deadline_s == TRIAL_FLOOR_S
     assert state.leases.get(trial.lease_id).deadline - time.monotonic() <= TRIAL_FLOOR_S
-    assert state.lease(other, worker_version=0, max_groups=4096, wait_s=0).deadline_s == 60.0
+    assert state.work.lease(other, worker_version=0, max_groups=4096, wait_s=0).deadline_s == 60.0
 
 
 def hoarder_and_honest(staleness=1, groups_per_step=4):
     """Two workers past their trial (each as if it had delivered a lease before)."""
     state = make_state(staleness=staleness, groups_per_step=groups_per_step)
-    hoarder, honest = state.register("hoarder"), state.register("honest")
+    hoarder, honest = state.members.register("hoarder"), state.members.register("honest")
     hoarder.proven = honest.proven = True
     return state, hoarder, honest
 
@@ -100,25 +100,25 @@ def hoarder_and_honest(staleness=1, groups_per_step=4):
 def expire_all(state, worker):
     for lease in state.books.active_leases(worker.worker_id):
         lease.deadline = 0
-    state.reap()
+    state.members.reap()
 
 
 def test_a_new_name_gains_a_hoarder_nothing_one_group_then_parked_until_it_delivers():
     state = make_state(staleness=3, groups_per_step=4)  # a 16-slot window: room for a full lease of 8
-    newcomer, other = state.register("newcomer"), state.register("other")
+    newcomer, other = state.members.register("newcomer"), state.members.register("other")
     other.proven = True  # it has delivered: it could do the newcomer's work
-    assert len(state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1
+    assert len(state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1
     expire_all(state, newcomer)
-    assert state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).status == "parked"  # first miss
+    assert state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).status == "parked"  # first miss
     newcomer.parked_until = 0.0
-    submit_all(state, newcomer, state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0))
+    submit_all(state, newcomer, state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0))
     assert not newcomer.proven  # accepted is not delivered: its group must be trained first
     train_one_step(state)
-    assert newcomer.proven and len(state.lease(newcomer, 0, 4096, wait_s=0).prompts) == 8  # half the window
-    state.deregister(other)
-    state.deregister(newcomer)
-    latecomer = state.register("latecomer")  # alone in the run: nobody else could do the work
-    assert len(state.lease(latecomer, 0, 4096, wait_s=0).prompts) == 8
+    assert newcomer.proven and len(state.work.lease(newcomer, 0, 4096, wait_s=0).prompts) == 8  # half the window
+    state.members.deregister(other)
+    state.members.deregister(newcomer)
+    latecomer = state.members.register("latecomer")  # alone in the run: nobody else could do the work
+    assert len(state.work.lease(latecomer, 0, 4096, wait_s=0).prompts) == 8
 
 
 def test_a_proven_worker_that_takes_no_work_does_not_hold_newcomers_to_one_untrained_group():
@@ -127,24 +127,24 @@ def test_a_proven_worker_that_takes_no_work_does_not_hold_newcomers_to_one_untra
     now only heartbeats is no cover: it left two honest newcomers one untrained group each, short
     of a batch of four, and a run starved at step 0."""
     state = make_state(staleness=3, groups_per_step=4)
-    newcomer, idle = state.register("newcomer"), state.register("idle")
+    newcomer, idle = state.members.register("newcomer"), state.members.register("idle")
     idle.proven = True  # delivered once; holds nothing now
-    submit_all(state, newcomer, state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0))
+    submit_all(state, newcomer, state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0))
     assert not newcomer.proven and len(state.books.ledger) == 1  # accepted, buffered, untrained
-    second = state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0)
+    second = state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0)
     assert len(second.prompts) == 1
     submit_all(state, newcomer, second)
-    assert len(state.lease(idle, worker_version=0, max_groups=4, wait_s=0).prompts) == 4  # now it works
-    assert state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).status == "wait"
+    assert len(state.work.lease(idle, worker_version=0, max_groups=4, wait_s=0).prompts) == 4  # now it works
+    assert state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).status == "wait"
 
 
 def test_a_newcomers_slot_is_lent_so_the_others_keep_the_whole_window_while_it_holds_it():
     state = make_state(staleness=1, groups_per_step=4)  # a window of 8 slots at version 0
-    newcomer, honest = state.register("newcomer"), [state.register("a"), state.register("b")]
+    newcomer, honest = state.members.register("newcomer"), [state.members.register("a"), state.members.register("b")]
     for worker in honest:
         worker.proven = True
-    assert len(state.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1
-    granted = [len(state.lease(worker, 0, 4, wait_s=0).prompts) for worker in honest]
+    assert len(state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1
+    granted = [len(state.work.lease(worker, 0, 4, wait_s=0).prompts) for worker in honest]
     assert granted == [4, 4] and state.books.ledger.useful_slots == 8  # the newcomer's slot is not counted
     expire_all(state, newcomer)
     assert state.books.ledger.useful_slots == 8 and not state.books.ledger.lent
@@ -152,19 +152,19 @@ def test_a_newcomers_slot_is_lent_so_the_others_keep_the_whole_window_while_it_h
 
 def test_a_hoarder_holds_at_most_its_share_and_the_others_keep_working():
     state, hoarder, honest = hoarder_and_honest()  # window (S + 1) B = 8 slots, groups_per_lease 8
-    first = state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
+    first = state.work.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
     assert len(first.prompts) == 4  # half the window
-    assert state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).status == "wait"  # one at a time
-    assert len(state.lease(honest, worker_version=0, max_groups=8, wait_s=0).prompts) == 4
+    assert state.work.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).status == "wait"  # one at a time
+    assert len(state.work.lease(honest, worker_version=0, max_groups=8, wait_s=0).prompts) == 4
 
 
 def test_the_next_lease_asked_while_the_last_is_submitted_is_granted_as_soon_as_that_one_is_in():
     """A worker asks for its next lease while its results are still on the wire (one round trip per
     lease): the coordinator holds the request until they are in, then grants it: a worker holds no more than its share of the window."""
     state, worker, _ = hoarder_and_honest()
-    held = state.lease(worker, worker_version=0, max_groups=4, wait_s=0)
+    held = state.work.lease(worker, worker_version=0, max_groups=4, wait_s=0)
     answers: list = []
-    asking = threading.Thread(target=lambda: answers.append(state.lease(worker, 0, 4, wait_s=10)))
+    asking = threading.Thread(target=lambda: answers.append(state.work.lease(worker, 0, 4, wait_s=10)))
     asking.start()
     time.sleep(0.3)
     assert asking.is_alive() and not answers  # held back, not answered "wait" at once
@@ -178,21 +178,21 @@ def test_the_next_lease_asked_while_the_last_is_submitted_is_granted_as_soon_as_
 def test_expiring_leases_throttle_then_park_a_worker_and_a_submission_clears_it():
     state, hoarder, honest = hoarder_and_honest()
 
-    state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
+    state.work.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
     expire_all(state, hoarder)
     assert hoarder.unfulfilled == 1
-    assert len(state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1  # slowed
+    assert len(state.work.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0).prompts) == 1  # slowed
     expire_all(state, hoarder)
-    assert hoarder.unfulfilled == 2 and state.lease(hoarder, worker_version=0, max_groups=1, wait_s=0).status == "parked"
+    assert hoarder.unfulfilled == 2 and state.work.lease(hoarder, worker_version=0, max_groups=1, wait_s=0).status == "parked"
     from echo2.coordinator.dashboard import _state
 
     assert _state(hoarder, oldest_usable=0, median=None) == "throttled"
     hoarder.parked_until = 0.0  # its parking is over
-    lease = state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
+    lease = state.work.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
     submit_all(state, hoarder, lease)
     assert hoarder.unfulfilled == 2  # forgiven once its group is trained, not when it is accepted
     train_one_step(state)
-    assert hoarder.unfulfilled == 0 and len(state.lease(hoarder, 0, 4096, wait_s=0).prompts) == 4
+    assert hoarder.unfulfilled == 0 and len(state.work.lease(hoarder, 0, 4096, wait_s=0).prompts) == 4
 
 
 def train_one_step(state) -> None:
@@ -209,19 +209,19 @@ def test_a_hoarder_that_returns_with_junk_too_old_to_train_earns_nothing():
     dropped as stale is a miss: it is parked (from its first miss, being on trial), then lent one
     group again."""
     state = make_state(staleness=1, groups_per_step=1)
-    hoarder, honest = state.register("hoarder"), state.register("honest")
+    hoarder, honest = state.members.register("hoarder"), state.members.register("honest")
     honest.proven = True
-    held = state.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
+    held = state.work.lease(hoarder, worker_version=0, max_groups=4096, wait_s=0)
     for step in range(3):  # S + 2 versions on, on the honest worker's groups
-        submit_all(state, honest, state.lease(honest, worker_version=step, max_groups=1, wait_s=0))
+        submit_all(state, honest, state.work.lease(honest, worker_version=step, max_groups=1, wait_s=0))
         train_one_step(state)
-    assert state.submit(hoarder, valid_submission(held)).accepted == 1 and not hoarder.proven
-    submit_all(state, honest, state.lease(honest, worker_version=3, max_groups=1, wait_s=0))
+    assert state.work.submit(hoarder, valid_submission(held)).accepted == 1 and not hoarder.proven
+    submit_all(state, honest, state.work.lease(honest, worker_version=3, max_groups=1, wait_s=0))
     state.take_batch(3, timeout_s=1, count=1)  # drops the hoarder's v0 group as stale, trains the honest one
     publish(state, 4)
     assert state.books.ledger.dropped_stale == 1 and not hoarder.proven and hoarder.unfulfilled == 1
-    assert state.lease(hoarder, worker_version=4, max_groups=4096, wait_s=0).status == "parked"
+    assert state.work.lease(hoarder, worker_version=4, max_groups=4096, wait_s=0).status == "parked"
     assert hoarder.parked_until - time.monotonic() > 50  # the run's lease timeout, 60 s
     hoarder.parked_until = 0.0
-    again = state.lease(hoarder, worker_version=4, max_groups=4096, wait_s=0)
+    again = state.work.lease(hoarder, worker_version=4, max_groups=4096, wait_s=0)
     assert len(again.prompts) == 1 and state.books.ledger.lent  # still on trial: one lent group

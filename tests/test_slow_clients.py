@@ -125,7 +125,7 @@ def test_a_request_head_sent_byte_by_byte_is_cut_off(door):
 @pytest.mark.integration
 def test_a_body_sent_byte_by_byte_is_cut_off_at_its_deadline(door):
     state, server = door
-    session = state.register("w").session_token
+    session = state.members.register("w").session_token
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         sock.sendall(f"POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\n{AUTH_HEADER}: {session}\r\n"
                      f"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n".encode())

@@ -32,35 +32,35 @@ def test_worker_can_take():
 
 def test_pacing_window_limits_leases_and_reopens_after_a_step():
     state = make_state(staleness=1, groups_per_step=2)
-    worker = state.register("w")
-    first = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
+    worker = state.members.register("w")
+    first = state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0)
     assert first.status == "granted" and len(first.prompts) == 4  # (S + v + 1) * B = 4
-    assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "wait"
+    assert state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "wait"
     submit_all(state, worker, first)
     batch = state.take_batch(step=0, timeout_s=1)
     assert len(batch) == 2
     publish(state, 1)
     # window is now 6: two more slots, meant for step 2; a v0 worker is too old for them (2 - 0 > S)
-    assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "refresh"
-    second = state.lease(worker, worker_version=1, max_groups=8, wait_s=0)
+    assert state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "refresh"
+    second = state.work.lease(worker, worker_version=1, max_groups=8, wait_s=0)
     assert second.status == "granted" and len(second.prompts) == 2
 
 
 def test_sync_admits_only_the_current_version():
     state = make_state(staleness=0, groups_per_step=2)
-    worker = state.register("w")
-    lease = state.lease(worker, worker_version=0, max_groups=8, wait_s=0)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0)
     assert len(lease.prompts) == 2
     submit_all(state, worker, lease)
     state.take_batch(step=0, timeout_s=1)
     publish(state, 1)
-    assert state.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "refresh"
+    assert state.work.lease(worker, worker_version=0, max_groups=8, wait_s=0).status == "refresh"
 
 
 def test_stale_groups_are_dropped_counted_and_requeued():
     state = make_state(staleness=1, groups_per_step=2)
-    worker = state.register("w")
-    lease = state.lease(worker, worker_version=0, max_groups=4, wait_s=0)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, worker_version=0, max_groups=4, wait_s=0)
     submit_all(state, worker, lease)
     prompts = {p.prompt for p in lease.prompts}
     # pretend the learner jumped to step 2: every v0 group is now older than S = 1
@@ -69,7 +69,7 @@ def test_stale_groups_are_dropped_counted_and_requeued():
     assert state.books.ledger.dropped_stale == 4
     assert state.books.ledger.useful_slots == 0  # dropped slots no longer count against the window
     publish(state, 2)
-    again = state.lease(worker, worker_version=2, max_groups=4, wait_s=0)
+    again = state.work.lease(worker, worker_version=2, max_groups=4, wait_s=0)
     assert {p.prompt for p in again.prompts} == prompts  # no prompt lost
 
 

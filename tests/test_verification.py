@@ -221,19 +221,19 @@ def test_the_audit_versions_survive_a_restart(shipped):
 
 def test_quarantine_discards_buffered_groups_requeues_prompts_and_refuses_the_worker():
     state = make_state(staleness=1, groups_per_step=2)
-    liar, honest = state.register("liar"), state.register("honest")
+    liar, honest = state.members.register("liar"), state.members.register("honest")
     liar.proven = honest.proven = True  # both past their trial of one group per lease (echo2.core.shares)
-    lease = state.lease(liar, worker_version=0, max_groups=2, wait_s=0)
+    lease = state.work.lease(liar, worker_version=0, max_groups=2, wait_s=0)
     submit_all(state, liar, lease)
-    pending = state.lease(liar, worker_version=0, max_groups=2, wait_s=0)
+    pending = state.work.lease(liar, worker_version=0, max_groups=2, wait_s=0)
     assert state.quarantine(liar.worker_id, "lied") == 2
     with pytest.raises(Rejected) as refused:
-        state.lease(liar, worker_version=0, max_groups=1, wait_s=0)
+        state.work.lease(liar, worker_version=0, max_groups=1, wait_s=0)
     assert refused.value.status == 403
     with pytest.raises(Rejected):
         submit_all(state, liar, pending)
     # every prompt it held (submitted or leased) goes to the honest worker instead
-    again = state.lease(honest, worker_version=0, max_groups=8, wait_s=0)
+    again = state.work.lease(honest, worker_version=0, max_groups=8, wait_s=0)
     assert {p.prompt for p in lease.prompts + pending.prompts} <= {p.prompt for p in again.prompts}
     report = state.reliability()
     assert report["workers_quarantined"] == 1 and report["groups_discarded_quarantined"] == 2
@@ -242,13 +242,13 @@ def test_quarantine_discards_buffered_groups_requeues_prompts_and_refuses_the_wo
 
 def test_deregistering_worker_hands_its_leases_back():
     state = make_state(staleness=1, groups_per_step=2)
-    leaving, staying = state.register("preempted"), state.register("staying")
+    leaving, staying = state.members.register("preempted"), state.members.register("staying")
     leaving.proven = staying.proven = True  # both past their trial of one group per lease (echo2.core.shares)
-    held = state.lease(leaving, worker_version=0, max_groups=4, wait_s=0)
+    held = state.work.lease(leaving, worker_version=0, max_groups=4, wait_s=0)
     assert len(held.prompts) == 2  # half the window while another worker is live
-    state.deregister(leaving)
+    state.members.deregister(leaving)
     assert not leaving.alive and state.reliability()["workers_left"] == 1
-    taken = state.lease(staying, worker_version=0, max_groups=4, wait_s=0)
+    taken = state.work.lease(staying, worker_version=0, max_groups=4, wait_s=0)
     assert {p.prompt for p in held.prompts} <= {p.prompt for p in taken.prompts}  # its share: 2 of the 4 slots
 
 
@@ -281,10 +281,10 @@ def batch_with_a_suspect(name: str, verifier: type):
     from echo2.learner.loop import LearnerLoop
 
     state = make_state(staleness=1, groups_per_step=4)
-    suspect, honest = state.register(name), state.register("honest")
+    suspect, honest = state.members.register(name), state.members.register("honest")
     suspect.proven = honest.proven = True  # both past their trial of one group per lease (echo2.core.shares)
-    submit_all(state, suspect, state.lease(suspect, worker_version=0, max_groups=2, wait_s=0))
-    submit_all(state, honest, state.lease(honest, worker_version=0, max_groups=4, wait_s=0))
+    submit_all(state, suspect, state.work.lease(suspect, worker_version=0, max_groups=2, wait_s=0))
+    submit_all(state, honest, state.work.lease(honest, worker_version=0, max_groups=4, wait_s=0))
     loop = SimpleNamespace(state=state, verifier=verifier(suspect.worker_id), _taken_this_step=False,
                            config=SimpleNamespace(coordinator=SimpleNamespace(data_timeout_s=5)))
     loop._take = lambda step, count: LearnerLoop._take(loop, step, count)
@@ -298,7 +298,7 @@ def test_a_batch_cut_by_a_quarantine_is_topped_up_to_a_full_step():
     assert len(batch) == 4 and {g.worker_id for g in batch} == {honest.worker_id}
     assert state.registry.workers[liar.worker_id].quarantined
     # the window counts what is outstanding: 4 trained + 2 re-queued prompts' slots freed -> (S+1)*B - 4 grantable
-    again = state.lease(honest, worker_version=0, max_groups=100, wait_s=0)
+    again = state.work.lease(honest, worker_version=0, max_groups=100, wait_s=0)
     assert len(again.prompts) == 4
 
 

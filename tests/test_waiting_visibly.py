@@ -18,7 +18,7 @@ from echo2.telemetry.progress import WAIT_LOG_EVERY_S, Progress
 def test_the_coordinator_says_why_the_learner_waits(caplog):
     state = make_state(staleness=1, heartbeat_timeout_s=5)
     assert state.data_wait() is None  # nobody is waiting yet
-    worker = state.register("gpu-1")
+    worker = state.members.register("gpu-1")
     with pytest.raises(TimeoutError):
         state.take_batch(0, timeout_s=0.05)
     assert state.data_wait() is None  # a short wait between steps is not news
@@ -35,10 +35,10 @@ def test_the_coordinator_says_why_the_learner_waits(caplog):
 
 def test_the_wait_ends_with_the_batch():
     state = make_state(staleness=1)
-    worker = state.register("gpu-1")
+    worker = state.members.register("gpu-1")
     with pytest.raises(TimeoutError):
         state.take_batch(0, timeout_s=0.05)
-    submit_all(state, worker, state.lease(worker, 0, max_groups=2, wait_s=0))
+    submit_all(state, worker, state.work.lease(worker, 0, max_groups=2, wait_s=0))
     assert len(state.take_batch(0, timeout_s=1)) == 2
     assert state.data_wait() is None and collect(state, None).learner_waiting is None
 

@@ -25,7 +25,7 @@ def beat(client: TestClient, record, events=()) -> int:
 def test_heartbeats_past_a_workers_budget_get_429_and_its_neighbour_is_untouched():
     state = make_state(staleness=1)
     client = TestClient(create_app(state, lease_wait_s=0))
-    flooder, honest = state.register("flooder"), state.register("honest")
+    flooder, honest = state.members.register("flooder"), state.members.register("honest")
     assert [beat(client, flooder) for _ in range(WORKER_HEARTBEATS[0])] == [200] * WORKER_HEARTBEATS[0]
     started = time.monotonic()
     refused = client.post("/v1/heartbeat", json={"version": 0}, headers={AUTH_HEADER: flooder.session_token})
@@ -41,7 +41,7 @@ def test_requests_of_any_kind_past_a_workers_budget_get_429(monkeypatch):
     monkeypatch.setattr(app_module, "WORKER_REQUESTS", (WORKER_REQUESTS[0], 1.0))
     state = make_state(staleness=1)
     client = TestClient(create_app(state, lease_wait_s=0))
-    flooder = state.register("flooder")
+    flooder = state.members.register("flooder")
     flooder.proven = True  # it has delivered: its own budget, not the newcomers' shared one
     flood = [client.get("/v1/version", headers={AUTH_HEADER: flooder.session_token}) for _ in range(WORKER_REQUESTS[0])]
     assert {response.status_code for response in flood} == {200}
@@ -57,8 +57,8 @@ def test_workers_that_have_delivered_nothing_share_one_budget_and_a_delivering_o
     monkeypatch.setattr(app_module, "NEWCOMERS_REQUESTS", (app_module.NEWCOMERS_REQUESTS[0], 1.0))
     state = make_state(staleness=1)
     client = TestClient(create_app(state, lease_wait_s=0))
-    newcomers = [state.register(f"newcomer-{i}") for i in range(4)]
-    proven = state.register("proven")
+    newcomers = [state.members.register(f"newcomer-{i}") for i in range(4)]
+    proven = state.members.register("proven")
     proven.proven = True
 
     def ask(record) -> int:
@@ -80,7 +80,7 @@ def test_timeline_events_past_a_workers_budget_are_not_drawn_and_intervals_are_c
     drawn = []
     state = make_state(staleness=1, on_interval=lambda *interval: drawn.append(interval))
     client = TestClient(create_app(state, lease_wait_s=0))
-    flooder = state.register("flooder")
+    flooder = state.members.register("flooder")
     now = time.time()
     wide = {"kind": "generate", "start": now - 86_000, "end": now + 86_000, "version": 0}
     assert beat(client, flooder, [wide]) == 200
@@ -97,12 +97,12 @@ def test_a_worker_on_trial_holding_its_lease_is_answered_at_once_not_held_open()
     """Only its own submission or its lease's expiry can change the answer: a long-poll would hold
     a server thread for nothing (a swarm of 256 such identities held all of them)."""
     state = make_state(staleness=1)
-    proven, newcomer = state.register("proven"), state.register("newcomer")
+    proven, newcomer = state.members.register("proven"), state.members.register("newcomer")
     proven.proven = True  # a group of its was trained
-    first = state.lease(newcomer, worker_version=0, max_groups=4, wait_s=0)
+    first = state.work.lease(newcomer, worker_version=0, max_groups=4, wait_s=0)
     assert first.status == "granted" and len(first.prompts) == 1  # on trial: one lent group
     started = time.monotonic()
-    again = state.lease(newcomer, worker_version=0, max_groups=4, wait_s=5)
+    again = state.work.lease(newcomer, worker_version=0, max_groups=4, wait_s=5)
     assert again.status == "wait" and again.retry_after_s == 5 and time.monotonic() - started < 1
     assert state.work.long_polls == 0
 
@@ -113,7 +113,7 @@ def test_a_lease_request_before_the_retry_after_it_was_told_gets_429_until_it_su
     (429, held a second); its own submission lifts that, since it changes its next answer."""
     state = make_state(staleness=1)
     client = TestClient(create_app(state, lease_wait_s=4.0))
-    proven, newcomer = state.register("proven"), state.register("newcomer")
+    proven, newcomer = state.members.register("proven"), state.members.register("newcomer")
     proven.proven = True
     headers = {AUTH_HEADER: newcomer.session_token}
 
@@ -128,27 +128,27 @@ def test_a_lease_request_before_the_retry_after_it_was_told_gets_429_until_it_su
     newcomer.ask_again_at -= 2.0  # half of the 4 s it was told has passed
     assert ask().status_code == 200
     assert ask().status_code == 429
-    assert state.submit(newcomer, valid_submission(LeaseResponse.model_validate(first))).accepted == 1
+    assert state.work.submit(newcomer, valid_submission(LeaseResponse.model_validate(first))).accepted == 1
     assert ask().status_code == 200
 
 
 def test_one_long_poll_per_worker_and_a_bounded_number_in_all(monkeypatch):
     state = make_state(staleness=0, groups_per_step=2)
-    worker = state.register("w")
-    submit_all(state, worker, state.lease(worker, worker_version=0, max_groups=2, wait_s=0))  # window full now
-    held = threading.Thread(target=state.lease, args=(worker, 0, 2, 3.0), daemon=True)
+    worker = state.members.register("w")
+    submit_all(state, worker, state.work.lease(worker, worker_version=0, max_groups=2, wait_s=0))  # window full now
+    held = threading.Thread(target=state.work.lease, args=(worker, 0, 2, 3.0), daemon=True)
     held.start()
     deadline = time.monotonic() + 2
     while state.work.long_polls == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert state.work.long_polls == 1 and worker.polling
     started = time.monotonic()
-    second = state.lease(worker, worker_version=0, max_groups=2, wait_s=3.0)  # a second one from it: at once
+    second = state.work.lease(worker, worker_version=0, max_groups=2, wait_s=3.0)  # a second one from it: at once
     assert second.status == "wait" and second.retry_after_s == 3.0 and time.monotonic() - started < 1
-    other = state.register("other")
+    other = state.members.register("other")
     monkeypatch.setattr(work, "MAX_LONG_POLLS", 1)  # the one held is all there may be
     started = time.monotonic()
-    assert state.lease(other, worker_version=0, max_groups=2, wait_s=3.0).retry_after_s == 3.0
+    assert state.work.lease(other, worker_version=0, max_groups=2, wait_s=3.0).retry_after_s == 3.0
     assert time.monotonic() - started < 1
     held.join(5)
     assert state.work.long_polls == 0 and not worker.polling

@@ -113,7 +113,7 @@ def test_no_credential_is_401_before_validation():
 
 def test_session_credentials_are_looked_up_by_id_and_their_secret_compared():
     state = make_state(staleness=1)
-    record = state.register("w")
+    record = state.members.register("w")
     worker_id, _, secret = record.session_token.partition(".")
     assert worker_id == record.worker_id and len(secret) >= 32
     assert SESSION_CREDENTIAL.fullmatch(record.session_token)  # what the log filter redacts
@@ -162,7 +162,7 @@ def test_a_door_checks_its_own_credential_before_a_body_byte_and_caps_its_own_bo
 
 def test_oversize_chunked_body_is_cut_at_the_limit(served):
     state, _, server = served
-    session = state.register("w").session_token
+    session = state.members.register("w").session_token
     status, sent = send_chunked(server.port, "/v1/submit", {AUTH_HEADER: session}, total=100 * MIB)
     assert status == 413
     assert MAX_BODY_BYTES < server.counted.body_bytes < MAX_BODY_BYTES + MIB  # read up to the limit, no further
@@ -334,7 +334,7 @@ def test_config_yaml_and_report_never_show_the_token():
 
 def test_log_filter_redacts_credentials():
     state = make_state(staleness=1)
-    session = state.register("w").session_token
+    session = state.members.register("w").session_token
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     logging.getLogger().addHandler(handler)

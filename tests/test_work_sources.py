@@ -77,7 +77,7 @@ def test_a_work_source_of_ones_own_is_served_by_a_real_worker_and_gets_its_own_r
         candidates = {"right": tokenizer("12+34=46")["input_ids"], "wrong": tokenizer("12+34=99")["input_ids"]}
         state.queue_samples([scores.ask(name, ids) for name, ids in candidates.items()])
         wait_for(lambda: len(scores.scores) == 2, 120, "the fleet to score both candidates")
-        state.reap()
+        state.members.reap()
     finally:
         state.finish()
         working.join(60)

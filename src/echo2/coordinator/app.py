@@ -144,7 +144,7 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
         return JSONResponse({"detail": f"invalid request: {problems}", "code": "invalid"}, status_code=422)
 
     def worker(token: str | None):
-        return state.authenticate(token)
+        return state.members.authenticate(token)
 
     @app.get("/v1/health")
     def health() -> dict:
@@ -158,32 +158,32 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
         if https_relays_only and body.relay_url is not None and not body.relay_url.startswith("https://"):
             raise Rejected(422, "this run is served over TLS: relay_url must be https:// (start the worker "
                                 "with --relay-certfile and --relay-keyfile) or leave it out (--no-relay)", "invalid")
-        record = state.register(body.name, body.relay_url, body.upload_bytes_per_s, body.price_per_hour,
+        record = state.members.register(body.name, body.relay_url, body.upload_bytes_per_s, body.price_per_hour,
                                 body.worker_class, site=request.client.host if request.client else "")
         return RegisterResponse(worker_id=record.worker_id, session_token=record.session_token, spec=state.spec,
                                 broadcast_token=registry.broadcast_token)
 
     @app.post("/v1/heartbeat")
     def heartbeat(body: Heartbeat, x_echo2_token: str | None = Header(None)) -> HeartbeatResponse:
-        return state.heartbeat(worker(x_echo2_token), body.version, body.events, body.upload_bytes_per_s,
+        return state.members.heartbeat(worker(x_echo2_token), body.version, body.events, body.upload_bytes_per_s,
                                body.slow_sources)
 
     @app.post("/v1/deregister")
     def deregister(x_echo2_token: str | None = Header(None)) -> dict:
-        state.deregister(worker(x_echo2_token))
+        state.members.deregister(worker(x_echo2_token))
         return {"ok": True}
 
     @app.post("/v1/lease")
     def lease(body: LeaseRequest, x_echo2_token: str | None = Header(None)) -> LeaseResponse:
-        return state.lease(worker(x_echo2_token), body.version, body.max_groups, lease_wait_s)
+        return state.work.lease(worker(x_echo2_token), body.version, body.max_groups, lease_wait_s)
 
     @app.post("/v1/respond")
     def respond(body: RespondRequest, x_echo2_token: str | None = Header(None)) -> RespondResponse:
-        return state.respond(worker(x_echo2_token), body)
+        return state.work.respond(worker(x_echo2_token), body)
 
     @app.post("/v1/fail")
     def fail(body: LeaseFailure, x_echo2_token: str | None = Header(None)) -> dict:
-        state.fail(worker(x_echo2_token), body)
+        state.work.fail(worker(x_echo2_token), body)
         return {"ok": True}
 
     @app.post("/v1/submit")
@@ -193,7 +193,7 @@ def create_app(state: CoordinatorState, lease_wait_s: float, *, https_relays_onl
         record = registry.knows(x_echo2_token)
         if record is None:
             raise session_refusal(None)
-        return state.submit(record, body)
+        return state.work.submit(record, body)
 
     @app.get("/v1/version")
     def version(x_echo2_token: str | None = Header(None)) -> VersionInfo:

@@ -8,7 +8,7 @@ coordinator imports nothing of the learner, of the workers or of torch. In a run
 verdicts come from processes of their own, each call bounded in time
 (:mod:`echo2.coordinator.scoring_processes`): a handler thread cannot be stopped.
 
-:meth:`CoordinatorState.submit <echo2.coordinator.state.CoordinatorState.submit>` checks a
+:meth:`WorkDesk.submit <echo2.coordinator.work.WorkDesk.submit>` checks a
 submission under its lock, scores it here *outside* the lock (a verifier may be slow: math-verify,
 a reasoning-gym scorer), then admits it under the lock. :class:`Scoring` keeps the time spent
 scoring, which the learner logs as ``reward_seconds``.

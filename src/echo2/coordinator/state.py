@@ -11,8 +11,8 @@ the run clock (:mod:`echo2.core.run_clock`); they are held together, under one l
 books, each handed what it calls: the workers' comings and goings
 (:class:`~echo2.coordinator.membership.Membership`), their leases and submissions
 (:class:`~echo2.coordinator.work.WorkDesk`) and the learner's batches
-(:class:`~echo2.coordinator.batches.LearnerDesk`). This class wires them, answers for them (the
-worker API the HTTP handlers call, and :class:`echo2.exchange.RolloutSource`, the learner's view),
+(:class:`~echo2.coordinator.batches.LearnerDesk`). This class wires them (the HTTP handlers call
+the members and the work desk themselves), is the learner's :class:`echo2.exchange.RolloutSource`,
 publishes versions, waits for workers (every wait bounded) and reports.
 """
 
@@ -33,16 +33,7 @@ from echo2.core.sample_queue import SampleWork
 from echo2.core.shares import delivered
 from echo2.exchange import GiveBack, Group, RunStats
 from echo2.protocol import (
-    HeartbeatResponse,
-    LeaseFailure,
-    LeaseResponse,
-    RespondRequest,
-    RespondResponse,
     RunSpec,
-    SlowSource,
-    SubmitRequest,
-    SubmitResponse,
-    TimelineEvent,
     VersionInfo,
 )
 from echo2.tasks import Example
@@ -75,37 +66,8 @@ class CoordinatorState:
     def finished(self) -> bool:
         return self.parts.finished
 
-    # ---------------------------------------------------------------- the workers' requests
-    def register(self, name: str, relay_url: str | None = None, upload_bytes_per_s: float | None = None,
-                 price_per_hour: float = 0.0, worker_class: str = "", site: str = "") -> WorkerRecord:
-        return self.members.register(name, relay_url, upload_bytes_per_s, price_per_hour, worker_class, site)
-
-    def authenticate(self, session_token: str | None) -> WorkerRecord:
-        return self.members.authenticate(session_token)
-
-    def heartbeat(self, record: WorkerRecord, version: int, events: list[TimelineEvent],
-                  upload_bytes_per_s: float | None = None, slow_sources: list[SlowSource] = ()) -> HeartbeatResponse:
-        return self.members.heartbeat(record, version, events, upload_bytes_per_s, slow_sources)
-
-    def deregister(self, record: WorkerRecord) -> None:
-        self.members.deregister(record)
-
-    def reap(self) -> None:
-        self.members.reap()
-
-    def lease(self, record: WorkerRecord, worker_version: int, max_groups: int, wait_s: float) -> LeaseResponse:
-        return self.work.lease(record, worker_version, max_groups, wait_s)
-
-    def submit(self, record: WorkerRecord, request: SubmitRequest) -> SubmitResponse:
-        return self.work.submit(record, request)
-
-    def respond(self, record: WorkerRecord, request: RespondRequest) -> RespondResponse:
-        return self.work.respond(record, request)
-
-    def fail(self, record: WorkerRecord, failure: LeaseFailure) -> None:
-        self.work.fail(record, failure)
-
-    # ---------------------------------------------------------------- the learner's (RolloutSource)
+    # ---------------------------------------------------------------- the learner's view (RolloutSource)
+    # the protocol the learner loop is written against; the desk and the members answer it
     def take_batch(self, step: int, timeout_s: float, count: int | None = None) -> list[Group]:
         return self.learner.take_batch(step, timeout_s, count)
 
@@ -118,7 +80,6 @@ class CoordinatorState:
     def quarantine(self, worker_id: str, reason: str, taken: list[Group] = ()) -> int:
         return self.members.quarantine(worker_id, reason, taken)
 
-    # ---------------------------------------------------------------- the learner's versions
     # ---------------------------------------------------------------- a training service's sampling
     def queue_samples(self, works: list[SampleWork]) -> None:
         """Sampling requests for the fleet (:mod:`echo2.core.sample_queue`); a held lease request may take them now."""

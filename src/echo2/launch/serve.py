@@ -157,7 +157,7 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
     try:
         with heap.settled():
             while not stop.wait(REAP_EVERY_S):
-                state.reap()
+                state.members.reap()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
