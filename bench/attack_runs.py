@@ -335,7 +335,8 @@ def run_once(name: str, attacks: list[Attack], steps: int, out: Path, extra: lis
     ``--resume``, as ``echo2 train --resume`` would."""
     from echo2.config import load_config
     from echo2.launch.agents import is_agent_run
-    from echo2.launch.train import reward_scorer, run_training
+    from echo2.launch.train import run_training
+    from echo2.launch.work import reward_scorer
     from echo2.learner import interrupts
     from echo2.tasks import load_task
     from echo2.telemetry.metrics import read_jsonl

@@ -13,8 +13,9 @@ import time
 import pytest
 
 from echo2.broadcast.topology import star_plan
+from echo2.coordinator.books import Training
 from echo2.coordinator.records import Limits
-from echo2.coordinator.scoring import task_scorer
+from echo2.coordinator.scoring import TaskPrompts, task_scorer
 from echo2.coordinator.state import CoordinatorState
 from echo2.protocol import Completion, GroupResult, RunSpec, SubmitRequest, VersionInfo
 from echo2.tasks import ArithmeticTask, Example
@@ -51,12 +52,13 @@ def make_state(staleness: int, groups_per_step: int = 2, planner=star_plan, flee
     spec = RunSpec(model="m", dtype="float32", group_size=2, temperature=1.0,
                    max_new_tokens=4, groups_per_lease=8, protocol="async", staleness=staleness, fetch_delay_s=0.0,
                    broadcast_stall_s=5.0, broadcast_timeout_s=30.0, heartbeat_interval_s=1.0, seed=0, max_turns=turns)
+    prompts = TaskPrompts(task_scorer(task, decode, encode), task.respond) if task is not None else TaskPrompts(score)
     state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20, max_turns=turns),
-                             prompt_stream(), groups_per_step=groups_per_step, run_token="t", lease_timeout_s=60,
-                             heartbeat_timeout_s=heartbeat_timeout_s,
-                             score=task_scorer(task, decode, encode) if task is not None else score,
-                             environment=task.respond if task is not None else None, planner=planner, fleet=fleet,
-                             sources=sources, **({"on_interval": on_interval} if on_interval is not None else {}))
+                             training=Training(prompt_stream(), groups_per_step), prompts=prompts, run_token="t",
+                             lease_timeout_s=60, heartbeat_timeout_s=heartbeat_timeout_s, planner=planner, fleet=fleet,
+                             **({"on_interval": on_interval} if on_interval is not None else {}))
+    for source in sources:
+        state.add_source(source)
     publish(state, 0)
     return state
 

@@ -11,7 +11,7 @@ from echo2.broadcast.publisher import Publisher
 from echo2.broadcast.topology import plan_tree
 from echo2.config import BroadcastConfig
 from echo2.coordinator.app import MAX_BODY_BYTES, create_app
-from echo2.launch.train import reward_scorer
+from echo2.launch.work import reward_scorer
 from echo2.model.loading import SHIPPED_MODEL, load_tokenizer
 from echo2.net.guard import broadcast_credential
 from echo2.protocol import AUTH_HEADER, Completion, GroupResult, LeaseResponse, SubmitRequest

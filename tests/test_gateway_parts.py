@@ -9,7 +9,6 @@ import pytest
 import torch
 from conftest import make_state
 
-from echo2.coordinator.sources import DeskSource
 from echo2.exchange import Group
 from echo2.gateway.desk import AGENT_SOURCE
 from echo2.gateway.episodes import EpisodeBook, EpisodeGone
@@ -65,7 +64,7 @@ def test_tools_are_described_in_the_system_message_and_tool_calls_parsed_from_th
 
 
 def book(staleness=0, groups_per_step=1, timeout_s=60.0):
-    state = make_state(staleness, groups_per_step=groups_per_step, sources=[DeskSource(AGENT_SOURCE)])
+    state = make_state(staleness, groups_per_step=groups_per_step)
     state.members.register("w")
     return state, EpisodeBook(state.parts, group_size=2, episode_timeout_s=timeout_s)
 
@@ -155,8 +154,23 @@ def desk_over(state, episodes, call_timeout_s=10.0):
     desk = GatewayDesk(state, episodes, chat=None, encode=encode, decode=decode, eos_id=EOS,
                        settings=CallSettings(temperature=1.0, max_new_tokens=4, max_context=None,
                                              call_timeout_s=call_timeout_s, model_name="m"))
-    state.parts.sources[AGENT_SOURCE].desk = desk  # the calls' outcomes: to this desk
+    state.add_source(Calls(desk))  # the calls' outcomes: to this desk
     return desk
+
+
+class Calls:
+    """An agent run's work source over a bare desk (what :class:`echo2.launch.agents.AgentRun` adds)."""
+
+    name = AGENT_SOURCE
+
+    def __init__(self, desk) -> None:
+        self.results, self.refused = desk.results, desk.refused
+
+    def reap(self) -> None:
+        pass
+
+    def report(self) -> dict:
+        return {}
 
 
 def answer_one_lease(state, worker, tokens):

@@ -318,20 +318,18 @@ def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_a
     from echo2.broadcast.publisher import Publisher
     from echo2.config import BroadcastConfig
     from echo2.coordinator.records import Limits
-    from echo2.coordinator.sources import DeskSource
     from echo2.coordinator.state import CoordinatorState
     from echo2.model.loading import load_model, load_tokenizer
     from echo2.model.sources import SHIPPED_MODEL
     from echo2.protocol import RunSpec
-    from echo2.service.sampling import SERVICE_SOURCE, AuditSettings, SamplingDesk, SamplingLimits
+    from echo2.service.sampling import AuditSettings, SamplingDesk, SamplingLimits
     from echo2.service.training import TrainingModels
 
     spec = RunSpec(model="m", dtype="float32", group_size=2, temperature=1.0, max_new_tokens=4, groups_per_lease=8,
                    protocol="async", staleness=1, fetch_delay_s=0.0, broadcast_stall_s=5.0, broadcast_timeout_s=30.0,
                    heartbeat_interval_s=1.0, seed=0, sampler_bundles=True)
-    state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20), iter(()), groups_per_step=1,
-                             run_token="t", lease_timeout_s=60, heartbeat_timeout_s=60, score=None,
-                             sources=[DeskSource(SERVICE_SOURCE)], prompts=False)
+    state = CoordinatorState(spec, Limits(group_size=2, max_new_tokens=4, vocab_size=20), training=None,
+                             run_token="t", lease_timeout_s=60, heartbeat_timeout_s=60)
     models = TrainingModels(load_model(SHIPPED_MODEL), load_tokenizer(SHIPPED_MODEL), lora_alpha=8, max_rank=4,
                             micro_batch=8)
     publisher = Publisher(BroadcastConfig(encoding="delta"), keep_versions=4, token=None, kind="bundle")
@@ -339,6 +337,7 @@ def test_the_desk_keeps_the_samplers_clients_may_use_fails_what_nobody_answers_a
     turns = Turns(futures)
     desk = SamplingDesk(state, publisher, models, turns, futures, SamplingLimits(4, 4, None, 90.0, 60.0),
                         AuditSettings(1, 0.5, 0.1, 0.5), None)  # before any client, as echo2 serve makes it
+    state.add_source(desk)
     models.create("m", types.LoraConfig(rank=2, seed=0))
     try:
         desk.publish()

@@ -9,12 +9,13 @@ import threading
 from conftest import wait_for
 
 from echo2.broadcast.publisher import Publisher
+from echo2.broadcast.topology import star_plan
 from echo2.config import load_config
 from echo2.coordinator.app import create_app
 from echo2.coordinator.records import Limits
 from echo2.coordinator.server import CoordinatorServer
-from echo2.coordinator.state import CoordinatorState
 from echo2.core.sample_queue import SampleWork
+from echo2.launch.coordinator import build_coordinator
 from echo2.launch.train import run_spec
 from echo2.model.loading import load_model, load_tokenizer
 from echo2.protocol import leased_sample
@@ -60,10 +61,11 @@ def test_a_work_source_of_ones_own_is_served_by_a_real_worker_and_gets_its_own_r
     spec = run_spec(config).model_copy(update={"agent_calls": True})  # leases carry requests, the run's own weights
     model, tokenizer = load_model(spec.model), load_tokenizer(spec.model)
     scores, bystander = CandidateScores(), Bystander()
-    state = CoordinatorState(spec, Limits(group_size=spec.group_size, max_new_tokens=4,
-                                          vocab_size=model.get_input_embeddings().num_embeddings),
-                             iter(()), groups_per_step=1, run_token=TOKEN, lease_timeout_s=60, heartbeat_timeout_s=30,
-                             score=None, sources=[scores, bystander], prompts=False)
+    state = build_coordinator(config, spec, Limits(group_size=spec.group_size, max_new_tokens=4,
+                                                   vocab_size=model.get_input_embeddings().num_embeddings),
+                              run_token=TOKEN, planner=star_plan, training=None)  # as echo2 serve builds it
+    for source in (scores, bystander):
+        state.add_source(source)
     publisher = Publisher(config.broadcast, keep_versions=2, token=TOKEN)
     state.publish(publisher.publish(0, model))
     app = create_app(state, lease_wait_s=1.0)

@@ -18,7 +18,8 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from echo2.broadcast.topology import Planner, star_plan
 from echo2.coordinator.cursor import CountingStream, TrainedDraws
@@ -27,7 +28,7 @@ from echo2.coordinator.leases import LeaseBook
 from echo2.coordinator.records import Lease, Limits, WorkerRecord
 from echo2.coordinator.registry import WorkerRegistry
 from echo2.coordinator.relay_check import RelayChecker
-from echo2.coordinator.scoring import Environment, Scorer, Scoring
+from echo2.coordinator.scoring import Scoring, TaskPrompts
 from echo2.coordinator.sources import WorkSource
 from echo2.coordinator.versions import VersionBook
 from echo2.core.books import Books as RunBooks
@@ -41,44 +42,56 @@ log = logging.getLogger("echo2")
 
 Interval = Callable[[str, str, float, float, int], None]
 """Writes one interval of the run's timeline: who, what, start, end, version."""
+@dataclass(frozen=True)
+class Training:
+    """What a training run's books pace: the task's endless, deterministic example stream (the
+    data cursor: leased as :class:`~echo2.coordinator.scoring.TaskPrompts`, or opened group by group
+    by an agent's episodes) and the groups one learner step takes. A training service has none:
+    its clients train on data of their own."""
+
+    examples: Iterator[Example]
+    groups_per_step: int
+
+
 class CoordinatorBooks:
     """The books of one run, one lock over them (``cond``: every change is made holding it).
-    ``examples`` is the task's endless training stream (the data cursor), leased only where
-    ``prompts``; ``check_relays``: peers go to a relay only once it answered as its worker
-    (:mod:`.relay_check`)."""
+    ``training``: what the staleness window paces (None: a training service, whose fleet does
+    sampling requests only); ``prompts``: the task's prompts, leased and scored (None: no prompt is
+    leased); ``check_relays``: peers go to a relay only once it answered as its worker (:mod:`.relay_check`)."""
 
     def __init__(
         self,
         spec: RunSpec,
         limits: Limits,
-        examples: Iterator[Example],
         *,
-        groups_per_step: int,
+        training: Training | None,
         run_token: str,
         lease_timeout_s: float,
-        score: Scorer,
-        environment: Environment | None = None,
+        prompts: TaskPrompts | None = None,
         on_interval: Interval = lambda who, kind, start, end, version: None,
         planner: Planner = star_plan,
         fleet: Fleet | None = None,
         window_share: float = 0.5,
         check_relays: bool = False,
         replan_every: int = 1,
-        sources: Sequence[WorkSource] = (),
-        prompts: bool = True,
     ) -> None:
+        if prompts is not None and training is None:
+            raise ValueError("task prompts are leased by a training run's staleness window: give its training")
         self.spec, self.limits = spec, limits
-        self.sources: dict[str, WorkSource] = {source.name: source for source in sources}
+        self.sources: dict[str, WorkSource] = {}
         """The run's kinds of sampling work by name (:mod:`~echo2.coordinator.sources`): a training
-        service's clients, an agent run's calls; where a sampling lease's results go once checked."""
-        self.scoring = Scoring(score, environment)  # rewards and environment answers: the coordinator's own
+        service's clients, an agent run's calls; where a sampling lease's results go once checked
+        (added by :meth:`~echo2.coordinator.state.CoordinatorState.add_source`)."""
+        self.scoring = Scoring(prompts)  # rewards and environment answers: the coordinator's own
+        # a service's window paces no step: one group a "step" keeps its ledger well-formed, and empty
+        groups_per_step = training.groups_per_step if training is not None else 1
         self.staleness, self.groups_per_step = spec.staleness, groups_per_step
         self.on_interval = on_interval
         self.fleet = fleet or Fleet(ActivationPolicy(enabled=False, rollouts_per_step=1, staleness=spec.staleness))
         self.disseminated: list[float] = []
         """Dissemination latencies of the versions that finished spreading since the last report."""
         self.cond = threading.Condition(threading.RLock())
-        self.examples = examples if isinstance(examples, CountingStream) else CountingStream(examples)
+        self.examples = CountingStream(training.examples if training is not None else iter(()))
         self.trained = TrainedDraws()
         self.registry = WorkerRegistry(run_token)
         self.books: RunBooks[WorkerRecord, Group] = RunBooks(
@@ -89,7 +102,7 @@ class CoordinatorBooks:
             lease_timeout_s=lease_timeout_s, replan_every=replan_every, lease_ids=lambda: secrets.token_hex(8),
             on_parked=lambda record, seconds, why: log.warning("worker %s %s: parked for %.0f s", record.name, why,
                                                                seconds),
-            prompts=prompts)
+            prompts=prompts is not None)
         """The run's books (:class:`echo2.core.books.Books`, the simulator's too), in ``time.monotonic()``
         seconds; a slot carries the task's example, a group is a :class:`Group`."""
         self.relay_checker = RelayChecker(self.registry.broadcast_token, self.relay_verdict) if check_relays else None

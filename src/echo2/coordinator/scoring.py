@@ -108,12 +108,23 @@ class Unscorable:
         return "scoring_overrun" if self.overrun else "unscorable"
 
 
-class Scoring:
-    """The run's scorer and environment, and the seconds spent in them (from any number of HTTP
-    handler threads)."""
+@dataclass(frozen=True)
+class TaskPrompts:
+    """A task's prompts as a run's work: leased to the fleet by the staleness window, each
+    submitted group scored here by ``score``, a multi-turn episode answered by ``environment``
+    (None: single-turn). A run without them (an agent's episodes, a service's clients) scores nothing."""
 
-    def __init__(self, score: Scorer, environment: Environment | None = None) -> None:
-        self.score, self.environment = score, environment
+    score: Scorer
+    environment: Environment | None = None
+
+
+class Scoring:
+    """The run's scorer and environment (``prompts``; None: it leases no task prompts), and the
+    seconds spent in them (from any number of HTTP handler threads)."""
+
+    def __init__(self, prompts: TaskPrompts | None) -> None:
+        self.score = prompts.score if prompts is not None else None
+        self.environment = prompts.environment if prompts is not None else None
         self.seconds = 0.0
         self._lock = threading.Lock()
 
@@ -126,6 +137,8 @@ class Scoring:
         the request's order; else why not (the verifier raised, gave not one finite reward per
         completion, or an episode's inserted tokens are not the environment's): a worker must not
         be able to crash the coordinator with odd tokens."""
+        if self.score is None:
+            return Unscorable("this run leases no task prompts: there is nothing to score")
         started = time.perf_counter()
         try:
             rewards, consulted = [], set()

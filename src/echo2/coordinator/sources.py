@@ -12,7 +12,9 @@ counts, in its own units, beside the books' (the reliability report, each step's
 
 AReaL runs an agent as one more workflow over the same engine and staleness controller; here a
 kind of work is one more source over the same books, leases and audits: a new one is one class
-with these four members, handed to the coordinator when it is built.
+with these four members, added to the coordinator
+(:meth:`~echo2.coordinator.state.CoordinatorState.add_source`) by the part that builds it over
+the coordinator, before the server starts.
 """
 
 from __future__ import annotations
@@ -45,38 +47,3 @@ class WorkSource(Protocol):
 
     def report(self) -> dict[str, float]:
         """Its counts, in its own units (episodes, calls, requests), for the reports."""
-
-
-class Sink(Protocol):
-    """Where a work source's outcomes are handled: :meth:`WorkSource.results` and :meth:`WorkSource.refused`."""
-
-    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None: ...
-
-    def refused(self, work: SampleWork, why: str) -> None: ...
-
-
-class DeskSource:
-    """A work source named ``name`` whose outcomes go to a desk built after the coordinator it
-    queues on (a training service's sampling desk needs the coordinator first): ``desk`` is set
-    before any worker can submit. It reaps nothing and reports nothing of its own: such a desk
-    keeps its own time limits and counts."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.desk: Sink | None = None
-
-    def _wired(self) -> Sink:
-        assert self.desk is not None, f"work source {self.name!r}: its desk is set before any worker can submit"
-        return self.desk
-
-    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
-        self._wired().results(worker_id, lease, results)
-
-    def refused(self, work: SampleWork, why: str) -> None:
-        self._wired().refused(work, why)
-
-    def reap(self) -> None:
-        pass
-
-    def report(self) -> dict[str, float]:
-        return {}

@@ -28,6 +28,7 @@ from echo2.coordinator.books import CoordinatorBooks
 from echo2.coordinator.membership import TRIAL_SEATS, Membership
 from echo2.coordinator.records import Limits, WorkerRecord
 from echo2.coordinator.reliability import reliability_report
+from echo2.coordinator.sources import WorkSource
 from echo2.coordinator.work import WorkDesk
 from echo2.core.sample_queue import SampleWork
 from echo2.core.shares import delivered
@@ -46,10 +47,10 @@ class CoordinatorState:
     and the reports. The arguments are the books' and the members' (``heartbeat_timeout_s``,
     ``trial_seats``)."""
 
-    def __init__(self, spec: RunSpec, limits: Limits, examples: Iterator[Example], *, heartbeat_timeout_s: float,
-                 trial_seats: int = TRIAL_SEATS, **books: Any) -> None:
+    def __init__(self, spec: RunSpec, limits: Limits, *, heartbeat_timeout_s: float, trial_seats: int = TRIAL_SEATS,
+                 **books: Any) -> None:
         """``books``: the keyword arguments of :class:`~echo2.coordinator.books.CoordinatorBooks`."""
-        self.parts = CoordinatorBooks(spec, limits, examples, **books)
+        self.parts = CoordinatorBooks(spec, limits, **books)
         self.members = Membership(self.parts, heartbeat_timeout_s=heartbeat_timeout_s, trial_seats=trial_seats)
         self.work = WorkDesk(self.parts, self.members)
         self.learner = LearnerDesk(self.parts, self.members)
@@ -80,10 +81,21 @@ class CoordinatorState:
     def quarantine(self, worker_id: str, reason: str, taken: list[Group] = ()) -> int:
         return self.members.quarantine(worker_id, reason, taken)
 
-    # ---------------------------------------------------------------- a training service's sampling
+    # ---------------------------------------------------------------- sampling work (its sources)
+    def add_source(self, source: WorkSource) -> None:
+        """Take ``source``'s sampling work (:mod:`~echo2.coordinator.sources`): its requests may be
+        queued from now on, and their outcomes go to it. Called by the part that built it over this
+        coordinator (its desk needs the coordinator first), before the server starts."""
+        with self.cond:
+            if source.name in self.parts.sources:
+                raise ValueError(f"a work source named {source.name!r} was added already")
+            self.parts.sources[source.name] = source
+
     def queue_samples(self, works: list[SampleWork]) -> None:
         """Sampling requests for the fleet (:mod:`echo2.core.sample_queue`); a held lease request may take them now."""
         with self.cond:
+            if unknown := {work.source for work in works} - set(self.parts.sources):
+                raise ValueError(f"sampling requests of no added work source: {sorted(unknown)}")
             for work in works:
                 self.books.samples.add(work)
             self.cond.notify_all()

@@ -16,8 +16,9 @@ from fastapi import FastAPI
 from transformers import PreTrainedTokenizerBase
 
 from echo2.config import Config, ConfigError
-from echo2.coordinator.sources import DeskSource
+from echo2.coordinator.records import Lease
 from echo2.coordinator.state import CoordinatorState
+from echo2.core.sample_queue import SampleWork
 from echo2.gateway.agents import AGENT_PREFIX, AgentPool, load_agent
 from echo2.gateway.api import gateway_doors, gateway_router
 from echo2.gateway.desk import AGENT_SOURCE, CallLimits, CallSettings, GatewayDesk
@@ -25,7 +26,8 @@ from echo2.gateway.episodes import EpisodeBook
 from echo2.learner.evaluations import InlineEvaluations
 from echo2.model.evaluation import EvalResult
 from echo2.net.guard import Door
-from echo2.tasks import Example
+from echo2.protocol import RunSpec, SampleResult
+from echo2.tasks import Example, load_task
 from echo2.tasks.chat import ChatPrompt
 
 
@@ -33,22 +35,33 @@ def is_agent_run(config: Config) -> bool:
     return config.task.name.startswith(AGENT_PREFIX)
 
 
-class AgentRun(DeskSource):
-    """An agent run's work source (:mod:`echo2.coordinator.sources`): the agents' calls, sampled by
-    the fleet and answered by the gateway's desk, their episodes reaped and counted. Built before the
-    coordinator (it is one of its sources), attached after (the desk and the episodes' books are
-    built over the coordinator's)."""
+class AgentRun:
+    """An agent run's work (:mod:`echo2.launch.work`) and its work source
+    (:mod:`echo2.coordinator.sources`): the agents' calls, sampled by the fleet and answered by the
+    gateway's desk, their episodes reaped and counted. Attached to the coordinator once built (the
+    desk and the episodes' books are built over the coordinator's)."""
+
+    name = AGENT_SOURCE
 
     def __init__(self, config: Config, run_dir: Path) -> None:
-        super().__init__(AGENT_SOURCE)
         self.config, self.run_dir = config, run_dir
         try:  # an agent that cannot be imported fails before anything starts, in one line
             self.function = load_agent(config.task.name)
         except (ValueError, TypeError) as error:
             raise ConfigError(f"{error} (a module in the current directory needs PYTHONPATH=.)") from None
+        self.task = load_task(config.agent.examples, config.task.options)
+        """The examples its episodes play (``agent.examples``): their rewards are the agent's."""
         self.desk: GatewayDesk | None = None
         self.book: EpisodeBook | None = None
         self.pool: AgentPool | None = None
+
+    def spec(self, spec: RunSpec) -> RunSpec:
+        """Workers sample the agents' calls, one model turn each (the agent plays the episode)."""
+        return spec.model_copy(update={"agent_calls": True, "max_turns": 1})
+
+    def prompts(self, weights: str) -> None:
+        """No task prompt is leased: the agent opens its groups itself."""
+        return None
 
     def attach(self, state: CoordinatorState, tokenizer: PreTrainedTokenizerBase, max_context: int | None) -> None:
         """The episodes' books over ``state``'s, and the desk that serves their calls."""
@@ -62,8 +75,16 @@ class AgentRun(DeskSource):
             settings=CallSettings(config.rollout.temperature, config.rollout.max_new_tokens, max_context,
                                   agent.call_timeout_s, config.model.name),
             limits=CallLimits(agent.max_calls_per_episode, agent.max_calls_in_flight, agent.max_calls_per_episode_total))
+        state.add_source(self)
 
-    # ------------------------------------------------------------------ its own reaping and counts (called locked)
+    # ------------------------------------------------------------------ its work source's members (called locked)
+    def results(self, worker_id: str, lease: Lease, results: list[SampleResult]) -> None:
+        """The calls' checked results, to the desk that answers them."""
+        self._desk().results(worker_id, lease, results)
+
+    def refused(self, work: SampleWork, why: str) -> None:
+        self._desk().refused(work, why)
+
     def reap(self) -> None:
         """The episodes past their deadline unrewarded, dropped with their groups."""
         if self.book is not None:
@@ -79,25 +100,26 @@ class AgentRun(DeskSource):
             return {}
         return {**{f"agent_{name}": count for name, count in asdict(self.pool.counts).items()}, **self.pool.means()}
 
+    def _desk(self) -> GatewayDesk:
+        assert self.desk is not None, "an agent run's desk is built (attach) before the server starts"
+        return self.desk
+
     def doors(self, run_token: str) -> dict[str, Door]:
         """The gateway's credentials, checked before a body is read (:func:`~echo2.gateway.api.gateway_doors`)."""
-        assert self.desk is not None
-        return gateway_doors(self.desk, run_token)
+        return gateway_doors(self._desk(), run_token)
 
     def mount(self, app: FastAPI, run_token: str, base_url: Callable[[], str]) -> None:
-        assert self.desk is not None
-        app.include_router(gateway_router(self.desk, run_token, base_url))
+        app.include_router(gateway_router(self._desk(), run_token, base_url))
 
     def start(self, url: str) -> None:
         """Start playing episodes against the gateway at ``url`` (once the workers are up)."""
-        assert self.desk is not None
         agent = self.config.agent
-        self.pool = AgentPool(self.function, self.desk.book, url, concurrency=agent.concurrency,
+        self.pool = AgentPool(self.function, self._desk().book, url, concurrency=agent.concurrency,
                               episode_timeout_s=agent.episode_timeout_s, call_timeout_s=agent.call_timeout_s,
                               success_reward=agent.success_reward, episodes_file=self.run_dir / "episodes.jsonl")
         self.pool.start()
 
-    def evaluations(self, examples: list[Example]) -> InlineEvaluations:
+    def evaluations(self, state: CoordinatorState, examples: list[Example], run_dir: Path) -> InlineEvaluations:
         """Held-out evaluation by the agent itself: each example played once through the fleet."""
 
         def evaluate(version: int) -> EvalResult:

@@ -23,12 +23,9 @@ from echo2.broadcast.payload import PAYLOAD_DTYPES
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, dump_config
 from echo2.coordinator.app import create_app
-from echo2.coordinator.fleet import Fleet
-from echo2.coordinator.membership import TRIAL_SEATS
 from echo2.coordinator.records import Limits
 from echo2.coordinator.server import CoordinatorServer
-from echo2.coordinator.sources import DeskSource
-from echo2.coordinator.state import CoordinatorState
+from echo2.launch.coordinator import build_coordinator
 from echo2.launch.train import COORDINATOR_FILE, TOKEN_FILE, _write_private, launch_workers, run_spec
 from echo2.model import heap
 from echo2.model.draws import draw_tolerance
@@ -36,12 +33,11 @@ from echo2.model.loading import load_model, load_tokenizer, pin_threads
 from echo2.model.sources import resolve_model_path
 from echo2.net.ratelimit import RateLimiter
 from echo2.net.redact import redact_logs, remove_redaction
-from echo2.planning.activation_rule import ActivationPolicy
 from echo2.service.api import PREFIX, tinker_door, tinker_router
 from echo2.service.budget import MemoryBudget, ServiceLimits
 from echo2.service.checkpoints import CheckpointStore
 from echo2.service.keys import DEFAULT_TENANT, ApiKeys
-from echo2.service.sampling import SERVICE_SOURCE, AuditSettings, SamplingDesk, SamplingLimits
+from echo2.service.sampling import AuditSettings, SamplingDesk, SamplingLimits
 from echo2.service.service import BaseModelInfo, TinkerService
 from echo2.service.training import TrainingModels
 
@@ -92,18 +88,12 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
     redaction = redact_logs(token, publisher.token, *([api_key] if api_key else []))
     pin_threads(config.learner.threads)
     base, tokenizer = load_model(config.model.name, config.model.dtype), load_tokenizer(config.model.name)
-    requests = DeskSource(SERVICE_SOURCE)  # the clients' requests: the service's desk, built after the coordinator
-    state = CoordinatorState(
-        run_spec(config).model_copy(update={"sampler_bundles": True, "adapter": None,
-                                            "max_lora_rank": config.service.max_lora_rank}),
+    state = build_coordinator(
+        config, run_spec(config).model_copy(update={"sampler_bundles": True, "adapter": None,
+                                                    "max_lora_rank": config.service.max_lora_rank}),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.service.max_tokens,
                vocab_size=base.get_input_embeddings().num_embeddings),
-        iter(()), groups_per_step=config.learner.groups_per_step, run_token=token,
-        lease_timeout_s=config.coordinator.lease_timeout_s, heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
-        window_share=config.coordinator.window_share, trial_seats=max(TRIAL_SEATS, config.workers.count),
-        check_relays=True, score=_unscored, planner=publisher.planner, replan_every=config.activation.replan_every,
-        fleet=Fleet(ActivationPolicy.from_rule(config.activation, rollouts_per_step=1, staleness=config.staleness)),
-        sources=[requests], prompts=False)
+        run_token=token, planner=publisher.planner, training=None)  # its clients train on data of their own
     models = TrainingModels(base, tokenizer, lora_alpha=config.service.lora_alpha,
                             max_rank=config.service.max_lora_rank, micro_batch=config.learner.micro_batch,
                             compute_dtype=config.model.dtype, max_learning_rate=config.service.max_learning_rate)
@@ -125,8 +115,9 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
             PAYLOAD_DTYPES[config.broadcast.dtype], seed=config.run.seed))
     if dropped := service.checkpoints.sweep(DEFAULT_TENANT):
         log.info("dropped %d half-written save(s) a stopped service left", dropped)
-    desk = requests.desk = service.sampling
+    desk = service.sampling
     assert desk is not None
+    state.add_source(desk)  # the clients' requests
     desk.publish()  # version 0: the base model's own sampler, what workers fetch first
     desk.wait_published()
     coordinator, limits = config.coordinator, config.limits
@@ -170,7 +161,3 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
         remove_redaction(redaction)
         logging.getLogger().removeHandler(log_file)
 
-
-def _unscored(*_: object) -> list[list[float]]:
-    """A training service scores nothing: its clients compute their own rewards."""
-    raise RuntimeError("a training service's coordinator leases no task prompts, so it scores none")

@@ -23,35 +23,29 @@ import torch
 from echo2.broadcast.publisher import Publisher
 from echo2.config import Config, ConfigError, LocalWorkerSpec, dump_config
 from echo2.coordinator.app import create_app
-from echo2.coordinator.fleet import Fleet
-from echo2.coordinator.membership import TRIAL_SEATS
+from echo2.coordinator.books import Training
 from echo2.coordinator.records import Limits
-from echo2.coordinator.scoring import Scorer, Verdicts, task_scorer
-from echo2.coordinator.scoring_processes import ScoringError, ScoringProcesses
 from echo2.coordinator.server import CoordinatorServer
-from echo2.coordinator.state import CoordinatorState
 from echo2.core.staleness import versions_in_use
-from echo2.launch.agents import AgentRun, is_agent_run
+from echo2.launch.coordinator import build_coordinator
 from echo2.launch.local import LocalWorkers
 from echo2.launch.ranks import adapter_spec, build_learner, load_policy, run_follower
 from echo2.launch.summary import RunSummary
+from echo2.launch.work import run_work
 from echo2.learner.checkpoint import latest_resumable, load_resume_state
 from echo2.learner.distributed import Shard, announce, start
 from echo2.learner.evaluations import ProcessEvaluations
 from echo2.learner.loop import LearnerLoop
 from echo2.model import heap
-from echo2.model.episodes import observation_ids
 from echo2.model.evaluation import EvalResult
 from echo2.model.loading import check_cpus, load_tokenizer, pin_threads, pinned_cpus
 from echo2.net.guard import viewer_credential
 from echo2.net.ratelimit import RateLimiter
 from echo2.net.redact import REDACTED, redact_logs, remove_redaction
 from echo2.net.tls import certificate_fingerprint
-from echo2.planning.activation_rule import ActivationPolicy
 from echo2.protocol import RunSpec
 from echo2.report.figures import save_run_plots
 from echo2.rollout.options import WorkerOptions
-from echo2.tasks import Task, load_task
 from echo2.telemetry.metrics import MetricsWriter, TimelineWriter
 from echo2.telemetry.trackers import open_trackers
 
@@ -142,34 +136,6 @@ def local_worker_options(config: Config, url: str, token: str, name_prefix: str 
     return options
 
 
-def coordinator_verdicts(config: Config, task: Task) -> Verdicts:
-    """Where the coordinator's rewards and environment answers come from: ``task`` rebuilt in
-    ``coordinator.scoring_processes`` processes, each call bounded in time; with 0, ``task`` itself
-    in the coordinator's threads."""
-    coordinator = config.coordinator
-    if coordinator.scoring_processes == 0:
-        return task
-    try:
-        return ScoringProcesses(config.task.name, config.task.options, coordinator.scoring_processes,
-                                coordinator.scoring_timeout_s, start_timeout_s=coordinator.start_timeout_s)
-    except ScoringError as error:
-        raise ConfigError(f"coordinator.scoring_processes: {error}. The coordinator scores in processes of its "
-                          "own, which import the task by its name: define it in an importable module (or in a "
-                          "script that starts the run under `if __name__ == '__main__':`), or set "
-                          "coordinator.scoring_processes=0 to score in the coordinator's threads, with no time "
-                          "bound") from None
-
-
-def reward_scorer(task: Verdicts, weights: str) -> Scorer:
-    """How the coordinator scores submitted completions: each model turn decoded as sampling and
-    evaluation read it (special tokens such as EOS dropped), inserted tokens checked against the
-    environment's answers, then ``task.episode_rewards``. Its own tokenizer, as it runs in the
-    coordinator's HTTP threads."""
-    tokenizer = load_tokenizer(weights)
-    return task_scorer(task, lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
-                       lambda text: observation_ids(tokenizer, text))
-
-
 def launch_workers(config: Config, url: str, token: str, log_dir: Path,
                    worker_cpus: list[int] | None = None) -> LocalWorkers | RayWorkers:
     """The run's ``workers.count`` workers: Ray actors (``launcher: ray``), or local subprocesses on
@@ -229,8 +195,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     (run_dir / "config.yaml").write_text(dump_config(config))
     pin_threads(config.learner.threads)
     torch.manual_seed(config.run.seed)
-    agents = AgentRun(config, run_dir) if is_agent_run(config) else None
-    task = load_task(config.agent.examples if agents else config.task.name, config.task.options)
+    work = run_work(config, run_dir)
+    task = work.task
     checkpoint = shard.broadcast(latest_resumable(run_dir) if resume_dir else None)
     weights = str(checkpoint) if checkpoint else config.model.name
     model, tokenizer = load_policy(config, weights), load_tokenizer(weights)
@@ -246,32 +212,14 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
                           upload_mbps=config.emulation.learner_upload_mbps, latency_ms=config.emulation.learner_latency_ms)
     # the console and train.log never show a credential
     redaction = redact_logs(token, publisher.token, viewer_credential(token))
-    verdicts = task if agents else coordinator_verdicts(config, task)  # an agent run's rewards are the agent's
-    spec = run_spec(config, task.max_turns)
-    state = CoordinatorState(
-        spec.model_copy(update={"agent_calls": True, "max_turns": 1}) if agents else spec,
+    state = build_coordinator(
+        config, work.spec(run_spec(config, task.max_turns)),
         Limits(group_size=config.rollout.group_size, max_new_tokens=config.rollout.max_new_tokens,
                vocab_size=model.get_input_embeddings().num_embeddings, max_turns=task.max_turns),
-        task.train_examples(config.run.seed),
-        groups_per_step=config.learner.groups_per_step,
-        run_token=token,
-        lease_timeout_s=config.coordinator.lease_timeout_s,
-        heartbeat_timeout_s=config.coordinator.heartbeat_timeout_s,
-        window_share=config.coordinator.window_share,
-        trial_seats=max(TRIAL_SEATS, config.workers.count),
-        check_relays=True,
-        score=reward_scorer(verdicts, weights),
-        environment=verdicts.respond if task.max_turns > 1 else None,
-        on_interval=timeline.interval,
-        replan_every=config.activation.replan_every,
-        planner=publisher.planner,
-        fleet=Fleet(ActivationPolicy.from_rule(config.activation,
-                                               config.learner.groups_per_step * config.rollout.group_size,
-                                               config.staleness)),
-        sources=[agents] if agents else [], prompts=agents is None,
-    )
-    if agents:
-        agents.attach(state, tokenizer, getattr(model.config, "max_position_embeddings", None))
+        run_token=token, planner=publisher.planner,
+        training=Training(task.train_examples(config.run.seed), config.learner.groups_per_step),
+        prompts=work.prompts(weights), on_interval=timeline.interval)
+    work.attach(state, tokenizer, getattr(model.config, "max_position_embeddings", None))
     if resume:
         state.restore_snapshot(resume["coordinator"], task.train_examples(config.run.seed))
     state.publish(publisher.publish(version, model))
@@ -280,10 +228,9 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
                                 limits.registrations_per_minute)
     app = create_app(state, coordinator.lease_wait_s, https_relays_only=coordinator.tls_certfile is not None,
                      registrations=registrations, body_timeout_s=limits.body_timeout_s, run_dir=run_dir,
-                     doors=agents.doors(token) if agents else None)
+                     doors=work.doors(token))
     publisher.mount(app)
-    if agents:
-        agents.mount(app, token, lambda: server.url)
+    work.mount(app, token, lambda: server.url)
     server = CoordinatorServer(app, coordinator.host, port, certfile=coordinator.tls_certfile,
                                keyfile=coordinator.tls_keyfile, head_timeout_s=limits.head_timeout_s)
     server.start(config.coordinator.start_timeout_s)
@@ -301,30 +248,23 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     learner = build_learner(config, model, tokenizer, checkpoint, shard)
     evaluations = None
     try:
-        if agents:  # held-out episodes played by the agent, through the fleet
-            evaluations = agents.evaluations(eval_examples)
-        elif config.eval.where != "learner":  # (``process``: it loads its model while the workers start)
-            evaluations = ProcessEvaluations(run_dir, deferred=config.eval.where == "after", before_start=state.finish)
+        evaluations = work.evaluations(state, eval_examples, run_dir)
         state.wait_for_workers(config.workers.count, config.coordinator.start_timeout_s, workers.check)
         workers.supervise()
-        if agents:
-            agents.start(server.url)
+        work.start(server.url)
         loop = LearnerLoop(config, state, publisher, learner, task, eval_examples, run_dir, metrics, timeline,
                            evaluations)
         with heap.settled():
             result = loop.run(resume)
         stats = state.stats(config.activation.learner_price_per_hour, result.wall_seconds)
     finally:
-        if agents:
-            agents.stop()
+        work.stop()
         if isinstance(evaluations, ProcessEvaluations):
             evaluations.stop()
         announce(shard, "stop")
         state.finish()
         workers.stop()
         server.stop()
-        if isinstance(verdicts, ScoringProcesses):
-            verdicts.close()
         publisher.close()
         metrics.close()
         timeline.close()

@@ -28,7 +28,7 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -124,8 +124,8 @@ SERVICE_SOURCE = "service"
 
 class SamplingDesk:
     """The fleet's side of a training service: its samplers published as bundles, its clients'
-    requests queued as the ``service`` work source's (:class:`~echo2.coordinator.sources.DeskSource`),
-    their results audited and answered."""
+    requests queued as the ``service`` work source (:mod:`echo2.coordinator.sources`, added to the
+    coordinator by ``echo2 serve``), their results audited and answered."""
 
     name = SERVICE_SOURCE
     def __init__(self, state: CoordinatorState, publisher: Publisher, models: TrainingModels, turns: Turns,
@@ -449,6 +449,13 @@ class SamplingDesk:
         if pending is not None:
             self.counts.poisoned += 1
             self._fail(pending, f"refused: {why}", "user")
+
+    def reap(self) -> None:
+        """Nothing for the coordinator to reap: a request's time limit is its own (``service.sample_timeout_s``)."""
+
+    def report(self) -> dict[str, float]:
+        """Its counts (:class:`DeskCounts`: audited, quarantined, timed out, poisoned ...), in requests."""
+        return asdict(self.counts)
 
     def _fail(self, pending: Pending, why: str, category: ErrorCategory = "server") -> None:
         with self._lock:
