@@ -1,6 +1,8 @@
 """One set of books (:class:`echo2.core.books.Books`) for the coordinator and the simulator: the
 same sequence of grants, submissions, expiries, batches, publishes and a re-plan, driven through
-the coordinator's requests and through the simulator's moves, leaves the same books."""
+the coordinator's requests and through the simulator's moves, leaves the same books; so do the
+other kinds of work: a sampling request leased and answered (a service's client's), an agent's
+group opened, played and admitted, and one abandoned (its prompt first in line again)."""
 
 import pytest
 from conftest import make_state, publish, submit_all
@@ -8,8 +10,13 @@ from conftest import make_state, publish, submit_all
 from echo2.core.books import Books, Counters
 from echo2.core.leasing import LeaseAnswer
 from echo2.core.profiling import LeaseCycle
+from echo2.core.sample_queue import SampleWork
 from echo2.core.shares import SharePolicy
+from echo2.gateway.episodes import EpisodeBook
+from echo2.gateway.render import Held
+from echo2.gateway.trajectory import Call
 from echo2.planning.activation_rule import ActivationPolicy, replan
+from echo2.protocol import SampledSequence, SampleResult, SubmitRequest, leased_sample
 from echo2.simulation.engine import Simulation
 from echo2.simulation.scenario import parse_scenario
 
@@ -29,7 +36,8 @@ def digest(books: Books, workers: list) -> dict:
         "counters": {name: getattr(books.counters, name) for name in
                      ("leases_issued", "leases_completed", "leases_expired", "groups_accepted", "groups_trained")},
         "workers": [(w.proven, w.unfulfilled, w.groups_delivered, w.active, w.parked_until > 0) for w in workers],
-        "in_training": len(books.in_training),
+        "in_training": len(books.in_training), "samples_waiting": len(books.samples),
+        "kinds": sorted(lease.kind for lease in books.active_leases()),
     }
 
 
@@ -57,12 +65,82 @@ def play(side) -> list[dict]:
     return seen
 
 
-class Live:
-    """The sequence through the coordinator's requests."""
+def play_other_work(side) -> list[dict]:
+    """A sampling request and an agent's groups beside the task's prompts, on either side."""
+    a, b = side.join("a"), side.join("b")
+    side.queue_sample("r0")  # a client's request: served before prompts
+    sample = side.ask(a, 0)
+    lease_b = side.ask(b, 0)  # nothing else waits: prompts
+    seen = [side.digest()]
+    side.submit_sample(a, sample)
+    seen.append(side.digest())
+    side.agent_group(a)  # opened at the newest version, its episodes played by a, admitted
+    seen.append(side.digest())
+    side.abandoned_group()  # opened, then the agent gave up: its prompt first in line again
+    seen.append(side.digest())
+    side.submit(b, lease_b)
+    side.train(0)
+    seen.append(side.digest())
+    return seen
+
+
+class Requests:
+    """A work source that keeps the request ids answered (a training service's desk, to the books)."""
+
+    name = "requests"
 
     def __init__(self) -> None:
-        self.state = make_state(staleness=STALENESS, groups_per_step=GROUPS_PER_STEP)
+        self.answered: list[str] = []
+
+    def results(self, worker_id, lease, results):
+        self.answered += [lease.slots[result.slot].request_id for result in results]
+
+    def refused(self, work, why):
+        raise AssertionError(f"{work.request_id}: {why}")
+
+    def reap(self):
+        pass
+
+    def report(self):
+        return {}
+
+
+def sample_work(request_id: str) -> SampleWork:
+    leased = leased_sample(slot=0, sampler="", prompt_ids=[1, 2, 3], num_samples=2, max_tokens=2, temperature=1.0)
+    return SampleWork(request_id, min_version=0, rows=2, request=leased, source=Requests.name)
+
+
+class Live:
+    """The sequence through the coordinator's requests (and the gateway's episodes' books)."""
+
+    def __init__(self) -> None:
+        self.requests = Requests()
+        self.state = make_state(staleness=STALENESS, groups_per_step=GROUPS_PER_STEP, sources=[self.requests])
         self.records = []
+        self.episodes = EpisodeBook(self.state.parts, group_size=2, episode_timeout_s=60)
+
+    def queue_sample(self, request_id):
+        self.state.queue_samples([sample_work(request_id)])
+
+    def submit_sample(self, record, lease):
+        results = [SampleResult(slot=leased.slot, sequences=[
+            SampledSequence(token_ids=[4], logprobs=[-0.5], stop_reason="stop")] * leased.num_samples)
+            for leased in lease.samples]
+        self.state.work.submit(record, SubmitRequest(lease_id=lease.lease_id, version=0, samples=results,
+                                                     generate_seconds=0.1))
+        assert self.requests.answered == ["r0"]
+
+    def agent_group(self, record):
+        first, second = self.episodes.claim(0.1), self.episodes.claim(0.1)
+        for episode, tokens in ((first, [4]), (second, [5])):
+            call = Call(f"c{episode.episode_id}", [1, 2, 3], tokens, [-0.5], version=self.state.version)
+            self.episodes.record(episode, call, record.worker_id, Held([{"role": "user", "content": "q"}],
+                                                                        [1, 2, 3, *tokens], True))
+            self.episodes.reward(episode.episode_id, 1.0)
+
+    def abandoned_group(self):
+        episode = self.episodes.claim(0.1)
+        self.episodes.give_up(episode.episode_id, "the agent raised")
 
     def join(self, name):
         record = self.state.members.register(name)
@@ -131,6 +209,21 @@ class Simulated:
         self.state.queue.now += 1.0
         self.sim._overdue(lease)
 
+    def queue_sample(self, request_id):
+        self.sim.queue_samples([sample_work(request_id)])
+
+    def submit_sample(self, worker, lease):
+        self.submit(worker, lease)
+
+    def agent_group(self, worker):
+        books = self.state.books
+        (slot, _), version = books.open_group(lambda: None), books.version
+        books.admit_group(slot, version, (version, worker))
+
+    def abandoned_group(self):
+        slot, _ = self.state.books.open_group(lambda: None)
+        self.state.books.drop_group(slot)
+
     def train(self, step):
         assert self.state.step == step
         if not self.state.learner_busy:
@@ -157,6 +250,18 @@ def test_the_coordinator_and_the_simulator_keep_the_same_books():
     assert live[3]["workers"][0][:3] == (True, 0, 2)  # a's two groups trained: proven
     assert live[-1]["counters"] == {"leases_issued": 3, "leases_completed": 2, "leases_expired": 1,
                                     "groups_accepted": 4, "groups_trained": 4}
+
+
+def test_sampling_work_and_agent_groups_keep_the_same_books_on_both_sides():
+    live, simulated = play_other_work(Live()), play_other_work(Simulated())
+    assert live == simulated
+    assert live[0]["kinds"] == ["prompt", "sample"] and live[0]["samples_waiting"] == 0
+    assert live[0]["in_flight"] == [0, 1]  # the request took no prompt slot
+    assert live[1]["kinds"] == ["prompt"] and live[1]["counters"]["leases_completed"] == 1
+    assert live[1]["counters"]["groups_accepted"] == 0  # an answered request is no group
+    assert live[2]["buffer"] == [(0, 2)] and live[2]["counters"]["groups_accepted"] == 1  # the agent's group
+    assert live[3]["requeued"] == 1 and live[3]["next_slot"] == 4  # the abandoned group's prompt, first in line
+    assert live[4]["counters"]["groups_trained"] == 2 and live[4]["buffer"] == [(0, 2)]
 
 
 class Worker:

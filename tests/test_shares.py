@@ -123,9 +123,10 @@ def test_a_new_name_gains_a_hoarder_nothing_one_group_then_parked_until_it_deliv
 
 def test_a_proven_worker_that_takes_no_work_does_not_hold_newcomers_to_one_untrained_group():
     """A newcomer waits for its submitted group to be trained before its next lent group only while
-    a proven worker holds a lease (it could fill the batch meanwhile). One that delivered once and
-    now only heartbeats is no cover: it left two honest newcomers one untrained group each, short
-    of a batch of four, and a run starved at step 0."""
+    a proven worker is working (it could fill the batch meanwhile): holds a lease, or began its
+    lease cycle within the lease timeout. One that delivered once and now only heartbeats is no
+    cover: it left two honest newcomers one untrained group each, short of a batch of four, and a
+    run starved at step 0."""
     state = make_state(staleness=3, groups_per_step=4)
     newcomer, idle = state.members.register("newcomer"), state.members.register("idle")
     idle.proven = True  # delivered once; holds nothing now
@@ -134,8 +135,10 @@ def test_a_proven_worker_that_takes_no_work_does_not_hold_newcomers_to_one_untra
     second = state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0)
     assert len(second.prompts) == 1
     submit_all(state, newcomer, second)
-    assert len(state.work.lease(idle, worker_version=0, max_groups=4, wait_s=0).prompts) == 4  # now it works
+    idle.cycle.began_at = time.monotonic() - 59  # it submitted a lease 59 s ago (leases time out after 60)
     assert state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).status == "wait"
+    idle.cycle.began_at = time.monotonic() - 61
+    assert state.work.lease(newcomer, worker_version=0, max_groups=4096, wait_s=0).status == "granted"
 
 
 def test_a_newcomers_slot_is_lent_so_the_others_keep_the_whole_window_while_it_holds_it():

@@ -196,7 +196,7 @@ class Books(Generic[W, G]):
         requests: Requests = ("none" if not self.samples else "servable" if self.samples.servable(worker_version)
                               else "newer")
         untrained = 0
-        if not worker.proven and any(w.worker_id in self._leases for w in proven):
+        if not worker.proven and any(self._working(w, now) for w in proven):
             mine = worker.worker_id
             untrained = (self.ledger.buffered(lambda group: mine in self.workers_of(group))
                          + sum(mine in self.workers_of(group) for group in self.in_training))
@@ -204,6 +204,18 @@ class Books(Generic[W, G]):
                             requested=requested, held=held, active=worker.active, others_live=bool(others), now=now,
                             lease_timeout_s=self.lease_timeout_s, group_s=group_s, others_proven=bool(proven),
                             finished=self.finished, untrained=untrained, requests=requests)
+
+    def _working(self, worker: W, now: float) -> bool:
+        """``worker`` holds a lease, or began its current lease cycle (a submission, a grant after a
+        wait) within ``lease_timeout_s`` of ``now``: it can fill the learner's batch while a newcomer
+        waits for its own group to be trained (:func:`~echo2.core.shares.lease_size`'s ``untrained``).
+        A proven identity that took no lease for that long (one that only heartbeats) is no cover:
+        counted as one, it left honest newcomers one untrained group each, short of a batch, and
+        starved a run at step 0. Holding a lease alone is not the test: an honest worker holds none
+        between its submission and its next grant, and newcomers lent another group in that gap
+        overran the window (dropped as stale)."""
+        began = worker.cycle.began_at
+        return worker.worker_id in self._leases or (began is not None and now - began < self.lease_timeout_s)
 
     def grant(self, worker: W, worker_version: int, answer: LeaseAnswer, now: float, draw: Callable[[], Any],
               make: Callable[..., L] = Lease) -> L:

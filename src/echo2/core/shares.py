@@ -58,9 +58,8 @@ def lease_size(policy: SharePolicy, requested: int, held: int, window: int, othe
     slots of a ``window``-slot window (0: it must wait for its own leases to finish first). A
     worker on trial or slowed holds one group at a time, from its grant until it is trained:
     ``untrained`` counts its groups submitted and not trained yet (the caller passes 0 while no
-    proven worker holds a lease, who could fill the learner's batch meanwhile: one that delivered
-    once and then only heartbeats, counted as cover, left honest newcomers at one untrained group
-    each, short of a batch, and starved a run at step 0). Lent slots count
+    proven worker is working, who could fill the learner's batch meanwhile:
+    :meth:`echo2.core.books.Books._working`). Lent slots count
     against the window once their group arrives, so a worker on trial that got another lent group
     each time it submitted one would overrun the window, and the overrun is dropped as stale.
     ``others_proven``: whether another worker at work has delivered; probation applies only then: while nobody has, nobody could do the work in a newcomer's place

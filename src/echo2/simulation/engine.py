@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 
 from echo2.core.leasing import LeaseAnswer
+from echo2.core.sample_queue import SampleWork
 from echo2.planning.activation_rule import replan
 from echo2.planning.broadcast_time import broadcast_seconds
 from echo2.simulation.fleet import SimGroup, SimLease, SimWorker, lognormal
@@ -189,10 +190,24 @@ class Simulation:
             self.state.queue.after(answer.deadline_s, self._overdue, lease)
 
     def _lease_lengths(self, lease: SimLease) -> list[float]:
-        """The lease's responses, tokens: each group's drawn together (their lengths correlate). A
-        lease is one batch to the worker's engine and is submitted whole, when its longest is done."""
-        size = self.state.books.group_size
-        return [length for _ in lease.slots for length in self.state.lengths.group(self.state.lengths_rng, size)]
+        """The lease's responses, tokens: each group's (or sampling request's rows) drawn together
+        (their lengths correlate). A lease is one batch to the worker's engine and is submitted
+        whole, when its longest is done."""
+        return [length for size in self._rows(lease) for length in self.state.lengths.group(self.state.lengths_rng, size)]
+
+    def _rows(self, lease: SimLease) -> list[int]:
+        """Completions of each of the lease's slots: a group's ``group_size``, a sampling request's own rows."""
+        if lease.kind == "sample":
+            return [work.rows for work in lease.slots.values()]
+        return [self.state.books.group_size] * len(lease.slots)
+
+    def queue_samples(self, works: list[SampleWork]) -> None:
+        """Sampling requests for the fleet (a training service's clients', an agent's calls), queued
+        on the books as the coordinator queues them (:meth:`echo2.coordinator.state.CoordinatorState.queue_samples`);
+        a worker held back may take them now."""
+        for work in works:
+            self.state.books.samples.add(work)
+        self._open_window()
 
     def _generating(self, worker: SimWorker, epoch: int, lease: SimLease) -> None:
         """The worker starts on ``lease`` (unless it is leaving: it finished the lease in hand); an
@@ -214,7 +229,7 @@ class Simulation:
             return
         worker.leases.remove(lease)
         now = self.state.queue.now
-        rollouts = len(lease.slots) * self.state.books.group_size
+        rollouts = sum(self._rows(lease))
         self.state.recorder.generated += rollouts
         if lease.state == "expired":  # ran past its deadline: the coordinator refuses it
             self.state.books.counters.groups_rejected_expired_lease += len(lease.slots)
