@@ -1,8 +1,10 @@
-"""Relays judged by the rate they send at (issue 60): a relay that trickles bytes is left within
-the stall budget and reported, an honest throttled one is kept though its chunks outlast that
-budget, and one that answers and then sends nothing is left as a stall, not reported."""
+"""Relays judged by the rate they send at: a relay that trickles bytes is left within the stall
+budget and reported, an honest throttled one is kept though its chunks outlast that budget, and
+one that answers and then sends nothing is left as a stall and reported silent, which the
+coordinator checks from its own host before it takes the relay out of the plan."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -121,10 +123,11 @@ def test_a_relay_at_its_declared_rate_is_kept_though_a_chunk_outlasts_the_stall_
 
 
 @pytest.mark.integration
-def test_a_relay_that_answers_and_then_sends_nothing_is_left_as_a_stall_not_reported(peers):
+def test_a_relay_that_answers_and_then_sends_nothing_is_left_as_a_stall_and_reported_silent(peers):
     """Its answer's head and then silence: the same to a peer as a link cut mid-answer, so it is
-    left and suspected a while like any stall, and not reported: a partition between two honest
-    nodes must not cost a relay its place in everyone's plan."""
+    left and suspected a while like any stall, and reported at 0 B/s, which the coordinator checks
+    from its own host before it acts: a partition between two honest nodes must not cost a relay
+    its place in everyone's plan."""
     payload = random_payload(128 * KIB)
     root = peers(None)
     root.store.publish(1, payload, chunk_size=64 * KIB)
@@ -133,7 +136,8 @@ def test_a_relay_that_answers_and_then_sends_nothing_is_left_as_a_stall_not_repo
         result = fetch_version(1, [silent, root.url], ChunkStore(), stall_s=0.5, poll_s=0.3, timeout_s=20,
                                suspects=suspects)
     assert result.payload == payload and silent not in result.stats.chunks_by_source
-    assert suspects.reports() == {} and suspects.chain([silent, root.url]) == [root.url]
+    assert suspects.reports() == {silent: 0.0}  # reported silent: the coordinator asks it before it acts
+    assert suspects.chain([silent, root.url]) == [root.url]
 
 
 @pytest.mark.integration
@@ -160,3 +164,53 @@ def test_a_silent_relay_is_left_as_soon_as_its_planned_rate_explains_no_silence(
         assert elapsed < 0.3 + SILENCE_SLACK_S + 1.5, elapsed
     else:
         assert elapsed >= 6.0, elapsed
+
+
+@pytest.mark.integration
+def test_a_relay_reported_silent_is_asked_by_the_coordinator_and_left_only_if_silent_there_too(peers):
+    """A child that got no byte from its relay reports it at 0 B/s: a cut link between two honest
+    nodes looks the same, so the coordinator asks the relay for a chunk itself. A relay that answers
+    keeps its place; one silent to the coordinator too is taken out of every chain. One check of a
+    relay at a time, and none again within a while, whatever the reports."""
+    from conftest import make_state, publish
+
+    from echo2.broadcast.topology import plan_tree
+    from echo2.coordinator.relay_check import RelayChecker
+    from echo2.protocol import SlowSource
+
+    relay = peers(None)
+    relay.store.publish(1, random_payload(64 * KIB), chunk_size=16 * KIB)
+    state = make_state(staleness=1, planner=lambda nodes, incumbent: plan_tree(nodes, incumbent=incumbent))
+    verdicts: list[tuple[str, bool]] = []
+    done = threading.Event()
+    checker = RelayChecker("broadcast-secret", lambda *_: None)
+    state.parts.relay_checker = checker
+    quiet = TricklingRelay(relay.store, bytes_per_tick=1, tick_s=3600)
+    silent = state.members.register("silent", relay_url=quiet.__enter__(), upload_bytes_per_s=1e12)
+    honest = state.members.register("honest", relay_url=relay.url, upload_bytes_per_s=1e9)
+    child = state.members.register("child")
+    publish(state, 1)
+    for record in (silent, honest):
+        record.loaded_version = 1
+    asked: list[tuple[str, str, int]] = []
+    real = checker.recheck
+
+    def recheck(worker_id, url, version, budget_s, verdict):
+        asked.append((worker_id, url, version))
+        real(worker_id, url, version, 1.0, lambda *args: (verdict(*args), verdicts.append(args[:2]), done.set()))
+
+    checker.recheck = recheck
+    # the child's chains name both (the plan puts each in some child's chain; here, this one's)
+    state.parts.versions.chains_of = lambda worker_id: [silent.worker_id, honest.worker_id]
+    state.members.heartbeat(child, 1, [], slow_sources=[SlowSource(url=relay.url, bytes_per_s=0.0)])
+    assert done.wait(10) and verdicts == [(honest.worker_id, True)]
+    assert not honest.relay_demoted(time.monotonic())  # it answered: the child's link, not the relay
+    done.clear()
+    state.members.heartbeat(child, 1, [], slow_sources=[SlowSource(url=silent.relay_url, bytes_per_s=0.0)])
+    assert done.wait(10) and verdicts[-1] == (silent.worker_id, False)
+    quiet.__exit__()
+    assert silent.relay_demoted(time.monotonic())  # silent here too: out of the plan
+    assert not {node.id: node for node in state.registry.plan_nodes()}[silent.worker_id].reachable
+    state.members.heartbeat(child, 1, [], slow_sources=[SlowSource(url=relay.url, bytes_per_s=0.0)])
+    time.sleep(0.3)
+    assert len(verdicts) == 2 and len(asked) == 3  # asked again, checked no sooner than RECHECK_EVERY_S

@@ -148,5 +148,6 @@ def test_a_relay_a_peer_left_for_its_rate_leaves_every_chain_and_the_plan_a_whil
     liar.relay_demoted_until = 0.0  # its time is up; it is a source again, then trickles again
     publish(state, 3)
     assert state.version_info(child).sources[0] != liar.relay_url  # planned at 300 B/s now: last
-    state.registry.demote_relay(child, liar.relay_url, 200.0, [liar.worker_id])
+    state.registry.demote_relay(liar, 200.0, "left by child")
     assert liar.relay_demoted_until - time.monotonic() > 3 * registry_module.DEMOTED_S
+

@@ -336,7 +336,7 @@ class _Fetch:
 
     def _suspect(self, url: str, failure: SourceFailed) -> None:
         if failure.suspect and self.suspects is not None:
-            self.suspects.failed(url)
+            self.suspects.failed(url, silent=failure.silent)
 
     def _superseded(self, url: str, failure: SourceFailed) -> VersionSuperseded:
         return VersionSuperseded(f"v{self.version} is no longer served by {url} ({failure}); fetch a newer version")

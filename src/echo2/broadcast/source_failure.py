@@ -10,10 +10,11 @@ from echo2.broadcast.errors import error_body, error_code
 
 
 class SourceFailed(Exception):
-    def __init__(self, reason: str, gone: bool = False, suspect: bool = False) -> None:
+    def __init__(self, reason: str, gone: bool = False, suspect: bool = False, silent: bool = False) -> None:
         super().__init__(reason)
         self.gone = gone  # the source says the version will never come (evicted)
         self.suspect = suspect  # no answer, no bytes, a broken connection, bad bytes: skip it a while
+        self.silent = silent  # it took the connection and then sent nothing: reported, for the coordinator to check
 
 
 def refused(response: httpx.Response) -> SourceFailed:
@@ -26,6 +27,9 @@ def unreachable(error: httpx.TransportError, timeout: httpx.Timeout) -> SourceFa
     """A request that got no (whole) answer: no connection, no bytes within the read timeout, a reset."""
     if isinstance(error, httpx.ConnectTimeout):
         return SourceFailed(f"stalled: no connection within {timeout.connect:g}s", suspect=True)
+    if isinstance(error, httpx.ReadTimeout):  # connected, then silent: the relay's doing, or a link cut meanwhile
+        return SourceFailed(f"stalled: no bytes for {timeout.read:g}s ({type(error).__name__})", suspect=True,
+                            silent=True)
     if isinstance(error, httpx.TimeoutException):
         return SourceFailed(f"stalled: no bytes for {timeout.read:g}s ({type(error).__name__})", suspect=True)
     return SourceFailed(f"{type(error).__name__}: {error or 'connection lost'}", suspect=True)

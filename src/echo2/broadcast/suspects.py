@@ -19,6 +19,9 @@ A relay left for sending too slowly (:func:`echo2.core.fetch_chain.too_slow`) is
 :data:`SLOW_S`, and reported to the coordinator with the rate measured (the next heartbeat drains
 :meth:`SuspectSources.reports`), which takes it out of the plan: one that trickles bytes answers,
 so nothing but its rate tells it from a healthy one, and going back to it costs a stall each time.
+A relay that took the connection and sent nothing is reported too, at 0 B/s: the coordinator asks
+it for a chunk itself before taking it out of the plan (:meth:`echo2.coordinator.relay_check.RelayChecker.recheck`),
+since a cut link between two honest nodes looks the same to the child.
 """
 
 from __future__ import annotations
@@ -49,14 +52,19 @@ class SuspectSources:
         self._failures: dict[str, tuple[int, float]] = {}  # url -> (failures in a row, when the last time out ends)
         self._lock = threading.Lock()
 
-    def failed(self, url: str) -> None:
+    def failed(self, url: str, silent: bool = False) -> None:
         """``url`` could not be reached: leave it out for ``suspect_s``, doubled for each time it
         failed before within :data:`SLOW_S` of its last time out's end (at most :data:`SLOW_S`);
-        failures while it is left out (a fetch's requests in flight) are one."""
+        failures while it is left out (a fetch's requests in flight) are one. ``silent``: it took
+        the connection and sent nothing; reported at 0 B/s, which the coordinator checks from its
+        own host before it takes the relay out for everyone (a link cut between two honest nodes
+        is silent too)."""
         url, now = url.rstrip("/"), self.clock()
         with self._lock:
             if self._until.get(url, 0.0) > now:
                 return
+            if silent and (url in self._slow or len(self._slow) < MAX_REPORTS):
+                self._slow[url] = 0.0
             count, ended = self._failures.get(url, (0, float("-inf")))
             count = count + 1 if now - ended <= SLOW_S else 1
             until = self._until[url] = now + min(self.suspect_s * 2 ** (count - 1), SLOW_S)
@@ -72,7 +80,8 @@ class SuspectSources:
                 self._slow[url] = min(bytes_per_s, self._slow.get(url, bytes_per_s))
 
     def reports(self) -> dict[str, float]:
-        """The relays left for their rate since the last call (url -> bytes/s measured), for the coordinator."""
+        """The relays left for their rate or their silence since the last call (url -> bytes/s
+        measured, 0: silent), for the coordinator."""
         with self._lock:
             reports, self._slow = self._slow, {}
             return reports

@@ -113,6 +113,28 @@ class CoordinatorBooks:
         with self.cond:
             self.registry.relay_checked(worker_id, reachable, why)
 
+    def recheck_relay(self, relay: WorkerRecord, reporter: str) -> None:
+        """``reporter`` found ``relay`` silent (call locked): the coordinator asks it for a chunk of
+        the newest version it holds, from its own host, within the stall budget, and takes it out
+        of the plan if it is silent here too (:meth:`~.relay_check.RelayChecker.recheck`). A relay
+        silent to one child only (a cut link) keeps its place; that child skips it a while."""
+        if self.relay_checker is None or relay.relay_url is None or relay.loaded_version < 0 \
+                or relay.relay_demoted(time.monotonic()):
+            return
+        self.relay_checker.recheck(relay.worker_id, relay.relay_url, relay.loaded_version, self.spec.broadcast_stall_s,
+                                   lambda worker_id, answered, why: self._silence_verdict(worker_id, answered,
+                                                                                          f"{why}; {reporter}"))
+
+    def _silence_verdict(self, worker_id: str, answered: bool, why: str) -> None:
+        with self.cond:
+            relay = self.registry.workers.get(worker_id)
+            if relay is None:
+                return
+            if answered:
+                log.info("relay of %s answered the coordinator (%s): kept", relay.name, why)
+            else:
+                self.registry.demote_relay(relay, 0.0, f"silent to its child and to the coordinator ({why})")
+
     @property
     def version(self) -> int:
         return self.books.version

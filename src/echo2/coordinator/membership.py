@@ -103,7 +103,12 @@ class Membership:
             if slow_sources:
                 chains = self.parts.versions.chains_of(record.worker_id)
                 for slow in slow_sources:
-                    self.parts.registry.demote_relay(record, slow.url.rstrip("/"), slow.bytes_per_s, chains)
+                    if (relay := self.parts.registry.reported_relay(record, slow.url.rstrip("/"), chains)) is None:
+                        continue
+                    if slow.bytes_per_s > 0:  # it sent, below its floor: taken out on the reporter's word
+                        self.parts.registry.demote_relay(relay, slow.bytes_per_s, f"left by {record.name}")
+                    else:  # silent to the reporter: a cut link looks the same, so the coordinator asks it too
+                        self.parts.recheck_relay(relay, record.name)
             self.record_events(record, events)
             return HeartbeatResponse(latest_version=self.parts.version, stop=self.parts.finished)
 

@@ -108,24 +108,23 @@ class WorkerRegistry:
         log.info("relay of %s at %s %s: %s", record.name, record.relay_url,
                  "answered: peers may fetch there" if reachable else "is unreachable: a leaf of the plan", why)
 
-    def demote_relay(self, reporter: WorkerRecord, url: str, bytes_per_s: float, sources: list[str]) -> bool:
-        """``reporter`` left the relay at ``url`` for sending below its floor at ``bytes_per_s``: that
-        relay is no peer's source for :data:`DEMOTED_S` (longer each time) and is planned at the rate
-        measured. Only a relay in ``sources`` (worker ids of the reporter's own chains) is demoted on
-        its word: a worker can slow a relay it was sent to, not any relay it names. False: ignored."""
+    def reported_relay(self, reporter: WorkerRecord, url: str, sources: list[str]) -> WorkerRecord | None:
+        """The relay at ``url`` that ``reporter`` reports, if it is in ``sources`` (worker ids of the
+        reporter's own chains): a worker can report a relay it was sent to, not any relay it names."""
         relay = next((r for r in self.fleet() if r.relay_url == url and r.worker_id in sources), None)
-        if relay is None or relay is reporter:
-            return False
+        return None if relay is None or relay is reporter else relay
+
+    def demote_relay(self, relay: WorkerRecord, bytes_per_s: float, why: str) -> None:
+        """``relay`` was found sending at ``bytes_per_s`` (``why``: by whom): it is no peer's source
+        for :data:`DEMOTED_S` (longer each time) and is planned at the rate measured."""
         now = time.monotonic()
         relay.relay_peer_rate = min(bytes_per_s, relay.relay_peer_rate if relay.relay_peer_rate is not None
                                     else bytes_per_s)
         if not relay.relay_demoted(now):
             relay.relay_demoted_until = now + DEMOTED_S * 4 ** relay.relay_demotions
             relay.relay_demotions += 1
-            log.warning("relay of %s left by %s at %.0f B/s (planned at %.0f): no peer's source for %.0f s",
-                        relay.name, reporter.name, bytes_per_s, relay.upload_bytes_per_s or 0.0,
-                        relay.relay_demoted_until - now)
-        return True
+            log.warning("relay of %s %s at %.0f B/s (planned at %.0f): no peer's source for %.0f s",
+                        relay.name, why, bytes_per_s, relay.upload_bytes_per_s or 0.0, relay.relay_demoted_until - now)
 
     def plan_nodes(self) -> list[Node]:
         """The workers of the fleet as the broadcast planner sees them (a quarantined one relays

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 import httpx
 
-from echo2.broadcast.relay import IDENTITY_PATH
+from echo2.broadcast.relay import IDENTITY_PATH, PREFIX
 from echo2.protocol import AUTH_HEADER
 
 log = logging.getLogger("echo2.coordinator")
@@ -33,6 +35,8 @@ log = logging.getLogger("echo2.coordinator")
 #: Seconds before each try: a relay may start answering as itself only once its worker has its id.
 CHECK_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 CHECK_TIMEOUT_S = 3.0
+#: Seconds after a re-check of a relay reported silent before another (:meth:`RelayChecker.recheck`).
+RECHECK_EVERY_S = 30.0
 
 #: (worker id, reachable, why) once a check has an answer.
 Verdict = Callable[[str, bool, str], None]
@@ -58,9 +62,25 @@ class RelayChecker:
         self.credential, self.verdict = credential, verdict
         self.delays_s, self.timeout_s = tuple(delays_s), timeout_s
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._rechecking: set[str] = set()
+        self._rechecked: dict[str, float] = {}
 
     def check(self, worker_id: str, url: str) -> None:
         threading.Thread(target=self._check, args=(worker_id, url), daemon=True, name=f"relay-check-{worker_id}").start()
+
+    def recheck(self, worker_id: str, url: str, version: int, budget_s: float, verdict: Verdict) -> None:
+        """A peer found the relay at ``url`` silent: ask it for ``version``'s first chunk, in a
+        thread of its own; ``verdict(worker_id, answered, why)``: answered (the chunk whole, or a
+        refusal) within ``budget_s``, or not. One check of a relay at a time, and none within
+        :data:`RECHECK_EVERY_S` of its last: a swarm of reports costs one request a while."""
+        now = time.monotonic()
+        with self._lock:
+            if url in self._rechecking or now - self._rechecked.get(url, -math.inf) < RECHECK_EVERY_S:
+                return
+            self._rechecking.add(url)
+        threading.Thread(target=self._recheck, args=(worker_id, url, version, budget_s, verdict), daemon=True,
+                         name=f"relay-recheck-{worker_id}").start()
 
     def close(self) -> None:
         self._stop.set()
@@ -84,6 +104,28 @@ class RelayChecker:
                     return
                 why = f"answered {response.status_code} as {answered!r}, not as {worker_id!r}"
         self.verdict(worker_id, False, why)
+
+
+    def _recheck(self, worker_id: str, url: str, version: int, budget_s: float, verdict: Verdict) -> None:
+        started, answered, why = time.monotonic(), False, "no answer"
+        try:
+            with httpx.Client(base_url=url, timeout=httpx.Timeout(budget_s, connect=min(5.0, budget_s)),
+                              verify=False) as http, \
+                    http.stream("GET", f"{PREFIX}/{version}/chunks/0", headers={AUTH_HEADER: self.credential}) as response:
+                received = 0
+                for piece in response.iter_bytes():
+                    received += len(piece)
+                    if time.monotonic() - started > budget_s:
+                        raise httpx.ReadTimeout(f"{received} bytes in {budget_s:g}s")
+                answered, why = True, f"answered {response.status_code} with {received} bytes"
+        except httpx.HTTPError as error:
+            why = f"{type(error).__name__}: {error}"
+        finally:
+            with self._lock:
+                self._rechecking.discard(url)
+                self._rechecked[url] = time.monotonic()
+        if not self._stop.is_set():
+            verdict(worker_id, answered, f"{why} in {time.monotonic() - started:.1f}s")
 
 
 def _identity(response: httpx.Response) -> str | None:
