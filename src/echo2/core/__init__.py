@@ -26,4 +26,25 @@ code for each decision, so a simulated run is decided by the very rules of a rea
   source's progress grows, a relay's rate floor;
 * ``draw_rule.py`` — verifiable sampling's counter-based draws: ``uniform(seed, row, position)``
   by SplitMix64, the same on any device.
+
+**Versions, staleness and pacing.** Policy version ``v`` = optimizer steps applied; the initial
+weights are ``v = 0``, and learner step ``t`` turns ``v = t`` into ``v = t + 1``. A group carries the
+version its worker generated it with (the lease records the version the worker declared; a submit
+with any other version is refused).
+
+*Freshness* (``staleness.is_fresh``): step ``t`` trains only on groups with
+``0 <= t - version <= S``. Stale groups found in the buffer are dropped, counted
+(``groups_dropped_stale``), and their prompts re-queued: no prompt is lost.
+
+*Pacing* (``staleness.lease_window``, after AReaL; kept by ``pacing.PacingLedger``): the coordinator
+numbers the group slots it grants; at learner version ``v`` it grants only while useful slots
+``< (S + v + 1) * B`` (``B`` = ``learner.groups_per_step``). Slot ``k`` is meant for step ``k // B``,
+and a worker at version ``w`` may take it only if ``k // B - w <= S`` (``staleness.worker_can_take``);
+otherwise the lease reply says ``refresh``. Slots of expired leases and of dropped groups stop
+counting, so the window never stalls. With this rule drops are the exception (docs/architecture.md
+quotes the default run's count).
+
+*Buffer order*: the learner takes the oldest-version groups first (then by slot). ``S = 0`` with
+``protocol=sync`` is the on-policy barrier (``staleness.resolve``): only slots for the current step
+are granted, only to workers holding the current version.
 """

@@ -14,4 +14,20 @@
 * ``local.py`` — worker subprocesses, a dead one restarted (bounded, with back-off);
   ``ray_actors.py`` — workers as Ray actors;
 * ``evaluator.py`` — the evaluator process of ``eval.where: process``.
+
+**Launchers.** ``launcher: local`` (default) starts ``workers.count`` ``echo2 worker`` subprocesses
+(``local.py``; their ``WorkerOptions``, token included, in ``$ECHO2_WORKER_OPTIONS``, not on the
+command line); ``launcher: ray`` places them as Ray actors (``ray_actors.py``; ``ray.*``: cluster
+address or a local Ray started for the run, CPUs/GPUs per actor, ``max_restarts``). An actor runs the
+same ``RolloutWorker``, built from the same options, over the same HTTP protocol; when it dies Ray
+restarts it (on a node with room, when its own node died) and ``RayWorkers`` calls its ``run`` again
+(Ray's own call retry did not come after a node's death), the new worker registers again, and the
+coordinator expires the dead one's leases as for any dead worker (tested: one actor killed mid-run,
+the run completes with every prompt accounted for). A local Ray gets its token-authentication token
+through ``RAY_AUTH_TOKEN``. On a cluster (``ray.address``) the actors are spread over the nodes
+(``SPREAD``), reach the coordinator at its host's address and advertise their node's address for
+their relays (tested on three lab hosts: a node killed mid-run, its worker declared dead, its actor
+restarted on the node left, the worker joining again from there, the run reaching its last step).
+Local workers get SIGTERM when the learner dies (Linux ``PR_SET_PDEATHSIG``); a resumed run starts
+its own.
 """
