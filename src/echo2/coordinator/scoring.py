@@ -3,7 +3,7 @@
 Workers never see a reference answer and report no reward (:mod:`echo2.protocol`): a submission
 carries token ids and behaviour log-probs, and the coordinator scores the tokens itself with the
 task's verifier. The verifier is injected as a :data:`Scorer` (built in
-:mod:`echo2.launch.train` from the task and the tokenizer, see :func:`task_scorer`), so the
+:mod:`echo2.launch.work` from the task and the tokenizer, see :func:`task_scorer`), so the
 coordinator imports nothing of the learner, of the workers or of torch. In a run the task's
 verdicts come from processes of their own, each call bounded in time
 (:mod:`echo2.coordinator.scoring_processes`): a handler thread cannot be stopped.
