@@ -1,7 +1,7 @@
 """Did a change of the run's books move a figure? The shipped scenarios simulated, and the default
 run trained, on the code of a git ref and on the working tree, side by side.
 
-    python bench/parity.py [--before REF] [--quick] [--out DIR]
+    python bench/parity.py [--before REF] [--quick] [--attacks] [--out DIR]
 
 1. Every ``configs/scenarios/*.yaml`` simulated on each side. The simulator is deterministic: a
    figure that differs is the change's doing. Per scenario and side: steps, simulated seconds,
@@ -9,8 +9,10 @@ run trained, on the code of a git ref and on the working tree, side by side.
    the mean dissemination time, the reliability counts, and whether the per-step records (every
    figure of every step) are byte-identical.
 2. The default ``echo2 train`` run (the shipped model, the default config; ``--quick``: 100 steps)
-   on each side, one after the other: steps a second, the last evaluation's accuracy and the
-   reliability report. A real run: its pace differs from run to run by a few percent.
+   on each side, one after the other: steps and samples a second, the last evaluation's accuracy
+   and the reliability report. A real run: its pace differs from run to run by a few percent.
+3. ``--attacks``: the attacks bench's quick rows (``bench/attacks.py --quick``) on each side: each
+   attack's verdict (``detected``) and whether any of the attacker's groups was trained after it.
 
 Each side runs in its own interpreter with ``PYTHONPATH`` at its ``src/`` (the ref's a
 ``git worktree`` made for the run and removed after).
@@ -71,9 +73,20 @@ def train_side(src: Path, run_dir: Path, steps: int | None) -> dict:
     trained = [r for r in records if "loss" in r]
     evals = [r["eval_accuracy"] for r in records if "eval_accuracy" in r]
     wall = trained[-1]["time"] - trained[0]["time"]
+    samples = sum(r["samples"] for r in trained[1:])
     return {"steps": len(trained), "steps_per_s": (len(trained) - 1) / wall if wall > 0 else None,
-            "accuracy": evals[-1] if evals else None,
+            "samples_per_s": samples / wall if wall > 0 else None, "accuracy": evals[-1] if evals else None,
             "reliability": json.loads((run_dir / "reliability.json").read_text())}
+
+
+def attacks_side(src: Path, out: Path) -> dict[str, dict]:
+    """The attacks bench's quick rows on one side, by attack kind."""
+    bench = src.parent / "bench" / "attacks.py"
+    done = subprocess.run([sys.executable, str(bench), "--quick", "--out", str(out)], env=side_env(src),
+                          cwd=src.parent, capture_output=True, text=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"the attacks bench on {src}: {done.stderr[-3000:]}")
+    return {row["kind"]: row for row in json.loads((out / "results.json").read_text())["rows"]}
 
 
 def compare(before: dict, after: dict, keys: list[str]) -> dict:
@@ -91,6 +104,7 @@ def compare(before: dict, after: dict, keys: list[str]) -> dict:
 def main() -> None:
     def options(parser) -> None:
         parser.add_argument("--before", default="HEAD", help="the git ref of the code before (default: HEAD)")
+        parser.add_argument("--attacks", action="store_true", help="also the attacks bench's quick rows on each side")
 
     args = parse_args(__doc__.splitlines()[0], "bench/out/parity", options)
     paths = sorted(SCENARIOS.glob("*.yaml"))
@@ -103,6 +117,8 @@ def main() -> None:
             simulated = {name: simulate_side(src, paths) for name, src in sides.items()}
             trained = {name: train_side(src, Path(scratch) / "runs" / name, 100 if args.quick else None)
                        for name, src in sides.items()}
+            attacked = {name: attacks_side(src, Path(scratch) / "attacks" / name) for name, src in sides.items()} \
+                if args.attacks else None
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, capture_output=True)
     rows = []
@@ -111,13 +127,21 @@ def main() -> None:
                                                                    "dissemination_s"]),
                      "records_identical": before["records_sha256"] == after["records_sha256"]})
     rows.append({"what": "echo2 train (default)", **compare(trained["before"], trained["after"],
-                                                             ["steps", "steps_per_s", "accuracy"])})
+                                                             ["steps", "steps_per_s", "samples_per_s", "accuracy"])})
+    for kind in sorted(attacked["after"]) if attacked else ():
+        before, after = attacked["before"].get(kind, {}), attacked["after"][kind]
+        rows.append({"what": f"attack: {kind}", "detected_before": before.get("detected"),
+                     "detected_after": after["detected"],
+                     "trained_after_before": before.get("attacker_groups_trained_after"),
+                     "trained_after_after": after["attacker_groups_trained_after"]})
     columns = ["what", "steps_before", "steps_after", "util_before", "util_after", "ratio_before", "ratio_after",
-               "steps_per_s_before", "steps_per_s_after", "accuracy_before", "accuracy_after", "records_identical",
-               "reliability_moved"]
+               "steps_per_s_before", "steps_per_s_after", "samples_per_s_before", "samples_per_s_after",
+               "accuracy_before", "accuracy_after", "records_identical", "reliability_moved", "detected_before",
+               "detected_after", "trained_after_before", "trained_after_after"]
     print(f"before: {args.before} ({git('rev-parse', '--short', args.before)}); after: the working tree")
     print(format_table(rows, columns))
-    path = write_results(args.out, rows, {"before": git("rev-parse", args.before), "quick": args.quick})
+    path = write_results(args.out, rows, {"before": git("rev-parse", args.before), "quick": args.quick,
+                                          "attacks": args.attacks})
     plot(rows, args.out / "parity.png")
     print(f"\nwrote {path} and {args.out / 'parity.png'}")
 
@@ -131,7 +155,8 @@ def plot(rows: list[dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     shown = [(r["what"], r["ratio_after"] / r["ratio_before"]) if "ratio_before" in r
-             else (f"{r['what']}: steps/s", r["steps_per_s_after"] / r["steps_per_s_before"]) for r in rows]
+             else (f"{r['what']}: steps/s", r["steps_per_s_after"] / r["steps_per_s_before"])
+             for r in rows if "ratio_before" in r or "steps_per_s_before" in r]
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(shown) + 1.5))
     ax.barh([name for name, _ in shown], [moved for _, moved in shown], color="tab:blue")
     ax.axvline(1.0, color="black", linewidth=0.8)
