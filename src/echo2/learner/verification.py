@@ -52,6 +52,26 @@ from echo2.model.lora import MergedCopy, has_adapter
 ROWS_PER_PASS = 256
 
 
+#: How a draw check's failure begins (:func:`audit_failure`).
+CHOSEN = "tokens not drawn from their lease's randomness"
+
+
+def audit_failure(gap: float, worst: float, drawn_off: float, *, logprob_tolerance: float,
+                  draw_tolerance: float | None, against: str) -> str | None:
+    """Why an audited sample fails, or None: its behaviour log-probs differ from the audit's by
+    ``gap`` nats a token on average (``worst`` at one token) beyond ``logprob_tolerance`` or
+    :data:`LOG_RATIO_LIMIT`, or (where the draws are checked: ``draw_tolerance``) a token lies
+    ``drawn_off`` outside the interval its draw picks. ``against`` names what it was audited
+    against (a version, a sampler). One rule for the learner's audits and a training service's."""
+    if gap > logprob_tolerance or worst > LOG_RATIO_LIMIT:
+        return (f"behaviour log-probs differ by {gap:.3f} nats/token from {against} (tolerance {logprob_tolerance}; "
+                f"{worst:.1f} at its worst token, limit {LOG_RATIO_LIMIT:g})")
+    if draw_tolerance is not None and drawn_off > draw_tolerance:
+        return (f"{CHOSEN}: a token lies {drawn_off:.3f} outside the interval its draw picks under {against} "
+                f"(tolerance {draw_tolerance}): chosen, not sampled")
+    return None
+
+
 @dataclass(frozen=True)
 class AuditPolicy:
     probation_groups: int
@@ -176,19 +196,14 @@ class Verifier:
                     continue
                 self.totals["draw_gap_max"] = max(self.totals["draw_gap_max"], drawn_off)
                 self._tally["draw_gap_max"] = max(self._tally["draw_gap_max"], drawn_off)
-                if gap > self.policy.logprob_tolerance or worst > LOG_RATIO_LIMIT:
+                policy = self.policy
+                failed = audit_failure(gap, worst, drawn_off, logprob_tolerance=policy.logprob_tolerance,
+                                       draw_tolerance=policy.draw_tolerance if policy.check_draws else None,
+                                       against=f"v{version}'s, the version the group claims")
+                if failed is not None:
                     self.totals["audits_failed"] += 1
-                    suspects[worker_id] = (
-                        f"behaviour log-probs differ by {gap:.3f} nats/token from v{version}'s, the version the "
-                        f"group claims (tolerance {self.policy.logprob_tolerance}; {worst:.1f} at its worst token, "
-                        f"limit {LOG_RATIO_LIMIT:g})")
-                elif self.policy.check_draws and drawn_off > self.policy.draw_tolerance:
-                    self.totals["audits_failed"] += 1
-                    self.totals["draws_failed"] += 1
-                    suspects[worker_id] = (
-                        f"tokens not drawn from their lease's randomness: a token lies {drawn_off:.3f} outside the "
-                        f"interval its draw picks under v{version} (tolerance {self.policy.draw_tolerance}): "
-                        f"chosen, not sampled")
+                    self.totals["draws_failed"] += failed.startswith(CHOSEN)
+                    suspects[worker_id] = failed
         return suspects
 
     def pop_metrics(self) -> dict[str, float]:

@@ -42,8 +42,7 @@ from echo2.coordinator.state import CoordinatorState
 from echo2.core.draw_rule import request_draw, uniform
 from echo2.core.sample_queue import SampleWork
 from echo2.learner.logprobs import completion_scores
-from echo2.learner.objectives.surrogate import LOG_RATIO_LIMIT
-from echo2.learner.verification import AuditRates
+from echo2.learner.verification import AuditRates, audit_failure
 from echo2.model.draws import draw_gaps
 from echo2.model.sampling import prompt_logprobs
 from echo2.protocol import LeasedSample, SampleResult, leased_sample
@@ -423,9 +422,7 @@ class SamplingDesk:
             truth = torch.tensor(prompt_logprobs(model, asked.prompt_ids, asked.temperature))
             prompt_gap = (truth - torch.tensor(result.prompt_logprobs)).abs()
             gap, worst = max(gap, float(prompt_gap.mean())), max(worst, float(prompt_gap.max()))
-        if gap > self.audit.tolerance or worst > LOG_RATIO_LIMIT:
-            return (f"log-probs differ by {gap:.3f} nats/token from sampler {asked.sampler}'s at v{version} "
-                    f"(tolerance {self.audit.tolerance}; {worst:.1f} at the worst token)")
+        farthest = 0.0
         if scores.intervals is not None:
             uniforms = torch.full(logprobs.shape, float("nan"), dtype=torch.float64)
             for row, sequence in enumerate(result.sequences):
@@ -435,11 +432,9 @@ class SamplingDesk:
             off = draw_gaps(*(bound.cpu() for bound in scores.intervals), uniforms)
             farthest = float(torch.where(mask.cpu() > 0, off, 0.0).max())
             self.draw_gap_max = max(self.draw_gap_max, farthest)
-            if farthest > self.audit.draw_tolerance:
-                return (f"tokens not drawn from the lease's randomness: one lies {farthest:.3f} outside the interval "
-                        f"its draw picks under sampler {asked.sampler} at v{version} (tolerance "
-                        f"{self.audit.draw_tolerance}): chosen, not sampled")
-        return None
+        return audit_failure(gap, worst, farthest, logprob_tolerance=self.audit.tolerance,
+                             draw_tolerance=self.audit.draw_tolerance if scores.intervals is not None else None,
+                             against=f"sampler {asked.sampler}'s at v{version}")
 
     def refused(self, work: SampleWork, why: str) -> None:
         """The coordinator's word that ``work`` is a poison pill (its leases failed on two workers):
