@@ -5,6 +5,10 @@ Tiers: a test marked ``slow`` (real runs of a minute or more: network-lab runs, 
 runs, Ray) or ``integration`` (real processes, servers or model runs: a second or more) is that;
 every other test is ``unit`` (pure logic, in memory). ``pytest -m unit`` runs in well under a
 minute; ``pytest -m "not slow"`` skips the long runs; plain ``pytest`` runs everything (CI).
+
+Each tier has a budget a test's call should keep within (:data:`TIER_BUDGET_S`): the run's summary
+lists every test over its tier's (CI's log with it, beside the slowest fifteen), so a test that
+grew is seen and moved or cut, not found when the suite passes its 40 minutes.
 """
 
 import itertools
@@ -102,3 +106,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if not any(item.get_closest_marker(tier) for tier in ("integration", "slow")):
             item.add_marker(pytest.mark.unit)
+
+
+#: Seconds a test's call may take in each tier (setup and teardown apart).
+TIER_BUDGET_S = {"unit": 2.0, "integration": 120.0, "slow": 400.0}
+OVER_BUDGET: list[tuple[str, str, float]] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    started = time.perf_counter()
+    yield
+    seconds = time.perf_counter() - started
+    tier = next(t for t in ("slow", "integration", "unit") if item.get_closest_marker(t))
+    if seconds > TIER_BUDGET_S[tier]:
+        OVER_BUDGET.append((item.nodeid, tier, seconds))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The tests over their tier's budget (none: one line saying so)."""
+    budgets = ", ".join(f"{tier} {seconds:g} s" for tier, seconds in TIER_BUDGET_S.items())
+    if not OVER_BUDGET:
+        terminalreporter.write_line(f"every test within its tier's budget ({budgets})")
+        return
+    terminalreporter.section(f"over their tier's budget ({budgets})")
+    for nodeid, tier, seconds in sorted(OVER_BUDGET, key=lambda entry: -entry[2]):
+        terminalreporter.write_line(f"{seconds:8.1f}s  {tier:<12} {nodeid}")
