@@ -56,6 +56,20 @@ class TricklingRelay:
         self.server.stop(timeout_s=3, abort=True)
 
 
+def fetched_past(peers, size: int, declared: float | None, stall_s: float, tick_s: float):
+    """A version of ``size`` bytes in 64 KiB chunks fetched one chunk at a time from a relay that
+    sends a byte every ``tick_s`` (declaring ``declared`` B/s), then from the learner: the payload,
+    the fetch's result, the relay's URL and the seconds the fetch took."""
+    payload = random_payload(size)
+    root = peers(None)
+    root.store.publish(1, payload, chunk_size=64 * KIB)
+    with TricklingRelay(root.store, bytes_per_tick=1, tick_s=tick_s) as relay:
+        started = time.monotonic()
+        result = fetch_version(1, [relay, root.url], ChunkStore(), stall_s=stall_s, poll_s=0.3, timeout_s=30,
+                               source_rates={relay: declared} if declared else None, in_flight=1)
+        return payload, result, relay, time.monotonic() - started
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("declared", [None, 1e12])
 def test_a_trickling_relay_is_left_within_the_stall_budget_and_reported(peers, declared):
@@ -91,14 +105,7 @@ def test_a_relay_trickling_under_a_high_declared_rate_is_left_long_before_the_st
     assert not too_slow(100, SILENCE_SLACK_S - 0.01, 1e11, stall_s=8.0, chunk_bytes=64 * KIB)
     assert not too_slow(100, 7.9, 16_000.0, stall_s=8.0, chunk_bytes=1 << 20)  # the lowest floor: the budget
     assert not too_slow(100, 60.0, 0.0, stall_s=8.0, chunk_bytes=1 << 20)  # the learner: never by rate
-    payload = random_payload(128 * KIB)
-    root = peers(None)
-    root.store.publish(1, payload, chunk_size=64 * KIB)
-    with TricklingRelay(root.store, bytes_per_tick=1, tick_s=0.5) as trickler:
-        started = time.monotonic()
-        result = fetch_version(1, [trickler, root.url], ChunkStore(), stall_s=8.0, poll_s=0.3, timeout_s=30,
-                               source_rates={trickler: 1e12}, in_flight=1)
-        elapsed = time.monotonic() - started
+    payload, result, trickler, elapsed = fetched_past(peers, 128 * KIB, 1e12, stall_s=8.0, tick_s=0.5)
     assert result.payload == payload and trickler not in result.stats.chunks_by_source
     assert any("too slow" in line for line in result.stats.failovers), result.stats.failovers
     assert elapsed < 6.0, result.stats.failovers
@@ -151,14 +158,7 @@ def test_a_silent_relay_is_left_as_soon_as_its_planned_rate_explains_no_silence(
     assert silence_s(1e12, 1 << 20, stall_s=10.0) == pytest.approx(SILENCE_SLACK_S, abs=1e-3)
     assert silence_s(1e6, 1 << 20, stall_s=10.0) == 10.0  # 16 MiB at 1 MB/s: the stall budget bounds it
     assert silence_s(None, 1 << 20, stall_s=10.0) == 10.0
-    payload = random_payload(64 * KIB)
-    root = peers(None)
-    root.store.publish(1, payload, chunk_size=64 * KIB)
-    with TricklingRelay(root.store, bytes_per_tick=1, tick_s=3600) as silent:
-        started = time.monotonic()
-        result = fetch_version(1, [silent, root.url], ChunkStore(), stall_s=6.0, poll_s=0.3, timeout_s=30,
-                               source_rates={silent: declared} if declared else None, in_flight=1)
-        elapsed = time.monotonic() - started
+    payload, result, silent, elapsed = fetched_past(peers, 64 * KIB, declared, stall_s=6.0, tick_s=3600)
     assert result.payload == payload and silent not in result.stats.chunks_by_source
     if declared:
         assert elapsed < 0.3 + SILENCE_SLACK_S + 1.5, elapsed
