@@ -115,13 +115,14 @@ class CoordinatorBooks:
 
     def recheck_relay(self, relay: WorkerRecord, reporter: str) -> None:
         """``reporter`` found ``relay`` silent (call locked): the coordinator asks it for a chunk of
-        the newest version it holds, from its own host, within the stall budget, and takes it out
-        of the plan if it is silent here too (:meth:`~.relay_check.RelayChecker.recheck`). A relay
-        silent to one child only (a cut link) keeps its place; that child skips it a while."""
-        if self.relay_checker is None or relay.relay_url is None or relay.loaded_version < 0 \
-                or relay.relay_demoted(time.monotonic()):
+        the newest version it says it holds (the newest published where it said none), from its own
+        host, within the stall budget, and takes it out of the plan if it does not send it here
+        either (:meth:`~.relay_check.RelayChecker.recheck`). A relay silent to one child only (a
+        cut link) keeps its place; that child skips it a while."""
+        if self.relay_checker is None or relay.relay_url is None or relay.relay_demoted(time.monotonic()):
             return
-        self.relay_checker.recheck(relay.worker_id, relay.relay_url, relay.loaded_version, self.spec.broadcast_stall_s,
+        version = relay.loaded_version if relay.loaded_version >= 0 else self.version
+        self.relay_checker.recheck(relay.worker_id, relay.relay_url, version, self.spec.broadcast_stall_s,
                                    lambda worker_id, answered, why: self._silence_verdict(worker_id, answered,
                                                                                           f"{why}; {reporter}"))
 

@@ -71,9 +71,11 @@ class RelayChecker:
 
     def recheck(self, worker_id: str, url: str, version: int, budget_s: float, verdict: Verdict) -> None:
         """A peer found the relay at ``url`` silent: ask it for ``version``'s first chunk, in a
-        thread of its own; ``verdict(worker_id, answered, why)``: answered (the chunk whole, or a
-        refusal) within ``budget_s``, or not. One check of a relay at a time, and none within
-        :data:`RECHECK_EVERY_S` of its last: a swarm of reports costs one request a while."""
+        thread of its own; ``verdict(worker_id, answered, why)``: answered (the chunk, whole) within
+        ``budget_s``, or not (silence, a refusal, an error: a relay that cannot serve a version it
+        holds is no source either; the bench's silent relay answered the first check with a 500).
+        One check of a relay at a time, and none within :data:`RECHECK_EVERY_S` of its last: a
+        swarm of reports costs one request a while."""
         now = time.monotonic()
         with self._lock:
             if url in self._rechecking or now - self._rechecked.get(url, -math.inf) < RECHECK_EVERY_S:
@@ -117,7 +119,8 @@ class RelayChecker:
                     received += len(piece)
                     if time.monotonic() - started > budget_s:
                         raise httpx.ReadTimeout(f"{received} bytes in {budget_s:g}s")
-                answered, why = True, f"answered {response.status_code} with {received} bytes"
+                answered = response.status_code == 200 and received > 0
+                why = f"answered {response.status_code} with {received} bytes"
         except httpx.HTTPError as error:
             why = f"{type(error).__name__}: {error}"
         finally:
