@@ -131,3 +131,6 @@ class AgentRun:
     def stop(self) -> None:
         if self.pool is not None:
             self.pool.stop()
+
+    def close(self) -> None:
+        pass

@@ -265,6 +265,7 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
         state.finish()
         workers.stop()
         server.stop()
+        work.close()
         publisher.close()
         metrics.close()
         timeline.close()

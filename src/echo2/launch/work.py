@@ -58,7 +58,10 @@ class RunWork(Protocol):
         """The fleet is up at ``url``: begin."""
 
     def stop(self) -> None:
-        """The run is over (twice is once)."""
+        """The run is over: make no more work (twice is once)."""
+
+    def close(self) -> None:
+        """The coordinator's server has stopped: release what serving the workers needed."""
 
 
 def run_work(config: Config, run_dir: Path) -> RunWork:
@@ -102,6 +105,11 @@ class TaskWork:
         pass
 
     def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        """The scoring processes, once no submission can arrive (one closed earlier left a lease
+        submitted during the shutdown unscorable)."""
         if isinstance(self.verdicts, ScoringProcesses):
             self.verdicts.close()
 
