@@ -134,7 +134,7 @@ class CoordinatorBooks:
             if answered:
                 log.info("relay of %s answered the coordinator (%s): kept", relay.name, why)
             else:
-                self.registry.demote_relay(relay, 0.0, f"silent to its child and to the coordinator ({why})")
+                self.registry.silence_relay(relay, f"silent to its child and to the coordinator ({why})")
 
     @property
     def version(self) -> int:

@@ -26,6 +26,10 @@ log = logging.getLogger("echo2")
 #: with each further demotion (a relay that trickles again after its time costs each child one
 #: ``broadcast.stall_s``, ever less often).
 DEMOTED_S = 300.0
+#: Seconds a relay found silent by its child and by the coordinator is no peer's source: not
+#: longer each time, since a partition that cuts it from everyone looks the same and heals (a
+#: lab partition's relay, out for 300 s after its link came back, held its subtree's next case).
+SILENT_S = 60.0
 
 
 class WorkerRegistry:
@@ -113,6 +117,14 @@ class WorkerRegistry:
         reporter's own chains): a worker can report a relay it was sent to, not any relay it names."""
         relay = next((r for r in self.fleet() if r.relay_url == url and r.worker_id in sources), None)
         return None if relay is None or relay is reporter else relay
+
+    def silence_relay(self, relay: WorkerRecord, why: str) -> None:
+        """``relay`` sent nothing to its child nor to the coordinator (``why``): no peer's source
+        for :data:`SILENT_S` from now, its planned rate kept."""
+        now = time.monotonic()
+        if not relay.relay_demoted(now):
+            log.warning("relay of %s %s: no peer's source for %.0f s", relay.name, why, SILENT_S)
+        relay.relay_demoted_until = max(relay.relay_demoted_until, now + SILENT_S)
 
     def demote_relay(self, relay: WorkerRecord, bytes_per_s: float, why: str) -> None:
         """``relay`` was found sending at ``bytes_per_s`` (``why``: by whom): it is no peer's source
