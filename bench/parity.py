@@ -1,7 +1,7 @@
 """Did a change of the run's books move a figure? The shipped scenarios simulated, and the default
 run trained, on the code of a git ref and on the working tree, side by side.
 
-    python bench/parity.py [--before REF] [--quick] [--attacks] [--out DIR]
+    python bench/parity.py [--before REF] [--quick] [--repeats N] [--attacks] [--out DIR]
 
 1. Every ``configs/scenarios/*.yaml`` simulated on each side. The simulator is deterministic: a
    figure that differs is the change's doing. Per scenario and side: steps, simulated seconds,
@@ -10,7 +10,9 @@ run trained, on the code of a git ref and on the working tree, side by side.
    figure of every step) are byte-identical.
 2. The default ``echo2 train`` run (the shipped model, the default config; ``--quick``: 100 steps)
    on each side, one after the other: steps and samples a second, the last evaluation's accuracy
-   and the reliability report. A real run: its pace differs from run to run by a few percent.
+   and the reliability report. A real run: its pace differs from run to run by a few percent, so
+   ``--repeats N`` runs N pairs, the sides alternating (before, after, after, before, ...), and the
+   row gives each side's median pace beside every pair's ratio.
 3. ``--attacks``: the attacks bench's quick rows (``bench/attacks.py --quick``) on each side: each
    attack's verdict (``detected``) and whether any of the attacker's groups was trained after it.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,6 +82,23 @@ def train_side(src: Path, run_dir: Path, steps: int | None) -> dict:
             "reliability": json.loads((run_dir / "reliability.json").read_text())}
 
 
+def train_pairs(sides: dict[str, Path], runs: Path, steps: int | None, repeats: int) -> dict:
+    """``repeats`` default runs a side, alternating which goes first (a machine that slows or speeds
+    up over the runs then weighs on both sides alike). Per side: the last run's figures with the
+    median pace of all; and the pace ratio (after / before, samples a second) of every pair."""
+    runs_of: dict[str, list[dict]] = {name: [] for name in sides}
+    for pair in range(repeats):
+        for name in (list(sides) if pair % 2 == 0 else list(sides)[::-1]):
+            runs_of[name].append(train_side(sides[name], runs / f"{name}-{pair}", steps))
+    merged = {}
+    for name, done in runs_of.items():
+        merged[name] = {**done[-1], **{key: statistics.median(run[key] for run in done)
+                                      for key in ("steps_per_s", "samples_per_s")}}
+    merged["pace_ratios"] = " ".join(f"{after['samples_per_s'] / before['samples_per_s']:.3f}"
+                                     for before, after in zip(runs_of["before"], runs_of["after"], strict=True))
+    return merged
+
+
 def attacks_side(src: Path, out: Path) -> dict[str, dict]:
     """The attacks bench's quick rows on one side, by attack kind."""
     bench = src.parent / "bench" / "attacks.py"
@@ -105,6 +125,7 @@ def main() -> None:
     def options(parser) -> None:
         parser.add_argument("--before", default="HEAD", help="the git ref of the code before (default: HEAD)")
         parser.add_argument("--attacks", action="store_true", help="also the attacks bench's quick rows on each side")
+        parser.add_argument("--repeats", type=int, default=1, help="pairs of default runs, the sides alternating")
 
     args = parse_args(__doc__.splitlines()[0], "bench/out/parity", options)
     paths = sorted(SCENARIOS.glob("*.yaml"))
@@ -115,8 +136,7 @@ def main() -> None:
         try:
             sides = {"before": worktree / "src", "after": REPO / "src"}
             simulated = {name: simulate_side(src, paths) for name, src in sides.items()}
-            trained = {name: train_side(src, Path(scratch) / "runs" / name, 100 if args.quick else None)
-                       for name, src in sides.items()}
+            trained = train_pairs(sides, Path(scratch) / "runs", 100 if args.quick else None, args.repeats)
             attacked = {name: attacks_side(src, Path(scratch) / "attacks" / name) for name, src in sides.items()} \
                 if args.attacks else None
         finally:
@@ -127,7 +147,8 @@ def main() -> None:
                                                                    "dissemination_s"]),
                      "records_identical": before["records_sha256"] == after["records_sha256"]})
     rows.append({"what": "echo2 train (default)", **compare(trained["before"], trained["after"],
-                                                             ["steps", "steps_per_s", "samples_per_s", "accuracy"])})
+                                                             ["steps", "steps_per_s", "samples_per_s", "accuracy"]),
+                 "pace_ratios": trained["pace_ratios"]})
     for kind in sorted(attacked["after"]) if attacked else ():
         before, after = attacked["before"].get(kind, {}), attacked["after"][kind]
         rows.append({"what": f"attack: {kind}", "detected_before": before.get("detected"),
@@ -137,7 +158,7 @@ def main() -> None:
     columns = ["what", "steps_before", "steps_after", "util_before", "util_after", "ratio_before", "ratio_after",
                "steps_per_s_before", "steps_per_s_after", "samples_per_s_before", "samples_per_s_after",
                "accuracy_before", "accuracy_after", "records_identical", "reliability_moved", "detected_before",
-               "detected_after", "trained_after_before", "trained_after_after"]
+               "detected_after", "trained_after_before", "trained_after_after", "pace_ratios"]
     print(f"before: {args.before} ({git('rev-parse', '--short', args.before)}); after: the working tree")
     print(format_table(rows, columns))
     path = write_results(args.out, rows, {"before": git("rev-parse", args.before), "quick": args.quick,
