@@ -6,7 +6,7 @@ Starts ``echo2 train`` in a thread (the shipped tiny model, two local workers, p
 the cost panel has numbers), waits for the link the run writes to ``RUN_DIR/dashboard.url`` and
 for the learner's evaluations at steps 0, 10 and 20, then opens the link with Chromium
 (``--headless``, the flags of ``report_screenshot.py``) and saves the page. Without Chromium
-(``apt-get install -y chromium`` on Debian) it says so and exits 0. ``tests/test_dashboard.py``
+(``apt-get install -y chromium`` on Debian) it says so and exits 0. ``tests/integration/test_dashboard_browser.py``
 uses its helpers.
 """
 

@@ -330,13 +330,18 @@ class _Fetch:
         self._pause(0.5)
 
     def _too_slow(self, url: str, received: int, elapsed_s: float, floor: float) -> SourceFailed:
-        if self.suspects is not None:
+        if self._reports(url):
             self.suspects.too_slow(url, received / elapsed_s)
         return below_floor(received, elapsed_s, floor)
 
     def _suspect(self, url: str, failure: SourceFailed) -> None:
-        if failure.suspect and self.suspects is not None:
+        if failure.suspect and self._reports(url):
             self.suspects.failed(url, silent=failure.silent)
+
+    def _reports(self, url: str) -> bool:
+        """Whether ``url`` is a relay this node keeps suspicions of: never the learner (the last
+        source, always kept in the chain and no relay the coordinator could take out)."""
+        return self.suspects is not None and url != self.sources[-1]
 
     def _superseded(self, url: str, failure: SourceFailed) -> VersionSuperseded:
         return VersionSuperseded(f"v{self.version} is no longer served by {url} ({failure}); fetch a newer version")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -78,7 +77,8 @@ class RelayChecker:
         swarm of reports costs one request a while."""
         now = time.monotonic()
         with self._lock:
-            if url in self._rechecking or now - self._rechecked.get(url, -math.inf) < RECHECK_EVERY_S:
+            self._rechecked = {seen: at for seen, at in self._rechecked.items() if now - at < RECHECK_EVERY_S}
+            if url in self._rechecking or url in self._rechecked:
                 return
             self._rechecking.add(url)
         threading.Thread(target=self._recheck, args=(worker_id, url, version, budget_s, verdict), daemon=True,

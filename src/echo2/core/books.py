@@ -5,7 +5,7 @@ which groups wait for the learner, what each worker delivered or let expire, how
 a version's trip take. The coordinator keeps them under its lock, in ``time.monotonic()``
 seconds, and the simulator in simulated seconds; both call the operations here, so that a grant,
 a submission, an expiry, a batch, a publish and the census come out the same in both
-(``tests/test_books.py`` drives one sequence through each side and compares the books).
+(``tests/unit/core/test_books.py`` drives one sequence through each side and compares the books).
 
 What the books hold: the pacing ledger (:mod:`~echo2.core.pacing`), the lease shares
 (:mod:`~echo2.core.shares`), the run clock (:mod:`~echo2.core.run_clock`), the dissemination
@@ -195,8 +195,8 @@ class Books(Generic[W, G]):
         group_s = group_seconds(self.group_size, worker.throughput, [w.throughput for w in proven if w.throughput])
         requests: Requests = ("none" if not self.samples else "servable" if self.samples.servable(worker_version)
                               else "newer")
-        untrained = 0
-        if not worker.proven and any(self._working(w, now) for w in proven):
+        untrained = 0  # counted only where a task lease may follow (sampling requests come first)
+        if requests == "none" and not worker.proven and any(self._working(w, now) for w in proven):
             mine = worker.worker_id
             untrained = (self.ledger.buffered(lambda group: mine in self.workers_of(group))
                          + sum(mine in self.workers_of(group) for group in self.in_training))

@@ -22,10 +22,10 @@ compute and sampling, ``learner.master_dtype`` (float32) the dtype of the parame
 ``broadcast.dtype`` the dtype on the wire. A bf16 run's learner keeps fp32 trainable parameters and
 computes under ``torch.autocast(bfloat16)`` (:mod:`echo2.learner.precision`); frozen ones (a LoRA base)
 stay bf16. Without that an update of 1e-6 rounds to nothing against a bf16 weight of 0.03
-(``tests/test_precision.py``). A group's G rows share their prompt: ``tokens.prefill`` runs each
+(``tests/unit/model/test_precision.py``). A group's G rows share their prompt: ``tokens.prefill`` runs each
 distinct prompt once with logits only at its last position and expands the KV cache to the rows;
 sampling decodes on it, and the learner scores all completions in one more pass on it (gradients flow
-through the shared cache, so the update equals the per-row one: ``tests/test_shared_prompts.py``).
+through the shared cache, so the update equals the per-row one: ``tests/unit/model/test_shared_prompts.py``).
 Logits (a 49k vocabulary makes them the largest tensor) exist only where a completion token is
 predicted.
 

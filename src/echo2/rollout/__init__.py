@@ -46,6 +46,6 @@ coordinator announces now — the newest, and a delta run's catch-up bases (``we
 ``ChunkStore.retain``) — and dropping the rest (version numbers repeat after a resume, with other
 weights, so a resumed learner's versions match nothing held). A worker declared dead over a partition
 or a pause thus loads the version it held from its own store, or resumes a download cut off midway,
-rather than downloading the model again (``tests/test_rejoin_live.py``). It cancels at once a fetch
+rather than downloading the model again (``tests/live/test_rejoin_live.py``). It cancels at once a fetch
 still after a version the dead learner announced, and the wait for it (``WorkerWeights.cancel``).
 """

@@ -155,7 +155,7 @@ class LeaseGenerator:
               between_turns: Callable[[], None] | None = None) -> list[Episode]:
         """The one way a worker samples: one episode per row of ``prompt_ids`` by ``sampler``, each
         turn one :meth:`~echo2.rollout.engines.Engine.sample` call (a request, or a single-turn
-        task: one turn; a multi-turn task: the coordinator's environment ``respond``\ ing between
+        task: one turn; a multi-turn task: the coordinator's environment answering (``respond``) between
         turns, newer weights swapped in by ``between_turns``)."""
         tokenizer, window = self.tokenizer, self.engine.max_context  # a next turn must fit whole in the window
         return run_episodes(prompt_ids, sample=lambda rows, turn_draws: self.engine.sample(sampler, rows, params,

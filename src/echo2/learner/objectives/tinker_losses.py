@@ -6,7 +6,7 @@ losses). Each loss is the *sum* over positions of its per-token term (the API re
 ``loss:sum``); how a batch is normalised is the client's choice, made in the advantages or weights
 it sends. The policy-gradient terms are echo2's own (:mod:`.surrogate`), the ones its GRPO-family
 objectives compose, so a client's step and echo2's step on the same batch are the same update
-(``tests/test_tinker_service.py`` checks it):
+(``tests/integration/test_tinker_service.py`` checks it):
 
 * ``cross_entropy``: ``-w * log pi_theta``.
 * ``importance_sampling``: ``-r * A`` with ``r = pi_theta / q`` (q: the sampler's probability), the
