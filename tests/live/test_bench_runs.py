@@ -288,3 +288,13 @@ def test_real_fidelity_bench_quick(tmp_path):
     assert all(r["eval_versions"] == [0, 2, 4] for r in runs)  # each evaluation's version, every 2 of 4 steps
     assert rows[1]["pairs"] == 1 and rows[1]["vs_baseline_points"] == pytest.approx(
         100 * (rows[1]["acc_final"] - rows[0]["acc_final"]))
+
+
+def test_streaming_bench_quick(tmp_path):
+    """``bench/streaming.py --quick``: the three ways of decoding the same rows, each row's tokens its own."""
+    run_quick("streaming", tmp_path)
+    rows = {row["arm"]: row for row in json.loads((tmp_path / "results.json").read_text())["rows"]}
+    assert set(rows) == {"static", "lease barrier", "streaming"}
+    assert rows["static"]["mean_rows_per_step"] == 32 > rows["lease barrier"]["mean_rows_per_step"]
+    assert rows["streaming"]["mean_rows_per_step"] > rows["lease barrier"]["mean_rows_per_step"]
+    assert rows["streaming"]["same_tokens"] and rows["streaming"]["tokens"] == rows["lease barrier"]["tokens"]

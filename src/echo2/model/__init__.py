@@ -5,6 +5,8 @@ and sample with (``tokens.py``), sampling with behaviour log-probs (``sampling.p
 (``evaluation.py``). Import the module you need: this package itself loads nothing (torch stays
 out of the coordinator's imports).
 
+* ``continuous.py`` — continuous batching: rows admitted and retired between decoding steps, each
+  token tagged with the version that chose it (a row samples what it samples alone);
 * ``draws.py`` — verifiable sampling on a model's logits: each token the inverse CDF of
   ``softmax(logits / T)`` at its draw, and how far a token falls outside its interval;
 * ``decode_probe.py`` — the shipped engine's decoding steps timed at 1 to 32 rows

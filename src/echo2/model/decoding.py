@@ -1,15 +1,16 @@
-"""How :func:`echo2.model.sampling.sample` runs the model once per new token: two interchangeable decoders.
+"""How :func:`echo2.model.sampling.sample` runs the model once per new token on a fixed batch, and
+the one rule both of its paths choose tokens by (:class:`Choice`).
 
-* :class:`DynamicDecoder` (every device's default): HF's growing ``DynamicCache`` and a 2-D mask one
-  column longer each step. Nothing is allocated ahead and attention spans only the tokens so far —
-  the cheapest on a CPU.
+* The default path is :class:`echo2.model.continuous.ContinuousBatch`: HF's growing ``DynamicCache``
+  and a 2-D mask one column longer each step, each row retired when it ends. Nothing is allocated
+  ahead and attention spans only the tokens so far — the cheapest on a CPU.
 * :class:`StaticDecoder` (the fast path on CUDA): the KV cache, the mask and the step's inputs live in
   buffers allocated once per (rows, cache length) shape, so every decoding step launches the very same
   kernels on the very same addresses and can be **captured once as a CUDA graph and replayed**
   (``torch.cuda.CUDAGraph``). A 135M model's step is ~450 small kernels; launched one by one from
   Python they leave an H200 idle most of the step (~25 ms/token measured, docs/real-model.md), replayed
   as one graph they do not. On a CPU it runs the same buffers eagerly (``graphs=False``), which is
-  how the tests check it against the dynamic path.
+  how the tests check it against the default path.
 
 Both decode from the same :func:`echo2.model.tokens.prefill` (each group's shared prompt run once) and feed
 the model the same position ids, so their logits agree to float rounding: the static mask only adds
@@ -123,39 +124,6 @@ class Decoder(Protocol):
 
 def _uniforms_for(logits: torch.Tensor) -> torch.Tensor:
     return torch.zeros(logits.shape[0], dtype=torch.float64, device=logits.device)
-
-
-class _DynamicSession:
-    check_every = 1
-
-    def __init__(self, model: torch.nn.Module, start: Prefill, choice: Choice) -> None:
-        self.model, self.choice, self.logits = model, choice, start.next_logits
-        self.cache, self.mask, self.position = start.cache, start.attention_mask, start.next_position
-        self.uniforms = _uniforms_for(start.next_logits)
-        self.finished = torch.zeros(len(start.next_position), dtype=torch.bool, device=start.next_logits.device)
-        self.tokens: list[torch.Tensor] = []
-        self.logprobs: list[torch.Tensor] = []
-
-    def step(self, last: bool) -> None:
-        token, logprob, self.finished = self.choice(self.logits, self.uniforms, self.finished)
-        self.tokens.append(token)
-        self.logprobs.append(logprob)
-        if last:
-            return
-        self.mask = torch.cat([self.mask, self.mask.new_ones((self.mask.shape[0], 1))], dim=1)
-        output = self.model(input_ids=token[:, None], attention_mask=self.mask, position_ids=self.position[:, None],
-                            past_key_values=self.cache, use_cache=True)
-        self.cache, self.position, self.logits = output.past_key_values, self.position + 1, output.logits[:, -1, :]
-
-    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.stack(self.tokens, dim=1), torch.stack(self.logprobs, dim=1)
-
-
-class DynamicDecoder:
-    """HF's dynamic KV cache, grown one token at a time (the portable path)."""
-
-    def begin(self, model: torch.nn.Module, start: Prefill, max_new_tokens: int, choice: Choice) -> DecodeSession:
-        return _DynamicSession(model, start, choice)
 
 
 class SlotCache(Cache):
@@ -289,7 +257,7 @@ class StaticDecoder:
         attention = getattr(model.config, "_attn_implementation", "sdpa")
         if attention not in SUPPORTED_ATTENTION:
             raise ValueError(f"static decoding needs attention {SUPPORTED_ATTENTION}, the model uses {attention!r}: "
-                             "use the dynamic decoder")
+                             "sample without a decoder (the default continuous batch)")
         rows, width = start.attention_mask.shape
         length = -(-(width + max_new_tokens) // CACHE_BUCKET) * CACHE_BUCKET
         buffers = self._buffers(model, start, rows, length, choice)

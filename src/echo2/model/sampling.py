@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from echo2.model.decoding import Choice, Decoder, DynamicDecoder
+from echo2.model.continuous import ContinuousBatch, Row
+from echo2.model.decoding import Choice, Decoder
 from echo2.model.draws import Draws
 from echo2.model.tokens import prefill
 
@@ -53,16 +54,19 @@ def sample(
     With ``greedy`` the argmax token is taken (no ``draws``) and ``logprobs`` are those of the
     temperature-scaled distribution all the same. ``share_prompts=False`` runs every row's
     prompt on its own (the cost without :func:`~echo2.model.tokens.prefill`'s sharing, for benchmarks).
-    ``decoder`` runs the per-token steps (:mod:`echo2.model.decoding`: dynamic by default; a
-    :class:`~echo2.model.decoding.StaticDecoder` replays CUDA graphs) and does not change what is sampled.
+    ``decoder`` runs the per-token steps: by default a :class:`~echo2.model.continuous.ContinuousBatch`
+    (HF's dynamic cache, each row retired when it ends); a :class:`~echo2.model.decoding.StaticDecoder`
+    replays CUDA graphs over a fixed batch. Neither changes what is sampled.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if not greedy and (draws is None or len(draws.keys) != len(prompt_ids)):
         raise ValueError(f"sampling {len(prompt_ids)} rows needs one draw key per row (echo2.model.draws.Draws)")
+    if decoder is None:
+        return _continuous(model, prompt_ids, max_new_tokens, eos_id, pad_id, temperature, greedy, draws, share_prompts)
     start = prefill(model, prompt_ids, pad_id, share=share_prompts)
     choice = Choice(temperature=temperature, greedy=greedy, eos_id=eos_id, pad_id=pad_id)
-    session = (decoder or DynamicDecoder()).begin(model, start, max_new_tokens, choice)
+    session = decoder.begin(model, start, max_new_tokens, choice)
     for step in range(max_new_tokens):
         if not greedy:
             assert draws is not None
@@ -78,6 +82,23 @@ def sample(
         completions.append(row_tokens[:length])
         logprobs.append(row_logprobs[:length])
     return Samples(completion_ids=completions, logprobs=logprobs)
+
+
+def _continuous(model: PreTrainedModel, prompt_ids: list[list[int]], max_new_tokens: int, eos_id: int, pad_id: int,
+                temperature: float, greedy: bool, draws: Draws | None, share_prompts: bool) -> Samples:
+    """Every row admitted at once into a :class:`~echo2.model.continuous.ContinuousBatch` and stepped
+    until the last ends: a row that ended costs no further forward (a static batch runs it to the
+    end of its longest row)."""
+    offsets = (draws.offsets if draws is not None else None) or [0] * len(prompt_ids)
+    rows = [Row(key=index, prompt_ids=prompt, max_new_tokens=max_new_tokens, draw_offset=offsets[index],
+                draw_key=None if draws is None else tuple(draws.keys[index]))
+            for index, prompt in enumerate(prompt_ids)]
+    batch = ContinuousBatch(model, temperature=temperature, eos_id=eos_id, pad_id=pad_id, greedy=greedy,
+                            share_prompts=share_prompts)
+    batch.admit(rows)
+    while len(batch):
+        batch.step(version=0)
+    return Samples(completion_ids=[row.token_ids for row in rows], logprobs=[row.logprobs for row in rows])
 
 
 def stop_length(tokens: list[int], stop_ids: set[int], stop_strings: list[str],
