@@ -110,7 +110,7 @@ class ChaosMonkey:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], "bench/out/chaos")
-    steps, kill_every, workers = (60, 8, 3) if args.quick else (150, 15, 3)
+    steps, kill_every, workers = (40, 8, 3) if args.quick else (150, 15, 3)
     rows = []
     for name, every in (("calm", None), ("chaos", kill_every)):
         print(f"== {name}", flush=True)

@@ -211,7 +211,7 @@ def play(case: Case, lab: Lab, run: LabRun, logs: Logs, outage_s: float, settle_
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], "bench/out/partitions")
-    outage_s, long_outage_s, settle_s = (25.0, 30.0, 5.0) if args.quick else (45.0, 180.0, 20.0)
+    outage_s, long_outage_s, settle_s = (18.0, 20.0, 5.0) if args.quick else (45.0, 180.0, 20.0)
     started = time.time()
     hosts = [HostSpec("learner", LINK_MBPS, LINK_MBPS)] + [HostSpec(w, LINK_MBPS, LINK_MBPS) for w in UPLOAD_CAP]
     run_dir = args.out / "run"

@@ -15,6 +15,7 @@ from waiting import wait_for
 
 from echo2.config import load_config
 from echo2.launch.train import run_training
+from echo2.learner import interrupts
 
 
 def free_port() -> int:
@@ -27,7 +28,7 @@ def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path)
     port, token = free_port(), "live-activation-token"
     url = f"http://127.0.0.1:{port}"
     config = load_config(overrides=[
-        f"run.dir={tmp_path}", "run.name=run", "run.steps=100000", "run.max_minutes=1.2", "eval.every=100000",
+        f"run.dir={tmp_path}", "run.name=run", "run.steps=100000", "run.max_minutes=3.0", "eval.every=100000",
         "eval.size=20", "learner.groups_per_step=8", "rollout.groups_per_lease=4", "telemetry.tensorboard=false",
         "telemetry.progress=false", "checkpoint.every=0", f"coordinator.port={port}", f"coordinator.token={token}",
         "coordinator.heartbeat_timeout_s=3", "workers.count=1", "emulation.fleet=[{price_per_hour: 3.0}]",
@@ -62,6 +63,8 @@ def test_cheap_worker_parks_expensive_one_and_its_death_reactivates_it(tmp_path)
             outcome["ok"] = True
         except Exception as error:  # reported by the assertion below
             outcome["error"] = repr(error)
+        finally:
+            interrupts.request()  # the run has shown what it is for (or cannot): stop it at the step in hand
 
     helper = threading.Thread(target=cheap_worker_joins_then_dies, daemon=True)
     helper.start()

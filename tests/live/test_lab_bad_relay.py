@@ -33,7 +33,7 @@ RUN = ["run.steps=100000", "learner.groups_per_step=4", "rollout.groups_per_leas
        "broadcast.encoding=full", "broadcast.mode=pipelined", "activation.enabled=false",
        f"broadcast.stall_s={STALL_S:g}", "coordinator.data_timeout_s=600"]
 HONEST = ("a", "b")
-CLEAN_S, ATTACK_S = 20.0, 60.0
+CLEAN_S, ATTACK_S = 12.0, 40.0
 
 
 def timeline(run_dir: Path) -> list[dict]:

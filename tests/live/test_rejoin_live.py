@@ -15,6 +15,7 @@ from waiting import wait_for
 
 from echo2.config import load_config
 from echo2.launch.train import run_training
+from echo2.learner import interrupts
 
 LOADED = re.compile(r"v(\d+): \d+ chunks in \S+ \((.*)\)")
 
@@ -29,7 +30,7 @@ def test_a_worker_paused_past_its_heartbeat_timeout_rejoins_with_the_version_it_
     port, token = free_port(), "rejoin-token"
     url, worker_log = f"http://127.0.0.1:{port}", tmp_path / "worker.log"
     config = load_config(overrides=[
-        f"run.dir={tmp_path}", "run.name=run", "run.steps=100000", "run.max_minutes=1.0", "eval.every=100000",
+        f"run.dir={tmp_path}", "run.name=run", "run.steps=100000", "run.max_minutes=3.0", "eval.every=100000",
         "eval.size=20", "telemetry.tensorboard=false", "telemetry.progress=false", "checkpoint.every=0",
         f"coordinator.port={port}", f"coordinator.token={token}", "coordinator.heartbeat_timeout_s=3",
         "workers.count=0", "activation.enabled=false", "staleness=0",
@@ -54,9 +55,13 @@ def test_a_worker_paused_past_its_heartbeat_timeout_rejoins_with_the_version_it_
             time.sleep(6)  # twice the heartbeat timeout: declared dead meanwhile
             os.kill(worker.pid, signal.SIGCONT)
             wait_for(lambda: "registered again" in worker_log.read_text(), 30, "the worker to register again")
+            wait_for(lambda: LOADED.search(worker_log.read_text().partition("registered again")[2]), 30,
+                     "the worker's first version after it registered again")
             outcome["ok"] = True
         except Exception as error:  # reported by the assertion below
             outcome["error"] = repr(error)
+        finally:
+            interrupts.request()  # the run has shown what it is for (or cannot): stop it at the step in hand
 
     helper = threading.Thread(target=pause_the_worker, daemon=True)
     helper.start()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from echo2.config.agent import AgentConfig
 from echo2.config.asynchrony import Asynchrony
@@ -21,6 +21,7 @@ from echo2.config.fleet import ActivationRule, LocalWorkerSpec
 from echo2.config.learner import LearnerConfig
 from echo2.config.moved import move_keys, moved_override
 from echo2.config.service import ServiceConfig
+from echo2.model.dtype_choice import fastest_dtype
 from echo2.model.sources import SHIPPED_MODEL
 from echo2.net.redact import redact_config
 
@@ -43,10 +44,25 @@ class ModelConfig(Section):
     """``echo2/tiny-arith`` (the small model shipped with echo2), a named shipped source
     (``smollm2-135m-instruct``), a ``.gguf`` file, a local HF folder or a hub id
     (:mod:`echo2.model.sources`)."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
     """Compute dtype: the workers' weights and the learner's forward/backward (under autocast when
     it differs from ``learner.master_dtype``). bfloat16 is ~3x faster than float32 on CPUs with
-    avx512_bf16 or AMX, and on GPUs."""
+    avx512_bf16 or AMX, and on GPUs, and ~4x slower where it is emulated (AVX2-only CPUs); ``auto``
+    picks the faster for the machine that loads the config (:mod:`echo2.model.dtype_choice`) and
+    the run states why."""
+    _dtype_reason: str | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _resolve_auto_dtype(self) -> ModelConfig:
+        if self.dtype == "auto":
+            choice = fastest_dtype()
+            self.dtype, self._dtype_reason = choice.dtype, f"model.dtype=auto: {choice.dtype}, as {choice.reason}"
+        return self
+
+    @property
+    def dtype_reason(self) -> str | None:
+        """Why ``auto`` became the dtype it is (None: the dtype was set as it is)."""
+        return self._dtype_reason
 
 
 class TaskConfig(Section):

@@ -135,6 +135,8 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
     _write_private(folder / COORDINATOR_FILE, json.dumps({"url": server.url, "port": server.port, "token": token}))
     log.info("echo2 serve: %s on %s, its sampling on the fleet; workers join with: echo2 worker --coordinator %s "
              "--token-file %s", config.model.name, server.url, server.url, folder / TOKEN_FILE)
+    if config.model.dtype_reason:
+        log.info(config.model.dtype_reason)
     print(f"export TINKER_BASE_URL={server.url}\n" + (
           f"export TINKER_API_KEY=$(cat {folder / API_KEY_FILE})" if api_key else
           f"# the operator's key was revoked: give each user a key of their own with "

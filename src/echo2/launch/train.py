@@ -238,6 +238,8 @@ def _run_as_leader(config: Config, resume_dir: Path | None, shard: Shard, worker
     _write_private(run_dir / COORDINATOR_FILE, json.dumps({"url": server.url, "port": server.port, "token": token}))
     log.info("run %s: protocol=%s S=%d, coordinator at %s", run_dir, config.protocol, config.staleness,
              server.url)
+    if config.model.dtype_reason:
+        log.info(config.model.dtype_reason)
     log.info("more workers can join with: echo2 worker --coordinator %s --token-file %s (an owner-only copy of "
              "that file on other machines, or the token in $ECHO2_TOKEN)%s", server.url, run_dir / TOKEN_FILE,
              f" --pin-sha256 {certificate_fingerprint(coordinator.tls_certfile)} (or --ca-file CA_BUNDLE)"

@@ -6,6 +6,8 @@ the step ends, so the run stops on a consistent version, which it checkpoints, a
 its reliability report and summary; a second signal while one is held stops at once. A wait for
 data that has taken nothing yet polls :func:`requested` and stops at once (a batch taken but not
 trained would otherwise count as trained). Outside, e.g. while the run starts, it is raised at once.
+A program that runs training in its own process (a notebook, a test, a service) asks for the same
+stop from any thread with :func:`request`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,19 @@ def install() -> None:
     """Route SIGTERM and SIGINT through :func:`interrupt` (main thread only)."""
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGINT, interrupt)
+
+
+def request() -> None:
+    """Stop the run at the end of the step in hand, as SIGTERM does, from any thread."""
+    global _pending
+    if _pending is None:
+        _pending = signal.SIGTERM
+
+
+def clear() -> None:
+    """Forget a stop asked for before a run began (it was not that run's)."""
+    global _pending
+    _pending = None
 
 
 def requested() -> bool:

@@ -298,6 +298,7 @@ class LearnerLoop:
         deadline = started + 60 * config.run.max_minutes if config.run.max_minutes else float("inf")
         version = start_version
         self.verifier.published(version, self.learner.policy)  # audits need every version a group may claim
+        interrupts.clear()
         try:
             for step in range(start_version, config.run.steps):
                 if time.time() > deadline:

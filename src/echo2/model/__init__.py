@@ -7,6 +7,8 @@ out of the coordinator's imports).
 
 * ``continuous.py`` — continuous batching: rows admitted and retired between decoding steps, each
   token tagged with the version that chose it (a row samples what it samples alone);
+* ``dtype_choice.py`` — ``model.dtype: auto``: bf16 where the hardware computes it (CUDA, CPUs with
+  avx512_bf16 or AMX), float32 where bf16 would be emulated, and the reason the run logs;
 * ``draws.py`` — verifiable sampling on a model's logits: each token the inverse CDF of
   ``softmax(logits / T)`` at its draw, and how far a token falls outside its interval;
 * ``decode_probe.py`` — the shipped engine's decoding steps timed at 1 to 32 rows
