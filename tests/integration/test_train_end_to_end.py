@@ -50,6 +50,10 @@ def test_training_over_real_worker_processes(tmp_path, protocol, staleness):
     peer_chunks = [line for line in logs.splitlines() if " chunks in " in line and "from http" in line]
     coordinator = re.search(r"registered with (http://\S+)", logs).group(1)
     assert peer_chunks and any(coordinator not in line for line in peer_chunks)
+    # a lease's groups went out as their rows finished, the last with the lease's final submission
+    accepted = [int(count) for count in re.findall(r"lease \S+: (\d+) groups accepted", logs)]
+    assert "groups accepted (a part)" in logs and sum(accepted) == summary.reliability["groups_accepted"]
+    assert summary.reliability["prompts_unaccounted"] == 0
 
 
 def test_eval_command_on_a_checkpoint(tmp_path, capsys):

@@ -2,8 +2,10 @@
 
 A lease binds the slots the pacing ledger granted (and their prompts) to one worker, one policy
 version and a deadline. A submission must answer one of the submitter's own active leases, at
-the lease's version, slot for slot, within the run's limits; anything else is refused with a
-specific code before it can touch the buffer (and counted by code). A submission carries tokens
+the lease's version, within the run's limits: a task's lease some of its open slots at a time (a
+streaming worker submits each group as its rows finish; the lease is done once every slot is
+answered), a sampling lease all its requests at once; anything else is refused with a specific
+code before it can touch the buffer (and counted by code). A submission carries tokens
 and log-probs only: the rewards of its groups are the coordinator's own, computed between
 :meth:`LeaseBook.claim` and :meth:`LeaseBook.settle` (:mod:`echo2.coordinator.scoring`). Not
 locked on its own: :class:`echo2.coordinator.state.CoordinatorState` calls it under its lock.
@@ -54,11 +56,12 @@ class LeaseBook:
                 raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
             if lease is None or lease.worker_id != record.worker_id:
                 raise Rejected(404, f"lease {lease_id!r} is not one of yours", "unknown_lease")
-            if lease.state != "active" or lease.scoring:
-                raise Rejected(409, f"lease {lease_id!r} is {lease.state if lease.state != 'active' else 'submitted'}",
-                               "expired_lease" if lease.state == "expired" else "lease_done")
             if not set(slots) <= set(lease.slots):
                 raise Rejected(422, "slots that are not the lease's", "bad_slots")
+            if lease.state != "active" or not set(slots) <= set(lease.unanswered) - lease.scoring:
+                raise Rejected(409, f"lease {lease_id!r} is {lease.state if lease.state != 'active' else 'submitted'}"
+                               f"{' for these slots' if lease.state == 'active' else ''}",
+                               "expired_lease" if lease.state == "expired" else "lease_done")
             budget = len(lease.slots) * limits.group_size * (max_turns - 1)
             if len(lease.answers) + len(request.items) > budget:
                 raise Rejected(422, f"more environment answers than this lease's episodes can use ({budget})",
@@ -73,26 +76,28 @@ class LeaseBook:
         """The lease ``request`` validly answers, now marked as being scored; None when ``request`` is
         a copy of one of ``record``'s leases already submitted or still being scored (a duplicate);
         else the refusal (counted). ``latest``: the newest published version."""
-        lease = self.get(request.lease_id)
+        lease, slots = self.get(request.lease_id), submitted_slots(request)
         try:
             if record.quarantined:
                 raise Rejected(403, "this worker is quarantined: its results failed verification", "quarantined")
-            if lease is not None and lease.worker_id == record.worker_id and (lease.state == "done" or lease.scoring):
+            if lease is not None and lease.worker_id == record.worker_id and slots <= lease.answered | lease.scoring:
                 return None  # also to a worker declared dead since: it learns that its first copy was kept
             if (refusal := session_refusal(record)) is not None:
                 raise refusal
             lease = check_submission(lease, record.worker_id, request, limits, latest)
         except Rejected as refusal:
             raise self._refused(record, refusal) from None
-        lease.scoring = True
+        lease.scoring |= slots
         return lease
 
-    def settle(self, lease: Lease, record: WorkerRecord, rewards: list[list[float]] | Unscorable) -> None:
-        """Close a claimed ``lease`` once its submission was scored (``rewards`` :class:`Unscorable`:
-        why it could not be): done, unless it expired or its worker was quarantined meanwhile (the refusal,
-        counted; the lease stays expired and its prompts re-queued, or active until it expires); the
-        books then close it (:meth:`echo2.core.books.Books.submitted`)."""
-        lease.scoring = False
+    def settle(self, lease: Lease, record: WorkerRecord, request: SubmitRequest,
+               rewards: list[list[float]] | Unscorable) -> None:
+        """Settle ``request``, a claimed submission of ``lease``, once it was scored (``rewards``
+        :class:`Unscorable`: why it could not be): accepted, unless the lease expired or its worker
+        was quarantined meanwhile (the refusal, counted; the lease stays expired and its prompts
+        re-queued, or active until it expires); the books then take its groups in
+        (:meth:`echo2.core.books.Books.answered`)."""
+        lease.scoring -= submitted_slots(request)
         if record.quarantined:
             raise self._refused(record, Rejected(403, "this worker was quarantined while its results were scored",
                                                  "quarantined"))
@@ -125,8 +130,9 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
     if lease.kind == "sample":
         check_samples(lease, request, limits)
         return lease
-    if sorted(g.slot for g in request.groups) != sorted(lease.slots):
-        raise Rejected(422, "groups do not match the lease's slots one to one", "bad_slots")
+    slots = [g.slot for g in request.groups]
+    if len(set(slots)) != len(slots) or not set(slots) <= set(lease.unanswered) - lease.scoring:
+        raise Rejected(422, "groups must answer the lease's open slots, each once", "bad_slots")
     for group in request.groups:
         if len(group.completions) != limits.group_size:
             raise Rejected(422, f"slot {group.slot}: {len(group.completions)} completions, "
@@ -146,6 +152,11 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
             if min(c.token_ids) < 0 or max(c.token_ids) >= limits.vocab_size:
                 raise Rejected(422, f"slot {group.slot}: token id outside the vocabulary", "bad_token")
     return lease
+
+
+def submitted_slots(request: SubmitRequest) -> set[int]:
+    """The slots ``request`` answers."""
+    return {g.slot for g in request.groups} | {r.slot for r in request.samples}
 
 
 def check_samples(lease: Lease, request: SubmitRequest, limits: Limits) -> None:

@@ -172,8 +172,9 @@ class Lease(BookLease[Example]):
     """A lease of the books (:class:`echo2.core.books.Lease`: slot -> the prompt handed out for
     it), with what only the coordinator keeps of it."""
 
-    scoring: bool = False
-    """A submission of it is being scored (outside the coordinator's lock); another copy is a duplicate."""
+    scoring: set[int] = field(default_factory=set)
+    """Slots whose submitted groups are being scored (outside the coordinator's lock): another copy
+    of that submission is a duplicate."""
     answers: dict[tuple[int, tuple[str, ...]], str | None] = field(default_factory=dict)
     """Episodes: what the environment answered, by (slot, the model's replies so far); a
     submission's inserted tokens must be these answers (:mod:`echo2.coordinator.scoring`)."""

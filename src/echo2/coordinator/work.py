@@ -116,10 +116,11 @@ class WorkDesk:
                 return self._sampled(record, lease, request)
         rewards = self.parts.scoring.rewards(lease, request)  # outside the lock (or why it could not be scored)
         with self.parts.cond:
-            self.parts.leases.settle(lease, record, rewards)
+            self.parts.leases.settle(lease, record, request, rewards)
             now = time.monotonic()  # delivered once a group of it is trained (the learner's publish)
-            self.parts.books.submitted(lease, [(g.slot, g) for g in accepted_groups(lease, record.worker_id, request, rewards)],
-                                 sum(len(g.completions) for g in request.groups), now)
+            self.parts.books.answered(lease, [g.slot for g in request.groups],
+                                      [(g.slot, g) for g in accepted_groups(lease, record.worker_id, request, rewards)],
+                                      sum(len(g.completions) for g in request.groups), now)
             record.count(request, now - lease.granted_at)
             self.members.record_events(record, request.events)
             self.parts.cond.notify_all()
@@ -129,7 +130,7 @@ class WorkDesk:
         """A checked sampling lease (call locked): closed in the books, its results handed to the
         work sources that queued them (:mod:`~echo2.coordinator.sources`: a training service audits
         them before any client sees them, see :mod:`echo2.service.sampling`)."""
-        lease.scoring = False
+        lease.scoring.clear()
         now = time.monotonic()
         self.parts.books.submitted(lease, [], sum(len(r.sequences) for r in request.samples), now)
         record.count(request, now - lease.granted_at)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from echo2.core.dissemination import DisseminationCensus, Reached
@@ -126,6 +126,16 @@ class Lease(Generic[P]):
     deadline: float
     kind: WorkKind = "prompt"
     state: LeaseState = "active"
+    answered: set[int] = field(default_factory=set)
+    """Slots whose groups were accepted already: a streaming worker answers a lease group by group
+    as each group's rows finish (:meth:`Books.answered`), and the lease is done when none is left."""
+    rollouts: int = 0
+    """Rollouts answered so far (the lease cycle's throughput takes them in when it is done)."""
+
+    @property
+    def unanswered(self) -> dict[int, P]:
+        """The slots still out (what an expiry or a failure hands back)."""
+        return {slot: work for slot, work in self.slots.items() if slot not in self.answered}
 
 
 W = TypeVar("W", bound=BookedWorker)
@@ -233,20 +243,34 @@ class Books(Generic[W, G]):
         return lease
 
     def submitted(self, lease: Lease, groups: Iterable[tuple[int, G]], rollouts: int, now: float) -> None:
-        """``lease``'s submission was accepted at ``now``: its ``groups`` (slot, group) enter the
-        buffer, and its worker's throughput takes in the lease cycle (:mod:`echo2.core.profiling`)."""
+        """``lease``'s submission, all its work at once, was accepted at ``now``: its ``groups``
+        (slot, group) enter the buffer and the lease is done (:meth:`answered`, the rest of it)."""
+        self.answered(lease, list(lease.unanswered), groups, rollouts, now)
+
+    def answered(self, lease: Lease, slots: Iterable[int], groups: Iterable[tuple[int, G]], rollouts: int,
+                 now: float) -> bool:
+        """``slots`` of ``lease`` were answered at ``now`` with ``groups`` (slot, group; the
+        accepted ones, which enter the buffer) and ``rollouts`` rollouts: a streaming worker submits
+        each group the moment its rows are done, so a lease may be answered in parts. Once none of
+        its slots is left it is done, and its worker's throughput takes in the whole lease cycle
+        (:mod:`echo2.core.profiling`). Returns whether it is done."""
+        lease.answered.update(slots)
+        lease.rollouts += rollouts
+        if lease.kind == "prompt":
+            admitted = 0
+            for slot, group in groups:
+                self.ledger.admit(slot, lease.version, group)
+                admitted += 1
+            self.counters.groups_accepted += admitted
+        if lease.unanswered:
+            return False
         self._close(lease, "done")
         worker = self.workers[lease.worker_id]
-        worker.throughput = worker.cycle.submitted(now, lease.granted_at, rollouts, worker.throughput)
+        worker.throughput = worker.cycle.submitted(now, lease.granted_at, lease.rollouts, worker.throughput)
         self.counters.leases_completed += 1
         if lease.kind == "sample":
             self.samples.settled(lease.slots.values())
-            return
-        admitted = 0
-        for slot, group in groups:
-            self.ledger.admit(slot, lease.version, group)
-            admitted += 1
-        self.counters.groups_accepted += admitted
+        return True
 
     def expire(self, lease: Lease, now: float, missed_deadline: bool) -> None:
         """``lease`` ends unsubmitted (past its deadline, or its worker dead, gone, quarantined): its
@@ -257,9 +281,9 @@ class Books(Generic[W, G]):
         self._close(lease, "expired")
         self.counters.leases_expired += 1
         if lease.kind == "sample":
-            self.samples.release(lease.slots)
+            self.samples.release(lease.unanswered)
         else:
-            self.ledger.release(lease.slots, front=True)
+            self.ledger.release(lease.unanswered, front=True)
         if missed_deadline and (worker := self.workers.get(lease.worker_id)) is not None:
             if parked_s := missed(self.shares, worker, now, self.lease_timeout_s):
                 self._on_parked(worker, parked_s, f"let {worker.unfulfilled} leases in a row expire")
@@ -279,10 +303,10 @@ class Books(Generic[W, G]):
         self._close(lease, "failed")
         self.counters.leases_failed += 1
         if lease.kind == "sample":
-            poisoned = self.samples.failed(lease.slots, lease.worker_id)
+            poisoned = self.samples.failed(lease.unanswered, lease.worker_id)
             self.counters.requests_poisoned += len(poisoned)
             return poisoned
-        self.ledger.release(lease.slots, front=True)
+        self.ledger.release(lease.unanswered, front=True)
         if (worker := self.workers.get(lease.worker_id)) is not None:
             if parked_s := missed(self.shares, worker, now, self.lease_timeout_s):
                 self._on_parked(worker, parked_s, f"failed or let expire {worker.unfulfilled} leases in a row")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import torch
 from transformers import PreTrainedModel
@@ -34,6 +35,11 @@ class Samples:
         return sum(len(c) for c in self.completion_ids)
 
 
+RowFinished: TypeAlias = Callable[[int, list[int], list[float]], None]
+"""Told ``(row, token_ids, log-probs)`` the moment a row's completion is final: a streaming worker
+submits a group as soon as its rows are all done (ECHO-2's workers as inference engines)."""
+
+
 @torch.no_grad()
 def sample(
     model: PreTrainedModel,
@@ -47,6 +53,7 @@ def sample(
     draws: Draws | None = None,
     share_prompts: bool = True,
     decoder: Decoder | None = None,
+    finished: RowFinished | None = None,
 ) -> Samples:
     """Sample one completion for every row of ``prompt_ids`` (repeat a prompt G times for a group),
     each token drawn from ``draws`` by the verifiable rule (:mod:`echo2.model.draws`).
@@ -56,14 +63,16 @@ def sample(
     prompt on its own (the cost without :func:`~echo2.model.tokens.prefill`'s sharing, for benchmarks).
     ``decoder`` runs the per-token steps: by default a :class:`~echo2.model.continuous.ContinuousBatch`
     (HF's dynamic cache, each row retired when it ends); a :class:`~echo2.model.decoding.StaticDecoder`
-    replays CUDA graphs over a fixed batch. Neither changes what is sampled.
+    replays CUDA graphs over a fixed batch. Neither changes what is sampled. ``finished`` is told
+    each row as it ends (the static decoder: every row at the end).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if not greedy and (draws is None or len(draws.keys) != len(prompt_ids)):
         raise ValueError(f"sampling {len(prompt_ids)} rows needs one draw key per row (echo2.model.draws.Draws)")
     if decoder is None:
-        return _continuous(model, prompt_ids, max_new_tokens, eos_id, pad_id, temperature, greedy, draws, share_prompts)
+        return _continuous(model, prompt_ids, max_new_tokens, eos_id, pad_id, temperature, greedy, draws, share_prompts,
+                           finished)
     start = prefill(model, prompt_ids, pad_id, share=share_prompts)
     choice = Choice(temperature=temperature, greedy=greedy, eos_id=eos_id, pad_id=pad_id)
     session = decoder.begin(model, start, max_new_tokens, choice)
@@ -81,11 +90,15 @@ def sample(
         length = row_tokens.index(eos_id) + 1 if eos_id in row_tokens else len(row_tokens)
         completions.append(row_tokens[:length])
         logprobs.append(row_logprobs[:length])
+    if finished is not None:
+        for row, (row_tokens, row_logprobs) in enumerate(zip(completions, logprobs)):
+            finished(row, row_tokens, row_logprobs)
     return Samples(completion_ids=completions, logprobs=logprobs)
 
 
 def _continuous(model: PreTrainedModel, prompt_ids: list[list[int]], max_new_tokens: int, eos_id: int, pad_id: int,
-                temperature: float, greedy: bool, draws: Draws | None, share_prompts: bool) -> Samples:
+                temperature: float, greedy: bool, draws: Draws | None, share_prompts: bool,
+                finished: RowFinished | None) -> Samples:
     """Every row admitted at once into a :class:`~echo2.model.continuous.ContinuousBatch` and stepped
     until the last ends: a row that ended costs no further forward (a static batch runs it to the
     end of its longest row)."""
@@ -97,7 +110,9 @@ def _continuous(model: PreTrainedModel, prompt_ids: list[list[int]], max_new_tok
                             share_prompts=share_prompts)
     batch.admit(rows)
     while len(batch):
-        batch.step(version=0)
+        for row in batch.step(version=0):
+            if finished is not None:
+                finished(row.key, row.token_ids, row.logprobs)
     return Samples(completion_ids=[row.token_ids for row in rows], logprobs=[row.logprobs for row in rows])
 
 

@@ -7,9 +7,11 @@ submits; it never sees a reward.
 * ``client.py`` — the coordinator's HTTP client: timeouts, retries with back-off, clear messages;
 * ``weights.py`` — the worker's weights: fetch, background staging, swap-in, cancel on a lost
   session;
-* ``lease_generation.py`` — one lease's work through one sampling path into a submission;
+* ``lease_generation.py`` — one lease's work through one sampling path into its submissions (a
+  single-turn task's groups handed over one by one as their rows finish, ``GroupStream``);
   ``timeline.py`` — the worker's timeline events;
-* ``courier.py`` — the submission on a thread of its own; ``lease_ahead.py`` — the next lease
+* ``courier.py`` — the submissions on a thread of their own (a lease's parts at once, its final one
+  after the lease before it is answered); ``lease_ahead.py`` — the next lease
   asked for while this one generates;
 * ``engines/`` — what a worker samples with and loads versions into (``hf``, ``vllm``, one's own).
 

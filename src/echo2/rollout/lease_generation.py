@@ -5,7 +5,10 @@ and behaviour log-probs; no reward: the coordinator scores).
 
 A single-turn task samples once per row; a multi-turn one plays turns, the coordinator's
 environment answering between them (:mod:`echo2.model.episodes`), newer weights swapped in between
-turns when the run allows it (async). Every token is drawn from the lease's ``draw_seed`` by the
+turns when the run allows it (async). A single-turn task's lease is answered group by group: each
+group goes out (``post``) the moment its G rows are done while the lease's other rows still decode,
+the last with the lease's final submission (ECHO-2's workers decode as inference engines do; a
+lease no longer waits for its longest row to deliver its first group). Every token is drawn from the lease's ``draw_seed`` by the
 verifiable rule (:mod:`echo2.model.draws`): completion ``i`` of slot ``s`` is row ``row_key(s, i)``
 (a sampling request's own ``seed``, when it gave one, keys its rows ``0..n-1`` instead, so that a
 client's seed gives the same completions in any lease).
@@ -22,7 +25,7 @@ from typing import Any
 from echo2.core.draw_rule import request_draw, row_key
 from echo2.model.draws import Draws
 from echo2.model.episodes import Episode, Respond, observation_ids, run_episodes
-from echo2.model.sampling import stop_length
+from echo2.model.sampling import RowFinished, stop_length
 from echo2.protocol import (
     Completion,
     GroupResult,
@@ -66,27 +69,42 @@ class LeaseGenerator:
             context = window  # the environment's answers between turns are unknown: the whole window
         return self.engine.groups_that_fit(context, spec.groups_per_lease)
 
-    def generate(self, lease: LeaseResponse, version: Callable[[], int],
-                 between_turns: Callable[[], None] | None) -> tuple[SubmitRequest, float]:
-        """The submission of ``lease`` (events left for the caller to add) and the seconds it took;
-        ``version``: the weights' version now; ``between_turns``: swaps newer weights in."""
+    def generate(self, lease: LeaseResponse, version: Callable[[], int], between_turns: Callable[[], None] | None,
+                 post: Callable[[SubmitRequest], None] | None = None) -> tuple[SubmitRequest, float]:
+        """The final submission of ``lease`` (events left for the caller to add) and the seconds the
+        lease took; ``version``: the weights' version now; ``between_turns``: swaps newer weights in;
+        ``post``: hands over a part (groups done while the lease's other rows still decode). Each
+        part's ``generate_seconds`` is the time since the part before it."""
         clock, cpu = time.perf_counter(), time.thread_time()
         if lease.draw_seed is None:
             raise ValueError(f"lease {lease.lease_id} carries no draw_seed: this coordinator predates verifiable draws")
-        work = ({"samples": self._serve(lease.samples, lease.draw_seed, version)} if lease.samples
-                else {"groups": self._groups(lease, version, between_turns)})
-        seconds = time.perf_counter() - clock
-        if self.throughput_factor < 1:
-            # emulate a device `factor` times as fast as this core: the lease takes the compute it used
-            # (this thread's CPU time, which other processes on the core do not inflate) / factor
-            self.stop.wait(max(0.0, (time.thread_time() - cpu) / self.throughput_factor - seconds))
-            seconds = time.perf_counter() - clock
         assert lease.lease_id is not None and lease.version is not None
-        return SubmitRequest(lease_id=lease.lease_id, version=lease.version, generate_seconds=seconds, **work), seconds
+        lease_id, lease_version, sent = lease.lease_id, lease.version, clock
 
-    def _groups(self, lease: LeaseResponse, version: Callable[[], int],
-                between_turns: Callable[[], None] | None) -> list[GroupResult]:
-        """A task's prompts: G episodes per prompt, each turn of all of them one engine call."""
+        def part(groups: list[GroupResult]) -> None:
+            nonlocal sent
+            now = self._device_time(clock, cpu)
+            assert post is not None
+            post(SubmitRequest(lease_id=lease_id, version=lease_version, generate_seconds=now - sent, groups=groups))
+            sent = now
+
+        work = ({"samples": self._serve(lease.samples, lease.draw_seed, version)} if lease.samples
+                else {"groups": self._groups(lease, version, between_turns, part if post is not None else None)})
+        ended = self._device_time(clock, cpu)
+        return SubmitRequest(lease_id=lease_id, version=lease_version, generate_seconds=ended - sent, **work), ended - clock
+
+    def _device_time(self, clock: float, cpu: float) -> float:
+        """``time.perf_counter()`` now, on the device emulated: one ``throughput_factor`` times as
+        fast as this core takes the compute used since ``clock`` (this thread's CPU time since
+        ``cpu``, which other processes on the core do not inflate) / factor, so this waits that out."""
+        if self.throughput_factor < 1:
+            self.stop.wait(max(0.0, (time.thread_time() - cpu) / self.throughput_factor - (time.perf_counter() - clock)))
+        return time.perf_counter()
+
+    def _groups(self, lease: LeaseResponse, version: Callable[[], int], between_turns: Callable[[], None] | None,
+                part: Callable[[list[GroupResult]], None] | None) -> list[GroupResult]:
+        """A task's prompts: G episodes per prompt, each turn of all of them one engine call; the
+        groups not handed to ``part`` as they finished (single-turn only), the last among them."""
         group_size, spec, tokenizer = self.spec.group_size, self.spec, self.tokenizer
         slots = [p.slot for p in lease.prompts for _ in range(group_size)]
         prompt_ids = [tokenizer(p.prompt)["input_ids"] for p in lease.prompts for _ in range(group_size)]
@@ -98,15 +116,16 @@ class LeaseGenerator:
 
         assert lease.draw_seed is not None
         draws = Draws([(lease.draw_seed, row_key(slot, index % group_size)) for index, slot in enumerate(slots)])
+        stream = GroupStream(group_size, [p.slot for p in lease.prompts], part) if part and spec.max_turns == 1 else None
         episodes = self._play(BASE_SAMPLER, SamplingParams.of_run(spec, tokenizer.eos_token_id),
                               prompt_ids, draws, version, max_turns=spec.max_turns, respond=respond,
-                              between_turns=between_turns)
+                              between_turns=between_turns, finished=stream.row_done if stream else None)
         multi_turn = spec.max_turns > 1
         return [GroupResult(slot=prompt.slot, completions=[
             Completion(token_ids=e.token_ids, logprobs=e.logprobs, mask=e.mask if 0 in e.mask else None,
                        turn_versions=e.turn_versions if multi_turn else None)
             for e in episodes[index * group_size : (index + 1) * group_size]
-        ]) for index, prompt in enumerate(lease.prompts)]
+        ]) for index, prompt in enumerate(lease.prompts) if not (stream and stream.posted(index))]
 
     def _serve(self, requests: list[LeasedSample], draw_seed: int, version: Callable[[], int]) -> list[SampleResult]:
         """Sampling requests (a training service's clients', an agent's calls), in the lease's order:
@@ -152,19 +171,42 @@ class LeaseGenerator:
 
     def _play(self, sampler: str, params: SamplingParams, prompt_ids: list[list[int]], draws: Draws,
               version: Callable[[], int], *, max_turns: int = 1, respond: Respond | None = None,
-              between_turns: Callable[[], None] | None = None) -> list[Episode]:
+              between_turns: Callable[[], None] | None = None, finished: RowFinished | None = None) -> list[Episode]:
         """The one way a worker samples: one episode per row of ``prompt_ids`` by ``sampler``, each
         turn one :meth:`~echo2.rollout.engines.Engine.sample` call (a request, or a single-turn
-        task: one turn; a multi-turn task: the coordinator's environment answering (``respond``) between
-        turns, newer weights swapped in by ``between_turns``)."""
+        task: one turn, ``finished`` told each row as it ends; a multi-turn task: the coordinator's
+        environment answering (``respond``) between turns, newer weights swapped in by ``between_turns``)."""
         tokenizer, window = self.tokenizer, self.engine.max_context  # a next turn must fit whole in the window
         return run_episodes(prompt_ids, sample=lambda rows, turn_draws: self.engine.sample(sampler, rows, params,
-                                                                                            turn_draws),
+                                                                                            turn_draws, finished),
                             draws=draws, respond=respond or _no_environment,
                             encode=lambda text: observation_ids(tokenizer, text),
                             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
                             max_turns=max_turns, version=version, between_turns=between_turns,
                             max_context=window - params.max_new_tokens if window else None, eos_id=params.eos_id)
+
+
+class GroupStream:
+    """A single-turn lease's rows as they end (``row_done``, an engine's ``finished``): a group
+    whose G rows are all done goes to ``part`` at once, unless it is the lease's last, which the
+    final submission carries (so that one is never empty)."""
+
+    def __init__(self, group_size: int, slots: list[int], part: Callable[[list[GroupResult]], None]) -> None:
+        self.group_size, self.slots, self.part = group_size, slots, part
+        self.rows: dict[int, dict[int, Completion]] = {}
+        self._posted: set[int] = set()
+
+    def row_done(self, row: int, token_ids: list[int], logprobs: list[float]) -> None:
+        index, member = divmod(row, self.group_size)
+        done = self.rows.setdefault(index, {})
+        done[member] = Completion(token_ids=list(token_ids), logprobs=list(logprobs))
+        if len(done) == self.group_size and len(self._posted) + 1 < len(self.slots):
+            self._posted.add(index)
+            self.part([GroupResult(slot=self.slots[index], completions=[done[m] for m in range(self.group_size)])])
+
+    def posted(self, index: int) -> bool:
+        """Whether group ``index`` went out as a part."""
+        return index in self._posted
 
 
 def _no_environment(rows: list[int], replies: list[list[str]]) -> list[str | None]:

@@ -62,7 +62,8 @@ def _submit(client, headers, body):
         (lambda b: b.groups[0].completions[0].token_ids.append(5), 422, "differ in length"),
         (lambda b: b.groups[0].completions[0].__setattr__("token_ids", [99, 1]), 422, "vocabulary"),
         (lambda b: b.groups[0].completions.pop(), 422, "expected 2"),
-        (lambda b: b.groups.pop(), 422, "slots"),
+        (lambda b: b.groups.append(b.groups[0]), 422, "each once"),  # one slot answered twice
+        (lambda b: b.groups[0].__setattr__("slot", 999), 422, "open slots"),  # not the lease's
         (lambda b: b.__setattr__("version", 0) or b.__setattr__("lease_id", "nope"), 404, "not one of yours"),
     ],
 )

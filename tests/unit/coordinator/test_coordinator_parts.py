@@ -58,10 +58,12 @@ class _Reply:
 
 @pytest.mark.parametrize(("change", "code"), [
     (lambda request, lease: request.model_copy(update={"version": 3}), "bad_version"),
-    (lambda request, lease: request.model_copy(update={"groups": request.groups[:1]}), "bad_slots"),
+    (lambda request, lease: request.model_copy(update={"groups": request.groups[:1] * 2}), "bad_slots"),
+    (lambda request, lease: request.model_copy(update={"groups": [request.groups[0].model_copy(update={"slot": 7})]}),
+     "bad_slots"),
     (lambda request, lease: request.model_copy(update={"lease_id": "other"}), "unknown_lease"),
 ])
-def test_a_submission_must_answer_its_own_lease_slot_for_slot(change, code):
+def test_a_submission_must_answer_its_own_lease_open_slots_each_once(change, code):
     book = LeaseBook(Counter())
     lease = Lease("l0", "w0", 1, {0: Example("p", "a"), 1: Example("q", "b")}, time.monotonic(), time.monotonic() + 60)
     book.add(lease)
@@ -209,3 +211,40 @@ def test_a_verifier_that_fails_refuses_the_submission_and_leaves_the_lease_open(
     assert refused.value.code == "unscorable" and len(state.books.ledger) == 0
     assert state.leases.get(lease.lease_id).state == "active" and not state.leases.get(lease.lease_id).scoring
     assert state.reliability()["groups_rejected"] == {"unscorable": 1}
+
+
+def test_a_lease_answered_group_by_group_is_done_with_its_last_group_and_a_part_sent_twice_is_kept_once():
+    """A streaming worker submits each group as its rows finish: every part enters the buffer at once,
+    a retried part is a duplicate, an answered slot cannot be answered again in another part, and the
+    lease is done (its worker's cycle timed) only when its last slot is answered."""
+    state = make_state(staleness=1, groups_per_step=3)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 3, wait_s=0)
+    first, second, third = (_answers(lease, [True, False]).model_copy(update={"groups": [group]})
+                            for group in _answers(lease, [True, False]).groups)
+    assert state.work.submit(worker, first).accepted == 1
+    assert len(state.books.ledger) == 1 and state.leases.get(lease.lease_id).state == "active"
+    assert state.work.submit(worker, first).duplicate  # its answer was lost and the client sent it again
+    with pytest.raises(Rejected) as again:  # the answered slot within a new part
+        state.work.submit(worker, second.model_copy(update={"groups": [*second.groups, *first.groups]}))
+    assert again.value.code == "bad_slots" and len(state.books.ledger) == 1
+    state.work.submit(worker, second)
+    assert state.books.counters.leases_completed == 0 and worker.throughput is None
+    state.work.submit(worker, third)
+    assert state.leases.get(lease.lease_id).state == "done" and len(state.books.ledger) == 3
+    counters = state.books.counters
+    assert (counters.leases_completed, counters.groups_accepted, counters.duplicate_submissions) == (1, 3, 1)
+    assert worker.throughput is not None and worker.samples == 6
+
+
+def test_a_lease_expiring_after_some_groups_hands_back_only_the_unanswered_prompts():
+    state = make_state(staleness=1, groups_per_step=3)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 3, wait_s=0)
+    answered = _answers(lease, [True, False])
+    state.work.submit(worker, answered.model_copy(update={"groups": answered.groups[:1]}))
+    state.books.expire(state.leases.get(lease.lease_id), time.monotonic(), missed_deadline=True)
+    report = state.reliability()
+    assert report["prompts_requeued"] == 2 and report["prompts_unaccounted"] == 0 and len(state.books.ledger) == 1
+    again = state.work.lease(state.members.register("v"), 0, 3, wait_s=0)
+    assert [p.prompt for p in again.prompts][:2] == [p.prompt for p in lease.prompts][1:]  # first in line

@@ -279,7 +279,7 @@ def test_a_workers_alike_sampling_requests_run_as_one_batch_and_a_seeded_one_alo
 
         max_context = None
 
-        def sample(self, sampler, prompt_ids, params, draws):
+        def sample(self, sampler, prompt_ids, params, draws, finished=None):
             self.calls.append([list(p) for p in prompt_ids])  # each row's completion: its prompt's first token, then the stop (9)
             self.draws.append(list(draws.keys))
             return SimpleNamespace(completion_ids=[[p[0], 9, 5] for p in prompt_ids],

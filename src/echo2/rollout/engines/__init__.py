@@ -15,12 +15,13 @@ the worker uses, and one of them, :meth:`Engine.sample`, samples every kind of w
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from echo2.config.base import import_path
 from echo2.model.draws import Draws
-from echo2.model.sampling import Samples
+from echo2.model.sampling import RowFinished, Samples
 from echo2.protocol import RunSpec
 
 #: The engines echo2 ships (``rollout.engine``), each ``module:Class``.
@@ -52,11 +53,14 @@ class Engine(Protocol):
     max_context: int | None
     """The model's window in tokens (None: unbounded): an episode whose next turn would not fit ends."""
 
-    def sample(self, sampler: str, prompt_ids: list[list[int]], params: SamplingParams, draws: Draws) -> Samples:
+    def sample(self, sampler: str, prompt_ids: list[list[int]], params: SamplingParams, draws: Draws,
+               finished: RowFinished | None = None) -> Samples:
         """One completion per row of ``prompt_ids`` (a prompt repeated G times makes a group), row
         ``i``'s tokens drawn from ``draws`` row ``i``; ``sampler``: ``""`` (:data:`~echo2.rollout.engines.bundles.BASE_SAMPLER`), the weights
         of the version held, or in a training service's fleet a sampler of the bundle held
-        (:mod:`echo2.rollout.engines.bundles`)."""
+        (:mod:`echo2.rollout.engines.bundles`). ``finished(row, token_ids, logprobs)`` is told each
+        row the moment it is final (an engine that cannot tell earlier: all at the end), so the
+        worker submits each group as soon as its rows are done."""
 
     def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
         """The log-prob of each prompt token after the first (asked only by a service's clients)."""
@@ -85,4 +89,7 @@ def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") ->
     if missing := [name for name in needed if not hasattr(engine, name)]:
         raise TypeError(f"{what} is not an engine{' that serves sampling requests' if spec.serves_requests else ''} "
                         f"(echo2.rollout.engines.Engine): it lacks {', '.join(missing)}")
+    if "finished" not in inspect.signature(engine.sample).parameters:
+        raise TypeError(f"{what}: its sample() takes no finished= (echo2.rollout.engines.Engine.sample: told each "
+                        "row as it ends; an engine that cannot tell earlier calls it for every row at the end)")
     return engine
