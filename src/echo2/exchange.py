@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from echo2.model.episodes import segments
+from echo2.model.episodes import segments, token_versions
 from echo2.tasks.base import Example
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ class Group:
     (None: every token is the model's)."""
     turn_versions: list[list[int]] | None = None
     """Episodes: per completion, the version that sampled each model turn (None: all at ``version``)."""
+    switches: list[list[tuple[int, int]]] | None = None
+    """In-flight updates: per completion, (token index, version) where a newer version took over
+    within a turn (:func:`echo2.model.episodes.token_versions`); None: none did."""
     prompt_ids: list[list[int]] | None = None
     """Agent episodes (:mod:`echo2.gateway`): per completion, the ids its segment began with (None:
     the example's prompt, as the learner's tokenizer encodes it)."""
@@ -70,23 +73,27 @@ class Group:
         return self.masks[index] if self.masks is not None else [1] * len(self.token_ids[index])
 
     def versions(self) -> list[int]:
-        """Every version that sampled a turn of this group, oldest first (``[version]`` for one turn)."""
-        if self.turn_versions is None:
-            return [self.version]
-        return sorted({v for turns in self.turn_versions for v in turns})
+        """Every version that sampled tokens of this group, oldest first (``[version]`` for one turn
+        at one version)."""
+        turns = {v for turns in self.turn_versions for v in turns} if self.turn_versions is not None else {self.version}
+        return sorted(turns | {v for switches in self.switches or () for _, v in switches})
+
+    def token_versions(self, index: int) -> list[int | None]:
+        """Completion ``index``: the version that sampled each token (None at inserted ones)."""
+        mask = self.model_mask(index)
+        turns = sum(own for _, _, own in segments(mask))
+        turn_versions = self.turn_versions[index] if self.turn_versions is not None else [self.version] * turns
+        switches = self.switches[index] if self.switches is not None else []
+        return token_versions(len(mask), mask, turn_versions, switches)
 
     def mask_at(self, index: int, version: int, worker_id: str | None = None) -> list[int]:
-        """Completion ``index``: 1 at the model's tokens of the turns ``version`` sampled (and
-        ``worker_id``, when given)."""
-        mask = self.model_mask(index)
-        if self.turn_versions is None:
-            sampled = version == self.version and worker_id in (None, self.worker_id)
-            return mask if sampled else [0] * len(mask)
-        at = list(mask)
-        own = [(start, end) for start, end, value in segments(mask) if value]
+        """Completion ``index``: 1 at the model's tokens that ``version`` sampled (and ``worker_id``,
+        when given): its turns at that version, less what a newer version took over mid-turn."""
+        at = [1 if token_version == version else 0 for token_version in self.token_versions(index)]
+        own = [(start, end) for start, end, value in segments(self.model_mask(index)) if value]
         workers = self.turn_workers[index] if self.turn_workers is not None else [self.worker_id] * len(own)
-        for (start, end), turn_version, worker in zip(own, self.turn_versions[index], workers, strict=True):
-            if turn_version != version or worker_id not in (None, worker):
+        for (start, end), worker in zip(own, workers, strict=True):
+            if worker_id not in (None, worker):
                 at[start:end] = [0] * (end - start)
         return at
 

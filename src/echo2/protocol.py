@@ -126,6 +126,8 @@ class RunSpec(Message):
     """Model turns per episode (the task's); above 1 the worker asks ``/v1/respond`` between turns."""
     swap_between_turns: bool = True
     """Async runs: a worker may load newer weights between two turns of an episode."""
+    swap_between_steps: bool = False
+    """Async runs: a worker applies newer weights between two decoding steps (in-flight updates)."""
     size_leases_to_device: bool = False
     """A worker asks for as many groups per lease as its device holds (up to ``groups_per_lease``,
     then the whole staleness window): :mod:`echo2.core.lease_sizing`."""
@@ -289,6 +291,13 @@ def behaviour_logprobs(values: list[float]) -> list[float]:
     return values
 
 
+class Switch(Message):
+    """In-flight updates: from token ``at`` on, a completion's tokens came from ``version``'s logits."""
+
+    at: int = Field(ge=1)
+    version: int = Field(ge=0)
+
+
 class Completion(Message):
     """A sampled completion (or a whole episode) and the behaviour log-prob of each token. No
     reward: the coordinator scores the tokens itself; a field the protocol does not name is refused."""
@@ -300,6 +309,9 @@ class Completion(Message):
     environment inserted (log-prob 0, unused); None: every token is the model's."""
     turn_versions: list[int] | None = Field(None, max_length=256)
     """Episodes: the policy version that sampled each model turn, in order."""
+    switches: list[Switch] | None = Field(None, max_length=256)
+    """In-flight updates (``rollout.swap_between_steps``): where a newer version's weights took over
+    within a model turn, in order; None: none did."""
 
     @field_validator("logprobs")
     @classmethod
@@ -313,6 +325,14 @@ class Completion(Message):
                 raise ValueError("mask must give 0 or 1 for every token and start with a model token (1)")
         if self.turn_versions is not None and any(b < a for a, b in zip(self.turn_versions, self.turn_versions[1:])):
             raise ValueError("turn_versions must not decrease")
+        if self.switches:
+            indices, versions = [switch.at for switch in self.switches], [switch.version for switch in self.switches]
+            if indices[-1] >= len(self.token_ids) or any(b <= a for a, b in zip(indices, indices[1:])):
+                raise ValueError("switches must name tokens after the first, in increasing order")
+            if any(b <= a for a, b in zip(versions, versions[1:])):
+                raise ValueError("switches' versions must increase")
+            if self.mask is not None and any(self.mask[index] != 1 for index in indices):
+                raise ValueError("a switch must fall on a model token (mask 1)")
         return self
 
 

@@ -40,7 +40,7 @@ class NotAnEngine:
 class CountingEngine(HfEngine):
     """The shipped engine, writing one line per generation batch where the test reads it."""
 
-    def sample(self, sampler, prompt_ids, params, draws, finished=None):
+    def sample(self, sampler, prompt_ids, params, draws, finished=None, updates=None):
         with open(os.environ["EXTENSION_ENGINE_LOG"], "a") as log:
             log.write(f"{len(prompt_ids)}\\n")
         return super().sample(sampler, prompt_ids, params, draws)

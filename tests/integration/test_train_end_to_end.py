@@ -100,3 +100,21 @@ def test_the_colocated_baseline_trains_with_one_worker_taking_turns_with_the_lea
     assert [r["version"] for r in steps] == [1, 2, 3] and all(r["staleness_max"] == 0 for r in steps)
     assert summary.workers_registered == 1
     assert {key.split("/")[1] for r in steps for key in r if key.startswith("worker/")} == {"local-0"}
+
+
+def test_in_flight_updates_switch_versions_mid_sequence_and_pass_their_audits(tmp_path):
+    """``rollout.swap_between_steps``: real workers take each new version between two decoding steps;
+    groups that span two versions are trained, every span audited at its own version, none refused."""
+    config = load_config(overrides=SMALL + [f"run.dir={tmp_path}", "run.name=run", "protocol=async", "staleness=1",
+                                            "rollout.swap_between_steps=true", "run.steps=8", "rollout.groups_per_lease=8",
+                                            "rollout.max_new_tokens=48", "workers.count=1",
+                                            # a device a tenth as fast: versions arrive while it decodes
+                                            "emulation.fleet=[{throughput_factor: 0.1}]"])
+    summary = run_training(config)
+    steps = [r for r in _records(summary.run_dir) if "reward_mean" in r]
+    assert len(steps) == 8 and sum(r["groups_spanning_versions"] for r in steps) > 0
+    assert all(abs(sum(v for k, v in r.items() if k.startswith("token_staleness_share_")) - 1) < 1e-9 for r in steps)
+    # groups spanning two versions were audited (span by span, each at its own version) and passed
+    assert sum(r["audited_groups"] for r in steps if r["groups_spanning_versions"]) > 0
+    report = summary.reliability
+    assert report["workers_quarantined"] == 0 and report["prompts_unaccounted"] == 0

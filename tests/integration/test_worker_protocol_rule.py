@@ -16,7 +16,7 @@ def _live_worker_stages() -> int | None:
     hearing of v2."""
     weights = WorkerWeights(client=SimpleNamespace(), stop=threading.Event(), record=lambda *a, **k: None,
                             verify=True)
-    spec = SimpleNamespace(protocol="async", swap_between_turns=False, max_turns=1)
+    spec = SimpleNamespace(protocol="async", swap_between_turns=False, swap_between_steps=False, max_turns=1)
     weights.start(spec, lambda payload, sha256: None, threading.Event())
     weights.protocol.loaded(0)
     weights.fetch_newest = lambda held: (2, b"weights", "sha") if held < 2 else None

@@ -52,8 +52,8 @@ class LocalWorkerSpec(Section):
     price_per_hour: float = Field(0.0, ge=0)
     """Dollars per hour while active (cost-aware activation and cost accounting)."""
     throughput_factor: float = Field(1.0, gt=0, le=1)
-    """Stand for a slower device: each lease takes the CPU time its generation used divided by this
-    factor (the worker idles the rest), whatever else shares the core."""
+    """Stand for a slower device: each decoding step (and so each lease) takes the CPU time it used
+    divided by this factor (the worker idles the rest), whatever else shares the core."""
     worker_class: str = ""
     """Class name in the cost accounting (default: the worker's name)."""
     upload_mbps: float | None = Field(None, gt=0)

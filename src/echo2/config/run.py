@@ -94,6 +94,12 @@ class RolloutConfig(Section):
     swap_between_turns: bool = True
     """Episodes (``docs/environments.md``), async protocol: a worker loads a newer version between
     two turns of an episode (each turn records its version; staleness counts from the first)."""
+    swap_between_steps: bool = False
+    """Async protocol: a worker applies a newer version between two decoding steps (an in-flight
+    update, as PipelineRL, AReaL and prime-rl do), recomputing its running rows' cache under it;
+    each token carries the version whose logits it came from and the learner audits each span at
+    its own version (:mod:`echo2.model.continuous`). Staleness counts from the lease's version (a
+    group's oldest tokens). The hf engine's continuous batch only; others swap between leases."""
 
     @field_validator("engine")
     @classmethod
@@ -369,6 +375,13 @@ class Config(Asynchrony):
             raise ValueError(f"emulation.colocated needs {'; '.join(problems)}")
         if workers.count != 1 or workers.threads != self.learner.threads:  # (assigning re-validates)
             workers.count, workers.threads = 1, self.learner.threads
+        return self
+
+    @model_validator(mode="after")
+    def _in_flight_updates_need_async(self) -> Config:
+        if self.rollout.swap_between_steps and self.protocol != "async":
+            raise ValueError(f"rollout.swap_between_steps applies versions that arrive in the background: it needs "
+                             f"protocol: async, not {self.protocol}")
         return self
 
     @model_validator(mode="after")

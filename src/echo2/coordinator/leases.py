@@ -149,6 +149,9 @@ def check_submission(lease: Lease | None, worker_id: str, request: SubmitRequest
                                "too_many_turns")
             if (problem := _turn_versions_problem(c.turn_versions, len(turns), lease.version, latest)) is not None:
                 raise Rejected(422, f"slot {group.slot}: {problem}", "bad_version")
+            if c.switches and not lease.version < c.switches[0].version <= c.switches[-1].version <= latest:
+                raise Rejected(422, f"slot {group.slot}: switches to {[s.version for s in c.switches]} must be to versions after the "
+                                    f"lease's v{lease.version}, none past v{latest}", "bad_version")
             if min(c.token_ids) < 0 or max(c.token_ids) >= limits.vocab_size:
                 raise Rejected(422, f"slot {group.slot}: token id outside the vocabulary", "bad_token")
     return lease
@@ -229,6 +232,8 @@ def accepted_groups(lease: Lease, worker_id: str, request: SubmitRequest, reward
                   token_ids=[c.token_ids for c in g.completions], logprobs=[c.logprobs for c in g.completions],
                   rewards=group_rewards, masks=_each(g.completions, "mask", lambda c: [1] * len(c.token_ids)),
                   turn_versions=_each(g.completions, "turn_versions", lambda c: [lease.version]),
+                  switches=[[(s.at, s.version) for s in c.switches or ()] for c in g.completions]
+                  if any(c.switches for c in g.completions) else None,
                   turn_draws=[turn_draws(lease.draw_seed, row_key(g.slot, i), c.mask) for i, c in enumerate(g.completions)])
             for g, group_rewards in zip(request.groups, rewards, strict=True)]
 

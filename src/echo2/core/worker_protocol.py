@@ -44,7 +44,8 @@ class WorkerProtocol:
     protocol: str
     """``sync``, ``pull`` or ``async``."""
     swaps_mid_lease: bool = False
-    """Episodes may swap weights between their turns (async, several turns): nothing asked ahead."""
+    """Weights may change within a lease (async: between an episode's turns, or between decoding
+    steps): nothing asked ahead (a lease asked at one version would begin at a newer one)."""
     version: int = -1
     """The version loaded (-1: none yet)."""
     staged: int | None = None

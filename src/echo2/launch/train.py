@@ -110,7 +110,7 @@ def run_spec(config: Config, max_turns: int = 1) -> RunSpec:
         broadcast_stall_s=config.broadcast.stall_s, broadcast_timeout_s=config.broadcast.timeout_s,
         heartbeat_interval_s=config.coordinator.heartbeat_interval_s, seed=config.run.seed,
         engine=config.rollout.engine, adapter=adapter_spec(config), max_turns=max_turns,
-        swap_between_turns=config.rollout.swap_between_turns,
+        swap_between_turns=config.rollout.swap_between_turns, swap_between_steps=config.rollout.swap_between_steps,
         size_leases_to_device=config.rollout.groups_per_lease == "device",
         check_draws=config.verification.check_draws,
     )

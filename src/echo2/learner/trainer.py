@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -236,6 +237,9 @@ class Learner:
         rewards = rollouts.rewards[: len(groups)]
         degenerate = degeneration(rewards, self.config.success_reward)
         staleness = [version - g.version for g in groups]
+        token_staleness = Counter(version - v for g in groups for i in range(len(g.token_ids))
+                                  for v in g.token_versions(i) if v is not None)  # in-flight updates: fresher tokens
+        model_tokens = sum(token_staleness.values()) or 1
         return {
             **tally.metrics(self.config.epochs * parts),
             "reward_mean": float(rewards.mean()),
@@ -253,6 +257,8 @@ class Learner:
             "staleness_mean": sum(staleness) / len(staleness),
             "staleness_max": max(staleness),
             **{f"staleness_count_{s}": staleness.count(s) for s in sorted(set(staleness))},
+            **{f"token_staleness_share_{s}": n / model_tokens for s, n in sorted(token_staleness.items())},
+            "groups_spanning_versions": sum(len(g.versions()) > 1 for g in groups),
             "train_seconds": time.perf_counter() - started,
         }
 

@@ -13,9 +13,14 @@ next token by the one rule (:class:`~echo2.model.decoding.Choice`, each row's un
 draw key at its own position: :mod:`echo2.model.draws`), then retires the rows that ended (EOS or
 their token budget) and only then runs the model on the rest: a finished row costs no forward.
 Admitted rows are prefilled together (a group's shared prompt once) and joined to the running
-cache, the shorter side left-padded. Every token records the version of the weights that chose it
-(:attr:`Row.versions`): weights may change between two steps (an in-flight update), the cache
-computed so far is kept, as PipelineRL keeps it.
+cache, the shorter side left-padded. Every token records the version of the weights whose forward
+gave its logits (:attr:`Row.versions`): weights may change between two steps (an in-flight update).
+After a change the caller recomputes the running rows' cache under the new weights
+(:meth:`ContinuousBatch.recompute`: one prefill of every running row's context), so each token's
+log-prob is exactly what the new version gives its whole sequence — what the learner's audit
+replays. PipelineRL keeps the old cache instead; kept, a token after the switch differed from the
+new version's replay by 1.15 nats/token on the audit test's update (``tests/unit/learner/
+test_verification.py``), which no audit tolerance can tell from a lie.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ class Row:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
-    """The version of the weights that chose each token."""
+    """The version of the weights whose forward gave each token's logits."""
 
 
 class ContinuousBatch:
@@ -68,13 +73,16 @@ class ContinuousBatch:
         self.rows: list[Row] = []
         self._cache: DynamicCache | None = None
         self._mask = self._position = self._logits = None
+        self._logit_versions: list[int] = []
+        """Per running row, the version of the forward its next logits came from."""
 
     def __len__(self) -> int:
         return len(self.rows)
 
     @torch.no_grad()
-    def admit(self, rows: list[Row]) -> None:
-        """Prefill ``rows``' prompts (each distinct prompt once) and join them to the running rows."""
+    def admit(self, rows: list[Row], version: int = 0) -> None:
+        """Prefill ``rows``' prompts (each distinct prompt once) under the weights ``version`` held
+        now and join them to the running rows."""
         if not rows:
             return
         for row in rows:
@@ -93,11 +101,13 @@ class ContinuousBatch:
             self._position = torch.cat([self._position, start.next_position])
             self._logits = torch.cat([self._logits, start.next_logits])
         self.rows += rows
+        self._logit_versions += [version] * len(rows)
 
     @torch.no_grad()
     def step(self, version: int) -> list[Row]:
-        """One token for every running row, chosen under weights ``version``; returns the rows that
-        ended with it (removed from the batch), the others run through the model for their next."""
+        """One token for every running row (from the logits of its last forward, tagged with that
+        forward's version); returns the rows that ended with it (removed from the batch), the others
+        run through the model for their next, under the weights ``version`` held now."""
         if not self.rows:
             return []
         device = self._logits.device
@@ -106,10 +116,10 @@ class ContinuousBatch:
                                 dtype=torch.float64, device=device)
         running = torch.zeros(len(self.rows), dtype=torch.bool, device=device)
         tokens, logprobs, ended = self.choice(self._logits, uniforms, running)
-        for row, token, logprob in zip(self.rows, tokens.tolist(), logprobs.tolist()):
+        for row, token, logprob, chosen_by in zip(self.rows, tokens.tolist(), logprobs.tolist(), self._logit_versions):
             row.token_ids.append(token)
             row.logprobs.append(logprob)
-            row.versions.append(version)
+            row.versions.append(chosen_by)
         done = [bool(end) or len(row.token_ids) >= row.max_new_tokens for row, end in zip(self.rows, ended.tolist())]
         finished = [row for row, end in zip(self.rows, done) if end]
         if finished:
@@ -121,10 +131,24 @@ class ContinuousBatch:
             output = self.model(input_ids=tokens[:, None], attention_mask=self._mask,
                                 position_ids=self._position[:, None], past_key_values=self._cache, use_cache=True)
             self._cache, self._position, self._logits = output.past_key_values, self._position + 1, output.logits[:, -1]
+            self._logit_versions = [version] * len(self.rows)
         return finished
 
+    @torch.no_grad()
+    def recompute(self, version: int) -> None:
+        """The weights changed to ``version``: rebuild the running rows' cache and next logits
+        from their contexts (prompt and tokens so far) under them."""
+        if not self.rows:
+            return
+        start = prefill(self.model, [row.prompt_ids + row.token_ids for row in self.rows], self.pad_id, share=False)
+        self._cache, self._mask = start.cache, start.attention_mask
+        self._position, self._logits = start.next_position, start.next_logits
+        self._logit_versions = [version] * len(self.rows)
+
     def _retire(self, keep: torch.Tensor) -> None:
-        self.rows = [row for row, kept in zip(self.rows, keep.tolist()) if kept]
+        kept_rows = keep.tolist()
+        self.rows = [row for row, kept in zip(self.rows, kept_rows) if kept]
+        self._logit_versions = [v for v, kept in zip(self._logit_versions, kept_rows) if kept]
         if not self.rows:
             self._cache = self._mask = self._position = self._logits = None
             return

@@ -9,8 +9,10 @@ on is, token for token, the one the policy saw and produced, and its loss mask m
 own tokens (1) apart from the inserted ones (0), which are context only.
 
 Each model turn records the policy version that sampled it: a worker may swap in newer weights
-between two turns of a long episode (``between_turns``), and the learner audits and corrects
-each turn against its own version (its tokens carry their own behaviour log-probs). A
+between two turns of a long episode (``between_turns``), or between two decoding steps (an
+in-flight update, :class:`~echo2.model.sampling.WeightUpdates`: the turn's ``switches`` say where a
+newer version took over), and the learner audits and corrects each span against its own version
+(its tokens carry their own behaviour log-probs; :func:`token_versions`). A
 single-turn task is the one-turn case: one sample, no environment call, a mask of ones.
 
 The environment's answers come from ``respond``: on a worker, the coordinator (which holds the
@@ -43,14 +45,24 @@ class Episode:
     mask: list[int] = field(default_factory=list)
     """1: sampled by the model (trained); 0: inserted by the environment (context only)."""
     turn_versions: list[int] = field(default_factory=list)
-    """The policy version that sampled each model turn."""
+    """The policy version that sampled each model turn (its first token)."""
+    switches: list[tuple[int, int]] = field(default_factory=list)
+    """In-flight updates: (token index, version) where a newer version's logits took over within a turn."""
     replies: list[str] = field(default_factory=list)
     """Each model turn, decoded: what the environment was shown."""
     observations: list[str] = field(default_factory=list)
     """Each environment message, as inserted."""
 
-    def add(self, ids: list[int], logprobs: list[float] | None) -> None:
-        """Append a model turn (``logprobs`` given) or an inserted one (None)."""
+    def add(self, ids: list[int], logprobs: list[float] | None, versions: Sequence[int] | None = None) -> None:
+        """Append a model turn (``logprobs`` given; ``versions``: each token's, when they may
+        differ) or an inserted one (None)."""
+        if versions is not None:
+            held = self.turn_versions[-1] if self.turn_versions else versions[0]
+            held = max([held, *(version for _, version in self.switches)])
+            for index, version in enumerate(versions):
+                if version > held:
+                    self.switches.append((len(self.token_ids) + index, version))
+                    held = version
         self.token_ids += ids
         self.logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
         self.mask += [1 if logprobs is not None else 0] * len(ids)
@@ -65,6 +77,27 @@ def observation_ids(tokenizer: Any, text: str) -> list[int]:
     tokens added (a chat task's message already carries its template's markers as text). Workers
     insert these and the coordinator checks against them, with the same tokenizer."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def token_versions(length: int, mask: Sequence[int] | None, turn_versions: Sequence[int],
+                   switches: Sequence[tuple[int, int]]) -> list[int | None]:
+    """The version that sampled each of an episode's ``length`` tokens (None at inserted ones): its
+    turn's version (``turn_versions``, one per model turn), or the newer one that took over within
+    the turn at a switch (``switches``: (token index, version)). Versions only grow along an episode."""
+    mask = mask if mask is not None else [1] * length
+    versions: list[int | None] = [None] * length
+    turns = iter(turn_versions)
+    pending = sorted(switches)
+    held = None
+    for start, end, own in segments(mask):
+        if not own:
+            continue
+        held = max(held or 0, next(turns))
+        for index in range(start, end):
+            while pending and pending[0][0] <= index:
+                held = max(held, pending.pop(0)[1])
+            versions[index] = held
+    return versions
 
 
 def segments(mask: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -107,9 +140,10 @@ def run_episodes(prompt_ids: list[list[int]], *, sample: Callable[[list[list[int
         sampled_by = version()
         turn_draws = draws.select(playing, [sum(episodes[row].mask) for row in playing]) if draws else None
         samples = sample([contexts[row] for row in playing], turn_draws)
-        for row, ids, logprobs in zip(playing, samples.completion_ids, samples.logprobs):
-            episodes[row].add(ids, logprobs)
-            episodes[row].turn_versions.append(sampled_by)
+        row_versions = samples.versions or [None] * len(playing)
+        for row, ids, logprobs, versions in zip(playing, samples.completion_ids, samples.logprobs, row_versions):
+            episodes[row].turn_versions.append(sampled_by if versions is None else versions[0])
+            episodes[row].add(ids, logprobs, versions)
             episodes[row].replies.append(decode(ids))
             contexts[row] += ids
         if turn == max_turns - 1:

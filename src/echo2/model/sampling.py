@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Protocol, TypeAlias
 
 import torch
 from transformers import PreTrainedModel
@@ -29,15 +29,30 @@ class Samples:
 
     completion_ids: list[list[int]]
     logprobs: list[list[float]]
+    versions: list[list[int]] | None = None
+    """Per row, the version of the weights that gave each token's logits (sampled with
+    :class:`WeightUpdates`; None: every token at the version held when sampling began)."""
 
     @property
     def num_tokens(self) -> int:
         return sum(len(c) for c in self.completion_ids)
 
 
-RowFinished: TypeAlias = Callable[[int, list[int], list[float]], None]
-"""Told ``(row, token_ids, log-probs)`` the moment a row's completion is final: a streaming worker
-submits a group as soon as its rows are all done (ECHO-2's workers as inference engines)."""
+RowFinished: TypeAlias = Callable[[int, list[int], list[float], "list[int] | None"], None]
+"""Told ``(row, token_ids, log-probs, versions)`` the moment a row's completion is final (versions:
+as :attr:`Samples.versions`' row): a streaming worker submits a group as soon as its rows are all
+done (ECHO-2's workers as inference engines)."""
+
+
+class WeightUpdates(Protocol):
+    """In-flight updates: the model's weights may change between two decoding steps (PipelineRL,
+    AReaL and prime-rl apply a new version mid-sequence), each token then tagged with its version."""
+
+    def held(self) -> int:
+        """The version the model holds now."""
+
+    def between_steps(self) -> int:
+        """Apply a newer version if one is ready (in place); the version held after."""
 
 
 @torch.no_grad()
@@ -54,6 +69,7 @@ def sample(
     share_prompts: bool = True,
     decoder: Decoder | None = None,
     finished: RowFinished | None = None,
+    updates: WeightUpdates | None = None,
 ) -> Samples:
     """Sample one completion for every row of ``prompt_ids`` (repeat a prompt G times for a group),
     each token drawn from ``draws`` by the verifiable rule (:mod:`echo2.model.draws`).
@@ -64,7 +80,9 @@ def sample(
     ``decoder`` runs the per-token steps: by default a :class:`~echo2.model.continuous.ContinuousBatch`
     (HF's dynamic cache, each row retired when it ends); a :class:`~echo2.model.decoding.StaticDecoder`
     replays CUDA graphs over a fixed batch. Neither changes what is sampled. ``finished`` is told
-    each row as it ends (the static decoder: every row at the end).
+    each row as it ends (the static decoder: every row at the end). ``updates``: new weights applied
+    between two steps of the continuous batch, each token's version in :attr:`Samples.versions`
+    (the static decoder's graphs run one version to the end).
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -72,7 +90,7 @@ def sample(
         raise ValueError(f"sampling {len(prompt_ids)} rows needs one draw key per row (echo2.model.draws.Draws)")
     if decoder is None:
         return _continuous(model, prompt_ids, max_new_tokens, eos_id, pad_id, temperature, greedy, draws, share_prompts,
-                           finished)
+                           finished, updates)
     start = prefill(model, prompt_ids, pad_id, share=share_prompts)
     choice = Choice(temperature=temperature, greedy=greedy, eos_id=eos_id, pad_id=pad_id)
     session = decoder.begin(model, start, max_new_tokens, choice)
@@ -92,28 +110,33 @@ def sample(
         logprobs.append(row_logprobs[:length])
     if finished is not None:
         for row, (row_tokens, row_logprobs) in enumerate(zip(completions, logprobs)):
-            finished(row, row_tokens, row_logprobs)
+            finished(row, row_tokens, row_logprobs, None)
     return Samples(completion_ids=completions, logprobs=logprobs)
 
 
 def _continuous(model: PreTrainedModel, prompt_ids: list[list[int]], max_new_tokens: int, eos_id: int, pad_id: int,
                 temperature: float, greedy: bool, draws: Draws | None, share_prompts: bool,
-                finished: RowFinished | None) -> Samples:
+                finished: RowFinished | None, updates: WeightUpdates | None) -> Samples:
     """Every row admitted at once into a :class:`~echo2.model.continuous.ContinuousBatch` and stepped
     until the last ends: a row that ended costs no further forward (a static batch runs it to the
-    end of its longest row)."""
+    end of its longest row); between two steps ``updates`` may apply a newer version."""
     offsets = (draws.offsets if draws is not None else None) or [0] * len(prompt_ids)
     rows = [Row(key=index, prompt_ids=prompt, max_new_tokens=max_new_tokens, draw_offset=offsets[index],
                 draw_key=None if draws is None else tuple(draws.keys[index]))
             for index, prompt in enumerate(prompt_ids)]
     batch = ContinuousBatch(model, temperature=temperature, eos_id=eos_id, pad_id=pad_id, greedy=greedy,
                             share_prompts=share_prompts)
-    batch.admit(rows)
+    held = updates.held() if updates is not None else 0
+    batch.admit(rows, held)
     while len(batch):
-        for row in batch.step(version=0):
+        for row in batch.step(version=held):
             if finished is not None:
-                finished(row.key, row.token_ids, row.logprobs)
-    return Samples(completion_ids=[row.token_ids for row in rows], logprobs=[row.logprobs for row in rows])
+                finished(row.key, row.token_ids, row.logprobs, row.versions if updates is not None else None)
+        if updates is not None and len(batch) and (now := updates.between_steps()) != held:
+            batch.recompute(now)  # the new version's cache: its log-probs exactly what an audit replays
+            held = now
+    return Samples(completion_ids=[row.token_ids for row in rows], logprobs=[row.logprobs for row in rows],
+                   versions=[row.versions for row in rows] if updates is not None else None)
 
 
 def stop_length(tokens: list[int], stop_ids: set[int], stop_strings: list[str],

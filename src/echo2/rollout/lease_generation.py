@@ -25,7 +25,7 @@ from typing import Any
 from echo2.core.draw_rule import request_draw, row_key
 from echo2.model.draws import Draws
 from echo2.model.episodes import Episode, Respond, observation_ids, run_episodes
-from echo2.model.sampling import RowFinished, stop_length
+from echo2.model.sampling import RowFinished, WeightUpdates, stop_length
 from echo2.protocol import (
     Completion,
     GroupResult,
@@ -37,6 +37,7 @@ from echo2.protocol import (
     SampledSequence,
     SampleResult,
     SubmitRequest,
+    Switch,
 )
 from echo2.rollout.client import CoordinatorClient
 from echo2.rollout.engines import SamplingParams
@@ -70,11 +71,13 @@ class LeaseGenerator:
         return self.engine.groups_that_fit(context, spec.groups_per_lease)
 
     def generate(self, lease: LeaseResponse, version: Callable[[], int], between_turns: Callable[[], None] | None,
-                 post: Callable[[SubmitRequest], None] | None = None) -> tuple[SubmitRequest, float]:
+                 post: Callable[[SubmitRequest], None] | None = None,
+                 updates: WeightUpdates | None = None) -> tuple[SubmitRequest, float]:
         """The final submission of ``lease`` (events left for the caller to add) and the seconds the
         lease took; ``version``: the weights' version now; ``between_turns``: swaps newer weights in;
-        ``post``: hands over a part (groups done while the lease's other rows still decode). Each
-        part's ``generate_seconds`` is the time since the part before it."""
+        ``post``: hands over a part (groups done while the lease's other rows still decode);
+        ``updates``: a task's rows take newer weights between decoding steps. Each part's
+        ``generate_seconds`` is the time since the part before it."""
         clock, cpu = time.perf_counter(), time.thread_time()
         if lease.draw_seed is None:
             raise ValueError(f"lease {lease.lease_id} carries no draw_seed: this coordinator predates verifiable draws")
@@ -88,21 +91,26 @@ class LeaseGenerator:
             post(SubmitRequest(lease_id=lease_id, version=lease_version, generate_seconds=now - sent, groups=groups))
             sent = now
 
+        steps = (PacedSteps(lambda: self._device_time(clock, cpu), updates, version)
+                 if updates is not None or self.throughput_factor < 1 else None)
         work = ({"samples": self._serve(lease.samples, lease.draw_seed, version)} if lease.samples
-                else {"groups": self._groups(lease, version, between_turns, part if post is not None else None)})
+                else {"groups": self._groups(lease, version, between_turns, part if post is not None else None,
+                                             steps)})
         ended = self._device_time(clock, cpu)
         return SubmitRequest(lease_id=lease_id, version=lease_version, generate_seconds=ended - sent, **work), ended - clock
 
     def _device_time(self, clock: float, cpu: float) -> float:
         """``time.perf_counter()`` now, on the device emulated: one ``throughput_factor`` times as
         fast as this core takes the compute used since ``clock`` (this thread's CPU time since
-        ``cpu``, which other processes on the core do not inflate) / factor, so this waits that out."""
+        ``cpu``, which other processes on the core do not inflate) / factor, so this waits that out
+        (between decoding steps too: a slower device's tokens, and so the versions that arrive
+        while it decodes, come at its own pace)."""
         if self.throughput_factor < 1:
             self.stop.wait(max(0.0, (time.thread_time() - cpu) / self.throughput_factor - (time.perf_counter() - clock)))
         return time.perf_counter()
 
     def _groups(self, lease: LeaseResponse, version: Callable[[], int], between_turns: Callable[[], None] | None,
-                part: Callable[[list[GroupResult]], None] | None) -> list[GroupResult]:
+                part: Callable[[list[GroupResult]], None] | None, updates: WeightUpdates | None) -> list[GroupResult]:
         """A task's prompts: G episodes per prompt, each turn of all of them one engine call; the
         groups not handed to ``part`` as they finished (single-turn only), the last among them."""
         group_size, spec, tokenizer = self.spec.group_size, self.spec, self.tokenizer
@@ -119,12 +127,11 @@ class LeaseGenerator:
         stream = GroupStream(group_size, [p.slot for p in lease.prompts], part) if part and spec.max_turns == 1 else None
         episodes = self._play(BASE_SAMPLER, SamplingParams.of_run(spec, tokenizer.eos_token_id),
                               prompt_ids, draws, version, max_turns=spec.max_turns, respond=respond,
-                              between_turns=between_turns, finished=stream.row_done if stream else None)
+                              between_turns=between_turns, finished=stream.row_done if stream else None,
+                              updates=updates)
         multi_turn = spec.max_turns > 1
         return [GroupResult(slot=prompt.slot, completions=[
-            Completion(token_ids=e.token_ids, logprobs=e.logprobs, mask=e.mask if 0 in e.mask else None,
-                       turn_versions=e.turn_versions if multi_turn else None)
-            for e in episodes[index * group_size : (index + 1) * group_size]
+            completion_of(e, multi_turn) for e in episodes[index * group_size : (index + 1) * group_size]
         ]) for index, prompt in enumerate(lease.prompts) if not (stream and stream.posted(index))]
 
     def _serve(self, requests: list[LeasedSample], draw_seed: int, version: Callable[[], int]) -> list[SampleResult]:
@@ -171,19 +178,56 @@ class LeaseGenerator:
 
     def _play(self, sampler: str, params: SamplingParams, prompt_ids: list[list[int]], draws: Draws,
               version: Callable[[], int], *, max_turns: int = 1, respond: Respond | None = None,
-              between_turns: Callable[[], None] | None = None, finished: RowFinished | None = None) -> list[Episode]:
+              between_turns: Callable[[], None] | None = None, finished: RowFinished | None = None,
+              updates: WeightUpdates | None = None) -> list[Episode]:
         """The one way a worker samples: one episode per row of ``prompt_ids`` by ``sampler``, each
         turn one :meth:`~echo2.rollout.engines.Engine.sample` call (a request, or a single-turn
         task: one turn, ``finished`` told each row as it ends; a multi-turn task: the coordinator's
         environment answering (``respond``) between turns, newer weights swapped in by ``between_turns``)."""
         tokenizer, window = self.tokenizer, self.engine.max_context  # a next turn must fit whole in the window
         return run_episodes(prompt_ids, sample=lambda rows, turn_draws: self.engine.sample(sampler, rows, params,
-                                                                                            turn_draws, finished),
+                                                                                            turn_draws, finished, updates),
                             draws=draws, respond=respond or _no_environment,
                             encode=lambda text: observation_ids(tokenizer, text),
                             decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
                             max_turns=max_turns, version=version, between_turns=between_turns,
                             max_context=window - params.max_new_tokens if window else None, eos_id=params.eos_id)
+
+
+@dataclass
+class PacedSteps:
+    """What a task's lease does between two decoding steps (:class:`~echo2.model.sampling.WeightUpdates`):
+    keeps an emulated device's pace (``pace``), and with in-flight updates (``updates``) applies a
+    newer version; ``version``: the weights' version otherwise."""
+
+    pace: Callable[[], float]
+    updates: WeightUpdates | None
+    version: Callable[[], int]
+
+    def held(self) -> int:
+        return self.updates.held() if self.updates is not None else self.version()
+
+    def between_steps(self) -> int:
+        self.pace()
+        return self.updates.between_steps() if self.updates is not None else self.version()
+
+
+def episode_of(token_ids: list[int], logprobs: list[float], versions: list[int] | None) -> Episode:
+    """A single-turn row as the episode it is (its versions: where an in-flight update took over)."""
+    episode = Episode()
+    if versions:
+        episode.turn_versions.append(versions[0])
+    episode.add(list(token_ids), list(logprobs), versions)
+    return episode
+
+
+def completion_of(episode: Episode, multi_turn: bool = False) -> Completion:
+    """What a submission says of an episode: its tokens and behaviour log-probs, its mask and turn
+    versions when it had several turns, the switches of an in-flight update when there were any."""
+    return Completion(token_ids=episode.token_ids, logprobs=episode.logprobs,
+                      mask=episode.mask if 0 in episode.mask else None,
+                      turn_versions=episode.turn_versions if multi_turn else None,
+                      switches=[Switch(at=at, version=version) for at, version in episode.switches] or None)
 
 
 class GroupStream:
@@ -196,10 +240,10 @@ class GroupStream:
         self.rows: dict[int, dict[int, Completion]] = {}
         self._posted: set[int] = set()
 
-    def row_done(self, row: int, token_ids: list[int], logprobs: list[float]) -> None:
+    def row_done(self, row: int, token_ids: list[int], logprobs: list[float], versions: list[int] | None) -> None:
         index, member = divmod(row, self.group_size)
         done = self.rows.setdefault(index, {})
-        done[member] = Completion(token_ids=list(token_ids), logprobs=list(logprobs))
+        done[member] = completion_of(episode_of(token_ids, logprobs, versions))
         if len(done) == self.group_size and len(self._posted) + 1 < len(self.slots):
             self._posted.add(index)
             self.part([GroupResult(slot=self.slots[index], completions=[done[m] for m in range(self.group_size)])])

@@ -71,7 +71,8 @@ class WorkerWeights:
     def start(self, spec: RunSpec, load: Callable[[bytes, str], None], lost: threading.Event) -> None:
         """The run's protocol, the engine's loader and the session-lost flag (known once registered)."""
         self.spec, self.load, self.lost = spec, load, lost
-        self.protocol = WorkerProtocol(spec.protocol, swaps_mid_lease=spec.swap_between_turns and spec.max_turns > 1)
+        self.protocol = WorkerProtocol(spec.protocol, swaps_mid_lease=(spec.swap_between_turns and spec.max_turns > 1)
+                                       or spec.swap_between_steps)
 
     @property
     def version(self) -> int:
@@ -159,6 +160,17 @@ class WorkerWeights:
             log.exception("background fetch after v%d failed unexpectedly; will retry", held)
             self.stop.wait(1.0)
         return None
+
+    def held(self) -> int:
+        """The version the engine holds now (:class:`echo2.model.sampling.WeightUpdates`)."""
+        return self.protocol.version
+
+    def between_steps(self) -> int:
+        """In-flight updates (``rollout.swap_between_steps``): a staged version swapped in between two
+        decoding steps; the version held after (:class:`echo2.model.sampling.WeightUpdates`)."""
+        if self.protocol.staged is not None:  # read without the lock: swap_in re-checks under it
+            self.swap_in()
+        return self.protocol.version
 
     def swap_in(self, wait_s: float = 0.0) -> None:
         """Load the staged version, waiting up to ``wait_s`` for one (a ``refresh`` answer); in short

@@ -225,7 +225,9 @@ class RolloutWorker:
     def _generate(self, lease: LeaseResponse) -> tuple[SubmitRequest, float]:
         """The lease's submission (its events added after) and the seconds it took."""
         between_turns = self.weights.swap_in if self.weights.protocol.swaps_mid_lease else None
-        return self.generation.generate(lease, lambda: self.version, between_turns, post=self.courier.post)
+        updates = self.weights if self.spec.swap_between_steps else None
+        return self.generation.generate(lease, lambda: self.version, between_turns, post=self.courier.post,
+                                        updates=updates)
 
     def _lease_now(self) -> Answered | None:
         """Get ready as the protocol says (fetch the newest, or swap the staged version in), then

@@ -102,7 +102,7 @@ def test_the_background_fetch_stops_asking_once_the_session_is_lost_until_it_is_
     weights = WorkerWeights(client=SimpleNamespace(version=version), stop=threading.Event(),
                             record=lambda *a, **k: None, verify=True)
     lost = threading.Event()
-    weights.start(SimpleNamespace(protocol="async", swap_between_turns=False, max_turns=1), lambda *a: None, lost)
+    weights.start(SimpleNamespace(protocol="async", swap_between_turns=False, swap_between_steps=False, max_turns=1), lambda *a: None, lost)
     fetch = threading.Thread(target=weights._fetch_in_background, args=(3,))
     fetch.start()
     time.sleep(1.0)

@@ -344,3 +344,53 @@ def test_an_agents_group_answers_for_each_of_its_workers_apart(shipped):
     suspects = verifier.check([group]).suspects
     assert set(suspects) == {"liar"}
     assert group.workers() == ["honest", "liar"]
+
+
+class SwapAfter:
+    """In-flight updates for a test: ``live`` holds v4 and takes ``new``'s weights (v5) after ``steps`` steps."""
+
+    def __init__(self, live, new, steps: int) -> None:
+        self.live, self.new, self.left, self.version = live, new, steps, 4
+
+    def held(self) -> int:
+        return self.version
+
+    def between_steps(self) -> int:
+        self.left -= 1
+        if self.left == 0:
+            self.live.load_state_dict(self.new.state_dict())
+            self.version = 5
+        return self.version
+
+
+def test_a_sequence_spanning_two_versions_is_audited_span_by_span(shipped):
+    """Weights updated between two decoding steps (an in-flight update): the tokens before the
+    switch are audited at v4, those after at v5; a worker whose log-probs are off in one span only
+    is caught, and so is one that claims a switch that never happened."""
+    from echo2.rollout.lease_generation import episode_of
+
+    old, new, tokenizer = shipped
+    verifier = learner_at_v5(shipped)
+    prompt = tokenizer(EXAMPLE.prompt)["input_ids"]
+    live = copy.deepcopy(old)
+    samples = sample(live, [prompt] * 4, max_new_tokens=12, eos_id=-1, pad_id=tokenizer.pad_token_id,
+                     draws=Draws.seeded(0, 4), updates=SwapAfter(live, new, steps=5))
+    # five steps at v4; then v5's weights, its cache recomputed: the sixth token is v5's
+    assert all(versions == [4] * 5 + [5] * 7 for versions in samples.versions)
+
+    def group(episodes, worker_id):
+        return Group(slot=0, example=EXAMPLE, version=4, worker_id=worker_id, rewards=[0.0] * 4,
+                     token_ids=[e.token_ids for e in episodes], logprobs=[e.logprobs for e in episodes],
+                     switches=[e.switches for e in episodes])
+
+    honest = [episode_of(t, lp, v) for t, lp, v in zip(samples.completion_ids, samples.logprobs, samples.versions)]
+    assert all(e.switches == [(5, 5)] for e in honest) and group(honest, "honest").versions() == [4, 5]
+    lying = copy.deepcopy(honest)
+    for episode in lying:  # the v5 span reported 1 nat off
+        episode.logprobs[5:] = [lp - 1.0 for lp in episode.logprobs[5:]]
+    unswitched = sample(old, [prompt] * 4, max_new_tokens=12, eos_id=-1, pad_id=tokenizer.pad_token_id,
+                        draws=Draws.seeded(1, 4))
+    claimed = [episode_of(t, lp, [4] * 5 + [5] * 7) for t, lp in zip(unswitched.completion_ids, unswitched.logprobs)]
+    suspects = verifier.check([group(honest, "honest"), group(lying, "off-in-v5"),
+                               group(claimed, "claims-a-switch")]).suspects
+    assert set(suspects) == {"off-in-v5", "claims-a-switch"} and all("v5" in why for why in suspects.values())

@@ -53,7 +53,7 @@ def run(batch: ContinuousBatch, admissions: dict[int, list[Row]], version=lambda
     before the step of that number. Returns the finished rows and the batch size at each step."""
     finished, sizes, step = [], [], 0
     while len(batch) or any(at >= step for at in admissions):
-        batch.admit(admissions.get(step, []))
+        batch.admit(admissions.get(step, []), version(step))
         sizes.append(len(batch))
         finished += batch.step(version(step))
         step += 1
@@ -87,13 +87,14 @@ def test_rows_admitted_mid_stream_sample_what_each_samples_alone_and_the_slots_a
     assert max(sizes) == 3 and sizes.count(3) > len(sizes) // 2  # freed slots were filled at once
 
 
-def test_each_token_records_the_version_that_chose_it_and_a_version_change_keeps_the_cache():
+def test_each_token_records_the_version_whose_forward_gave_its_logits_and_a_version_change_keeps_the_cache():
     model = tiny()
     finished, _ = run(ContinuousBatch(model, temperature=1.0, eos_id=EOS, pad_id=PAD), {0: rows([2, 3]), 4: rows([0])},
                       version=lambda step: 0 if step < 6 else 1)
     by_key = {row.key: row for row in finished}
-    assert by_key[2].versions[:6] == [0] * 6 and set(by_key[2].versions[6:]) <= {1}
-    assert by_key[0].versions[:2] == [0, 0]  # admitted before step 4: its steps 4 and 5 were at v0
+    # v1 from step 6 on: the token of step 6 still comes from step 5's forward, at v0
+    assert by_key[2].versions[:7] == [0] * 7 and set(by_key[2].versions[7:]) == {1}
+    assert by_key[0].versions[:3] == [0, 0, 0]  # admitted before step 4: prefill, steps 4 and 5 at v0
     assert all(len(row.versions) == len(row.token_ids) for row in finished)
 
 

@@ -21,11 +21,11 @@ class EndingEngine:
     def __init__(self, order: list[int] | None) -> None:
         self.order = order
 
-    def sample(self, sampler, prompt_ids, params, draws, finished=None):
+    def sample(self, sampler, prompt_ids, params, draws, finished=None, updates=None):
         tokens = [[row, 1] for row in range(len(prompt_ids))]
         if finished is not None and self.order is not None:
             for row in self.order:
-                finished(row, tokens[row], [-0.5, -0.1])
+                finished(row, tokens[row], [-0.5, -0.1], None)
         return Samples(tokens, [[-0.5, -0.1] for _ in prompt_ids])
 
 

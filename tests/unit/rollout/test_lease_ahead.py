@@ -31,7 +31,8 @@ class Coordinator:
 
 def worker_with(protocol: str, monkeypatch, max_turns: int = 1) -> tuple[RolloutWorker, Coordinator]:
     worker = RolloutWorker("http://127.0.0.1:9", "token", relay=None)
-    worker.spec = SimpleNamespace(protocol=protocol, groups_per_lease=4, max_turns=max_turns, swap_between_turns=True)
+    worker.spec = SimpleNamespace(protocol=protocol, groups_per_lease=4, max_turns=max_turns, swap_between_turns=True,
+                                  swap_between_steps=False)
     worker.weights.start(worker.spec, lambda payload, sha256: None, worker.session_lost)
     worker.weights.protocol.loaded(3)
     worker.weights.protocol.round_trip_s, worker.weights.protocol.generate_s = 1.0, 0.5  # round trips long
@@ -40,7 +41,7 @@ def worker_with(protocol: str, monkeypatch, max_turns: int = 1) -> tuple[Rollout
     monkeypatch.setattr(worker.weights, "try_fetch_newest", lambda what: True)
     monkeypatch.setattr(worker.courier, "send", lambda request: None)
 
-    def generate(lease, version, between_turns, post=None):  # noqa: ARG001
+    def generate(lease, version, between_turns, post=None, updates=None):  # noqa: ARG001
         with coordinator.lock:
             coordinator.log.append(("generate", lease.version))
         assert lease.version == worker.version, "a lease generated with other weights than it was granted for"
@@ -65,7 +66,7 @@ def test_an_async_worker_asks_for_its_next_lease_while_it_generates(monkeypatch,
     closing(worker)
     asked_while_generating = []
 
-    def generate(lease, version, between_turns, post=None):  # noqa: ARG001
+    def generate(lease, version, between_turns, post=None, updates=None):  # noqa: ARG001
         with coordinator.lock:  # the next request arrives while this lease generates
             generated = sum(kind == "generate" for kind, _ in coordinator.log) + 1
             coordinator.log.append(("generate", lease.version))
@@ -120,7 +121,7 @@ def test_a_worker_whose_round_trips_are_short_against_its_leases_asks_nothing_ah
     closing(worker)
     worker.weights.protocol.round_trip_s, worker.weights.protocol.generate_s = 0.05, 30.0
 
-    def generate(lease, version, between_turns, post=None):  # noqa: ARG001
+    def generate(lease, version, between_turns, post=None, updates=None):  # noqa: ARG001
         return SubmitRequest.model_construct(lease_id=lease.lease_id, version=lease.version, groups=[]), 30.0
 
     worker.generation = SimpleNamespace(generate=generate, lease_groups=lambda: 4)

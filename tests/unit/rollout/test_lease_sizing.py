@@ -46,7 +46,7 @@ class Engine:
         self.asked.append(context_tokens)
         return min(most, self.rows // 4)
 
-    def sample(self, sampler, prompt_ids, params, draws, finished=None):
+    def sample(self, sampler, prompt_ids, params, draws, finished=None, updates=None):
         from echo2.model.sampling import Samples
         return Samples([[1] for _ in prompt_ids], [[-0.1] for _ in prompt_ids])
 

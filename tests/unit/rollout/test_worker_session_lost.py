@@ -9,7 +9,8 @@ from echo2.protocol import VersionInfo
 from echo2.rollout.client import SessionLost
 from echo2.rollout.worker import RolloutWorker
 
-SPEC = SimpleNamespace(heartbeat_interval_s=0.05, protocol="async", swap_between_turns=False, max_turns=1)
+SPEC = SimpleNamespace(heartbeat_interval_s=0.05, protocol="async", swap_between_turns=False, swap_between_steps=False,
+                       max_turns=1)
 
 
 def test_a_lost_session_cancels_the_fetch_in_flight_and_the_wait_for_it(monkeypatch):

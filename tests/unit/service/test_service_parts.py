@@ -11,7 +11,7 @@ import torch
 from echo2.broadcast.bundle import SamplerAdapter, bundle_payload, read_bundle
 from echo2.broadcast.integrity import CorruptPayload
 from echo2.core.sample_queue import SampleQueue, SampleWork
-from echo2.model.sampling import stop_length
+from echo2.model.sampling import Samples, stop_length
 from echo2.rollout.engines.bundles import BASE_SAMPLER, SamplerWeights
 from echo2.service.checkpoints import CheckpointStore, TinkerPath
 from echo2.service.futures import Futures
@@ -279,11 +279,11 @@ def test_a_workers_alike_sampling_requests_run_as_one_batch_and_a_seeded_one_alo
 
         max_context = None
 
-        def sample(self, sampler, prompt_ids, params, draws, finished=None):
+        def sample(self, sampler, prompt_ids, params, draws, finished=None, updates=None):
             self.calls.append([list(p) for p in prompt_ids])  # each row's completion: its prompt's first token, then the stop (9)
             self.draws.append(list(draws.keys))
-            return SimpleNamespace(completion_ids=[[p[0], 9, 5] for p in prompt_ids],
-                                   logprobs=[[-0.1, -0.2, -0.3] for _ in prompt_ids])
+            return Samples(completion_ids=[[p[0], 9, 5] for p in prompt_ids],
+                           logprobs=[[-0.1, -0.2, -0.3] for _ in prompt_ids])
 
         def prompt_logprobs(self, sampler, prompt_ids, temperature):
             return [-1.0] * (len(prompt_ids) - 1)

@@ -21,7 +21,7 @@ from typing import Protocol, runtime_checkable
 
 from echo2.config.base import import_path
 from echo2.model.draws import Draws
-from echo2.model.sampling import RowFinished, Samples
+from echo2.model.sampling import RowFinished, Samples, WeightUpdates
 from echo2.protocol import RunSpec
 
 #: The engines echo2 ships (``rollout.engine``), each ``module:Class``.
@@ -54,13 +54,15 @@ class Engine(Protocol):
     """The model's window in tokens (None: unbounded): an episode whose next turn would not fit ends."""
 
     def sample(self, sampler: str, prompt_ids: list[list[int]], params: SamplingParams, draws: Draws,
-               finished: RowFinished | None = None) -> Samples:
+               finished: RowFinished | None = None, updates: WeightUpdates | None = None) -> Samples:
         """One completion per row of ``prompt_ids`` (a prompt repeated G times makes a group), row
         ``i``'s tokens drawn from ``draws`` row ``i``; ``sampler``: ``""`` (:data:`~echo2.rollout.engines.bundles.BASE_SAMPLER`), the weights
         of the version held, or in a training service's fleet a sampler of the bundle held
         (:mod:`echo2.rollout.engines.bundles`). ``finished(row, token_ids, logprobs)`` is told each
         row the moment it is final (an engine that cannot tell earlier: all at the end), so the
-        worker submits each group as soon as its rows are done."""
+        worker submits each group as soon as its rows are done. ``updates``: an engine that can
+        apply a new version between two decoding steps does (in-flight updates) and returns each
+        token's version in :attr:`~echo2.model.sampling.Samples.versions`; one that cannot ignores it."""
 
     def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
         """The log-prob of each prompt token after the first (asked only by a service's clients)."""
@@ -89,7 +91,8 @@ def load_engine(spec: RunSpec, eos_id: int, pad_id: int, device: str = "cpu") ->
     if missing := [name for name in needed if not hasattr(engine, name)]:
         raise TypeError(f"{what} is not an engine{' that serves sampling requests' if spec.serves_requests else ''} "
                         f"(echo2.rollout.engines.Engine): it lacks {', '.join(missing)}")
-    if "finished" not in inspect.signature(engine.sample).parameters:
-        raise TypeError(f"{what}: its sample() takes no finished= (echo2.rollout.engines.Engine.sample: told each "
-                        "row as it ends; an engine that cannot tell earlier calls it for every row at the end)")
+    if missing := [name for name in ("finished", "updates") if name not in inspect.signature(engine.sample).parameters]:
+        raise TypeError(f"{what}: its sample() takes no {'= or '.join(missing)}= (echo2.rollout.engines.Engine.sample: "
+                        "finished is told each row as it ends, all at the end where the engine cannot tell earlier; "
+                        "updates may be ignored by an engine that cannot apply weights between decoding steps)")
     return engine

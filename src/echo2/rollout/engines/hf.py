@@ -21,7 +21,7 @@ from echo2.model.decoding import StaticDecoder
 from echo2.model.draws import Draws
 from echo2.model.loading import load_model, resolve_device
 from echo2.model.lora import MergedCopy, add_adapter
-from echo2.model.sampling import RowFinished, Samples, prompt_logprobs, sample
+from echo2.model.sampling import RowFinished, Samples, WeightUpdates, prompt_logprobs, sample
 from echo2.model.tokens import model_device
 from echo2.protocol import RunSpec
 from echo2.rollout.engines import SamplingParams
@@ -48,10 +48,10 @@ class HfEngine:
         """The model's window: an episode whose next turn would not fit ends (:mod:`echo2.model.episodes`)."""
 
     def sample(self, sampler: str, prompt_ids: list[list[int]], params: SamplingParams, draws: Draws,
-               finished: RowFinished | None = None) -> Samples:
+               finished: RowFinished | None = None, updates: WeightUpdates | None = None) -> Samples:
         return sample(self._sampler(sampler), prompt_ids, max_new_tokens=params.max_new_tokens, eos_id=params.eos_id,
                       pad_id=self.pad_id, temperature=params.temperature, draws=draws, decoder=self.decoder,
-                      finished=finished)
+                      finished=finished, updates=updates)
 
     def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
         return prompt_logprobs(self._sampler(sampler), prompt_ids, temperature)

@@ -35,7 +35,7 @@ from echo2.broadcast.bundle import PEFT_PREFIX, read_bundle
 from echo2.broadcast.integrity import CorruptPayload, sha256
 from echo2.model.draws import Draws, splitmix64
 from echo2.model.loading import resolve_model_path
-from echo2.model.sampling import RowFinished, Samples
+from echo2.model.sampling import RowFinished, Samples, WeightUpdates
 from echo2.protocol import AdapterSpec, RunSpec
 from echo2.rollout.engines import SamplingParams
 from echo2.rollout.engines.bundles import BASE_SAMPLER
@@ -139,10 +139,11 @@ class VllmEngine:
         past its own ``max_model_len``."""
 
     def sample(self, sampler: str, prompt_ids: list[list[int]], params: SamplingParams, draws: Draws,
-               finished: RowFinished | None = None) -> Samples:
+               finished: RowFinished | None = None, updates: WeightUpdates | None = None) -> Samples:
         """vLLM's own sampler, seeded per row from ``draws``' keys: reproducible, not the verifiable
         rule (the engine refuses to start in a run that audits draws, see ``__init__``). vLLM's
-        offline ``generate`` returns every row at once: ``finished`` is told them all at the end."""
+        offline ``generate`` returns every row at once: ``finished`` is told them all at the end,
+        and no version is applied mid-call (``updates`` unused: the worker swaps between calls)."""
         seeds = [splitmix64(seed ^ splitmix64(row)) % (2**31 - 1) for seed, row in draws.keys]
         stops = [params.eos_id] if params.eos_id >= 0 else []
         asked = [self.vllm.SamplingParams(temperature=params.temperature, max_tokens=params.max_new_tokens, logprobs=0,
@@ -152,7 +153,7 @@ class VllmEngine:
         samples = samples_from_outputs(outputs)
         if finished is not None:
             for row, (tokens, logprobs) in enumerate(zip(samples.completion_ids, samples.logprobs)):
-                finished(row, tokens, logprobs)
+                finished(row, tokens, logprobs, None)
         return samples
 
     def prompt_logprobs(self, sampler: str, prompt_ids: list[int], temperature: float) -> list[float]:
