@@ -88,7 +88,8 @@ class RolloutConfig(Section):
     (:mod:`echo2.core.lease_sizing`). A GPU decodes 1024 rows about as fast per step as 64."""
     engine: str = "hf"
     """Workers' generation engine: ``hf`` (the model in the worker process, any device; the
-    default), ``vllm`` (vLLM on a CUDA GPU, ``pip install 'echo2[vllm]'``), or ``module:Class``
+    default), ``vllm`` (vLLM on a CUDA GPU, ``pip install 'echo2[vllm]'``), ``llamacpp`` (llama.cpp on
+    a GGUF model, ``pip install 'echo2[llamacpp]'``: samples a run's first version only, for now), or ``module:Class``
     naming an engine of your own (:class:`echo2.rollout.engines.Engine`: every method the worker
     calls), importable on every worker's machine."""
     swap_between_turns: bool = True
@@ -104,7 +105,7 @@ class RolloutConfig(Section):
     @field_validator("engine")
     @classmethod
     def _known_engine(cls, engine: str) -> str:
-        return builtin_or_path(engine, ("hf", "vllm"), "rollout.engine", "engine")
+        return builtin_or_path(engine, ("hf", "vllm", "llamacpp"), "rollout.engine", "engine")
 
 
 class WorkersConfig(Section):

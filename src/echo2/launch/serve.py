@@ -111,7 +111,7 @@ def run_service(config: Config, stop: threading.Event | None = None) -> None:
             SamplingLimits(config.service.max_tokens, config.service.max_samples, max_context,
                            config.service.sample_timeout_s, config.service.sampler_idle_s),
             AuditSettings(audits.probation_groups, audits.audit_decay, audits.audit_floor, audits.logprob_tolerance,
-                          audits.check_draws, draw_tolerance(audits.draw_tolerance, config.model.dtype)),
+                          audits.check_draws, draw_tolerance(audits.draw_tolerance, config.model.dtype, config.rollout.engine)),
             PAYLOAD_DTYPES[config.broadcast.dtype], seed=config.run.seed))
     if dropped := service.checkpoints.sweep(DEFAULT_TENANT):
         log.info("dropped %d half-written save(s) a stopped service left", dropped)

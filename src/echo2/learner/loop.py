@@ -92,7 +92,7 @@ class LearnerLoop:
         self.verifier = Verifier(
             AuditPolicy(audits.probation_groups, audits.audit_decay, audits.audit_floor, audits.logprob_tolerance,
                         config.rollout.temperature, audits.check_draws,
-                        draw_tolerance(audits.draw_tolerance, config.model.dtype)),
+                        draw_tolerance(audits.draw_tolerance, config.model.dtype, config.rollout.engine)),
             learner.policy, learner.tokenizer,
             VersionCache(versions_trainable(config.staleness), publisher.kind, config.broadcast.dtype),  # what workers were sent
             seed=config.run.seed, dtype=config.model.dtype)

@@ -84,3 +84,11 @@ def test_the_hf_engine_draws_by_the_rule_and_every_token_lies_in_its_interval(en
     substituted[0][0] = (substituted[0][0] + 1) % engine.model.config.vocab_size
     scores = completion_scores(engine.sampling_model, prompts, substituted, pad_id=0, intervals=True)
     assert float(draw_gaps(*scores.intervals, u)[0, 0]) > 0.01  # a chosen token lies outside its draw's interval
+
+
+def test_the_audits_draw_tolerance_follows_the_workers_dtype_and_engine():
+    from echo2.model.draws import QUANTIZED_ENGINE_DRAW_TOLERANCE, draw_tolerance
+
+    assert draw_tolerance(None, "float32") == 0.01 and draw_tolerance(None, "bfloat16") == 0.2
+    assert draw_tolerance(None, "float32", "llamacpp") == QUANTIZED_ENGINE_DRAW_TOLERANCE  # quantized kernels
+    assert draw_tolerance(0.05, "float32", "llamacpp") == 0.05  # a configured one as it is

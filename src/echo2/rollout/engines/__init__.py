@@ -8,7 +8,8 @@ one of your own. Each returns a completion's tokens with the log-prob of each sa
 place, so the worker code around them is the same: :class:`Engine` is every method and attribute
 the worker uses, and one of them, :meth:`Engine.sample`, samples every kind of work.
 
-* ``hf.py`` — the portable default; ``vllm.py`` — vLLM on a GPU;
+* ``hf.py`` — the portable default; ``vllm.py`` — vLLM on a GPU; ``llamacpp.py`` — llama.cpp, what
+  consumer devices run (GGUF models, quantized or not);
 * ``bundles.py`` — a worker's sampler adapters (``echo2 serve``), merged one at a time;
 * ``memory.py`` — a device's free memory and a decoding row's footprint.
 """
@@ -25,7 +26,8 @@ from echo2.model.sampling import RowFinished, Samples, WeightUpdates
 from echo2.protocol import RunSpec
 
 #: The engines echo2 ships (``rollout.engine``), each ``module:Class``.
-BUILTIN_ENGINES = {"hf": "echo2.rollout.engines.hf:HfEngine", "vllm": "echo2.rollout.engines.vllm:VllmEngine"}
+BUILTIN_ENGINES = {"hf": "echo2.rollout.engines.hf:HfEngine", "vllm": "echo2.rollout.engines.vllm:VllmEngine",
+                   "llamacpp": "echo2.rollout.engines.llamacpp:LlamaCppEngine"}
 
 
 @dataclass(frozen=True)
