@@ -89,7 +89,7 @@ class RolloutConfig(Section):
     engine: str = "hf"
     """Workers' generation engine: ``hf`` (the model in the worker process, any device; the
     default), ``vllm`` (vLLM on a CUDA GPU, ``pip install 'echo2[vllm]'``), ``llamacpp`` (llama.cpp on
-    a GGUF model, ``pip install 'echo2[llamacpp]'``: samples a run's first version only, for now), or ``module:Class``
+    a GGUF model, ``pip install 'echo2[llamacpp]'``; full-weights runs: a LoRA run is refused), or ``module:Class``
     naming an engine of your own (:class:`echo2.rollout.engines.Engine`: every method the worker
     calls), importable on every worker's machine."""
     swap_between_turns: bool = True

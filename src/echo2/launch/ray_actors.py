@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -99,9 +100,14 @@ class RayWorkers:
             os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
             self.started_ray = True
         threads = str(self.config.workers.threads)
+        kept = ({sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+                if threading.current_thread() is threading.main_thread() else {})
         ray.init(address=options.address, num_cpus=options.num_cpus if options.address is None else None,
                  include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"OMP_NUM_THREADS": threads, "TOKENIZERS_PARALLELISM": "false"}})
+        for sig, handler in kept.items():  # Ray's core installs a SIGTERM handler that kills the driver: a stop
+            if handler is not None:         # stays echo2's (the step in hand ends, checkpointed, workers told)
+                signal.signal(sig, handler)
 
     def start(self) -> None:
         ray, options = _ray(), self.config.ray

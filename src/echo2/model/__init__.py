@@ -13,6 +13,8 @@ out of the coordinator's imports).
   ``softmax(logits / T)`` at its draw, and how far a token falls outside its interval;
 * ``decode_probe.py`` — the shipped engine's decoding steps timed at 1 to 32 rows
   (``echo2 calibrate``'s decode curve);
+* ``gguf_versions.py`` — a trained version's weights as a GGUF file on the base file's metadata
+  (the llama.cpp engine's versions);
 * ``heap.py`` — what a process holding a model built at setup, set aside from garbage
   collection around its long phase (a full collection had paused the learner's process ~1 s).
 

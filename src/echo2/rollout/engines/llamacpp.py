@@ -19,23 +19,32 @@ What it keeps of echo2's contract (:class:`echo2.rollout.engines.Engine`):
   same file dequantized (:mod:`echo2.model.sources`), so the quantized engine's log-probs differ
   from the learner's by the quantization, which the audit's tolerance must cover.
 
-Not yet: applying a trained version (full weights reloaded, or a LoRA version as a GGUF adapter):
-:meth:`LlamaCppEngine.load` refuses with the reason, so this engine serves a run's first version
-(evaluation, sampling benchmarks, the base of a service) until it can.
+* **Versions.** A full-weights version is written as a float32 GGUF file with the base's metadata
+  (:mod:`echo2.model.gguf_versions`) and the model reloaded from it: from then on the engine holds
+  exactly the learner's numbers (the base's quantization is left behind with the first update). A
+  LoRA version (a GGUF adapter on the quantized base) is not applied yet: such a run is refused at
+  the start with the reason.
 """
 
 from __future__ import annotations
 
 import ctypes
 import importlib
+import shutil
+import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load as load_tensors
 
+from echo2.broadcast.integrity import CorruptPayload
+from echo2.broadcast.integrity import sha256 as payload_sha256
 from echo2.model.decoding import Choice
 from echo2.model.draws import Draws, uniform
+from echo2.model.gguf_versions import write_version
 from echo2.model.sampling import RowFinished, Samples, WeightUpdates
 from echo2.model.sources import NAMED_SOURCES, ModelSourceError, named_source_file
 from echo2.protocol import RunSpec
@@ -80,18 +89,29 @@ class LlamaCppEngine:
             raise NotImplementedError("rollout.engine=llamacpp cannot apply LoRA versions or sampler bundles yet: "
                                       "use rollout.engine=hf for this run")
         self.spec, self.eos_id, self.pad_id, self._internals = spec, eos_id, pad_id, _internals
-        self.path = gguf_file(spec.model)
+        self.device, self.path = device, gguf_file(spec.model)
+        self._versions = Path(tempfile.mkdtemp(prefix="echo2-llamacpp-"))
+        """The GGUF file of the version held, once one was loaded (removed with the engine)."""
+        weakref.finalize(self, shutil.rmtree, self._versions, True)
+        self.model = self.context = None
+        self._open(self.path)
+        self.vocab = self.model.n_vocab()
+        self.max_context: int | None = self.model.n_ctx_train()
+        """The model's window: an episode whose next turn would not fit ends (:mod:`echo2.model.episodes`)."""
+
+    def _open(self, path: Path) -> None:
+        """Hold the model of the GGUF file ``path`` (the one held before is freed first)."""
+        if self.context is not None:
+            self.context.close()
+            self.model.close()
         model_params = self.llama.llama_model_default_params()
-        model_params.n_gpu_layers = 0 if device == "cpu" else -1
-        self.model = _internals.LlamaModel(path_model=str(self.path), params=model_params, verbose=False)
+        model_params.n_gpu_layers = 0 if self.device == "cpu" else -1
+        self.model = self._internals.LlamaModel(path_model=str(path), params=model_params, verbose=False)
         context_params = self.llama.llama_context_default_params()
         context_params.n_ctx, context_params.n_batch, context_params.n_ubatch = CONTEXT_TOKENS, BATCH_TOKENS, 512
         context_params.n_seq_max, context_params.kv_unified = MAX_ROWS, True
         context_params.n_threads = context_params.n_threads_batch = torch.get_num_threads()
-        self.context = _internals.LlamaContext(model=self.model, params=context_params, verbose=False)
-        self.vocab = self.model.n_vocab()
-        self.max_context: int | None = self.model.n_ctx_train()
-        """The model's window: an episode whose next turn would not fit ends (:mod:`echo2.model.episodes`)."""
+        self.context = self._internals.LlamaContext(model=self.model, params=context_params, verbose=False)
 
     def sample(self, sampler: str, prompt_ids: list[list[int]], params: SamplingParams, draws: Draws,
                finished: RowFinished | None = None, updates: WeightUpdates | None = None) -> Samples:
@@ -197,8 +217,22 @@ class LlamaCppEngine:
         raise NotImplementedError("rollout.engine=llamacpp does not serve prompt log-probs yet: use hf")
 
     def load(self, payload: bytes, sha256: str) -> None:
-        raise NotImplementedError("rollout.engine=llamacpp cannot apply a trained version yet (full weights to "
-                                  "GGUF, or a LoRA version as a GGUF adapter): use rollout.engine=hf to train")
+        """A verified full-weights version: written as a GGUF file on the base's metadata and loaded
+        in place of the model held (the file of the version before is removed)."""
+        if payload_sha256(payload) != sha256:
+            raise CorruptPayload("weights payload does not match its sha256 (corrupt or truncated download)")
+        try:
+            tensors = load_tensors(payload)
+        except Exception as error:  # safetensors raises its own error types for malformed headers
+            raise CorruptPayload(f"weights payload is not valid safetensors ({error})") from None
+        try:
+            written = write_version(self.path, tensors, self._versions / f"{sha256[:16]}.gguf")
+        except ValueError as error:
+            raise CorruptPayload(f"weights do not fit {self.path.name}: {error}") from None
+        self._open(written)
+        for old in self._versions.glob("*.gguf"):
+            if old != written:
+                old.unlink()
 
     def groups_that_fit(self, context_tokens: int, most: int) -> int:
         """Groups whose rows the cache and the sequence slots hold at once (1 to ``most``)."""
