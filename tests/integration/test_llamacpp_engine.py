@@ -81,6 +81,7 @@ def test_a_full_weights_version_loads_and_samples_exactly_what_the_learner_score
     loaded: from then on the engine holds the learner's numbers, no quantization left."""
     engine, learner, tokenizer = sides
     trained = copy.deepcopy(learner)
+    torch.manual_seed(0)
     with torch.no_grad():
         for parameter in trained.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.002)
