@@ -248,3 +248,28 @@ def test_a_lease_expiring_after_some_groups_hands_back_only_the_unanswered_promp
     assert report["prompts_requeued"] == 2 and report["prompts_unaccounted"] == 0 and len(state.books.ledger) == 1
     again = state.work.lease(state.members.register("v"), 0, 3, wait_s=0)
     assert [p.prompt for p in again.prompts][:2] == [p.prompt for p in lease.prompts][1:]  # first in line
+
+
+@pytest.mark.parametrize(("switches", "status"), [
+    ([{"at": 1, "version": 10**30}], 422),  # past every published version
+    ([{"at": 1, "version": 0}], 422),  # not after the lease's version
+    ([{"at": 99, "version": 1}], None),  # past the completion's end: refused by the message itself
+    ([{"at": 1, "version": 1}, {"at": 1, "version": 1}], None),  # not increasing
+])
+def test_a_switch_a_worker_could_not_have_made_is_refused_and_changes_nothing(switches, status):
+    from pydantic import ValidationError
+
+    state = make_state(staleness=1)
+    publish(state, 1)
+    worker = state.members.register("w")
+    lease = state.work.lease(worker, 0, 1, wait_s=0)
+    body = _answers(lease, [True, False]).model_dump()
+    body["groups"][0]["completions"][0]["switches"] = switches
+    try:
+        request = SubmitRequest.model_validate(body)
+    except ValidationError:
+        assert status is None
+        return
+    with pytest.raises(Rejected) as refused:
+        state.work.submit(worker, request)
+    assert refused.value.status == status and refused.value.code == "bad_version" and len(state.books.ledger) == 0

@@ -127,7 +127,7 @@ class LlamaCppEngine:
         free = list(range(MAX_ROWS))
         while waiting or running:
             admitted = []
-            while waiting and free and self._room(prompt_ids, tokens, running, waiting[0], params):
+            while waiting and free and self._room(prompt_ids, running, waiting[0], params):
                 admitted.append((waiting.pop(0), free.pop(0)))
             running.update(self._prefill(prompt_ids, admitted))
             if not running:
@@ -153,8 +153,8 @@ class LlamaCppEngine:
             running.update(self._decode_next(prompt_ids, tokens, {row: running[row][0] for row in going}))
         return Samples(completion_ids=tokens, logprobs=logprobs)
 
-    def _room(self, prompt_ids: list[list[int]], tokens: list[list[int]], running: dict, row: int,
-              params: SamplingParams) -> bool:
+    @staticmethod
+    def _room(prompt_ids: list[list[int]], running: dict, row: int, params: SamplingParams) -> bool:
         """Whether row ``row`` fits the cache beside the running rows, each at its whole length."""
         held = sum(len(prompt_ids[r]) + params.max_new_tokens for r in running)
         return held + len(prompt_ids[row]) + params.max_new_tokens <= CONTEXT_TOKENS
